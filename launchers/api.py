@@ -1,0 +1,169 @@
+"""The launcher's verbs, used by the CLI: submit = start(plan()), resume, cancel, status, wait.
+
+One flow for every backend: spec -> NCCL env resolved and validated -> backend.plan -> (dry-run prints it)
+-> run dir created -> backend.start. Local and SSH attempts are looped here (the launcher owns restarts).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+from .backends.base import Backend, get_backend
+from .errors import LaunchError
+from .rundir import TERMINAL, RunDir, new_run_id
+from .spec import JobSpec
+
+
+def resolve_nccl(spec: JobSpec, out: TextIO) -> JobSpec:
+    """Apply --nccl-preset: its variables join the spec; any error finding stops the launch here."""
+    if not spec.nccl_preset:
+        return spec
+    from nccl_tuning.apply import resolve  # torch-free
+
+    try:
+        env, findings = resolve(spec.nccl_preset, run_dir=spec.run_dir)
+    except ValueError as e:
+        raise LaunchError(str(e).splitlines()[0]) from None
+    errors = [f for f in findings if f.severity == "error"]
+    for f in findings:
+        if f.severity != "error":
+            print(f"launch: nccl {f}", file=out)
+    if errors:
+        raise LaunchError(f"nccl preset {spec.nccl_preset!r} is invalid: {errors[0]}")
+    return spec.replace(nccl_env=tuple(env.items()))
+
+
+def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
+    spec = resolve_nccl(spec, sys.stderr)
+    backend = get_backend(spec.backend)
+    run_id = new_run_id(spec)
+    plan = backend.plan(spec, run_id, attempt=0)
+    if dry_run:
+        out.write(plan.render())
+        return 0
+    rd = RunDir.create(spec, run_id, plan.record())
+    print(f"launch: run dir {rd.path}", file=sys.stderr)
+    return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
+
+
+def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,
+           dry_run: bool = False, out: TextIO = sys.stdout) -> int:
+    """A new attempt of the recorded spec (optionally a new shape or new program args)."""
+    rd = RunDir.open(path)
+    backend = get_backend(rd.read_run_yaml()["spec"]["backend"])
+    st = backend.refresh(rd)
+    if st.get("state") not in TERMINAL and _still_active(backend, rd, st):
+        raise LaunchError(f"run {rd.path!r} is still {st['state']}; `launch cancel` it first")
+    spec = rd.spec().replace(**{k: v for k, v in changes.items() if v is not None})
+    if program_args is not None:
+        spec = spec.replace(program_args=tuple(program_args))
+    spec = resolve_nccl(spec, sys.stderr)
+    attempt = len(rd.read_run_yaml()["attempts"])
+    plan = backend.plan(spec, rd.run_id, attempt=attempt)
+    if dry_run:
+        out.write(plan.render())
+        return 0
+    rd.add_attempt(spec, plan.record())
+    return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
+
+
+def _still_active(backend: Backend, rd: RunDir, st: dict[str, Any]) -> bool:
+    from . import procs
+    launcher = st.get("launcher") or {}
+    if launcher.get("pid") and procs.alive(launcher["pid"]) and procs.start_ticks(launcher["pid"]) == launcher.get("start"):
+        return True
+    if backend.name == "local":
+        return bool(procs.tagged_pids(rd.run_id))
+    return st.get("state") not in TERMINAL and backend.name == "slurm"
+
+
+def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:
+    code = backend.start(plan, rd)
+    while backend.owns_restarts and code not in (0, 130) and restarts_left > 0:
+        restarts_left -= 1
+        ff = rd.read_status().get("first_failure")
+        print(f"launch: attempt {plan.attempt} failed ({_describe_failure(ff)}); restarting from "
+              f"{rd.latest_checkpoint() or 'scratch'} ({restarts_left} restarts left)", file=sys.stderr)
+        attempt = len(rd.read_run_yaml()["attempts"])
+        plan = backend.plan(spec, rd.run_id, attempt=attempt)
+        rd.add_attempt(spec, plan.record())
+        code = backend.start(plan, rd)
+    return code
+
+
+def _describe_failure(ff: dict | None) -> str:
+    if not ff:
+        return "no rank recorded a failure"
+    how = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff.get('exit_code')}"
+    where = f"rank {ff['rank']} on node {ff['node']}" if ff.get("rank") is not None else f"node {ff.get('node')}"
+    return f"{where}, {how}"
+
+
+def cancel(path: str) -> None:
+    rd = RunDir.open(path)
+    get_backend(rd.read_run_yaml()["spec"]["backend"]).cancel(rd)
+
+
+def status(path: str) -> dict[str, Any]:
+    rd = RunDir.open(path)
+    data = rd.read_run_yaml()
+    st = get_backend(data["spec"]["backend"]).refresh(rd)
+    spec = data["spec"]
+    st = dict(st)
+    st.update(run_dir=rd.path, run_id=data["run_id"], backend=spec["backend"],
+              shape=f"{spec['nodes']}x{spec['gpus_per_node']}", last_step=rd.last_step(),
+              latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]))
+    return st
+
+
+def format_status(st: dict[str, Any]) -> str:
+    lines = [f"run:        {st['run_dir']}", f"backend:    {st['backend']}  shape {st['shape']}",
+             f"state:      {st['state']}" + (f"  ({st['reason']})" if st.get("reason") else ""),
+             f"attempt:    {st.get('attempt', 0)} of {st['attempts']} recorded"]
+    if st.get("slurm_job_id"):
+        lines.append(f"slurm job:  {st['slurm_job_id']}")
+    nodes = st.get("nodes") or {}
+    if nodes:
+        lines.append("nodes:      " + "  ".join(f"node{k}={v}" for k, v in sorted(nodes.items(), key=lambda kv: int(kv[0]))))
+    if st.get("first_failure"):
+        lines.append(f"first failure: {_describe_failure(st['first_failure'])}")
+    lines.append(f"last step:  {st['last_step'] if st['last_step'] is not None else '-'}")
+    lines.append(f"checkpoint: {st['latest_checkpoint'] or '-'}")
+    return "\n".join(lines)
+
+
+def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:
+    """Follow until the run ends; 0 only if every rank succeeded."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        st = status(path)
+        if st["state"] in TERMINAL:
+            return 0 if st["state"] == "COMPLETED" else 1
+        if deadline is not None and time.monotonic() > deadline:
+            raise LaunchError(f"run {path!r} still {st['state']} after {timeout} s")
+        time.sleep(interval)
+
+
+def list_runs(root: str | None = None) -> list[dict[str, Any]]:
+    from .rundir import list_runs as _list
+    rows = []
+    for rd in _list(root):
+        try:
+            data = rd.read_run_yaml()
+            st = rd.read_status()
+        except (OSError, ValueError, KeyError):
+            continue
+        spec = data["spec"]
+        rows.append({"name": os.path.basename(rd.path), "backend": spec["backend"],
+                     "shape": f"{spec['nodes']}x{spec['gpus_per_node']}", "state": st.get("state", "?"),
+                     "age": _age(time.time() - os.path.getmtime(rd.run_yaml_path)), "path": rd.path})
+    return rows
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"

@@ -1,0 +1,117 @@
+"""What a backend is. `plan()` is pure enough to print (that is --dry-run); `start()` executes exactly the plan.
+
+A backend differs from another only in how it starts nodes and watches them: it never builds a torchrun
+line (launchers.torchrun does) nor lays out a directory (launchers.rundir does).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LaunchError
+from ..rundir import RunDir
+from ..spec import JobSpec
+from ..torchrun import NodeCommand, derive_port, node_command, resolve_dist_backend
+
+
+@dataclass
+class Plan:
+    spec: JobSpec
+    run_id: str
+    attempt: int
+    master_addr: str
+    master_port: int
+    dist_backend: str
+    nodes: list[NodeCommand]
+    hosts: list[str] = field(default_factory=list)     # one per node where the backend knows them
+    script: str | None = None                          # e.g. the sbatch script
+
+    def render(self) -> str:
+        """Exactly what would run: the script (if any) and each node's command."""
+        out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
+               f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
+               f" ({self.dist_backend})"]
+        if self.script is not None:
+            out += ["", "# ---- sbatch script ----", self.script.rstrip("\n"), "# ---- end of sbatch script ----"]
+        for nc in self.nodes:
+            where = f" on {self.hosts[nc.node_rank]}" if self.hosts else ""
+            out += ["", f"# node {nc.node_rank}{where}:", nc.shell()]
+        return "\n".join(out) + "\n"
+
+    def record(self) -> dict[str, Any]:
+        """What run.yaml keeps of this attempt."""
+        return {"master_addr": self.master_addr, "master_port": self.master_port, "dist_backend": self.dist_backend,
+                "hosts": list(self.hosts), "commands": [nc.shell() for nc in self.nodes]}
+
+
+class Backend:
+    name = "base"
+    owns_restarts = True      # the launcher loops over attempts (local, ssh); Slurm requeues instead
+
+    def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
+        raise NotImplementedError
+
+    def start(self, plan: Plan, rd: RunDir) -> int:
+        """Run (or submit) one attempt; returns the exit code for the CLI."""
+        raise NotImplementedError
+
+    def cancel(self, rd: RunDir) -> None:
+        raise NotImplementedError
+
+    def refresh(self, rd: RunDir) -> dict[str, Any]:
+        """Current status (backends with a scheduler ask it); default: status.json as written."""
+        return rd.read_status()
+
+
+def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
+                  dist_backend: str) -> list[NodeCommand]:
+    return [node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port, run_id=run_id,
+                         attempt=attempt, dist_backend=dist_backend) for k in range(spec.nodes)]
+
+
+def cuda_here() -> bool:
+    """CUDA without importing torch: a driver device node and nvidia-smi."""
+    return os.path.exists("/dev/nvidiactl") and shutil.which("nvidia-smi") is not None
+
+
+def dist_backend_for(spec: JobSpec) -> str:
+    return resolve_dist_backend(spec.dist_backend, cuda_here())
+
+
+def port_free(addr: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((addr, port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_port(spec: JobSpec, run_id: str, probe_addr: str | None) -> int:
+    """--master-port if given (must be free), else derived from the run id, probed, next candidate if taken."""
+    if spec.master_port is not None:
+        if probe_addr and not port_free(probe_addr, spec.master_port):
+            raise LaunchError(f"--master-port {spec.master_port} is in use on {probe_addr}; pick another or omit it")
+        return spec.master_port
+    for i in range(32):
+        port = derive_port(run_id if i == 0 else f"{run_id}:{i}")
+        if probe_addr is None or port_free(probe_addr, port):
+            return port
+    raise LaunchError("no free master port found in 20000-60000 after 32 tries; give --master-port")
+
+
+def get_backend(name: str) -> Backend:
+    if name == "local":
+        from .local import LocalBackend
+        return LocalBackend()
+    if name == "ssh":
+        from .ssh import SSHBackend
+        return SSHBackend()
+    if name == "slurm":
+        from .slurm import SlurmBackend
+        return SlurmBackend()
+    raise LaunchError(f"backend {name!r} is not accepted; choose one of: local, ssh, slurm")

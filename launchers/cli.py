@@ -1,0 +1,221 @@
+"""`launch`: click commands only (parse, call, print). Never imports torch."""
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from . import __version__
+from .errors import LaunchError
+
+EXAMPLES = """
+\b
+Examples:
+  launch local --nodes 4 --gpus-per-node 2 --run-dir runs/demo -- -m workloads.convnet --epochs 2
+  launch slurm --nodes 4 --gpus-per-node 8 --partition gpu --time 04:00:00 -- train.py --lr 3e-4
+  launch ssh --hostfile hosts --run-dir /shared/runs/exp1 -- train.py --lr 3e-4
+  launch slurm ... --dry-run            # print the sbatch script and each node's command
+  launch status runs/demo ; launch logs runs/demo --rank 3 -f ; launch list
+  launch resume runs/demo [--nodes 1 --gpus-per-node 2] [-- new program args]
+  launch nccl check moe ; launch nccl show moe --format sbatch
+"""
+
+RUN_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False, "help_option_names": ["-h", "--help"]}
+
+
+def _errors(fn):
+    """One-line error and exit code 2 for bad input; nothing has been started when it is raised."""
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except LaunchError as e:
+            click.echo(f"launch: error: {e}", err=True)
+            sys.exit(e.exit_code)
+    return wrapper
+
+
+@click.group(epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="launch")
+def main() -> None:
+    """Start multi-node PyTorch (torchrun) jobs on this machine, SSH hosts or Slurm, with one run directory."""
+
+
+def common_options(fn):
+    opts = [
+        click.option("--nodes", default=None, help="Number of nodes (default 1)."),
+        click.option("--gpus-per-node", default=None, help="Processes per node (= GPUs; default 1)."),
+        click.option("--run-dir", default=None, help="Exact run directory (default: <runs root>/<name>-<time>)."),
+        click.option("--name", default=None, help="Run name (default: from the program)."),
+        click.option("--env", "env", multiple=True, help="K=V added to every worker's environment (repeatable)."),
+        click.option("--profile", default=None, help="YAML profile; flags override its values."),
+        click.option("--master-port", default=None, help="Rendezvous port (default: derived from the run id)."),
+        click.option("--max-restarts", default=None, help="Restart the whole job from checkpoints/latest K times."),
+        click.option("--dist-backend", default=None, help="auto (nccl on CUDA, else gloo), gloo or nccl."),
+        click.option("--nccl-preset", default=None, help="NCCL preset(s), e.g. moe or moe,roce or ./mine.yaml."),
+        click.option("--python", default=None, help="Python interpreter on the nodes (default: this one)."),
+        click.option("--dry-run", is_flag=True, help="Print exactly what would run; start nothing."),
+        click.argument("program", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _launch(backend: str, kw: dict, options: dict) -> None:
+    from . import api
+    from .spec import build_spec
+
+    program = kw.pop("program")
+    dry_run = kw.pop("dry_run")
+    profile = kw.pop("profile")
+    kw["options"] = options
+    spec = build_spec(backend, kw, list(program), profile)
+    sys.exit(api.submit(spec, dry_run=dry_run))
+
+
+@main.command(context_settings=RUN_SETTINGS, epilog=EXAMPLES)
+@common_options
+@_errors
+def local(**kw):
+    """Run N simulated nodes on this machine (one torchrun agent per node)."""
+    _launch("local", kw, {})
+
+
+@main.command(context_settings=RUN_SETTINGS)
+@common_options
+@click.option("--hosts", default=None, help="Comma-separated hosts; the first is node 0 and the master.")
+@click.option("--hostfile", default=None, help="One host per line: `host [slots=N]`, `user@host:port` allowed.")
+@click.option("--ssh-config", default=None, help="ssh config file used to resolve host names.")
+@click.option("--known-hosts", default=None, help="known_hosts file (default ~/.ssh/known_hosts); unknown keys are refused.")
+@click.option("--identity", default=None, help="Private key file.")
+@click.option("--connect-timeout", default=None, type=float, help="Seconds to wait for each host (default 10).")
+@click.option("--no-shared-storage", "no_shared", is_flag=True, default=None,
+              help="Hosts stage logs/checkpoints locally; the launcher collects them over SFTP.")
+@_errors
+def ssh(hosts, hostfile, ssh_config, known_hosts, identity, connect_timeout, no_shared, **kw):
+    """Run on SSH-reachable hosts without a scheduler (Fabric)."""
+    _launch("ssh", kw, {"hosts": hosts.split(",") if hosts else None, "hostfile": hostfile,
+                        "ssh_config": ssh_config, "known_hosts": known_hosts, "identity": identity,
+                        "connect_timeout": connect_timeout, "shared_storage": False if no_shared else None})
+
+
+@main.command(context_settings=RUN_SETTINGS)
+@common_options
+@click.option("--partition", default=None)
+@click.option("--time", "time_", default=None, help="Time limit, e.g. 04:00:00.")
+@click.option("--account", default=None)
+@click.option("--qos", default=None)
+@click.option("--constraint", default=None)
+@click.option("--exclusive", is_flag=True, default=None)
+@click.option("--mem", default=None, help="Memory per node, e.g. 64G.")
+@click.option("--cpus-per-task", default=None, type=int)
+@click.option("--signal-seconds", default=None, type=int, help="USR2 this many seconds before the time limit (default 120).")
+@click.option("--max-requeues", default=None, type=int, help="Requeues after preemption/timeout before FAILED (default 3).")
+@click.option("--wait", is_flag=True, default=None, help="Follow the job until it ends; exit with its result.")
+@_errors
+def slurm(partition, time_, account, qos, constraint, exclusive, mem, cpus_per_task, signal_seconds,
+          max_requeues, wait, **kw):
+    """Submit through sbatch (submitit); inside an allocation, start one torchrun per allocated node."""
+    _launch("slurm", kw, {"partition": partition, "time": time_, "account": account, "qos": qos,
+                          "constraint": constraint, "exclusive": exclusive, "mem": mem,
+                          "cpus_per_task": cpus_per_task, "signal_seconds": signal_seconds,
+                          "max_requeues": max_requeues, "wait": wait})
+
+
+@main.command(context_settings=RUN_SETTINGS)
+@click.argument("run")
+@click.option("--nodes", default=None, help="New node count (the checkpoint is resharded).")
+@click.option("--gpus-per-node", default=None, help="New processes per node.")
+@click.option("--max-restarts", default=None)
+@click.option("--dry-run", is_flag=True)
+@click.argument("program_args", nargs=-1, type=click.UNPROCESSED)
+@_errors
+def resume(run, nodes, gpus_per_node, max_restarts, dry_run, program_args):
+    """Start a new attempt of RUN; the workload continues from checkpoints/latest."""
+    from . import api
+    from .spec import positive_int
+    changes = {"nodes": positive_int("--nodes", nodes) if nodes is not None else None,
+               "gpus_per_node": positive_int("--gpus-per-node", gpus_per_node) if gpus_per_node is not None else None,
+               "max_restarts": positive_int("--max-restarts", max_restarts, 0) if max_restarts is not None else None}
+    sys.exit(api.resume(run, changes, tuple(program_args) if program_args else None, dry_run=dry_run))
+
+
+@main.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_errors
+def status(run, as_json):
+    """State, per-node exit codes, first failure and last step of RUN."""
+    import json
+
+    from . import api
+    st = api.status(run)
+    click.echo(json.dumps(st, indent=1, sort_keys=True, default=str) if as_json else api.format_status(st))
+
+
+@main.command()
+@click.argument("run")
+@click.option("--rank", type=int, default=None, help="Only this global rank (unprefixed).")
+@click.option("-f", "--follow", is_flag=True, help="Keep following until the run ends.")
+@_errors
+def logs(run, rank, follow):
+    """Print RUN's per-rank logs, each line prefixed "[nK rR]"."""
+    from . import api
+    from .follow import Follower
+    from .rundir import TERMINAL, RunDir
+    rd = RunDir.open(run)
+    if rank is not None and not any(r == rank for _, r, _ in rd.rank_logs()):
+        raise LaunchError(f"rank {rank} has no log in {rd.path}")
+    f = Follower(rd, rank=rank, prefix=rank is None)
+    if follow:
+        f.follow(lambda: api.status(run)["state"] in TERMINAL)
+    else:
+        f.poll(final=True)
+
+
+@main.command(name="list")
+@click.option("--root", default=None, help="Runs root (default $LAUNCH_RUNS_ROOT or ./runs).")
+@_errors
+def list_(root):
+    """Runs under the runs root, newest first."""
+    from . import api
+    rows = api.list_runs(root)
+    click.echo(f"{'NAME':40} {'BACKEND':8} {'SHAPE':6} {'STATE':10} AGE")
+    for r in rows:
+        click.echo(f"{r['name']:40} {r['backend']:8} {r['shape']:6} {r['state']:10} {r['age']}")
+
+
+@main.command()
+@click.argument("run")
+@_errors
+def cancel(run):
+    """Stop RUN on every node (scancel on Slurm); nothing of it keeps running."""
+    from . import api
+    api.cancel(run)
+    click.echo(f"cancelled {run}")
+
+
+@main.command(name="wait")
+@click.argument("run")
+@click.option("--timeout", type=float, default=None)
+@_errors
+def wait_(run, timeout):
+    """Follow RUN until it ends; exit 0 only if every rank succeeded."""
+    from . import api
+    sys.exit(api.wait(run, timeout=timeout))
+
+
+def _add_nccl() -> None:
+    try:
+        from nccl_tuning.cli import nccl
+    except ImportError:  # pragma: no cover (the package ships with launchers)
+        return
+    main.add_command(nccl)
+
+
+_add_nccl()
+
+if __name__ == "__main__":
+    main()

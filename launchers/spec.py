@@ -1,0 +1,272 @@
+"""JobSpec: the frozen description of one job, built from a YAML profile with CLI flags layered on top.
+
+Everything is validated here, before any backend starts anything.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import LaunchError
+
+BACKENDS = ("local", "ssh", "slurm")
+DIST_BACKENDS = ("auto", "gloo", "nccl")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+# Keys a YAML profile may hold: the common ones, plus one mapping per backend whose keys the backend
+# declares in BACKEND_OPTIONS (so `slurm: {partition: gpu}` is checked as strictly as the top level).
+PROFILE_KEYS = (
+    "nodes", "gpus_per_node", "program", "env", "name", "runs_root", "master_port", "max_restarts",
+    "dist_backend", "nccl_preset", "python", "local", "ssh", "slurm",
+)
+BACKEND_OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "local": {},
+    "ssh": {
+        "hosts": (list, str), "hostfile": str, "ssh_config": str, "known_hosts": str, "identity": str,
+        "connect_timeout": (int, float), "shared_storage": bool, "staging_dir": str,
+    },
+    "slurm": {
+        "partition": str, "time": str, "account": str, "qos": str, "constraint": str, "exclusive": bool,
+        "mem": str, "cpus_per_task": int, "signal_seconds": int, "max_requeues": int,
+        "sbatch_lines": list, "wait": bool, "job_name": str,
+    },
+}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    backend: str
+    nodes: int
+    gpus_per_node: int
+    program: tuple[str, ...]          # ("-m", "pkg.mod") or ("/abs/path/train.py",)
+    program_args: tuple[str, ...]     # passed verbatim
+    run_dir: str                      # absolute
+    name: str
+    env: tuple[tuple[str, str], ...] = ()
+    nccl_preset: str = ""
+    nccl_env: tuple[tuple[str, str], ...] = ()
+    master_port: int | None = None
+    max_restarts: int = 0
+    dist_backend: str = "auto"
+    python: str = field(default_factory=lambda: sys.executable)
+    options: tuple[tuple[str, Any], ...] = ()   # backend-specific, checked against BACKEND_OPTIONS
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def opts(self) -> dict[str, Any]:
+        return dict(self.options)
+
+    def replace(self, **changes: Any) -> "JobSpec":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["program"] = list(self.program)
+        d["program_args"] = list(self.program_args)
+        d["env"] = dict(self.env)
+        d["nccl_env"] = dict(self.nccl_env)
+        d["options"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "JobSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise LaunchError(f"run.yaml spec has unknown key {unknown[0]!r}")
+        d = dict(d)
+        d["program"] = tuple(d["program"])
+        d["program_args"] = tuple(d.get("program_args") or ())
+        d["env"] = tuple((d.get("env") or {}).items())
+        d["nccl_env"] = tuple((d.get("nccl_env") or {}).items())
+        d["options"] = _freeze_options(d.get("options") or {})
+        return cls(**d)
+
+
+def _freeze_options(opts: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in opts.items()))
+
+
+# ---------------------------------------------------------------- parsing helpers (each raises LaunchError)
+
+def load_profile(path: str) -> dict[str, Any]:
+    """Read a YAML profile with yaml.safe_load; unknown keys and python tags are errors."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise LaunchError(f"profile {path!r} does not exist") from None
+    except yaml.YAMLError as e:
+        first = str(e).strip().splitlines()[0]
+        raise LaunchError(f"profile {path!r} is not valid YAML (safe subset only): {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise LaunchError(f"profile {path!r} must be a mapping of keys, got {type(data).__name__}")
+    for key in data:
+        if key not in PROFILE_KEYS:
+            raise LaunchError(f"profile {path!r}: unknown key {key!r}; accepted: {', '.join(PROFILE_KEYS)}")
+    for backend in BACKENDS:
+        sub = data.get(backend)
+        if sub is None:
+            continue
+        if not isinstance(sub, dict):
+            raise LaunchError(f"profile {path!r}: {backend!r} must be a mapping")
+        allowed = BACKEND_OPTIONS[backend]
+        for key, val in sub.items():
+            if key not in allowed:
+                accepted = ", ".join(allowed) or "(none)"
+                raise LaunchError(f"profile {path!r}: unknown key {backend}.{key!r}; accepted: {accepted}")
+            if not isinstance(val, allowed[key]) or (isinstance(val, bool) and allowed[key] in (int, (int, float))):
+                raise LaunchError(f"profile {path!r}: {backend}.{key} has a value of the wrong type: {val!r}")
+    return data
+
+
+def positive_int(what: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool):
+        raise LaunchError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    try:
+        n = int(str(value), 10)
+    except ValueError:
+        raise LaunchError(f"{what} must be an integer >= {minimum}, got {value!r}") from None
+    if n < minimum:
+        raise LaunchError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return n
+
+
+def parse_env(items: Any) -> dict[str, str]:
+    """`K=V` strings (CLI) or a mapping (profile) -> dict; the name must be a valid variable name."""
+    if isinstance(items, Mapping):
+        pairs = [(str(k), v) for k, v in items.items()]
+        for k, v in pairs:
+            if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                raise LaunchError(f"env value of {k} must be a string, got {v!r}")
+        pairs = [(k, str(v)) for k, v in pairs]
+    else:
+        pairs = []
+        for item in items:
+            if "=" not in item:
+                raise LaunchError(f"--env {item!r} is malformed; expected NAME=VALUE")
+            k, v = item.split("=", 1)
+            pairs.append((k, v))
+    for k, _ in pairs:
+        if not _ENV_NAME.match(k):
+            raise LaunchError(f"--env name {k!r} is not a valid variable name; expected [A-Za-z_][A-Za-z0-9_]*")
+    return dict(pairs)
+
+
+def parse_port(value: Any) -> int:
+    try:
+        port = int(str(value), 10)
+    except ValueError:
+        port = -1
+    if not 1024 <= port <= 65535:
+        raise LaunchError(f"--master-port {value!r} is out of range; accepted: 1024-65535")
+    return port
+
+
+def parse_program(words: list[str] | tuple[str, ...], check_local: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`-m mod args...` or `path.py args...` -> (program, args). The program must exist here."""
+    words = list(words)
+    if not words:
+        raise LaunchError("missing program: give it after `--`, e.g. `-- train.py --lr 3e-4` or `-- -m workloads.convnet`")
+    if words[0] == "-m" or words[0].startswith("-m") and len(words[0]) > 2:
+        module = words[1] if words[0] == "-m" and len(words) > 1 else words[0][2:]
+        rest = words[2:] if words[0] == "-m" else words[1:]
+        if not module:
+            raise LaunchError("missing module after -m")
+        if check_local:
+            _check_module(module)
+        return ("-m", module), tuple(rest)
+    path = words[0]
+    if path.startswith("-"):
+        raise LaunchError(f"program {path!r} is not a file or `-m module`")
+    if check_local:
+        if not os.path.isfile(path):
+            raise LaunchError(f"program file {path!r} does not exist")
+        path = os.path.abspath(path)
+    return (path,), tuple(words[1:])
+
+
+def _check_module(module: str) -> None:
+    # torchrun workers run with the launch cwd on sys.path (python -m), so search there too.
+    added = os.getcwd() not in sys.path
+    if added:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    finally:
+        if added:
+            sys.path.remove(os.getcwd())
+    if found is None:
+        raise LaunchError(f"module {module!r} cannot be found (from {os.getcwd()})")
+
+
+def check_choice(what: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise LaunchError(f"{what} {value!r} is not accepted; choose one of: {', '.join(choices)}")
+    return value
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise LaunchError(f"--name {name!r} is not accepted; use letters, digits, '.', '_' and '-'")
+    return name
+
+
+def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str], profile: str | None = None) -> JobSpec:
+    """Layer CLI `flags` (None = not given) over the profile and the defaults, validate, freeze."""
+    check_choice("backend", backend, BACKENDS)
+    prof = load_profile(profile) if profile else {}
+
+    def pick(key: str, default: Any = None) -> Any:
+        v = flags.get(key)
+        if v is not None and v != ():
+            return v
+        return prof.get(key, default)
+
+    nodes = positive_int("--nodes", pick("nodes", 1))
+    gpn = positive_int("--gpus-per-node", pick("gpus_per_node", 1))
+    max_restarts = positive_int("--max-restarts", pick("max_restarts", 0), minimum=0)
+    dist = check_choice("--dist-backend", str(pick("dist_backend", "auto")), DIST_BACKENDS)
+    port = pick("master_port")
+    port = parse_port(port) if port is not None else None
+
+    env = parse_env(prof.get("env") or {})
+    env.update(parse_env(flags.get("env") or ()))
+
+    words = list(program_words) or list(prof.get("program") or [])
+    program, args = parse_program(words, check_local=True)
+
+    opts = dict(prof.get(backend) or {})
+    for k, v in (flags.get("options") or {}).items():
+        if v is not None and v != ():
+            opts[k] = v
+
+    from . import rundir  # noqa: PLC0415 (rundir imports spec for types)
+    name = check_name(pick("name") or default_name(program))
+    run_dir = rundir.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"))
+    return JobSpec(
+        backend=backend, nodes=nodes, gpus_per_node=gpn, program=program, program_args=args,
+        run_dir=run_dir, name=name, env=tuple(env.items()), nccl_preset=str(pick("nccl_preset", "") or ""),
+        master_port=port, max_restarts=max_restarts, dist_backend=dist,
+        python=str(pick("python") or sys.executable), options=_freeze_options(opts),
+    )
+
+
+def default_name(program: tuple[str, ...]) -> str:
+    base = program[1].rsplit(".", 1)[-1] if program[0] == "-m" else os.path.splitext(os.path.basename(program[0]))[0]
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", base) or "job"

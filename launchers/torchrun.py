@@ -1,0 +1,76 @@
+"""The one per-node torchrun command builder, shared by every backend. Pure: no I/O, no torch.
+
+Each worker is started through `launchers.rankexec`, which appends the rank's output to
+logs/node<K>/rank<R>.log (R = global rank) and records how the rank ended in status/rank<R>.json.
+torchrun runs with --max-restarts 0: restarts belong to the launcher (they start a new attempt).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+from dataclasses import dataclass
+
+from .spec import JobSpec
+
+PORT_LOW, PORT_HIGH = 20000, 60000
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    node_rank: int
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]   # additions to the node's environment, in a fixed order
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def shell(self) -> str:
+        """The command as one POSIX shell line: `env K=V ... argv` with every word quoted."""
+        words = ["env"] + [f"{k}={v}" for k, v in self.env] + list(self.argv)
+        return " ".join(shlex.quote(w) for w in words)
+
+
+def derive_port(key: str) -> int:
+    """A port in [20000, 60000) that is stable for a given run id (or Slurm job id)."""
+    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return PORT_LOW + h % (PORT_HIGH - PORT_LOW)
+
+
+def resolve_dist_backend(choice: str, cuda_available: bool) -> str:
+    if choice != "auto":
+        return choice
+    return "nccl" if cuda_available else "gloo"
+
+
+def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port: int, run_id: str,
+                 attempt: int, dist_backend: str = "gloo") -> NodeCommand:
+    argv = (
+        spec.python, "-m", "torch.distributed.run",
+        "--nnodes", str(spec.nodes),
+        "--nproc-per-node", str(spec.gpus_per_node),
+        "--node-rank", str(node_rank),
+        "--master-addr", master_addr,
+        "--master-port", str(master_port),
+        "--max-restarts", "0",
+        "--monitor-interval", "0.1",
+        "-m", "launchers.rankexec", "--",
+        *spec.program, *spec.program_args,
+    )
+    env: dict[str, str] = {"OMP_NUM_THREADS": "1"}
+    env.update(dict(spec.nccl_env))
+    env.update(dict(spec.env))           # the user's --env wins over presets and defaults
+    env.update({
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "NODE_RANK": str(node_rank),
+        "NNODES": str(spec.nodes),
+        "LAUNCH_RUN_DIR": spec.run_dir,
+        "LAUNCH_RUN_ID": run_id,
+        "LAUNCH_CHECKPOINT_DIR": os.path.join(spec.run_dir, "checkpoints"),
+        "LAUNCH_ATTEMPT": str(attempt),
+        "LAUNCH_DIST_BACKEND": dist_backend,
+        "PYTHONUNBUFFERED": "1",
+    })
+    return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()))
