@@ -124,7 +124,7 @@ def slurm(partition, time_, account, qos, constraint, exclusive, mem, cpus_per_t
                           "max_requeues": max_requeues, "wait": wait})
 
 
-@main.command(context_settings=RUN_SETTINGS)
+@main.command()
 @click.argument("run")
 @click.option("--nodes", default=None, help="New node count (the checkpoint is resharded).")
 @click.option("--gpus-per-node", default=None, help="New processes per node.")
@@ -133,7 +133,10 @@ def slurm(partition, time_, account, qos, constraint, exclusive, mem, cpus_per_t
 @click.argument("program_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
 def resume(run, nodes, gpus_per_node, max_restarts, dry_run, program_args):
-    """Start a new attempt of RUN; the workload continues from checkpoints/latest."""
+    """Start a new attempt of RUN; the workload continues from checkpoints/latest.
+
+    New program arguments (replacing the recorded ones) go after `--`.
+    """
     from . import api
     from .spec import positive_int
     changes = {"nodes": positive_int("--nodes", nodes) if nodes is not None else None,

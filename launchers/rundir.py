@@ -23,11 +23,10 @@ import yaml
 from . import __version__
 from .ckptptr import read_latest, write_latest  # noqa: F401  (re-exported: the one pointer contract)
 from .errors import LaunchError
-from .spec import JobSpec
+from .spec import JobSpec, redact_env
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
-SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 
 def runs_root(root: str | None = None) -> str:
@@ -47,10 +46,6 @@ def choose_run_dir(run_dir: str | None, name: str, root: str | None = None) -> s
 
 def new_run_id(spec: JobSpec) -> str:
     return f"{os.path.basename(spec.run_dir)}-{secrets.token_hex(4)}"
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("***" if any(m in k.upper() for m in SECRET_MARKERS) else v) for k, v in env.items()}
 
 
 def atomic_write(path: str, text: str) -> None:

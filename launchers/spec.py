@@ -20,6 +20,7 @@ BACKENDS = ("local", "ssh", "slurm")
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 # Keys a YAML profile may hold: the common ones, plus one mapping per backend whose keys the backend
 # declares in BACKEND_OPTIONS (so `slurm: {partition: gpu}` is checked as strictly as the top level).
@@ -96,6 +97,11 @@ class JobSpec:
 
 def _freeze_options(opts: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in opts.items()))
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Values of variables whose name contains TOKEN, KEY, SECRET or PASSWORD become '***'."""
+    return {k: ("***" if any(m in k.upper() for m in SECRET_MARKERS) else v) for k, v in env.items()}
 
 
 # ---------------------------------------------------------------- parsing helpers (each raises LaunchError)

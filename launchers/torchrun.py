@@ -11,7 +11,7 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from .spec import JobSpec
+from .spec import JobSpec, redact_env
 
 PORT_LOW, PORT_HIGH = 20000, 60000
 
@@ -26,9 +26,13 @@ class NodeCommand:
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
 
-    def shell(self) -> str:
-        """The command as one POSIX shell line: `env K=V ... argv` with every word quoted."""
-        words = ["env"] + [f"{k}={v}" for k, v in self.env] + list(self.argv)
+    def shell(self, redact: bool = True) -> str:
+        """The command as one POSIX shell line: `env K=V ... argv` with every word quoted.
+
+        Secret-looking values are shown as *** unless redact=False (only for executing it).
+        """
+        env = redact_env(self.env_dict) if redact else self.env_dict
+        words = ["env"] + [f"{k}={v}" for k, v in env.items()] + list(self.argv)
         return " ".join(shlex.quote(w) for w in words)
 
 

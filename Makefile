@@ -1,0 +1,45 @@
+# Everything a fresh Debian machine needs, as root: `make demo` and `make test`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-fast bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
+
+# torch is pinned to the CPU build on local disk; never an open range (it would pull a multi-GB CUDA build).
+$(STAMP): requirements.txt setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+venv: $(STAMP)
+
+demo: venv
+	$(BIN)/launch local --nodes 4 --gpus-per-node 2 --run-dir $(DEMO_DIR) -- -m workloads.convnet --epochs 2
+	$(BIN)/launch status $(DEMO_DIR)
+
+# The whole suite, the real Slurm and SSH clusters included (brought up here, taken down after).
+test: venv
+	$(MAKE) clusters-up
+	set -o pipefail; CI=$${CI:-true} $(BIN)/pytest -q -ra $(PYTEST_ARGS) tests; rc=$$?; \
+	  $(MAKE) clusters-down; exit $$rc
+
+# Pure logic and local-backend tests only (no clusters).
+test-fast: venv
+	$(BIN)/pytest -q -m "not slurm and not ssh and not slow" tests
+
+bench: venv
+	$(BIN)/python bench/run_all.py
+
+clusters-up: slurm-up ssh-up
+clusters-down:
+	-$(MAKE) slurm-down
+	-$(MAKE) ssh-down
+
+clean:
+	rm -rf $(VENV) build *.egg-info

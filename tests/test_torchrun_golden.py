@@ -1,0 +1,43 @@
+"""Golden test of the one per-node torchrun command builder (pure)."""
+from launchers.spec import JobSpec
+from launchers.torchrun import derive_port, node_command
+
+
+def spec(**kw):
+    base = dict(backend="local", nodes=2, gpus_per_node=4, program=("-m", "workloads.convnet"),
+                program_args=("--epochs", "2", "a b"), run_dir="/shared/runs/r1", name="r1",
+                env=(("FOO", "bar"), ("OMP_NUM_THREADS", "4")), nccl_env=(("NCCL_BUFFSIZE", "8388608"),),
+                python="/venv/bin/python")
+    base.update(kw)
+    return JobSpec(**base)
+
+
+def test_node_command_golden():
+    nc = node_command(spec(), node_rank=1, master_addr="10.0.0.1", master_port=29123, run_id="r1-abcd",
+                      attempt=2, dist_backend="gloo")
+    assert nc.argv == (
+        "/venv/bin/python", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "4",
+        "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29123", "--max-restarts", "0",
+        "--monitor-interval", "0.1", "-m", "launchers.rankexec", "--", "-m", "workloads.convnet",
+        "--epochs", "2", "a b")
+    assert nc.env == (
+        ("OMP_NUM_THREADS", "4"), ("NCCL_BUFFSIZE", "8388608"), ("FOO", "bar"),
+        ("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29123"), ("NODE_RANK", "1"), ("NNODES", "2"),
+        ("LAUNCH_RUN_DIR", "/shared/runs/r1"), ("LAUNCH_RUN_ID", "r1-abcd"),
+        ("LAUNCH_CHECKPOINT_DIR", "/shared/runs/r1/checkpoints"), ("LAUNCH_ATTEMPT", "2"),
+        ("LAUNCH_DIST_BACKEND", "gloo"), ("PYTHONUNBUFFERED", "1"))
+    assert nc.shell().startswith("env OMP_NUM_THREADS=4 NCCL_BUFFSIZE=8388608 FOO=bar MASTER_ADDR=10.0.0.1 ")
+    assert nc.shell().endswith("-m workloads.convnet --epochs 2 'a b'")
+
+
+def test_omp_default_and_script_program():
+    nc = node_command(spec(env=(), program=("/x/train.py",), program_args=()), node_rank=0,
+                      master_addr="h", master_port=20001, run_id="i", attempt=0)
+    assert nc.env_dict["OMP_NUM_THREADS"] == "1"
+    assert nc.argv[-3:] == ("launchers.rankexec", "--", "/x/train.py")
+
+
+def test_port_derivation_stable_and_in_range():
+    ports = {derive_port(f"run-{i}") for i in range(500)}
+    assert all(20000 <= p < 60000 for p in ports) and len(ports) > 450
+    assert derive_port("abc") == derive_port("abc")
