@@ -1,0 +1,33 @@
+"""Helpers for bench scripts: timing side by side in one run, and the one output line per figure."""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Callable
+
+
+def figure(name: str, ours: float, reference: float, goal: str, unit: str = "ms") -> None:
+    """One line per figure: name, ours, reference, ratio, goal (ratio = ours / reference)."""
+    ratio = ours / reference if reference else float("inf")
+    print(f"{name:44s} ours={ours:9.1f}{unit}  ref={reference:9.1f}{unit}  ratio={ratio:5.2f}  goal {goal}", flush=True)
+
+
+def interleaved(cases: dict[str, Callable[[], float]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Run each case once per round, round-robin, so drift on a noisy machine hits all cases alike."""
+    out: dict[str, list[float]] = {k: [] for k in cases}
+    for r in range(warmup + rounds):
+        for name, fn in cases.items():
+            v = fn()
+            if r >= warmup:
+                out[name].append(v)
+        print(f"  round {r + 1}/{warmup + rounds} done", file=sys.stderr, flush=True)
+    return out
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def ms_since(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
