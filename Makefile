@@ -14,7 +14,7 @@ $(STAMP): requirements.txt setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements.txt
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	touch $@
 
 venv: $(STAMP)

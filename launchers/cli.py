@@ -36,7 +36,33 @@ def _errors(fn):
     return wrapper
 
 
-@click.group(epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Subcommands from other packages are imported only when used (keeps `launch --help` fast)."""
+
+    lazy = {"nccl": ("nccl_tuning.cli", "nccl", "NCCL presets: list, show, check; collective bench and sweep.")}
+
+    def list_commands(self, ctx):
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx, name):
+        if name in self.lazy:
+            import importlib
+            module, attr, _ = self.lazy[name]
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx, formatter):
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.lazy:
+                rows.append((name, self.lazy[name][2]))
+            else:
+                rows.append((name, super().get_command(ctx, name).get_short_help_str(limit=70)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="launch")
 def main() -> None:
     """Start multi-node PyTorch (torchrun) jobs on this machine, SSH hosts or Slurm, with one run directory."""
@@ -209,16 +235,6 @@ def wait_(run, timeout):
     from . import api
     sys.exit(api.wait(run, timeout=timeout))
 
-
-def _add_nccl() -> None:
-    try:
-        from nccl_tuning.cli import nccl
-    except ImportError:  # pragma: no cover (the package ships with launchers)
-        return
-    main.add_command(nccl)
-
-
-_add_nccl()
 
 if __name__ == "__main__":
     main()
