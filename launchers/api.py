@@ -43,9 +43,21 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
     if dry_run:
         out.write(plan.render())
         return 0
+    backend.preflight(plan)
     rd = RunDir.create(spec, run_id, plan.record())
+    _make_nccl_dirs(spec)
     print(f"launch: run dir {rd.path}", file=sys.stderr)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
+
+
+def _make_nccl_dirs(spec: JobSpec) -> None:
+    """NCCL does not create the directories of its dump/debug files; make those inside the run dir."""
+    if not spec.nccl_env:
+        return
+    from nccl_tuning.apply import required_dirs
+    for d in required_dirs(dict(spec.nccl_env)):
+        if os.path.abspath(d).startswith(spec.run_dir + os.sep):
+            os.makedirs(d, exist_ok=True)
 
 
 def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,
@@ -65,7 +77,9 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     if dry_run:
         out.write(plan.render())
         return 0
+    backend.preflight(plan)
     rd.add_attempt(spec, plan.record())
+    _make_nccl_dirs(spec)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
 
 

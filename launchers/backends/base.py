@@ -54,6 +54,10 @@ class Backend:
     def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
         raise NotImplementedError
 
+    def preflight(self, plan: Plan) -> None:
+        """Checks that need the nodes (reachable, python/torch/program present) before anything is
+        created or started; raise LaunchError naming the node. Default: nothing to check."""
+
     def start(self, plan: Plan, rd: RunDir) -> int:
         """Run (or submit) one attempt; returns the exit code for the CLI."""
         raise NotImplementedError
