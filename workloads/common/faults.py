@@ -1,0 +1,31 @@
+"""Fault injection for tests: one chosen rank dies with os._exit(1) at a chosen step and phase.
+
+The crash fires only in one attempt (LAUNCH_ATTEMPT == --crash-attempt, default 0) and not after an
+in-place torchrun restart, so the resumed run with the very same arguments trains through.
+os._exit skips every destructor and flush handler, like a killed process would.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+PHASES = ("mid", "pre_save", "save", "after_save")
+
+
+class FaultInjector:
+    def __init__(self, *, step: int | None, rank: int, phase: str, attempt: int, env) -> None:
+        self.step, self.phase = step, phase
+        self.armed = (step is not None and env.rank == rank and env.attempt == attempt
+                      and env.restart_count == 0)
+        self.rank = env.rank
+
+    @classmethod
+    def from_args(cls, args, env) -> "FaultInjector":
+        return cls(step=args.crash_at_step, rank=args.crash_rank, phase=args.crash_phase,
+                   attempt=args.crash_attempt, env=env)
+
+    def maybe(self, step: int, phase: str) -> None:
+        if self.armed and step == self.step and phase == self.phase:
+            print(f"fault injection: rank {self.rank} exits with code 1 at step {step} ({phase})", flush=True)
+            sys.stderr.flush()
+            os._exit(1)
