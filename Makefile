@@ -43,3 +43,10 @@ clusters-down:
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Four real sshd hosts (network namespaces sshhost1..4); the last line printed is the `launch ssh` options.
+ssh-up:
+	@clusters/ssh-hosts.sh up
+
+ssh-down:
+	@clusters/ssh-hosts.sh down

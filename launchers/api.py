@@ -65,9 +65,8 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     """A new attempt of the recorded spec (optionally a new shape or new program args)."""
     rd = RunDir.open(path)
     backend = get_backend(rd.read_run_yaml()["spec"]["backend"])
-    st = backend.refresh(rd)
-    if st.get("state") not in TERMINAL and _still_active(backend, rd, st):
-        raise LaunchError(f"run {rd.path!r} is still {st['state']}; `launch cancel` it first")
+    if backend.active(rd):
+        raise LaunchError(f"run {rd.path!r} is still {backend.refresh(rd)['state']}; `launch cancel` it first")
     spec = rd.spec().replace(**{k: v for k, v in changes.items() if v is not None})
     if program_args is not None:
         spec = spec.replace(program_args=tuple(program_args))
@@ -81,16 +80,6 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     rd.add_attempt(spec, plan.record())
     _make_nccl_dirs(spec)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
-
-
-def _still_active(backend: Backend, rd: RunDir, st: dict[str, Any]) -> bool:
-    from . import procs
-    launcher = st.get("launcher") or {}
-    if launcher.get("pid") and procs.alive(launcher["pid"]) and procs.start_ticks(launcher["pid"]) == launcher.get("start"):
-        return True
-    if backend.name == "local":
-        return bool(procs.tagged_pids(rd.run_id))
-    return st.get("state") not in TERMINAL and backend.name == "slurm"
 
 
 def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:

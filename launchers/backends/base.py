@@ -69,6 +69,11 @@ class Backend:
         """Current status (backends with a scheduler ask it); default: status.json as written."""
         return rd.read_status()
 
+    def active(self, rd: RunDir) -> bool:
+        """Whether some attempt of the run may still be running (resume refuses then)."""
+        from ..rundir import TERMINAL
+        return self.refresh(rd).get("state") not in TERMINAL
+
 
 def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
                   dist_backend: str) -> list[NodeCommand]:

@@ -78,12 +78,23 @@ class LocalBackend(Backend):
             time.sleep(0.05)
         return [a.poll() for a in agents]
 
+    def refresh(self, rd: RunDir) -> dict:
+        """status.json, except that a RUNNING run whose launcher is gone (killed) is reported as FAILED."""
+        st = rd.read_status()
+        launcher = st.get("launcher") or {}
+        if st.get("state") in ("RUNNING", "PENDING") and launcher.get("host") == socket.gethostname() \
+                and not _launcher_alive(launcher):
+            st = dict(st, state="FAILED", reason="the launcher exited without recording the end (killed?)")
+        return st
+
+    def active(self, rd: RunDir) -> bool:
+        return _launcher_alive(rd.read_status().get("launcher") or {}) or bool(procs.tagged_pids(rd.run_id))
+
     def cancel(self, rd: RunDir) -> None:
         st = rd.read_status()
         launcher = st.get("launcher") or {}
         pid = launcher.get("pid")
-        if pid and launcher.get("host") == socket.gethostname() and procs.alive(pid) \
-                and procs.start_ticks(pid) == launcher.get("start"):
+        if launcher.get("host") == socket.gethostname() and _launcher_alive(launcher):
             os.kill(pid, signal.SIGTERM)      # the launcher tears its nodes down and records CANCELLED
             deadline = time.monotonic() + 15
             while procs.alive(pid) and time.monotonic() < deadline:
@@ -100,3 +111,7 @@ def _agent_failure(codes: list[int | None]) -> dict | None:
                     "signal": signal.Signals(-c).name if c < 0 else None, "time": time.time()}
     return None
 
+
+def _launcher_alive(launcher: dict) -> bool:
+    pid = launcher.get("pid")
+    return bool(pid) and procs.alive(pid) and procs.start_ticks(pid) == launcher.get("start")
