@@ -289,7 +289,7 @@ cmd_down() {
       for _ in $(seq 50); do [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.2; done
     fi
   fi
-  # all daemons at once (each takes about 2 s to exit); munged is on the list only if we started it
+  # all daemons at once; munged has a pid file only if we started it
   for f in "$DIR"/run/*.pid; do
     f=${f##*/}; f=${f%.pid}
     pid=$(pid_of "$f" "${f%%-*}") && pids+=("$pid")
