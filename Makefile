@@ -50,3 +50,10 @@ ssh-up:
 
 ssh-down:
 	@clusters/ssh-hosts.sh down
+
+# A real 4-node Slurm cluster (slurmctld + 4 slurmd in network namespaces lnode1..4, fake gpu:8 gres).
+slurm-up:
+	@slurm/dev-cluster.sh up
+
+slurm-down:
+	@slurm/dev-cluster.sh down
