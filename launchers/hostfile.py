@@ -42,8 +42,9 @@ class ResolvedHost:
     @property
     def label(self) -> str:
         """`sshhost2 (10.216.0.12:22)`: the name a user wrote and where it leads."""
-        where = f"{self.hostname}:{self.port}"
-        return self.entry.word if where == self.entry.word else f"{self.entry.word} ({where})"
+        if self.hostname == self.entry.name:
+            return self.hostname if self.port == 22 else f"{self.hostname}:{self.port}"
+        return f"{self.entry.name} ({self.hostname}:{self.port})"
 
 
 def parse_host_word(word: str, where: str) -> tuple[str, str | None, int | None]:

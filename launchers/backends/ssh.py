@@ -1,0 +1,360 @@
+"""SSH hosts without a scheduler, through Fabric: one Connection and one thread per host.
+
+plan (no network; that is --dry-run) -> preflight (connect all in parallel with verified host keys; on
+every host python/torch/launchers/program present and run dir writable; master port probed on the
+master; the master reachable at MASTER_ADDR:port from every other host) -> start (each host runs the
+shared builder's command under `python -m launchers.remote run`, on a pty, output streamed as
+"[host] [nK rR] line") -> the first failing node stops the rest (`launchers.remote kill` on each host,
+then a final sweep) -> with --no-shared-storage the staged files are collected into the run dir (SFTP).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shlex
+import signal
+import socket
+import stat
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import procs
+from ..errors import LaunchError
+from ..hostfile import ResolvedHost, hosts_from_options, resolve
+from ..remote import CHECK, GRACE, REACH
+from ..rundir import RunDir
+from ..spec import JobSpec, redact_env
+from ..sshconn import Prefixed, SSHSettings, close_all, connect_all, describe, make_connection, run_all
+from ..torchrun import derive_port
+from .base import Backend, Plan, dist_backend_for, node_commands
+
+STAGING_ROOT = "/tmp/launch-staging"
+
+
+@dataclass
+class SSHPlan(Plan):
+    rhosts: list[ResolvedHost] = field(default_factory=list)
+    settings: SSHSettings = field(default_factory=SSHSettings)
+    cwd: str = ""
+    node_dir: str = ""        # LAUNCH_RUN_DIR on the hosts: the run dir, or a host-local staging dir
+    port_fixed: bool = False
+
+    @property
+    def staged(self) -> bool:
+        return self.node_dir != self.spec.run_dir
+
+    def pid_file(self, k: int) -> str:
+        return f"/tmp/.launch-{self.run_id}-node{k}.pid"
+
+    def remote_line(self, k: int, redact: bool = True) -> str:
+        """The exact line sshd runs on host k: cd, the node's env, the host agent, the builder's argv."""
+        nc = self.nodes[k]
+        env = redact_env(nc.env_dict) if redact else nc.env_dict
+        words = ["env", *(f"{a}={b}" for a, b in env.items()), self.spec.python, "-m", "launchers.remote", "run",
+                 "--node", str(k), "--pid-file", self.pid_file(k), "--", *nc.argv]
+        return f"cd {shlex.quote(self.cwd)} 2>/dev/null; exec " + " ".join(shlex.quote(w) for w in words)
+
+    def render(self) -> str:
+        out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
+               f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
+               f" ({self.dist_backend})", f"# master:  {self.master_addr}:{self.master_port} (probed at launch)"]
+        if self.staged:
+            out.append(f"# storage: not shared; hosts write {self.node_dir}, collected into the run dir over SFTP")
+        for k, h in enumerate(self.rhosts):
+            out += ["", f"# node {k} on {h.user}@{h.label}:", self.remote_line(k)]
+        return "\n".join(out) + "\n"
+
+    def record(self) -> dict[str, Any]:
+        return dict(super().record(), addresses=[f"{h.hostname}:{h.port}" for h in self.rhosts],
+                    node_dir=self.node_dir, cwd=self.cwd)
+
+
+def _settings(opts: dict[str, Any]) -> SSHSettings:
+    for key, flag in (("known_hosts", "--known-hosts"), ("identity", "--identity")):
+        if opts.get(key) and not os.path.isfile(opts[key]):
+            raise LaunchError(f"{flag} {opts[key]!r} does not exist")
+    t = opts.get("connect_timeout")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 600):
+        raise LaunchError(f"--connect-timeout {t!r} is not accepted; expected seconds in (0, 600]")
+    return SSHSettings(ssh_config=opts.get("ssh_config"), known_hosts=opts.get("known_hosts"),
+                       identity=opts.get("identity"), timeout=float(t) if t else None)
+
+
+class SSHBackend(Backend):
+    name = "ssh"
+    grace = GRACE
+
+    def __init__(self) -> None:
+        self._ready: tuple[int, list] | None = None      # (id(plan), connections) after preflight
+
+    # ------------------------------------------------------------------ plan (pure: no network)
+    def plan(self, spec: JobSpec, run_id: str, attempt: int) -> SSHPlan:
+        opts = spec.opts
+        settings = _settings(opts)
+        entries = hosts_from_options(opts)
+        if spec.nodes > len(entries):
+            raise LaunchError(f"--nodes {spec.nodes} is more than the {len(entries)} hosts given")
+        nodes = len(entries) if spec.nodes == 1 else spec.nodes     # default: every host is a node
+        entries = entries[:nodes]
+        gpn = spec.gpus_per_node
+        slots = {e.slots for e in entries if e.slots is not None}
+        if gpn == 1 and slots:          # --gpus-per-node (when given) overrides slots=
+            if len(slots) > 1:
+                raise LaunchError(f"hosts have different slots= ({', '.join(map(str, sorted(slots)))}); "
+                                  "torchrun needs the same count per node: give --gpus-per-node")
+            gpn = slots.pop()
+        spec = spec.replace(nodes=nodes, gpus_per_node=gpn)
+        rhosts = resolve(entries, settings.ssh_config)
+        node_dir = spec.run_dir
+        if opts.get("shared_storage") is False:
+            node_dir = os.path.join(opts.get("staging_dir") or STAGING_ROOT, run_id)
+        master = rhosts[0].hostname
+        port = spec.master_port or derive_port(run_id)
+        dist = dist_backend_for(spec)
+        return SSHPlan(spec=spec, run_id=run_id, attempt=attempt, master_addr=master, master_port=port,
+                       dist_backend=dist, hosts=[h.entry.word for h in rhosts],
+                       nodes=self._commands(spec, node_dir, run_id, attempt, master, port, dist),
+                       rhosts=rhosts, settings=settings, cwd=os.getcwd(), node_dir=node_dir,
+                       port_fixed=spec.master_port is not None)
+
+    @staticmethod
+    def _commands(spec, node_dir, run_id, attempt, master, port, dist):
+        return node_commands(spec.replace(run_dir=node_dir), run_id, attempt, master, port, dist)
+
+    # ------------------------------------------------------------------ preflight (before the run dir exists)
+    def preflight(self, plan: SSHPlan) -> None:
+        conns = connect_all(plan.rhosts, plan.settings)
+        try:
+            self._check_hosts(plan, conns)
+            if len(conns) > 1:
+                self._check_reach(plan, conns)
+        except BaseException:
+            close_all(conns)
+            raise
+        self._ready = (id(plan), conns)
+
+    def _check_hosts(self, plan: SSHPlan, conns) -> None:
+        py = shlex.quote(plan.spec.python)
+        tries = [plan.master_port] if plan.port_fixed else \
+            [derive_port(plan.run_id if i == 0 else f"{plan.run_id}:{i}") for i in range(16)]
+        cmds = []
+        for k in range(len(conns)):
+            arg = {"cwd": plan.cwd, "program": list(plan.spec.program),
+                   "dirs": [os.path.join(plan.node_dir, "logs", f"node{k}")], "ports": tries if k == 0 else []}
+            cmds.append(f"{py} -c {shlex.quote(CHECK)} {shlex.quote(json.dumps(arg))}")
+        errors = []
+        for k, (h, r) in enumerate(zip(plan.rhosts, run_all(conns, cmds, timeout=60))):
+            if isinstance(r, BaseException):
+                errors.append(describe(r, h, plan.settings))
+                continue
+            line = next((ln for ln in r.stdout.splitlines() if ln.startswith("CHECK ")), None)
+            if line is None:
+                why = f"python {plan.spec.python!r} not found" if r.exited == 127 else \
+                    (r.stderr.strip().splitlines() or [f"exit code {r.exited}"])[-1]
+                errors.append(f"host {h.label}: {why} (give --python)")
+                continue
+            rec = json.loads(line[6:])
+            errors += [f"host {h.label}: {e}" for e in rec["errors"]]
+            if k == 0 and not rec["errors"]:
+                if "port" not in rec:
+                    raise LaunchError(f"master port {plan.master_port if plan.port_fixed else 'candidates'} in use on "
+                                      f"{h.label}; pick a free --master-port")
+                if rec["port"] != plan.master_port:
+                    plan.master_port = rec["port"]
+                    plan.nodes = self._commands(plan.spec, plan.node_dir, plan.run_id, plan.attempt,
+                                                plan.master_addr, plan.master_port, plan.dist_backend)
+        if errors:
+            raise LaunchError("; ".join(errors))
+
+    def _check_reach(self, plan: SSHPlan, conns) -> None:
+        """The master listens on MASTER_ADDR's port; every other host must connect and read our token."""
+        py = shlex.quote(plan.spec.python)
+        token = secrets.token_hex(8)
+        t = max(plan.settings.timeout_for(h) for h in plan.rhosts)
+        base = {"port": plan.master_port, "token": token, "timeout": t, "addr": plan.master_addr}
+        cmds = [f"{py} -c {shlex.quote(REACH)} " + shlex.quote(json.dumps(
+            dict(base, role="master" if k == 0 else "client", clients=len(conns) - 1))) for k in range(len(conns))]
+        results = run_all(conns, cmds, timeout=t + 30)
+        bad = []
+        for h, r in zip(plan.rhosts[1:], results[1:]):
+            out = r.stdout.strip() if not isinstance(r, BaseException) else str(r)
+            if "REACHED" not in out:
+                bad.append(f"host {h.label} cannot reach the master at {plan.master_addr}:{plan.master_port} "
+                           f"({out.replace('UNREACHABLE ', '') or 'no answer'})")
+        if bad:
+            raise LaunchError("; ".join(bad) + " - MASTER_ADDR must be the master's address as the hosts see it")
+
+    # ------------------------------------------------------------------ start one attempt
+    def start(self, plan: SSHPlan, rd: RunDir) -> int:
+        if not self._ready or self._ready[0] != id(plan):       # a restart: check again, connect again
+            old_port = plan.master_port
+            self.preflight(plan)
+            if plan.master_port != old_port:
+                data = rd.read_run_yaml()
+                data["attempts"][-1].update(plan.record())
+                rd.write_run_yaml(data)
+        conns = self._ready[1]
+        self._ready = None
+        rd.write_status(state="RUNNING", attempt=plan.attempt, nodes={}, first_failure=None,
+                        launcher={"pid": os.getpid(), "host": socket.gethostname(),
+                                  "start": procs.start_ticks(os.getpid())}, hosts=plan.hosts)
+        interrupted: list[int] = []
+        old = {s: signal.signal(s, lambda signum, _f: interrupted.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+        n = len(conns)
+        ended: dict[int, tuple[float, int | None, str | None]] = {}     # node -> (time, exit code, error)
+
+        def run_node(k: int) -> None:
+            out = Prefixed(f"[{plan.rhosts[k].entry.name}] ", _write)
+            try:
+                r = conns[k].run(plan.remote_line(k, redact=False), pty=True, warn=True, in_stream=False,
+                                 out_stream=out, err_stream=out)
+                ended[k] = (time.monotonic(), r.exited if r.exited is not None and r.exited >= 0 else None,
+                            None if r.exited is not None and r.exited >= 0 else "connection lost")
+            except Exception as e:  # noqa: BLE001 - the host died or the connection dropped
+                ended[k] = (time.monotonic(), None, f"connection lost ({describe(e, plan.rhosts[k], plan.settings)})")
+            finally:
+                out.close()
+
+        pool = ThreadPoolExecutor(max_workers=n)
+        futs = [pool.submit(run_node, k) for k in range(n)]
+        failed: int | None = None
+        try:
+            pending = set(futs)
+            while pending and not interrupted:
+                _, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                bad = sorted((t, k) for k, (t, code, _err) in ended.items() if code != 0)
+                if bad:
+                    failed = bad[0][1]
+                    break
+            if pending:
+                why = "interrupted" if interrupted else f"node {failed} failed"
+                print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
+                self._stop(plan, conns, [k for k in range(n) if k not in ended])
+                wait(pending, timeout=self.grace + 10)
+                if any(not f.done() for f in futs):
+                    close_all(conns)                # dropping the pty SIGHUPs the host agents
+                    wait(futs, timeout=10)
+            self._stop(plan, conns, range(n), final=True)
+        finally:
+            pool.shutdown(wait=False)
+            for s, h in old.items():
+                signal.signal(s, h)
+        if plan.staged:
+            self._collect(plan, conns, rd)
+        close_all(conns)
+        return self._finish(plan, rd, ended, failed, interrupted)
+
+    def _finish(self, plan: SSHPlan, rd: RunDir, ended, failed, interrupted) -> int:
+        nodes = {str(k): ended.get(k, (0, None, None))[1] for k in range(len(plan.rhosts))}
+        attempt = plan.attempt
+        if interrupted:
+            rd.write_status(state="CANCELLED", nodes=nodes, first_failure=rd.first_failure(attempt),
+                            reason=f"launcher got {signal.Signals(interrupted[0]).name}")
+            return 130
+        if failed is None and all(nodes[str(k)] == 0 for k in range(len(plan.rhosts))):
+            rd.write_status(state="COMPLETED", nodes=nodes, first_failure=None)
+            return 0
+        if failed is None:
+            failed = min((k for k in range(len(plan.rhosts)) if nodes[str(k)] != 0), default=0)
+        h, (_, code, err) = plan.rhosts[failed], ended.get(failed, (0, None, "did not finish"))
+        ranks = [r for r in rd.rank_exits(attempt) if r.get("node") == failed and r.get("exit_code") != 0]
+        if ranks and not err:
+            ff = {k: ranks[0].get(k) for k in ("node", "rank", "exit_code", "signal", "time")}
+        else:
+            ff = {"node": failed, "rank": None, "exit_code": code, "signal": None, "time": time.time()}
+        ff.update(host=h.entry.word, reason=err or f"node exited {code}")
+        rd.write_status(state="FAILED", nodes=nodes, first_failure=ff)
+        print(f"launch: node {failed} on {h.label} failed: {err or f'exit code {code}'}", file=sys.stderr, flush=True)
+        return 1
+
+    # ------------------------------------------------------------------ stopping and sweeping
+    def _kill_line(self, plan: SSHPlan, k: int) -> str:
+        return (f"cd {shlex.quote(plan.cwd)} 2>/dev/null; {shlex.quote(plan.spec.python)} -m launchers.remote kill "
+                f"{shlex.quote(plan.run_id)} --node {k} --pid-file {shlex.quote(plan.pid_file(k))} --grace {self.grace:g}")
+
+    def _stop(self, plan: SSHPlan, conns, nodes, final: bool = False) -> None:
+        """`launchers.remote kill` on each host (over the open connection, else a fresh one), in parallel."""
+        nodes = list(nodes)
+
+        def one(k: int) -> None:
+            for attempt in range(2):
+                try:
+                    c = conns[k] if attempt == 0 else make_connection(plan.rhosts[k], plan.settings)
+                    r = c.run(self._kill_line(plan, k), hide=True, warn=True, in_stream=False, timeout=self.grace + 30)
+                    rec = json.loads(r.stdout.strip().splitlines()[-1])
+                    if rec.get("forced") or (final and rec.get("before")):
+                        print(f"launch: node {k} ({plan.rhosts[k].entry.name}): stopped {rec['before']}, "
+                              f"killed {rec['forced']}, left {rec['after']}", file=sys.stderr, flush=True)
+                    return
+                except Exception:  # noqa: BLE001 - the host is gone: nothing of the run is left running there
+                    continue
+
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as ex:
+            list(ex.map(one, nodes))
+
+    # ------------------------------------------------------------------ --no-shared-storage
+    def _collect(self, plan: SSHPlan, conns, rd: RunDir) -> None:
+        """Copy every host's staged files (logs, status, checkpoints, metrics...) into the run dir."""
+        def one(k: int) -> str | None:
+            try:
+                sftp = conns[k].sftp()
+            except Exception:  # noqa: BLE001
+                try:
+                    c = make_connection(plan.rhosts[k], plan.settings)
+                    c.open()
+                    sftp = c.sftp()
+                except Exception as e:  # noqa: BLE001
+                    return describe(e, plan.rhosts[k], plan.settings)
+            _get_tree(sftp, plan.node_dir, rd.path)
+            return None
+
+        with ThreadPoolExecutor(max_workers=len(conns)) as ex:
+            for k, err in enumerate(ex.map(one, range(len(conns)))):
+                if err:
+                    print(f"launch: could not collect node {k}'s files: {err}", file=sys.stderr, flush=True)
+
+    # ------------------------------------------------------------------ cancel
+    def cancel(self, rd: RunDir) -> None:
+        st = rd.read_status()
+        launcher = st.get("launcher") or {}
+        pid = launcher.get("pid")
+        if pid and launcher.get("host") == socket.gethostname() and procs.alive(pid) \
+                and procs.start_ticks(pid) == launcher.get("start"):
+            os.kill(pid, signal.SIGTERM)      # the launcher stops its nodes and records CANCELLED
+            deadline = time.monotonic() + self.grace + 30
+            while procs.alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        data = rd.read_run_yaml()
+        plan = self.plan(rd.spec(), data["run_id"], attempt=len(data["attempts"]) - 1)
+        self._stop(plan, [make_connection(h, plan.settings) for h in plan.rhosts], range(len(plan.rhosts)), final=True)
+        if rd.read_status().get("state") not in ("COMPLETED", "FAILED", "CANCELLED"):
+            rd.write_status(state="CANCELLED", reason="launch cancel")
+
+
+_out_lock = threading.Lock()
+
+
+def _write(text: str) -> None:
+    with _out_lock:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def _get_tree(sftp, remote: str, local: str) -> None:
+    try:
+        entries = sftp.listdir_attr(remote)
+    except OSError:
+        return
+    os.makedirs(local, exist_ok=True)
+    for a in entries:
+        r, loc = f"{remote}/{a.filename}", os.path.join(local, a.filename)
+        if stat.S_ISDIR(a.st_mode or 0):
+            _get_tree(sftp, r, loc)
+        elif stat.S_ISREG(a.st_mode or 0) and ".tmp" not in a.filename:
+            sftp.get(r, loc + ".part")
+            os.replace(loc + ".part", loc)

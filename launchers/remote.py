@@ -1,0 +1,263 @@
+"""The host side of `launch ssh` (stdlib only; runs with the job's python on every host).
+
+  python -m launchers.remote run --node K --pid-file P -- <torchrun argv...>
+      Run by sshd on a pty, with the node's environment (LAUNCH_RUN_ID, LAUNCH_RUN_DIR, NODE_RANK...).
+      Starts the torchrun agent in its own session, output to logs/node<K>/agent.log, writes the pid
+      file, streams this node's agent and rank logs to stdout ("[nK rR] line"), and on SIGHUP (the
+      launcher's connection dropped), SIGINT or SIGTERM stops the agent and every process of this node
+      (SIGTERM, SIGKILL after the grace period). Exits with the agent's exit code.
+  python -m launchers.remote kill RUN_ID --node K [--pid-file P] [--grace S]
+      The launcher's reaper (failure, Ctrl-C, `launch cancel`): SIGTERM to the agent's process group
+      (from the pid file, only if that pid is still ours) and to every process whose environment holds
+      LAUNCH_RUN_ID=RUN_ID and NODE_RANK=K (torchrun starts workers in new sessions), SIGKILL after
+      the grace period, then a final sweep. Prints one JSON line {host, before, forced, after}.
+Processes are found by their exact environment tag in /proc, never by a name pattern.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+from . import procs
+
+GRACE = 5.0
+
+# Preflight check, sent inline (`python -c CHECK JSON`): works before we know `launchers` is importable there.
+CHECK = r'''
+import importlib.util, json, os, socket, sys, time
+a = json.loads(sys.argv[1]); r = {"host": socket.gethostname(), "errors": []}
+cwd = a["cwd"]
+if os.path.isdir(cwd):
+    os.chdir(cwd); sys.path.insert(0, cwd)
+else:
+    r["errors"].append("working directory %s does not exist there" % cwd)
+for m in ("torch", "launchers"):
+    try:
+        ok = importlib.util.find_spec(m) is not None
+    except Exception:
+        ok = False
+    if not ok:
+        r["errors"].append("python %s cannot import %s" % (sys.executable, m))
+prog = a["program"]
+if prog[0] == "-m":
+    try:
+        ok = importlib.util.find_spec(prog[1]) is not None
+    except Exception:
+        ok = False
+    if not ok:
+        r["errors"].append("program module %s cannot be found (cwd %s)" % (prog[1], cwd))
+elif not os.path.isfile(prog[0]):
+    r["errors"].append("program file %s does not exist there" % prog[0])
+for d in a.get("dirs", []):
+    p = d
+    while not os.path.exists(p) and os.path.dirname(p) != p:
+        p = os.path.dirname(p)
+    if not os.access(p, os.W_OK | os.X_OK):
+        r["errors"].append("cannot create %s (%s is not writable)" % (d, p))
+if a.get("ports"):
+    for p in a["ports"]:
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", p)); r["port"] = p; break
+        except OSError:
+            pass
+        finally:
+            s.close()
+print("CHECK " + json.dumps(r), flush=True)
+'''
+
+# Rendezvous reachability: the master listens on the chosen port and hands a token to every other host.
+REACH = r'''
+import json, socket, sys, time
+a = json.loads(sys.argv[1]); deadline = time.time() + a["timeout"]; tok = a["token"].encode()
+if a["role"] == "master":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("", a["port"])); s.listen(64); print("LISTENING", flush=True); n = 0
+    while n < a["clients"] and time.time() < deadline:
+        s.settimeout(max(0.05, deadline - time.time()))
+        try:
+            c, _ = s.accept(); c.sendall(tok); c.close(); n += 1
+        except OSError:
+            break
+    print("SERVED %d" % n, flush=True)
+else:
+    err = "no answer"
+    while time.time() < deadline:
+        try:
+            c = socket.create_connection((a["addr"], a["port"]), timeout=max(0.1, deadline - time.time()))
+            c.settimeout(2); got = c.recv(64); c.close()
+            if got == tok:
+                print("REACHED", flush=True); sys.exit(0)
+            err = "something else answers there"
+        except OSError as e:
+            err = e.strerror or str(e)
+        time.sleep(0.1)
+    print("UNREACHABLE " + err, flush=True); sys.exit(1)
+'''
+
+
+def node_pids(run_id: str, node: int) -> list[int]:
+    """Live pids whose environment holds LAUNCH_RUN_ID=run_id and NODE_RANK=node (not ours)."""
+    need = {f"{procs.TAG}={run_id}".encode(), f"NODE_RANK={node}".encode()}
+    out = []
+    for pid in procs.tagged_pids(run_id):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if need <= set(f.read().split(b"\0")):
+                    out.append(pid)
+        except OSError:
+            continue
+    return [p for p in out if p != os.getpid()]
+
+
+def _read_pidfile(path: str | None) -> dict:
+    try:
+        with open(path or "", encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def stop_node(run_id: str, node: int, pid_file: str | None = None, grace: float = GRACE,
+              agent_pid: int | None = None) -> dict:
+    """SIGTERM the agent's group and every process of this node, SIGKILL after `grace`, sweep again."""
+    rec = _read_pidfile(pid_file)
+    if agent_pid is None and rec.get("agent") and procs.start_ticks(rec["agent"]) == rec.get("agent_start"):
+        agent_pid = rec["agent"]
+    before = node_pids(run_id, node)
+    if agent_pid:
+        procs.signal_groups([agent_pid], signal.SIGTERM)
+    for pid in before:
+        procs._kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while node_pids(run_id, node) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    forced = node_pids(run_id, node)
+    if agent_pid:
+        procs.signal_groups([agent_pid], signal.SIGKILL)
+    for pid in forced:
+        procs._kill(pid, signal.SIGKILL)
+    end = time.monotonic() + 3
+    while node_pids(run_id, node) and time.monotonic() < end:
+        time.sleep(0.05)
+    return {"host": socket.gethostname(), "before": before, "forced": forced, "after": node_pids(run_id, node)}
+
+
+class _Tail:
+    """Streams this node's agent.log and rank logs as "[nK agent] ..." / "[nK rR] ..." lines."""
+
+    def __init__(self, log_dir: str, node: int):
+        self.dir, self.node, self.off, self.part = log_dir, node, {}, {}
+
+    def poll(self, final: bool = False) -> None:
+        try:
+            names = sorted(os.listdir(self.dir))
+        except OSError:
+            return
+        out = []
+        for name in names:
+            if name == "agent.log":
+                tag = f"[n{self.node} agent] "
+            elif name.startswith("rank") and name.endswith(".log"):
+                tag = f"[n{self.node} r{name[4:-4]}] "
+            else:
+                continue
+            path = os.path.join(self.dir, name)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.off.get(name, 0))
+                    data = f.read()
+                    self.off[name] = f.tell()
+            except OSError:
+                continue
+            lines = (self.part.pop(name, b"") + data).split(b"\n")
+            if lines[-1] and not final:
+                self.part[name] = lines[-1]
+            for ln in (lines if final and lines[-1] else lines[:-1]):
+                out.append(tag + ln.decode("utf-8", "replace"))
+        if out:
+            sys.stdout.write("\n".join(out) + "\n")
+            sys.stdout.flush()
+
+    def skip_existing(self) -> None:
+        for name in os.listdir(self.dir) if os.path.isdir(self.dir) else ():
+            self.off[name] = os.path.getsize(os.path.join(self.dir, name))
+
+
+def run(node: int, pid_file: str, argv: list[str], grace: float = GRACE, stream: bool = True) -> int:
+    run_id = os.environ[procs.TAG]
+    run_dir = os.environ["LAUNCH_RUN_DIR"]
+    log_dir = os.path.join(run_dir, "logs", f"node{node}")
+    os.makedirs(log_dir, exist_ok=True)
+    got: list[int] = []
+    for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda signum, _f: got.append(signum))
+    tail = _Tail(log_dir, node)
+    tail.skip_existing()
+    with open(os.path.join(log_dir, "agent.log"), "a", encoding="utf-8") as f:
+        f.write(f"===== launch attempt {os.environ.get('LAUNCH_ATTEMPT', '?')} | node {node} | "
+                f"{socket.gethostname()} | {time.strftime('%F %T')} =====\n")
+    agent = procs.start_session(argv, dict(os.environ), os.path.join(log_dir, "agent.log"))
+    rec = {"wrapper": os.getpid(), "wrapper_start": procs.start_ticks(os.getpid()), "agent": agent.pid,
+           "agent_start": procs.start_ticks(agent.pid), "run_id": run_id, "node": node}
+    tmp = f"{pid_file}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(rec, f)
+    os.replace(tmp, pid_file)
+    try:
+        while agent.poll() is None and not got:
+            if stream:
+                tail.poll()
+            time.sleep(0.1)
+        code = agent.poll()
+        if got:
+            code = 128 + got[0]
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)   # the pty may be gone: never die half-way
+            stop_node(run_id, node, grace=grace, agent_pid=agent.pid)
+            agent.wait()
+        elif node_pids(run_id, node):                    # workers orphaned by an agent that died hard
+            stop_node(run_id, node, grace=grace)
+    finally:
+        try:
+            os.unlink(pid_file)
+        except OSError:
+            pass
+    if stream:
+        try:
+            tail.poll(final=True)
+        except OSError:
+            pass
+    return code if code >= 0 else 128 - code
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m launchers.remote")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--node", type=int, required=True)
+    r.add_argument("--pid-file", required=True)
+    r.add_argument("--grace", type=float, default=GRACE)
+    r.add_argument("--no-stream", action="store_true")
+    r.add_argument("argv", nargs=argparse.REMAINDER)
+    k = sub.add_parser("kill")
+    k.add_argument("run_id")
+    k.add_argument("--node", type=int, required=True)
+    k.add_argument("--pid-file", default=None)
+    k.add_argument("--grace", type=float, default=GRACE)
+    a = p.parse_args(argv)
+    if a.cmd == "run":
+        cmd = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+        if not cmd:
+            p.error("run needs the agent command after --")
+        return run(a.node, a.pid_file, cmd, a.grace, stream=not a.no_stream)
+    print(json.dumps(stop_node(a.run_id, a.node, a.pid_file, a.grace)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,151 @@
+"""Fabric connections with verified host keys, opened in parallel, and one-line errors naming the host.
+
+Fabric 3 sets paramiko's AutoAddPolicy and loads no known_hosts: every Connection here gets RejectPolicy
+and the known_hosts file loaded read-only (never written back). One fabric Config per Connection (a
+shared one accumulates IdentityFile entries). Fabric int()s connect_timeout, so it is set afterwards.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .errors import LaunchError
+from .hostfile import ResolvedHost, load_ssh_config
+
+DEFAULT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    ssh_config: str | None = None
+    known_hosts: str | None = None     # None: the host's UserKnownHostsFile, else ~/.ssh/known_hosts
+    identity: str | None = None
+    timeout: float | None = None       # None: ssh config ConnectTimeout, else DEFAULT_TIMEOUT
+
+    def known_hosts_for(self, h: ResolvedHost) -> list[str]:
+        if self.known_hosts:
+            return [self.known_hosts]
+        files = [f for f in h.known_hosts_files if f != "/dev/null"]
+        return files or [os.path.expanduser("~/.ssh/known_hosts")]
+
+    def timeout_for(self, h: ResolvedHost) -> float:
+        return float(self.timeout or h.connect_timeout or DEFAULT_TIMEOUT)
+
+
+def make_connection(h: ResolvedHost, s: SSHSettings):
+    import fabric
+    import paramiko
+
+    t = s.timeout_for(h)
+    kw = {"banner_timeout": t, "auth_timeout": t}
+    if s.identity:
+        kw.update(key_filename=[s.identity], look_for_keys=False, allow_agent=False)
+    c = fabric.Connection(h.entry.name, user=h.user, port=h.port, connect_kwargs=kw,
+                          config=fabric.Config(ssh_config=load_ssh_config(s.ssh_config), lazy=True))
+    c.connect_timeout = t
+    c.client.set_missing_host_key_policy(paramiko.RejectPolicy())   # never auto-add
+    for f in s.known_hosts_for(h):
+        if os.path.isfile(f):
+            c.client.load_system_host_keys(f)                         # read-only
+    return c
+
+
+def describe(e: BaseException, h: ResolvedHost, s: SSHSettings) -> str:
+    """One line naming the host and what went wrong."""
+    import paramiko
+
+    kh = " or ".join(s.known_hosts_for(h))
+    if isinstance(e, paramiko.BadHostKeyException):
+        return (f"host {h.label}: host key CHANGED ({e.key.get_name()} {e.key.fingerprint}, expected "
+                f"{e.expected_key.fingerprint} from {kh}); refusing to connect")
+    if isinstance(e, paramiko.AuthenticationException):
+        return f"host {h.label}: authentication failed for user {h.user!r} ({str(e).strip() or type(e).__name__})"
+    if isinstance(e, paramiko.SSHException) and "not found in known_hosts" in str(e):
+        return (f"host {h.label}: host key unknown (not in {kh}); refusing to connect - verify it and add it "
+                f"to known_hosts (e.g. ssh-keyscan), or give --known-hosts")
+    if isinstance(e, socket.gaierror):
+        return f"host {h.label}: name does not resolve ({e.strerror})"
+    if isinstance(e, (socket.timeout, TimeoutError)):
+        return f"host {h.label}: unreachable, no answer within the {s.timeout_for(h):g} s connect timeout"
+    if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
+        return f"host {h.label}: unreachable ({'; '.join(sorted({x.strerror or str(x) for x in e.errors.values()}))})"
+    if isinstance(e, OSError):
+        return f"host {h.label}: unreachable ({e.strerror or e})"
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return f"host {h.label}: {msg}"
+
+
+def connect_all(hosts: Sequence[ResolvedHost], s: SSHSettings) -> list:
+    """Open one Connection per host in parallel; any failure closes them all and raises one LaunchError."""
+    conns = [make_connection(h, s) for h in hosts]
+
+    def one(i: int) -> str | None:
+        try:
+            conns[i].open()
+            conns[i].transport.set_keepalive(5)
+            return None
+        except Exception as e:  # noqa: BLE001 - every failure becomes a one-line message naming the host
+            return describe(e, hosts[i], s)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as ex:
+        errors = [m for m in ex.map(one, range(len(hosts))) if m]
+    if errors:
+        close_all(conns)
+        raise LaunchError("; ".join(errors))
+    return conns
+
+
+def close_all(conns) -> None:
+    for c in conns:
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def run_all(conns, commands: Sequence[str], timeout: float | None = None) -> list:
+    """Run commands[i] on conns[i] in parallel (no pty, output captured); returns Results or exceptions."""
+    def one(i: int):
+        try:
+            return conns[i].run(commands[i], hide=True, warn=True, in_stream=False, timeout=timeout)
+        except Exception as e:  # noqa: BLE001
+            return e
+
+    with ThreadPoolExecutor(max_workers=max(1, len(conns))) as ex:
+        return list(ex.map(one, range(len(conns))))
+
+
+class Prefixed:
+    """A file-like out_stream: each remote line (pty: \\r\\n) printed as "[host] line", whole lines only."""
+
+    lock = threading.Lock()
+
+    def __init__(self, prefix: str, sink: Callable[[str], None]):
+        self.prefix, self.sink, self.buf = prefix, sink, ""
+
+    def write(self, s: str) -> None:
+        self.buf += s.replace("\r", "")
+        *lines, self.buf = self.buf.split("\n")
+        if lines:
+            with self.lock:
+                self.sink("".join(f"{self.prefix}{ln}\n" for ln in lines))
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.buf:
+            self.write("\n")
+
+
+def fanout(hosts: Sequence[ResolvedHost], s: SSHSettings, command: str) -> list[int]:
+    """Connect to every host in parallel and run `command` on each (the bench's unit of work)."""
+    conns = connect_all(hosts, s)
+    try:
+        return [r.exited if not isinstance(r, BaseException) else -1 for r in run_all(conns, [command] * len(conns))]
+    finally:
+        close_all(conns)

@@ -1,0 +1,250 @@
+"""`launch ssh` on the real sshd test hosts (clusters/ssh-hosts.sh, `make ssh-up`): sshhost1..4, each its own
+network/UTS/mount/pid namespace; /work and /tmp are shared like NFS, /var/tmp/launch-node-local is private.
+The root namespace sees every host's processes, so procs.tagged_pids(run id) == [] proves nothing is left."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
+from launchers import procs
+
+pytestmark = pytest.mark.ssh
+
+SCRIPT = ROOT / "clusters" / "ssh-hosts.sh"
+STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
+SSH_CONFIG, KNOWN_HOSTS, HOSTFILE = STATE / "ssh_config", STATE / "known_hosts", STATE / "hostfile"
+OPTS = ["--ssh-config", str(SSH_CONFIG), "--known-hosts", str(KNOWN_HOSTS)]
+NODE_LOCAL = Path("/var/tmp/launch-node-local")
+HOSTS4 = "sshhost1,sshhost2,sshhost3,sshhost4"   # no slots=: one process per host
+IPS = {f"sshhost{k}": f"10.216.0.{10 + k}" for k in range(1, 5)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hosts_up():
+    st = subprocess.run([str(SCRIPT), "status"], capture_output=True, text=True, timeout=60)
+    said = " / ".join((st.stdout.strip() or st.stderr.strip()).splitlines())
+    require_cluster(f"the SSH test hosts sshhost1..4 (clusters/ssh-hosts.sh status: {said})",
+                    st.returncode == 0 and KNOWN_HOSTS.exists(), "make ssh-up")
+
+
+def reports(run_dir):
+    return [json.loads(ln[len("REPORT "):]) for ln in rank_lines(run_dir, "REPORT ")]
+
+
+def run_id_of(run_dir):
+    return yaml.safe_load(Path(run_dir, "run.yaml").read_text())["run_id"]
+
+
+def one_line_error(p, *words):
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("launch: error: "), p.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]
+
+
+def wait_lines(run_dir, marker, n, proc, timeout=180):
+    deadline = time.monotonic() + timeout
+    while len(rank_lines(run_dir, marker)) < n:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"gave up waiting for {n} {marker!r} lines (rc {proc.returncode})\n{out[-3000:]}\n{err[-3000:]}")
+        time.sleep(0.3)
+
+
+def test_4_hosts_world_node_ranks_allreduce_verbatim_args(workdir):
+    weird = ["a b", "quote'\"", "$(touch pwned)", "line1\nline2", "ünïcødé ✓", "", "--flag=x y"]
+    env_val = "sp ace 'q' \"dq\" $(touch pwned2) `x` \n nl"
+    p = run_launch("ssh", "--hostfile", str(HOSTFILE), *OPTS, "--run-dir", "runs/r",
+                   "--env", f"TEST_WEIRD={env_val}", "--env", "TEST_SECRET_TOKEN=hunter2", "--", "report.py", *weird)
+    assert p.returncode == 0, p.stderr[-3000:]
+    reps = sorted(reports("runs/r"), key=lambda r: r["rank"])
+    assert [r["rank"] for r in reps] == list(range(8))             # 4 hosts x slots=2
+    assert {r["world"] for r in reps} == {8} and {r["sum"] for r in reps} == {36.0}
+    for r in reps:
+        k = r["rank"] // 2
+        assert r["node_rank"] == str(k) and r["host"] == f"sshhost{k + 1}"
+        assert r["argv"] == weird and r["env"]["TEST_WEIRD"] == env_val
+        assert r["env"]["MASTER_ADDR"] == IPS["sshhost1"]               # the master's address, not localhost
+        assert (workdir / f"runs/r/logs/node{k}/rank{r['rank']}.log").read_text().startswith(
+            f"===== launch attempt 0 | rank {r['rank']} of 8 | node {k}")
+    assert not (workdir / "pwned").exists() and not (workdir / "pwned2").exists()
+    st = read_json("runs/r/status.json")
+    assert st["state"] == "COMPLETED" and st["nodes"] == {"0": 0, "1": 0, "2": 0, "3": 0}
+    assert "hunter2" not in (workdir / "runs/r/run.yaml").read_text()
+    assert "[sshhost4] [n3 r7] REPORT" in p.stdout                   # each host's output streamed, prefixed
+    assert procs.tagged_pids(run_id_of("runs/r")) == []
+
+
+DRY_GOLDEN = """# run dir: {CWD}/runs/dry
+# run id:  RUNID  attempt 0
+# world:   2 nodes x 3 processes = 6 (gloo)
+# master:  10.9.9.1:23456 (probed at launch)
+
+# node 0 on root@gpu1 (10.9.9.1:22):
+cd {CWD} 2>/dev/null; exec env OMP_NUM_THREADS=1 'TEST_X=a b' 'TEST_SECRET_KEY=***' MASTER_ADDR=10.9.9.1 MASTER_PORT=23456 NODE_RANK=0 NNODES=2 LAUNCH_RUN_DIR={CWD}/runs/dry LAUNCH_RUN_ID=RUNID LAUNCH_CHECKPOINT_DIR={CWD}/runs/dry/checkpoints LAUNCH_ATTEMPT=0 LAUNCH_DIST_BACKEND=gloo PYTHONUNBUFFERED=1 {PY} -m launchers.remote run --node 0 --pid-file /tmp/.launch-RUNID-node0.pid -- {PY} -m torch.distributed.run --nnodes 2 --nproc-per-node 3 --node-rank 0 --master-addr 10.9.9.1 --master-port 23456 --max-restarts 0 --monitor-interval 0.1 -m launchers.rankexec -- {CWD}/report.py '$(x)'
+
+# node 1 on bob@gpu2:2200:
+cd {CWD} 2>/dev/null; exec env OMP_NUM_THREADS=1 'TEST_X=a b' 'TEST_SECRET_KEY=***' MASTER_ADDR=10.9.9.1 MASTER_PORT=23456 NODE_RANK=1 NNODES=2 LAUNCH_RUN_DIR={CWD}/runs/dry LAUNCH_RUN_ID=RUNID LAUNCH_CHECKPOINT_DIR={CWD}/runs/dry/checkpoints LAUNCH_ATTEMPT=0 LAUNCH_DIST_BACKEND=gloo PYTHONUNBUFFERED=1 {PY} -m launchers.remote run --node 1 --pid-file /tmp/.launch-RUNID-node1.pid -- {PY} -m torch.distributed.run --nnodes 2 --nproc-per-node 3 --node-rank 1 --master-addr 10.9.9.1 --master-port 23456 --max-restarts 0 --monitor-interval 0.1 -m launchers.rankexec -- {CWD}/report.py '$(x)'
+"""
+
+
+def test_dry_run_golden_connects_nowhere(workdir):
+    cfg = workdir / "cfg"
+    cfg.write_text("Host gpu1\n  HostName 10.9.9.1\n  User root\n")       # 10.9.9.1 does not exist: no connect
+    (workdir / "hf").write_text("gpu1 slots=3\nbob@gpu2:2200 slots=3\n")
+    t0 = time.monotonic()
+    p = run_launch("ssh", "--hostfile", "hf", "--ssh-config", str(cfg), "--run-dir", "runs/dry", "--master-port", "23456",
+                   "--env", "TEST_X=a b", "--env", "TEST_SECRET_KEY=s3cret", "--python", "/opt/py/bin/python3", "--dry-run", "--", "report.py", "$(x)")
+    assert p.returncode == 0, p.stderr
+    assert time.monotonic() - t0 < 30
+    out = re.sub(r"dry-[0-9a-f]{8}", "RUNID", p.stdout)
+    assert out == DRY_GOLDEN.format(CWD=workdir, PY="/opt/py/bin/python3")
+    assert not (workdir / "runs").exists()
+
+
+def test_host_key_unknown_and_changed_are_refused(workdir):
+    lines = KNOWN_HOSTS.read_text().splitlines()
+    unknown = workdir / "kh_unknown"
+    unknown.write_text("\n".join(ln for ln in lines if not ln.startswith("sshhost3,")) + "\n")
+    p = run_launch("ssh", "--hostfile", str(HOSTFILE), "--ssh-config", str(SSH_CONFIG), "--known-hosts", str(unknown),
+                   "--run-dir", "runs/k1", "--", "report.py", timeout=120)
+    one_line_error(p, "sshhost3", "host key unknown", "refusing")
+    changed = workdir / "kh_changed"
+    key1 = lines[0].split(" ", 1)[1]
+    changed.write_text("\n".join(ln.split(" ", 1)[0] + " " + key1 if ln.startswith("sshhost2,") else ln
+                                 for ln in lines) + "\n")
+    p = run_launch("ssh", "--hostfile", str(HOSTFILE), "--ssh-config", str(SSH_CONFIG), "--known-hosts", str(changed),
+                   "--run-dir", "runs/k2", "--", "report.py", timeout=120)
+    one_line_error(p, "sshhost2", "host key CHANGED")
+    assert changed.read_text().count(key1) == 2 and unknown.read_text().count("sshhost3") == 0   # never written
+    assert not (workdir / "runs").exists()
+
+
+def test_unreachable_host_fails_within_connect_timeout(workdir):
+    t0 = time.monotonic()
+    p = run_launch("ssh", "--hosts", "sshhost1,root@10.216.0.99", *OPTS, "--connect-timeout", "2",
+                   "--run-dir", "runs/u", "--", "report.py", timeout=120)
+    took = time.monotonic() - t0
+    one_line_error(p, "10.216.0.99", "unreachable")
+    assert took < 20, took                # 2 s connect timeout + start-up on a loaded 2-core box
+    assert not (workdir / "runs").exists()
+
+
+def test_bad_hostfiles_one_line_errors(workdir):
+    for text, words in (("# nothing\n", "lists no hosts"), ("sshhost1\nsshhost1\n", "listed twice"),
+                        ("sshhost1 slots=two\n", "malformed 'slots=two'")):
+        (workdir / "hf").write_text(text)
+        one_line_error(run_launch("ssh", "--hostfile", "hf", *OPTS, "--run-dir", "runs/b", "--", "report.py"), *words)
+    one_line_error(run_launch("ssh", "--hosts", "sshhost1", *OPTS, "--connect-timeout", "0", "--", "report.py"),
+                   "--connect-timeout")
+    assert not (workdir / "runs").exists()
+
+
+def test_remote_python_torch_program_auth_checked_before_anything_starts(workdir):
+    base = ["ssh", "--hosts", "sshhost1,sshhost2", *OPTS, "--run-dir", "runs/p"]
+    one_line_error(run_launch(*base, "--python", "/nonexistent/python3", "--", "report.py"),
+                   "sshhost1", "python '/nonexistent/python3' not found")
+    one_line_error(run_launch(*base, "--python", "/usr/bin/python3", "--", "report.py"), "sshhost2", "cannot import torch")
+    prog = NODE_LOCAL / f"only-here-{os.getpid()}.py"       # exists in the root namespace, not on the hosts
+    prog.write_text("print('hi')\n")
+    try:
+        one_line_error(run_launch(*base, "--", str(prog)), "sshhost1", f"program file {prog} does not exist there")
+    finally:
+        prog.unlink()
+    key = workdir / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    (workdir / "empty_cfg").write_text("")
+    one_line_error(run_launch("ssh", "--hosts", "root@10.216.0.12", "--ssh-config", "empty_cfg", "--known-hosts",
+                              str(KNOWN_HOSTS), "--identity", str(key), "--run-dir", "runs/p", "--", "report.py"),
+                   "10.216.0.12", "authentication failed")
+    assert not (workdir / "runs").exists()
+
+
+def test_failing_rank_stops_every_node(workdir):
+    p = run_launch("ssh", "--hosts", HOSTS4, *OPTS, "--run-dir", "runs/f",
+                   "--env", "TEST_FAIL_RANK=2", "--env", "TEST_SLEEP=120", "--", "report.py", timeout=240)
+    assert p.returncode == 1, p.stderr[-3000:]
+    st = read_json("runs/f/status.json")
+    assert st["state"] == "FAILED"
+    ff = st["first_failure"]
+    assert (ff["node"], ff["rank"], ff["exit_code"], ff["host"]) == (2, 2, 3, "sshhost3")
+    assert procs.tagged_pids(run_id_of("runs/f")) == []
+
+
+def test_sigint_leaves_no_process_on_any_host(workdir):
+    proc = subprocess.Popen([LAUNCH, "ssh", "--hosts", HOSTS4, *OPTS,
+                             "--run-dir", "runs/c", "--env", "TEST_SLEEP=300", "--", "report.py"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_lines("runs/c", "sleeping", 4, proc)
+    run_id = run_id_of("runs/c")
+    assert len(procs.tagged_pids(run_id)) >= 4 * 4      # wrapper, agent, rankexec, program per host
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert procs.tagged_pids(run_id) == []
+    assert read_json("runs/c/status.json")["state"] == "CANCELLED"
+
+
+def test_host_dying_mid_run_names_it_and_stops_the_others(workdir):
+    proc = subprocess.Popen([LAUNCH, "ssh", "--hosts", HOSTS4, *OPTS,
+                             "--run-dir", "runs/d", "--env", "TEST_SLEEP=300", "--", "report.py"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_lines("runs/d", "sleeping", 4, proc)
+        subprocess.run([str(SCRIPT), "kill-host", "4"], check=True, capture_output=True, timeout=60)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run([str(SCRIPT), "revive-host", "4"], capture_output=True, timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    st = read_json("runs/d/status.json")
+    assert st["state"] == "FAILED" and st["first_failure"]["node"] == 3 and st["first_failure"]["host"] == "sshhost4"
+    assert "node 3 on sshhost4" in err
+    assert procs.tagged_pids(run_id_of("runs/d")) == []
+
+
+CKPT_PROG = """import os, torch.distributed as dist
+from launchers.rundir import write_latest
+dist.init_process_group("gloo"); r = dist.get_rank()
+d = os.path.join(os.environ["LAUNCH_CHECKPOINT_DIR"], "step-00000001"); os.makedirs(d, exist_ok=True)
+open(os.path.join(d, f"shard-{r}"), "w").write(str(r))
+print("STAGED", os.environ["LAUNCH_RUN_DIR"], flush=True)
+dist.barrier()
+if r == 0:
+    write_latest(os.environ["LAUNCH_CHECKPOINT_DIR"], "step-00000001")
+dist.destroy_process_group()
+"""
+
+
+def test_no_shared_storage_collects_logs_and_checkpoints(workdir):
+    (workdir / "ckpt.py").write_text(CKPT_PROG)
+    stage = NODE_LOCAL / "stage"
+    (workdir / "prof.yaml").write_text(f"ssh:\n  staging_dir: {stage}\n")
+    p = run_launch("ssh", "--hosts", HOSTS4, *OPTS, "--no-shared-storage", "--profile", "prof.yaml", "--run-dir", "runs/n", "--", "ckpt.py", timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = workdir / "runs/n"
+    run_id = run_id_of(run)
+    staged = f"{stage}/{run_id}"
+    assert not Path(staged).exists()                     # the hosts' staging dirs are private to them
+    for k in range(4):
+        log = (run / f"logs/node{k}/rank{k}.log").read_text()
+        assert f"STAGED {staged}" in log and (run / f"logs/node{k}/agent.log").exists()
+        assert (run / f"checkpoints/step-00000001/shard-{k}").read_text() == str(k)
+        assert read_json(run / f"status/rank{k}.json")["exit_code"] == 0
+    assert (run / "checkpoints/latest").read_text().strip() == "step-00000001"
+    st = run_launch("status", "runs/n", check=True).stdout
+    assert "COMPLETED" in st and "step-00000001" in st
+    assert procs.tagged_pids(run_id) == []
