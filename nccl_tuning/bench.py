@@ -7,8 +7,11 @@ Sizes are powers of two from --min-bytes to --max-bytes, meaning what nccl-tests
 per-rank buffer (all_gather: the gathered output; reduce_scatter: the input). Each size runs
 --warmup untimed and --iters timed iterations; time_us is the mean over the timed iterations of the
 slowest rank. algbw = bytes / time; busbw = algbw x nccl-tests' factor (all_reduce 2(n-1)/n;
-all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast 1). Every result is checked exactly
-(small integer-valued float32 data) in one untimed call before timing. Backend: nccl on CUDA, else
+all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast 1). With --repeats R the timed block
+runs R times; spread_pct = (slowest - fastest block) / mean block time x 100, a noise estimate the
+sweep uses (0 with one block). Every result is checked exactly
+(small integer-valued float32 data) in one untimed call before timing. Without --out, results go to
+$LAUNCH_RUN_DIR/results.csv when run by `launch` (rank 0 writes it). Backend: nccl on CUDA, else
 gloo (results are labelled with the backend). Only the module's main() imports torch.
 """
 from __future__ import annotations
@@ -21,10 +24,10 @@ import sys
 import time
 
 from .errors import NcclTuningError
+from .results import COLUMNS
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
-CSV_COLUMNS = ("op", "bytes", "ranks", "time_us", "algbw_gbps", "busbw_gbps", "wrong", "backend",
-               "count", "dtype")
+CSV_COLUMNS = COLUMNS
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -80,14 +83,19 @@ def _cli(argv):
     ap.add_argument("--max-bytes", default="1M")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=1, help="timed blocks of --iters (noise estimate)")
     ap.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
-    ap.add_argument("--out", default=None, help="results.csv path, or a directory for results.csv")
+    ap.add_argument("--out", default=None, help="results.csv path, or a directory for results.csv "
+                    "(default: $LAUNCH_RUN_DIR when set)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = os.environ.get("LAUNCH_RUN_DIR") or None
     try:
         args.ops = parse_ops(args.ops)
         args.sizes = sizes(parse_size(args.min_bytes), parse_size(args.max_bytes))
-        if args.warmup < 0 or args.iters < 1:
-            raise NcclTuningError("--warmup must be >= 0 and --iters >= 1")
+        if args.warmup < 0 or args.iters < 1 or args.repeats < 1:
+            raise NcclTuningError(f"--warmup {args.warmup} / --iters {args.iters} / --repeats "
+                                  f"{args.repeats}: accepted are warmup >= 0, iters >= 1, repeats >= 1")
     except NcclTuningError as e:
         ap.exit(2, f"launch: error: {e}\n")
     return args
@@ -144,7 +152,8 @@ class _Case:
             self.reset = lambda: None
 
 
-def _measure(torch, dist, case, warmup, iters, sync):
+def _measure(torch, dist, case, warmup, iters, sync, repeats=1):
+    """-> (mean seconds per call over all timed blocks, [per-block means], wrong elements)."""
     case.reset()
     case.run()
     sync()
@@ -152,13 +161,15 @@ def _measure(torch, dist, case, warmup, iters, sync):
     for _ in range(warmup):
         case.run()
     sync()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        case.run()
-    sync()
-    elapsed = (time.perf_counter() - t0) / iters
-    return elapsed, wrong
+    blocks = []
+    for _ in range(repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            case.run()
+        sync()
+        blocks.append((time.perf_counter() - t0) / iters)
+    return sum(blocks) / len(blocks), blocks, wrong
 
 
 def main(argv=None) -> int:
@@ -181,7 +192,7 @@ def main(argv=None) -> int:
     rows, unsupported = [], {}
     if rank == 0:
         print(f"# nccl_tuning.bench: backend {backend}, {n} ranks, float32, sum, "
-              f"warmup {args.warmup}, iters {args.iters}")
+              f"warmup {args.warmup}, iters {args.iters}, repeats {args.repeats}")
         print(f"# {'op':>14} {'size':>12} {'count':>10} {'time(us)':>10} {'algbw':>8} "
               f"{'busbw':>8} {'#wrong':>7}")
     for op in args.ops:
@@ -189,22 +200,25 @@ def main(argv=None) -> int:
             count = element_count(op, nbytes, n)
             case = _Case(torch, dist, op, count, rank, n, device)
             try:
-                elapsed, wrong = _measure(torch, dist, case, args.warmup, args.iters, sync)
+                elapsed, blocks, wrong = _measure(torch, dist, case, args.warmup, args.iters, sync,
+                                                  args.repeats)
             except (RuntimeError, NotImplementedError) as e:
                 unsupported[op] = str(e).splitlines()[0][:160]
                 break
-            stats = torch.tensor([elapsed, float(wrong)], dtype=torch.float64, device=device)
-            slowest = stats[:1].clone()
+            slowest = torch.tensor([elapsed, *blocks], dtype=torch.float64, device=device)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            wrong_all = stats[1:].clone()
+            wrong_all = torch.tensor([float(wrong)], dtype=torch.float64, device=device)
             dist.all_reduce(wrong_all)
-            t_s, wrong_total = float(slowest.item()), int(wrong_all.item())
+            t_s, wrong_total = float(slowest[0].item()), int(wrong_all.item())
+            per_block = [float(x) for x in slowest[1:].tolist()]
+            spread = (max(per_block) - min(per_block)) / (sum(per_block) / len(per_block)) * 100
             real_bytes = count * 4
             algbw = real_bytes / t_s / 1e9
             busbw = algbw * bus_factor(op, n)
             rows.append({"op": op, "bytes": real_bytes, "ranks": n, "time_us": t_s * 1e6,
                          "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong_total,
-                         "backend": backend, "count": count, "dtype": "float32"})
+                         "backend": backend, "count": count, "dtype": "float32",
+                         "spread_pct": spread})
             if rank == 0:
                 print(f"  {op:>14} {real_bytes:>12} {count:>10} {t_s * 1e6:>10.1f} {algbw:>8.3f} "
                       f"{busbw:>8.3f} {wrong_total:>7}", flush=True)

@@ -1,4 +1,4 @@
-"""`launch nccl ...`: list, show and check NCCL presets (click commands only: parse, call, print).
+"""`launch nccl ...`: list, show, check presets; bench, sweep, import (click commands only).
 
 Registered in launchers/cli.py with `main.add_command(nccl)`; also runs as
 `python -m nccl_tuning.cli`.
@@ -28,7 +28,7 @@ def _fail(err: Exception):
 
 @click.group("nccl")
 def nccl():
-    """NCCL presets: list, show and check them."""
+    """NCCL presets (list, show, check); collective bench, preset sweep, nccl-tests import."""
 
 
 @nccl.command("list")
@@ -102,6 +102,178 @@ def check_cmd(preset, env_items, env_file, nccl_version, production, preset_dirs
     click.echo(f"checked {len(env)} variable(s) with NCCL {vstr(version)} rules: "
                f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['note']} note(s)")
     if has_errors(findings):
+        sys.exit(1)
+
+
+PASS = {"ignore_unknown_options": True, "allow_interspersed_args": True,
+        "help_option_names": ["-h", "--help"]}
+_OPS = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast"
+
+
+def _bench_options(fn):
+    opts = [
+        click.option("--backend", default="local", show_default=True, help="local, ssh or slurm."),
+        click.option("--nodes", default="1", show_default=True),
+        click.option("--gpus-per-node", default="1", show_default=True, help="Ranks per node."),
+        click.option("--ops", default=_OPS, show_default=True),
+        click.option("--min-bytes", default="1K", show_default=True),
+        click.option("--max-bytes", default="256M", show_default=True),
+        click.option("--warmup", default=5, show_default=True, type=int),
+        click.option("--iters", default=20, show_default=True, type=int),
+        click.argument("launch_args", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, repeats,
+            launch_args):
+    from .runner import BenchConfig
+    extra = list(launch_args)
+    if "--" in extra:
+        raise NcclTuningError("nothing goes after `--`: the program is nccl_tuning.bench; pass "
+                              "backend options (e.g. --partition gpu) before it")
+    cfg = BenchConfig.build(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup,
+                            iters, repeats, extra)
+    _check_launch_args(backend, extra)
+    return cfg
+
+
+def _check_launch_args(backend, extra):
+    """Options we pass on must be `launch BACKEND` options (else it would take them as a program)."""
+    from launchers.cli import main as launch_main   # torch-free
+    cmd = launch_main.commands.get(backend)
+    if cmd is None:
+        return
+    ours = {"--nodes", "--gpus-per-node", "--run-dir", "--nccl-preset", "--dry-run"}
+    known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)
+             if o.startswith("-")} - ours
+    for a in extra:
+        name = a.split("=", 1)[0]
+        if a.startswith("-") and name not in known:
+            raise NcclTuningError(f"option {name!r} is neither a bench option nor one `launch "
+                                  f"{backend}` accepts (accepted there: {', '.join(sorted(known))})")
+
+
+@nccl.command("bench", context_settings=PASS)
+@_bench_options
+@click.option("--repeats", default=1, show_default=True, type=int,
+              help="Timed blocks per size (their spread is the noise estimate).")
+@click.option("--preset", default=None, help="NCCL preset(s) for the job, e.g. moe or moe,roce.")
+@click.option("--run-dir", default=None, help="Run directory (default: <runs root>/nccl-bench-...).")
+def bench_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, launch_args,
+              repeats, preset, run_dir):
+    """Run nccl_tuning.bench through the launcher; results.csv lands in the run dir.
+
+    Other options (e.g. --partition gpu --time 00:20:00, --hostfile hosts, --env K=V) go to
+    `launch BACKEND`."""
+    from . import results as R
+    from . import runner
+    try:
+        cfg = _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
+                      repeats, launch_args)
+        run_dir = os.path.abspath(run_dir or runner.default_run_dir(
+            "nccl-bench-" + (preset or "none").replace(",", "+").replace("/", "_")))
+        if os.path.exists(run_dir):
+            raise NcclTuningError(f"--run-dir {run_dir} exists; results are never overwritten")
+        runner.dry_run(cfg, run_dir, preset)
+    except NcclTuningError as e:
+        _fail(e)
+    click.echo(f"nccl bench: {cfg.backend} {cfg.nodes}x{cfg.gpus_per_node}, preset "
+               f"{preset or '(none)'}, run dir {run_dir}", err=True)
+    code, rows = runner.run(cfg, run_dir, preset)
+    if rows:
+        click.echo(R.format_table(rows, f"nccl_tuning.bench  preset {preset or '(none)'}  "
+                                        f"{run_dir}"), nl=False)
+    if code != 0 or not rows:
+        click.echo(f"launch: error: the bench job failed (exit {code}); see: launch status "
+                   f"{run_dir} ; launch logs {run_dir}", err=True)
+        sys.exit(code or 1)
+    click.echo(f"results: {os.path.join(run_dir, 'results.csv')}")
+
+
+@nccl.command("sweep", context_settings=PASS)
+@_bench_options
+@click.option("--repeats", default=3, show_default=True, type=int,
+              help="Timed blocks per size (their spread is the noise estimate).")
+@click.option("--presets", required=True, help="Candidates, e.g. default,moe,dense,moe+roce,"
+              "./mine.yaml (default is always run as the baseline).")
+@click.option("--out", required=True, help="New directory for everything the sweep writes.")
+@click.option("--workload", default=None, help="moe (all_to_all dominates) or dense (all_reduce, "
+              "reduce_scatter, all_gather).")
+@click.option("--dominant", default=None, help="Ops the recommendation weighs (default: from "
+              "--workload, else all).")
+@click.option("--noise", default=5.0, show_default=True, type=float,
+              help="Minimum gain in percent that counts (raised to the measured spread).")
+def sweep_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, launch_args,
+              repeats, presets, out, workload, dominant, noise):
+    """Bench every preset (one job each), then results.csv, plots, recommendation.yaml, tuner.csv."""
+    from . import sweep as S
+    try:
+        cfg = _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
+                      repeats, launch_args)
+        if noise < 0:
+            raise NcclTuningError(f"--noise {noise} must be >= 0 (percent)")
+        names, dom, envs = S.plan(presets, out, workload, dominant, ops=cfg.ops)
+        done = S.run(cfg, names, out, echo=click.echo)
+        rec = S.write_outputs(out, done, dom, noise, workload, envs, cfg.nodes)
+    except NcclTuningError as e:
+        _fail(e)
+    click.echo(f"recommended: {rec['recommended']} ({rec['reason']})")
+    for key in ("caveat", "caveat_backend"):
+        if rec.get(key):
+            click.echo(f"caveat: {rec[key]}")
+    click.echo(f"wrote {out}/results.csv, {out}/plots/, {out}/recommendation.yaml, {out}/tuner.csv")
+    if rec["failed_presets"]:
+        click.echo(f"launch: error: preset(s) {', '.join(rec['failed_presets'])} failed", err=True)
+        sys.exit(1)
+
+
+@nccl.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", default=None, help="Write the rows as a results.csv (never overwrites).")
+@click.option("--preset", "label", default=None, help="Label the rows (adds a preset column).")
+def import_cmd(files, out, label):
+    """Read nccl-tests output (all_reduce_perf & co, text) into bench rows; print the table."""
+    from . import nccltests
+    from . import results as R
+    try:
+        rows = []
+        for path in files:
+            rows += nccltests.parse_file(path)
+        if out:
+            cols = R.COLUMNS
+            if label:
+                rows = [{**r, "preset": label} for r in rows]
+                cols = ("preset", *cols)
+            R.write_csv(out, rows, cols)
+    except NcclTuningError as e:
+        _fail(e)
+    click.echo(R.format_table(rows, "imported from " + ", ".join(files)), nl=False)
+
+
+@nccl.command("infolog")
+@click.argument("file", type=click.Path(dir_okay=False))
+def infolog_cmd(file):
+    """Summarize an NCCL_DEBUG=INFO log: version, network, channels, chosen algo/proto, refusals."""
+    from . import nccltests
+    try:
+        text = open(file, errors="replace").read()
+    except OSError as e:
+        _fail(NcclTuningError(f"{file}: cannot read it ({e.strerror})"))
+    info = nccltests.parse_info_log(text)
+    click.echo(f"NCCL {info['version'] or '?'}  network {info['network'] or '?'}  channels "
+               f"{info['channels'] or '?'} (coll {info['coll_channels'] or '?'}, p2p "
+               f"{info['p2p_channels'] or '?'})")
+    for g in nccltests.summarize_choices(info["choices"]):
+        click.echo(f"  {g['collective']:<14} {g['min_bytes']:>12}..{g['max_bytes']:<12} "
+                   f"{g['algo']}/{g['proto']}  ({g['calls']} calls)")
+    if not info["choices"]:
+        click.echo("  no algorithm choices logged (set NCCL_DEBUG_SUBSYS=INIT,TUNING)")
+    for line in info["refusals"]:
+        click.echo(f"refused: {line}")
+    if info["refusals"]:
         sys.exit(1)
 
 

@@ -1,0 +1,85 @@
+"""Result rows (one per op and size) shared by bench, sweep and the nccl-tests importer: read/write
+CSV and print them as an nccl-tests style table. Torch-free.
+
+A row is a dict with the bench.CSV_COLUMNS keys (numbers typed), plus `preset` in a sweep's CSV.
+"""
+from __future__ import annotations
+
+import csv
+import os
+
+from .errors import NcclTuningError
+
+COLUMNS = ("op", "bytes", "ranks", "time_us", "algbw_gbps", "busbw_gbps", "wrong", "backend",
+           "count", "dtype", "spread_pct")
+_INT = ("bytes", "ranks", "wrong", "count")
+_FLOAT = ("time_us", "algbw_gbps", "busbw_gbps", "spread_pct")
+# nccl-tests' redop/root columns per op (what all_reduce_perf & co print for a float sum run)
+_REDOP = {"all_reduce": "sum", "reduce_scatter": "sum", "reduce": "sum"}
+_ROOT = {"broadcast": "0", "reduce": "0"}
+
+
+def typed(row: dict) -> dict:
+    out = dict(row)
+    for k in _INT:
+        if out.get(k) not in (None, ""):
+            out[k] = int(float(out[k]))
+    for k in _FLOAT:
+        if out.get(k) not in (None, ""):
+            out[k] = float(out[k])
+        elif k == "spread_pct":
+            out[k] = 0.0
+    return out
+
+
+def read_csv(path: str) -> list[dict]:
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise NcclTuningError(f"results file {path}: cannot read it ({e.strerror})") from None
+    missing = [c for c in ("op", "bytes", "ranks", "time_us", "busbw_gbps") if rows and c not in rows[0]]
+    if missing:
+        raise NcclTuningError(f"results file {path}: missing column(s) {', '.join(missing)}")
+    return [typed(r) for r in rows]
+
+
+def write_csv(path: str, rows: list[dict], columns=COLUMNS) -> None:
+    """Write rows; refuses to overwrite an existing file (results are never replaced)."""
+    if os.path.exists(path):
+        raise NcclTuningError(f"{path} exists; results are never overwritten (choose another path)")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "x", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def format_table(rows: list[dict], title: str = "") -> str:
+    """nccl-tests' column layout (out-of-place only), one block per op, with its Avg bus bandwidth."""
+    lines = [f"# {title}"] if title else []
+    ops = list(dict.fromkeys(r["op"] for r in rows))
+    for op in ops:
+        block = [r for r in rows if r["op"] == op]
+        first = block[0]
+        lines += [f"#", f"# {op}  ({first.get('backend') or '?'}, {first['ranks']} ranks)",
+                  f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>7} {'root':>7} "
+                  f"{'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}",
+                  f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>7} {'':>7} "
+                  f"{'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"]
+        for r in block:
+            count = r.get("count") if r.get("count") not in (None, "") else r["bytes"] // 4
+            lines.append(f"{r['bytes']:>12} {count:>13} {_dtype(r):>9} {_REDOP.get(op, 'none'):>7} "
+                         f"{_ROOT.get(op, '-1'):>7} {r['time_us']:>8.2f} {r['algbw_gbps']:>7.2f} "
+                         f"{r['busbw_gbps']:>7.2f} {r['wrong']:>6}")
+        avg = sum(r["busbw_gbps"] for r in block) / len(block)
+        lines.append(f"# Avg bus bandwidth    : {avg:.6g}")
+    bad = sum(int(r.get("wrong") or 0) for r in rows)
+    lines.append(f"# Out of bounds values : {bad} {'OK' if bad == 0 else 'WRONG'}")
+    return "\n".join(lines) + "\n"
+
+
+def _dtype(r: dict) -> str:
+    d = r.get("dtype") or "float32"
+    return "float" if d == "float32" else d
