@@ -20,7 +20,7 @@ $(STAMP): requirements.txt setup.cfg pyproject.toml
 venv: $(STAMP)
 
 demo: venv
-	$(BIN)/launch local --nodes 4 --gpus-per-node 2 --run-dir $(DEMO_DIR) -- -m workloads.convnet --epochs 2
+	$(BIN)/launch local --nodes 4 --gpus-per-node 2 --run-dir $(DEMO_DIR) -- -m workloads.convnet --epochs 8
 	$(BIN)/launch status $(DEMO_DIR)
 
 # The whole suite, the real Slurm and SSH clusters included (brought up here, taken down after).

@@ -69,7 +69,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         raise LaunchError(f"run {rd.path!r} is still {backend.refresh(rd)['state']}; `launch cancel` it first")
     spec = rd.spec().replace(**{k: v for k, v in changes.items() if v is not None})
     if program_args is not None:
-        spec = spec.replace(program_args=tuple(program_args))
+        spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
     spec = resolve_nccl(spec, sys.stderr)
     attempt = len(rd.read_run_yaml()["attempts"])
     plan = backend.plan(spec, rd.run_id, attempt=attempt)
@@ -80,6 +80,15 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     rd.add_attempt(spec, plan.record())
     _make_nccl_dirs(spec)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
+
+
+def _strip_program(program: tuple[str, ...], words: tuple[str, ...]) -> tuple[str, ...]:
+    """New args after `--` may repeat the recorded program (`-m mod ...` or `train.py ...`); drop it then."""
+    if words[:len(program)] == program:
+        return words[len(program):]
+    if len(program) == 1 and words and os.path.abspath(words[0]) == program[0]:
+        return words[1:]
+    return words
 
 
 def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:
