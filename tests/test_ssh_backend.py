@@ -248,3 +248,14 @@ def test_no_shared_storage_collects_logs_and_checkpoints(workdir):
     st = run_launch("status", "runs/n", check=True).stdout
     assert "COMPLETED" in st and "step-00000001" in st
     assert procs.tagged_pids(run_id) == []
+
+
+def test_launch_cancel_stops_every_host(workdir):
+    proc = subprocess.Popen([LAUNCH, "ssh", "--hosts", HOSTS4, *OPTS, "--run-dir", "runs/x", "--env", "TEST_SLEEP=300",
+                             "--", "report.py"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_lines("runs/x", "sleeping", 4, proc)
+    run_launch("cancel", "runs/x", check=True, timeout=120)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert read_json("runs/x/status.json")["state"] == "CANCELLED"
+    assert procs.tagged_pids(run_id_of("runs/x")) == []
