@@ -1,0 +1,110 @@
+"""Slurm submit -> all ranks running, on the dev cluster (`make slurm-up`): `launch slurm` vs a hand-written
+sbatch script running the same torchrun line (srun, one task per node, node rank from SLURM_NODEID).
+
+The program only writes a marker file per rank (named by RANK) and exits, so the figure is the time from
+starting the submit command until every rank's program has started. Interleaved rounds, medians; after each
+job the cluster is drained before the next one. Fails clearly when the cluster is not up.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import figure, interleaved, median, ms_since  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+NODES, PER_NODE = 2, 2
+PORT = 29731
+
+MARKER = """import os, sys
+open(os.path.join(sys.argv[1], os.environ["RANK"]), "w").close()
+"""
+
+HAND = """#!/bin/bash
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={per_node}
+#SBATCH --time=5
+#SBATCH --output={tmp}/hand-%j.out
+MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+srun bash -c 'exec {python} -m torch.distributed.run --nnodes {nodes} --nproc-per-node {per_node} \\
+  --node-rank "$SLURM_NODEID" --master-addr '"$MASTER"' --master-port {port} --max-restarts 0 \\
+  --monitor-interval 0.1 {tmp}/marker.py "$0"' {markers}
+"""
+
+
+def cluster_up() -> bool:
+    p = subprocess.run([os.path.join(ROOT, "slurm", "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    return p.returncode == 0
+
+
+def drain(deadline_s: float = 120) -> None:
+    end = time.monotonic() + deadline_s
+    while subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.strip():
+        if time.monotonic() > end:
+            sys.exit("bench: the cluster did not drain within 120 s")
+        time.sleep(0.1)
+
+
+def until_ranks(markers: str, t0: float, timeout: float = 180) -> float:
+    world = NODES * PER_NODE
+    while len(os.listdir(markers)) < world:
+        if time.perf_counter() - t0 > timeout:
+            sys.exit(f"bench: only {len(os.listdir(markers))} of {world} ranks started within {timeout:.0f} s")
+        time.sleep(0.01)
+    return ms_since(t0)
+
+
+def main() -> None:
+    if not cluster_up():
+        sys.exit("bench slurm_submit: the dev Slurm cluster is not up; run `make slurm-up` first")
+    tmp = tempfile.mkdtemp(prefix="bench-slurm-", dir="/tmp")
+    with open(os.path.join(tmp, "marker.py"), "w") as f:
+        f.write(MARKER)
+    n = [0]
+
+    def fresh() -> str:
+        n[0] += 1
+        d = os.path.join(tmp, f"m{n[0]}")
+        os.mkdir(d)
+        return d
+
+    def ours() -> float:
+        drain()
+        markers = fresh()
+        t0 = time.perf_counter()
+        subprocess.run([os.path.join(BIN, "launch"), "slurm", "--nodes", str(NODES), "--gpus-per-node",
+                        str(PER_NODE), "--time", "5", "--master-port", str(PORT), "--run-dir",
+                        os.path.join(tmp, "runs", f"r{n[0]}"), "--", os.path.join(tmp, "marker.py"), markers],
+                       cwd=tmp, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return until_ranks(markers, t0)
+
+    def hand() -> float:
+        drain()
+        markers = fresh()
+        script = os.path.join(tmp, f"hand{n[0]}.sbatch")
+        with open(script, "w") as f:
+            f.write(HAND.format(nodes=NODES, per_node=PER_NODE, tmp=tmp, python=sys.executable, port=PORT,
+                                markers=markers))
+        t0 = time.perf_counter()
+        subprocess.run(["sbatch", script], cwd=tmp, check=True, stdout=subprocess.DEVNULL)
+        return until_ranks(markers, t0)
+
+    res = interleaved({"launch": ours, "hand": hand}, rounds=ROUNDS)
+    drain()
+    print(f"  launch slurm: {[round(x) for x in res['launch']]} ms; hand-written sbatch: "
+          f"{[round(x) for x in res['hand']]} ms", flush=True)
+    figure(f"slurm submit -> {NODES}x{PER_NODE} ranks running", median(res["launch"]), median(res["hand"]),
+           "<= 1.1")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""Slurm backend: one homogeneous allocation (N nodes x 1 task), submitted through submitit.
+
+    submit:          the sbatch script (slurm_render, golden-tested; --dry-run prints it) runs
+                     `srun python -m submitit.core._submit <run dir>/slurm` -> launchers.slurmnode.NodeTask on
+                     every node -> the one torchrun command per node; after srun the batch side records the
+                     result (slurmnode.finalize). `launch slurm` returns once queued (or follows with --wait).
+    in allocation:   SLURM_JOB_ID set: no new job; `srun --ntasks-per-node=1` runs the same node task on the
+                     allocated nodes, and this process waits.
+    requeue:         Slurm's USR2 (--signal, or a preemption) -> checkpoint -> node 0 `scontrol requeue`
+                     -> next attempt (LAUNCH_ATTEMPT + 1) resumes from checkpoints/latest. Slurm owns restarts.
+    status / cancel: squeue/scontrol/`sacct -c` (slurm_status, cached); scancel and wait until nothing is left.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from .. import __version__, procs
+from ..errors import LaunchError
+from ..rundir import TERMINAL, RunDir
+from ..spec import JobSpec, redact_env
+from . import slurm_status
+from .base import Backend, Plan, dist_backend_for
+from .slurm_render import header_for, render_sbatch, slurm_options, srun_argv, submitit_folder
+
+MASTER_SHOWN = "<first host of the allocation, resolved to its address on that host>"
+PORT_SHOWN = "<derived from the Slurm job id>"
+CANCEL_WAIT_S = 90.0
+
+
+def allocation() -> dict[str, Any] | None:
+    """The Slurm allocation this process runs in, if any."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    n = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
+    return {"job_id": job, "nodes": int(n), "nodelist": os.environ.get("SLURM_JOB_NODELIST", "?")}
+
+
+def _one_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    msg = " / ".join(lines[-2:]) if lines else "no output"
+    return msg.replace("sbatch: error: ", "")
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+    owns_restarts = False        # Slurm requeues; the launcher does not loop over attempts
+
+    # ------------------------------------------------------------------ plan (= dry-run)
+    def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
+        from ..slurmnode import slurm_node_command
+        slurm_options(spec)                                  # bad options fail here, dry-run included
+        alloc = allocation()
+        if alloc and spec.nodes > alloc["nodes"]:
+            raise LaunchError(f"--nodes {spec.nodes} is larger than the current allocation (Slurm job "
+                              f"{alloc['job_id']}: {alloc['nodes']} nodes, {alloc['nodelist']})")
+        dist = dist_backend_for(spec)
+        port = spec.master_port if spec.master_port is not None else PORT_SHOWN
+        nodes = [slurm_node_command(spec, k, MASTER_SHOWN, port, run_id, attempt, dist) for k in range(spec.nodes)]
+        hosts = [f"SLURM_NODEID={k}" + (" (the master)" if k == 0 else "") for k in range(spec.nodes)]
+        if alloc:
+            script = (f"# inside allocation {alloc['job_id']} ({alloc['nodelist']}): nothing is submitted\n"
+                      + shlex.join(srun_argv(spec, run_id=run_id, job_id=alloc["job_id"], base_attempt=attempt)))
+        else:
+            script = render_sbatch(spec, base_attempt=attempt, header=header_for(sys.argv[1:], __version__))
+        script += (f"\n# each node: LAUNCH_ATTEMPT = {attempt}"
+                   + ("" if alloc else " + SLURM_RESTART_COUNT") + "; NODE_RANK = SLURM_NODEID\n")
+        return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER_SHOWN, master_port=port,
+                    dist_backend=dist, nodes=nodes, hosts=hosts, script=script)
+
+    def preflight(self, plan: Plan) -> None:
+        """Before the run dir exists: Slurm is there, knows the partition, and accepts the job."""
+        spec = plan.spec
+        if allocation():
+            if not shutil.which("srun"):
+                raise LaunchError("srun is not on PATH inside this allocation")
+            return
+        if not shutil.which("sbatch"):
+            raise LaunchError("sbatch is not on PATH: Slurm is not installed here (--dry-run shows the script)")
+        part = spec.opts.get("partition")
+        if part:
+            p = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=30)
+            known = sorted(set(p.stdout.split()))
+            if p.returncode != 0:
+                raise LaunchError(f"sinfo failed: {_one_line(p.stderr)}")
+            if part not in known:
+                raise LaunchError(f"--partition {part!r} is unknown to Slurm; partitions: {', '.join(known) or '(none)'}")
+        p = subprocess.run(["sbatch", "--test-only"], input=plan.script, capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise LaunchError(f"Slurm refuses the job ({spec.nodes} nodes x {spec.gpus_per_node} GPUs): "
+                              f"{_one_line(p.stderr or p.stdout)}")
+
+    # ------------------------------------------------------------------ start
+    def start(self, plan: Plan, rd: RunDir) -> int:
+        from ..slurmnode import update_status
+        update_status(rd, state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None)
+        if allocation():
+            return self._start_in_allocation(plan, rd)
+        job_id = self._submit(plan, rd)
+        with open(os.path.join(submitit_folder(rd.path), "jobs"), "a", encoding="utf-8") as f:
+            f.write(f"{plan.attempt} {job_id}\n")
+        update_status(rd, slurm_job_id=job_id)
+        print(f"slurm job {job_id} queued; run dir {rd.path}", flush=True)
+        if plan.spec.opts.get("wait"):
+            return self.follow(rd)
+        return 0
+
+    def _submit(self, plan: Plan, rd: RunDir) -> str:
+        from submitit.core.utils import FailedJobError, FailedSubmissionError
+        from submitit.slurm.slurm import SlurmExecutor
+
+        from ..slurmnode import NodeTask, update_status
+
+        spec = plan.spec
+
+        class Executor(SlurmExecutor):        # submits exactly the script the plan shows
+            def _make_submission_file_text(self, command: str, uid: str) -> str:
+                return plan.script
+
+        folder = submitit_folder(rd.path)
+        os.makedirs(folder, exist_ok=True)
+        ex = Executor(folder=folder, max_num_timeout=slurm_options(spec)["max_requeues"],
+                      python=shlex.quote(spec.python))
+        ex.parameters.update(nodes=spec.nodes, ntasks_per_node=1)
+        try:
+            with _secret_env(spec):
+                job = ex.submit(NodeTask(rd.path, plan.attempt))
+        except (FailedJobError, FailedSubmissionError, OSError, RuntimeError) as e:
+            msg = _one_line(str(e))
+            if plan.attempt == 0:
+                shutil.rmtree(rd.path, ignore_errors=True)     # nothing ran: leave no run dir behind
+            else:
+                update_status(rd, state="FAILED", reason=f"sbatch failed: {msg}")
+            raise LaunchError(f"sbatch refused the job: {msg}") from None
+        return str(job.job_id)
+
+    def follow(self, rd: RunDir) -> int:
+        """--wait: stream the ranks' output until the run ends; 0 only if every rank succeeded."""
+        from ..follow import Follower
+        f = Follower(rd)
+        try:
+            f.follow(lambda: self.refresh(rd)["state"] in TERMINAL, interval=0.5)
+        except KeyboardInterrupt:
+            print(f"launch: stopped following; the job keeps running (`launch cancel {rd.path}` stops it)",
+                  file=sys.stderr)
+            return 130
+        st = rd.read_status()
+        if st["state"] != "COMPLETED":
+            print(f"launch: run {st['state']}" + (f": {st['reason']}" if st.get("reason") else ""), file=sys.stderr)
+        return 0 if st["state"] == "COMPLETED" else 1
+
+    def _start_in_allocation(self, plan: Plan, rd: RunDir) -> int:
+        from ..follow import follow_in_thread
+        from ..slurmnode import finalize, update_status
+        alloc = allocation()
+        update_status(rd, slurm_job_id=alloc["job_id"], in_allocation=True,
+                      launcher={"pid": os.getpid(), "host": socket.gethostname(),
+                                "start": procs.start_ticks(os.getpid())})
+        argv = srun_argv(plan.spec, run_id=plan.run_id, job_id=alloc["job_id"], base_attempt=plan.attempt)
+        os.makedirs(submitit_folder(rd.path), exist_ok=True)
+        print(f"slurm job {alloc['job_id']}: running in the current allocation; run dir {rd.path}", flush=True)
+        interrupted: list[int] = []
+        srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+
+        def stop(signum, _frame):
+            interrupted.append(signum)
+            with contextlib.suppress(ProcessLookupError):
+                srun.send_signal(signal.SIGTERM)
+
+        old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        thread, done = follow_in_thread(rd)
+        try:
+            srun.wait()
+        finally:
+            done.set()
+            thread.join(timeout=5)
+            for s, h in old.items():
+                signal.signal(s, h)
+        code = finalize(rd.path, plan.attempt, in_allocation=True)
+        if interrupted:
+            update_status(rd, state="CANCELLED", reason=f"launcher got {signal.Signals(interrupted[0]).name}")
+            return 130
+        return code
+
+    # ------------------------------------------------------------------ watch / cancel
+    def refresh(self, rd: RunDir) -> dict[str, Any]:
+        from ..slurmnode import read_nodes
+        st = rd.read_status()
+        job_id = st.get("slurm_job_id") or _last_job(rd)
+        if not job_id or st.get("state") in TERMINAL:
+            return st
+        if st.get("in_allocation"):
+            return st          # the launcher inside the allocation records the end itself
+        job = slurm_status.query(job_id, submitit_folder(rd.path))
+        state, reason = slurm_status.to_run_state(job)
+        out = dict(st, slurm_job_id=job_id, slurm_state=job.state)
+        if job.live:
+            if state != st.get("state") or not st.get("reason"):
+                out.update(state=state, reason=reason)
+            return out
+        spec = rd.spec()
+        attempt = st.get("attempt", 0)
+        recs = read_nodes(rd.path, spec.nodes, attempt)
+        nodes = {str(k): r.get("exit_code") for k, r in sorted(recs.items())}
+        if state == "COMPLETED" and not (len(recs) == spec.nodes and all(r.get("exit_code") == 0 for r in recs.values())):
+            state, reason = "FAILED", f"Slurm job {job_id} COMPLETED but not every node recorded exit code 0"
+        with _locked(rd):
+            cur = rd.read_status()
+            if cur.get("state") in TERMINAL:
+                return cur
+            return rd.write_status(state=state, reason=reason, nodes=nodes or st.get("nodes", {}),
+                                   first_failure=st.get("first_failure") or rd.first_failure(attempt),
+                                   slurm_state=job.state)
+
+    def cancel(self, rd: RunDir) -> None:
+        from ..slurmnode import update_status
+        st = rd.read_status()
+        job_id = st.get("slurm_job_id") or _last_job(rd)
+        if st.get("in_allocation"):
+            self._cancel_in_allocation(rd, st, job_id)
+        elif job_id:
+            p = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60)
+            if p.returncode != 0 and "already completing or completed" not in p.stderr \
+                    and "Invalid job id" not in p.stderr:
+                raise LaunchError(f"scancel {job_id} failed: {_one_line(p.stderr)}")
+            _wait_gone(job_id)
+        if rd.read_status().get("state") not in TERMINAL:
+            update_status(rd, state="CANCELLED", reason=f"launch cancel (scancel {job_id})")
+
+    def _cancel_in_allocation(self, rd: RunDir, st: dict[str, Any], job_id: str | None) -> None:
+        launcher = st.get("launcher") or {}
+        pid = launcher.get("pid")
+        if pid and launcher.get("host") == socket.gethostname() and procs.alive(pid) \
+                and procs.start_ticks(pid) == launcher.get("start"):
+            os.kill(pid, signal.SIGTERM)
+        if job_id:       # the step(s) this run started in the allocation, by their name
+            p = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], capture_output=True, text=True)
+            for line in p.stdout.splitlines():
+                step, _, name = line.partition("|")
+                if name.strip() == f"launch-{rd.run_id}":
+                    subprocess.run(["scancel", step.strip()], capture_output=True, timeout=60)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while procs.tagged_pids(rd.run_id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def _wait_gone(job_id: str) -> None:
+    """Until squeue no longer lists the job as pending, running or completing (all its tasks are gone)."""
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline:
+        p = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
+        states = p.stdout.split()
+        if p.returncode != 0 or not states or all(s not in slurm_status.LIVE for s in states):
+            return
+        time.sleep(0.2)
+    raise LaunchError(f"Slurm job {job_id} is still listed {CANCEL_WAIT_S:.0f} s after scancel")
+
+
+def _last_job(rd: RunDir) -> str | None:
+    try:
+        with open(os.path.join(submitit_folder(rd.path), "jobs"), encoding="utf-8") as f:
+            lines = f.read().split()
+        return lines[-1] if lines else None
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _locked(rd: RunDir):
+    from ..slurmnode import _status_lock
+    with _status_lock(rd.path):
+        yield
+
+
+@contextlib.contextmanager
+def _secret_env(spec: JobSpec):
+    """run.yaml shows secret --env values as ***; the nodes take them from the job's environment
+    (sbatch exports the submitter's), so they are put there for the sbatch call only."""
+    secret = {k: v for k, v in spec.env if redact_env({k: v})[k] != v}
+    saved = {k: os.environ.get(k) for k in secret}
+    os.environ.update(secret)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

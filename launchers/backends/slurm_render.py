@@ -1,0 +1,183 @@
+"""Pure pieces of the Slurm backend: option validation and the sbatch script (golden-tested).
+
+The script is submitit's own (`_make_sbatch_string`: sorted, quoted `#SBATCH` flags, `--signal`,
+`--open-mode=append`, output inside the submitit folder), with a header naming the command that produced
+it, `--requeue`, and a teardown line that records the attempt's result from the batch side. Everything
+here is a function of its arguments: no clock, no environment, no Slurm needed (that is the dry-run).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any, Mapping
+
+from ..errors import LaunchError
+from ..spec import SECRET_MARKERS, JobSpec
+
+DEFAULT_SIGNAL_SECONDS = 120
+DEFAULT_MAX_REQUEUES = 3
+STOP_SIGNAL = "USR2"                       # what Slurm sends before the time limit (and we send to preempt)
+# torchrun's agent handles these by forwarding them to its workers and waiting for them (PET_* = torchrun's
+# own --signals-to-handle / --shutdown-timeout read from the environment). Without USR2 here the agent
+# would die on USR2 (default action) while its workers are still writing their checkpoint.
+AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_FLAG = re.compile(r"^--([A-Za-z][A-Za-z0-9-]*)(?:[= ](.*))?$")
+
+
+# ------------------------------------------------------------------------------------------ validation
+
+def parse_time(value: str) -> int:
+    """Slurm --time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED) -> minutes (0 = unlimited)."""
+    v = str(value).strip()
+    if v.upper() in ("UNLIMITED", "INFINITE"):
+        return 0
+    m = _TIME.match(v)
+    accepted = "M, M:S, H:M:S, D-H, D-H:M or D-H:M:S (e.g. 04:00:00, 1-12:00:00, 30)"
+    if not m:
+        raise LaunchError(f"--time {value!r} is malformed; accepted: {accepted}")
+    days, a, b, c = m.groups()
+    parts = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:          # D-H[:M[:S]]
+        h, mi, s = (parts + [0, 0])[:3]
+        minutes = int(days) * 1440 + h * 60 + mi + (1 if s else 0)
+    elif len(parts) == 1:         # M
+        minutes = parts[0]
+    elif len(parts) == 2:         # M:S
+        minutes = parts[0] + (1 if parts[1] else 0)
+    else:                         # H:M:S
+        minutes = parts[0] * 60 + parts[1] + (1 if parts[2] else 0)
+    if minutes < 1:
+        raise LaunchError(f"--time {value!r} is shorter than one minute; accepted: {accepted}")
+    return minutes
+
+
+def parse_sbatch_lines(lines: Any) -> dict[str, Any]:
+    """Profile `sbatch_lines` (["--reservation=x", "#SBATCH --exclusive", ...]) -> {flag: value|True}."""
+    out: dict[str, Any] = {}
+    for line in lines or ():
+        text = str(line).strip()
+        if text.startswith("#SBATCH"):
+            text = text[len("#SBATCH"):].strip()
+        m = _FLAG.match(text)
+        if not m or "\n" in text:
+            raise LaunchError(f"slurm.sbatch_lines entry {line!r} is not accepted; use the long form, "
+                              "e.g. '--reservation=maint' or '#SBATCH --exclusive'")
+        value = m.group(2)
+        out[m.group(1).replace("-", "_")] = True if value is None else value.strip()
+    return out
+
+
+def slurm_options(spec: JobSpec) -> dict[str, Any]:
+    """The validated Slurm options of a spec, with defaults filled in."""
+    o = spec.opts
+    res: dict[str, Any] = {
+        "signal_seconds": o.get("signal_seconds", DEFAULT_SIGNAL_SECONDS),
+        "max_requeues": o.get("max_requeues", DEFAULT_MAX_REQUEUES),
+        "extra": parse_sbatch_lines(o.get("sbatch_lines")),
+    }
+    for key in ("signal_seconds", "max_requeues"):
+        v = res[key]
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
+            raise LaunchError(f"--{key.replace('_', '-')} {v!r} is not accepted; give an integer 0-65535")
+    if o.get("time") is not None:
+        res["timeout_min"] = parse_time(o["time"])
+    if o.get("mem") is not None and not _MEM.match(str(o["mem"])):
+        raise LaunchError(f"--mem {o['mem']!r} is malformed; accepted: a number with an optional K, M, G or T "
+                          "suffix (e.g. 64G)")
+    if o.get("cpus_per_task") is not None and (isinstance(o["cpus_per_task"], bool) or int(o["cpus_per_task"]) < 1):
+        raise LaunchError(f"--cpus-per-task {o['cpus_per_task']!r} is not accepted; give an integer >= 1")
+    for key in ("partition", "account", "qos", "constraint", "job_name"):
+        v = o.get(key)
+        if v is not None and (not str(v).strip() or any(c in str(v) for c in "\n\r")):
+            raise LaunchError(f"--{key.replace('_', '-')} {v!r} is not accepted; give a non-empty single-line value")
+    return res
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+def submitit_folder(run_dir: str) -> str:
+    """Where submitit keeps the job's pickles, its script and the per-task logs: inside the run dir."""
+    return os.path.join(run_dir, "slurm")
+
+
+def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
+    """submitit `_make_sbatch_string` keyword arguments for one homogeneous allocation of spec.nodes nodes."""
+    so = slurm_options(spec)
+    o = spec.opts
+    extra = dict(so["extra"])
+    params: dict[str, Any] = {
+        "job_name": o.get("job_name") or spec.name,
+        "nodes": spec.nodes,
+        "ntasks_per_node": 1,                    # one task per node: the node task that runs torchrun
+        "signal_delay_s": so["signal_seconds"],
+        "stderr_to_stdout": True,
+        "wckey": None,                           # submitit's default "submitit" would be an arbitrary wckey
+    }
+    # Slurm >= 19.05 with select/cons_tres takes --gpus-per-node; clusters on cons_res need --gres=gpu:N,
+    # which a profile gives through sbatch_lines (then --gpus-per-node is left out).
+    if "gres" not in extra:
+        params["gpus_per_node"] = spec.gpus_per_node
+    for key in ("partition", "account", "qos", "constraint", "mem", "cpus_per_task"):
+        if o.get(key) is not None:
+            params[key] = o[key]
+    if o.get("exclusive"):
+        params["exclusive"] = True
+    # without --time submitit would write its own default (5 minutes): leave the cluster's default instead
+    params["time"] = (str(o["time"]) if so["timeout_min"] else "UNLIMITED") if "timeout_min" in so else None
+    extra.setdefault("requeue", True)
+    params["additional_parameters"] = extra
+    return params
+
+
+def node_task_command(python: str, folder: str) -> str:
+    """What srun runs on every node: submitit's entry point, which unpickles and calls the node task."""
+    return " ".join([shlex.quote(python), "-u -m submitit.core._submit", shlex.quote(folder)])
+
+
+def finalize_command(python: str, run_dir: str, base_attempt: int) -> str:
+    """Batch-side last line: record the attempt's result (per-node exit codes, first failure)."""
+    words = (python, "-m", "launchers.slurmnode", "finalize", run_dir, "--base-attempt", str(base_attempt))
+    return " ".join(shlex.quote(w) for w in words) + ' --srun-status "$?"'   # $?: srun's exit status
+
+
+def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str) -> str:
+    """The exact sbatch script `launch slurm` submits (and --dry-run prints)."""
+    from submitit.slurm.slurm import _make_sbatch_string  # submitit is stdlib + cloudpickle: no torch
+
+    folder = submitit_folder(spec.run_dir)
+    params = sbatch_parameters(spec)
+    text = _make_sbatch_string(command=node_task_command(spec.python, folder), folder=folder,
+                               teardown=[finalize_command(spec.python, spec.run_dir, base_attempt)], **params)
+    shebang, rest = text.split("\n", 1)
+    head = [f"# {line}" if line else "#" for line in header.splitlines()]
+    return "\n".join([shebang, *head, rest.rstrip("\n")]) + "\n"
+
+
+def header_for(argv: list[str] | tuple[str, ...], version: str) -> str:
+    """'produced by: launch slurm ...' with secret-looking --env values shown as ***."""
+    words = []
+    for w in argv:
+        name, eq, _ = w.partition("=")
+        if eq and any(m in name.upper() for m in SECRET_MARKERS):
+            w = f"{name}=***"
+        words.append(w)
+    return f"produced by: {shlex.join(['launch', *words])}\nlaunchers {version}; submitted with submitit"
+
+
+def allocation_env(signal_seconds: int) -> dict[str, str]:
+    """Environment the node task adds to torchrun's agent (shown in the dry-run too)."""
+    grace = max(5, int(signal_seconds) - 15)
+    return {"PET_SIGNALS_TO_HANDLE": AGENT_SIGNALS, "PET_SHUTDOWN_TIMEOUT": str(grace)}
+
+
+def srun_argv(spec: JobSpec, *, run_id: str, job_id: str, base_attempt: int) -> list[str]:
+    """In-allocation mode: one node task per allocated node, in the current allocation."""
+    out = os.path.join(submitit_folder(spec.run_dir), f"alloc-{job_id}-%s-%t.out")
+    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=0", f"--job-name=launch-{run_id}", f"--output={out}", "--open-mode=append",
+            spec.python, "-u", "-m", "launchers.slurmnode", "run", spec.run_dir,
+            "--base-attempt", str(base_attempt), "--in-allocation"]

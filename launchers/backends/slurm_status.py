@@ -1,0 +1,163 @@
+"""What Slurm says about a job, without slurmdbd: squeue (live), scontrol (live and recently finished),
+`sacct -c` (the jobcomp log: finished jobs only). Calls are rate-limited per run through a small cache
+file in <run dir>/slurm/, and a job that none of them knows is reported as GONE, never as UNKNOWN.
+
+Parsing is pure (tested with recorded output); `query()` is the only function that runs commands.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+MIN_INTERVAL_S = 2.0        # at most one round of Slurm calls per run per this many seconds
+CMD_TIMEOUT_S = 15.0
+
+LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
+        "STAGE_OUT", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+         "REVOKED"}
+
+
+@dataclass
+class SlurmJob:
+    job_id: str
+    state: str              # Slurm's state name, or GONE
+    source: str             # squeue | scontrol | sacct | none
+    reason: str = ""
+    restarts: int = 0
+    exit_code: str = ""
+    nodelist: str = ""
+    checked: float = 0.0
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+
+# ------------------------------------------------------------------------------------------ parsing
+
+def _base_state(s: str) -> str:
+    # "CANCELLED by 0" -> CANCELLED; "RUNNING+" or flags are dropped
+    return s.strip().split()[0].rstrip("+").upper() if s.strip() else ""
+
+
+def parse_squeue(out: str, job_id: str) -> SlurmJob | None:
+    """`squeue -h -j ID -o %i|%T|%r|%N` output."""
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0] == job_id:
+            return SlurmJob(job_id, _base_state(parts[1]), "squeue", reason=parts[2] if len(parts) > 2 else "",
+                            nodelist=parts[3] if len(parts) > 3 else "")
+    return None
+
+
+def parse_scontrol(out: str, job_id: str) -> SlurmJob | None:
+    """`scontrol show job -o ID` output (one line of KEY=VALUE words)."""
+    for line in out.splitlines():
+        fields = {}
+        for word in line.split():
+            k, eq, v = word.partition("=")
+            if eq and k not in fields:
+                fields[k] = v
+        if fields.get("JobId") == job_id and "JobState" in fields:
+            try:
+                restarts = int(fields.get("Restarts", "0"))
+            except ValueError:
+                restarts = 0
+            return SlurmJob(job_id, _base_state(fields["JobState"]), "scontrol", reason=fields.get("Reason", ""),
+                            restarts=restarts, exit_code=fields.get("ExitCode", ""), nodelist=fields.get("NodeList", ""))
+    return None
+
+
+def parse_sacct(out: str, job_id: str) -> SlurmJob | None:
+    """`sacct -c -X -n -P -j ID -o JobID,State,ExitCode,NodeList`: the last row for the id wins (a requeued
+    job has one jobcomp row per ended run)."""
+    found = None
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0] == job_id:
+            found = SlurmJob(job_id, _base_state(parts[1]), "sacct", exit_code=parts[2] if len(parts) > 2 else "",
+                             nodelist=parts[3] if len(parts) > 3 else "")
+    return found
+
+
+# ------------------------------------------------------------------------------------------ querying
+
+Runner = Callable[[list[str]], "tuple[int, str]"]
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=CMD_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return 127, ""
+    return p.returncode, p.stdout
+
+
+def ask_slurm(job_id: str, run: Runner = _run) -> SlurmJob:
+    """scontrol (live and recently ended, with the restart count), then squeue, then sacct -c; GONE if
+    none of them knows the job."""
+    rc, out = run(["scontrol", "show", "job", "-o", job_id])
+    job = parse_scontrol(out, job_id) if rc == 0 else None
+    if job is None:
+        rc, out = run(["squeue", "-h", "-j", job_id, "-o", "%i|%T|%r|%N"])
+        job = parse_squeue(out, job_id) if rc == 0 else None
+    if job is not None:
+        return job
+    rc, out = run(["sacct", "-c", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList"])
+    acct = parse_sacct(out, job_id) if rc == 0 else None
+    if acct is not None and acct.state in ENDED:
+        return acct
+    return SlurmJob(job_id, "GONE", "none")
+
+
+def query(job_id: str, cache_dir: str, run: Runner = _run, min_interval: float = MIN_INTERVAL_S,
+          now: Callable[[], float] = time.time) -> SlurmJob:
+    """ask_slurm() at most once per min_interval per run; an ended job is never asked about again."""
+    path = os.path.join(cache_dir, ".slurm-query.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            cached = SlurmJob(**json.load(f))
+        if cached.job_id == job_id and (cached.state in ENDED or now() - cached.checked < min_interval):
+            return cached
+    except (OSError, ValueError, TypeError):
+        pass
+    job = ask_slurm(job_id, run)
+    job.checked = now()
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(asdict(job), f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return job
+
+
+# ------------------------------------------------------------------------------------------ our view
+
+def to_run_state(job: SlurmJob) -> tuple[str, str | None]:
+    """Slurm state -> (run state, reason). Live states are never terminal; PREEMPTED/REQUEUED neither."""
+    s = job.state
+    if s == "PENDING":
+        return ("REQUEUED", f"requeued {job.restarts}x, pending ({job.reason})") if job.restarts else ("PENDING", None)
+    if s in ("REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"):
+        return "REQUEUED", f"Slurm {s}"
+    if s == "PREEMPTED":
+        return "PREEMPTED", "preempted by Slurm"
+    if s in LIVE:
+        return "RUNNING", (f"Slurm {s}" if s != "RUNNING" else None)
+    if s == "COMPLETED":
+        return "COMPLETED", None
+    if s == "CANCELLED":
+        return "CANCELLED", f"Slurm job {job.job_id} was cancelled"
+    if s == "GONE":
+        return "FAILED", f"Slurm job {job.job_id} is gone: not in squeue, scontrol or the jobcomp log (sacct -c)"
+    what = {"TIMEOUT": "reached its time limit", "NODE_FAIL": "lost a node (NODE_FAIL)",
+            "OUT_OF_MEMORY": "ran out of memory"}.get(s, f"ended {s}")
+    return "FAILED", f"Slurm job {job.job_id} {what}" + (f" (exit {job.exit_code})" if job.exit_code else "")

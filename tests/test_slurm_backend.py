@@ -1,0 +1,219 @@
+"""The Slurm backend on the real dev cluster (4 slurmd in network namespaces; `make slurm-up`).
+
+Small shapes on purpose (2 cores): 2 nodes x 1-2 processes, gloo. These tests fail, never skip, when the
+cluster is not up.
+"""
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
+from launchers import procs
+from launchers.torchrun import derive_port
+
+
+@pytest.fixture(autouse=True)
+def cluster():
+    p = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", p.returncode == 0, "make slurm-up")
+
+
+def records(run_dir, marker="REPORT "):
+    return [json.loads(ln[len(marker):]) for ln in rank_lines(run_dir, marker)]
+
+
+def job_of(run_dir):
+    return Path(run_dir, "slurm", "jobs").read_text().split()[-1]
+
+
+def run_id_of(run_dir):
+    return yaml.safe_load(Path(run_dir, "run.yaml").read_text())["run_id"]
+
+
+def status(run_dir):
+    return json.loads(run_launch("status", run_dir, "--json", check=True).stdout)
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def expected_value(steps):
+    v = 1
+    for s in range(steps):
+        v = (v * 31 + s) % 1000003
+    return v
+
+
+def test_2x2_wait_world_allreduce_nodes(workdir):
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "2", "--time", "10", "--run-dir", "runs/r",
+                   "--wait", "--", "report.py", "a b", "$(touch pwned)")
+    assert p.returncode == 0, p.stdout + p.stderr
+    job = job_of("runs/r")
+    assert f"slurm job {job} queued; run dir {workdir}/runs/r" in p.stdout
+    assert "[n1 r3] REPORT" in p.stdout                       # --wait streamed the ranks' output
+    reps = sorted(records("runs/r"), key=lambda r: r["rank"])
+    assert [r["rank"] for r in reps] == [0, 1, 2, 3] and {r["world"] for r in reps} == {4}
+    assert {r["sum"] for r in reps} == {10.0} and all(r["argv"] == ["a b", "$(touch pwned)"] for r in reps)
+    assert not (workdir / "pwned").exists()
+    # NODE_RANK = SLURM_NODEID, each node on its own host (network + UTS namespace)
+    nodes = {k: read_json(f"runs/r/status/node{k}.json") for k in (0, 1)}
+    assert {r["host"] for r in reps if r["node_rank"] == "0"} == {nodes[0]["host"]}
+    assert {r["host"] for r in reps if r["node_rank"] == "1"} == {nodes[1]["host"]}
+    assert nodes[0]["host"] != nodes[1]["host"] and all(n["slurm_job_id"] == job for n in nodes.values())
+    env = reps[0]["env"]
+    assert env["MASTER_ADDR"].startswith("10.215.0.") and env["MASTER_PORT"] == str(derive_port(f"slurm-{job}"))
+    assert env["LAUNCH_ATTEMPT"] == "0"
+    for k, ranks in ((0, (0, 1)), (1, (2, 3))):
+        assert (workdir / f"runs/r/logs/node{k}/agent.log").exists()
+        for r in ranks:
+            assert (workdir / f"runs/r/logs/node{k}/rank{r}.log").read_text().startswith("===== launch attempt 0")
+    st = read_json("runs/r/status.json")
+    assert st["state"] == "COMPLETED" and st["nodes"] == {"0": 0, "1": 0} and st["slurm_job_id"] == job
+    out = run_launch("status", "runs/r", check=True).stdout
+    assert "COMPLETED" in out and f"slurm job:  {job}" in out
+    # submitit's files live in the run dir, nothing lands in the cwd
+    assert (workdir / f"runs/r/slurm/{job}_submitted.pkl").exists()
+    assert sorted(x.name for x in workdir.iterdir() if x.suffix in (".out", ".err", ".pkl", ".sh")) == []
+    att = yaml.safe_load(Path("runs/r/run.yaml").read_text())["attempts"]
+    assert len(att) == 1 and att[0]["slurm_job_id"] == job and att[0]["master_addr"] == env["MASTER_ADDR"]
+
+
+def test_preemption_checkpoint_requeue_resume(workdir):
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--run-dir", "runs/p",
+                   "--env", "TEST_STEPS=40", "--", "preempt_worker.py")
+    assert p.returncode == 0, p.stderr
+    job = job_of("runs/p")
+    wait_for(lambda: "STEP 6" in Path("runs/p/logs/node0/rank0.log").read_text()
+             if Path("runs/p/logs/node0/rank0.log").exists() else False, 120, "step 6")
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)       # what a preemption notice sends
+    seen = set()
+    deadline = time.monotonic() + 180
+    while True:
+        st = status("runs/p")
+        seen.add(st["state"])
+        if st["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
+            break
+        assert time.monotonic() < deadline, f"still {st}"
+        time.sleep(0.5)
+    assert st["state"] == "COMPLETED", st
+    assert "REQUEUED" in seen and st["attempt"] == 1 and st["slurm_job_id"] == job
+    final = read_json("runs/p/final.json")
+    assert final["value"] == expected_value(40) and final["attempt"] == 1     # same result as uninterrupted
+    assert final["resumed_from"].startswith("step-")
+    assert rank_lines("runs/p", "CHECKPOINT attempt 0") and rank_lines("runs/p", "SIGNAL SIGUSR2")
+    assert rank_lines("runs/p", "START attempt 1 rank 1 from step-")
+    log = Path("runs/p/logs/node1/rank1.log").read_text()                # appended, not replaced
+    assert "launch attempt 0" in log and "launch attempt 1" in log
+    att = yaml.safe_load(Path("runs/p/run.yaml").read_text())["attempts"]
+    assert [a["attempt"] for a in att] == [0, 1] and att[1]["slurm_restart"] == 1
+    assert "Received 12 death signal" in Path("runs/p/logs/node0/agent.log").read_text()   # the agent forwarded USR2
+
+
+def test_timeout_signal_requeues_and_completes(workdir):
+    # --time 2 with USR2 60 s before the limit: Slurm itself signals (30-60 s in; its timer runs every ~30 s).
+    # Attempt 0 needs ~70 s, so it is always signalled; the resumed attempt 1 finishes in ~15 s.
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "2", "--signal-seconds", "60",
+                   "--max-requeues", "3", "--run-dir", "runs/t", "--env", "TEST_STEPS=120",
+                   "--env", "TEST_STEP_SLEEP=0.5", "--env", "TEST_STEP_SLEEP_LATER=0", "--wait",
+                   "--", "preempt_worker.py", timeout=400)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr
+    st = read_json("runs/t/status.json")
+    assert st["state"] == "COMPLETED" and st["attempt"] >= 1
+    final = read_json("runs/t/final.json")
+    assert final["value"] == expected_value(120) and final["resumed_from"]
+    assert rank_lines("runs/t", "SIGNAL SIGUSR2") and rank_lines("runs/t", "START attempt 1")
+
+
+def test_cancel_leaves_no_process_on_any_node(workdir):
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "2", "--time", "10", "--run-dir", "runs/c",
+                   "--env", "TEST_SLEEP=300", "--", "report.py")
+    assert p.returncode == 0, p.stderr
+    job, run_id = job_of("runs/c"), run_id_of("runs/c")
+    wait_for(lambda: len(rank_lines("runs/c", "sleeping")) == 4, 120, "4 sleeping ranks")
+    assert status("runs/c")["state"] == "RUNNING"
+    assert len(procs.tagged_pids(run_id)) >= 10          # 2 agents, 4 wrappers, 4 workers (all namespaces)
+    c = run_launch("cancel", "runs/c")
+    assert c.returncode == 0, c.stderr
+    assert procs.tagged_pids(run_id) == []
+    assert subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip() == ""
+    st = status("runs/c")
+    assert st["state"] == "CANCELLED" and st["slurm_job_id"] == job
+
+
+def test_status_of_a_job_gone_everywhere(workdir):
+    """No slurmdbd: a job that squeue, scontrol and sacct -c do not know is reported as gone (FAILED)."""
+    Path("runs/g/slurm").mkdir(parents=True)
+    Path("runs/g/run.yaml").write_text(yaml.safe_dump({
+        "run_id": "g-1", "attempts": [{"attempt": 0}],
+        "spec": {"backend": "slurm", "nodes": 2, "gpus_per_node": 1, "program": ["report.py"], "program_args": [],
+                 "run_dir": str(workdir / "runs/g"), "name": "g", "python": "python3"}}))
+    Path("runs/g/status.json").write_text(json.dumps({"state": "RUNNING", "attempt": 0, "nodes": {},
+                                                      "first_failure": None, "slurm_job_id": "987654"}))
+    t0 = time.monotonic()
+    st = status("runs/g")
+    assert st["state"] == "FAILED" and "987654 is gone" in st["reason"] and st["slurm_state"] == "GONE"
+    assert time.monotonic() - t0 < 10
+    assert read_json("runs/g/status.json")["state"] == "FAILED"      # recorded: not asked again
+
+
+def test_in_allocation_runs_in_the_current_job(workdir):
+    script = workdir / "mine.sbatch"
+    script.write_text(f"""#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=5
+#SBATCH --output={workdir}/mine-%j.out
+cd {workdir}
+{LAUNCH} slurm --nodes 3 --run-dir {workdir}/runs/too-big -- report.py
+echo "too-big rc=$?"
+{LAUNCH} slurm --nodes 2 --gpus-per-node 1 --run-dir {workdir}/runs/a -- report.py
+echo "inside rc=$?"
+""")
+    p = subprocess.run(["sbatch", "--parsable", "--wait", str(script)], capture_output=True, text=True, timeout=300)
+    job = p.stdout.strip().split(";")[0]
+    out = (workdir / f"mine-{job}.out").read_text()
+    assert p.returncode == 0 and "inside rc=0" in out, out
+    assert "too-big rc=2" in out and "--nodes 3 is larger than the current allocation" in out
+    assert not (workdir / "runs/too-big").exists()
+    reps = records("runs/a")
+    assert sorted(r["rank"] for r in reps) == [0, 1] and {r["sum"] for r in reps} == {3.0}
+    assert len({r["host"] for r in reps}) == 2
+    assert not Path("runs/a/slurm/jobs").exists()                       # nothing was submitted
+    nodes = [read_json(f"runs/a/status/node{k}.json") for k in (0, 1)]
+    assert {n["slurm_job_id"] for n in nodes} == {job}
+    st = read_json("runs/a/status.json")
+    assert st["state"] == "COMPLETED" and st["slurm_job_id"] == job
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--partition", "nosuch"], "--partition 'nosuch' is unknown to Slurm; partitions: gpu"),
+    (["--nodes", "9"], "Slurm refuses the job (9 nodes x 1 GPUs)"),
+    (["--gpus-per-node", "9"], "Slurm refuses the job (1 nodes x 9 GPUs)"),
+])
+def test_bad_input_nothing_submitted(workdir, args, msg):
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    p = run_launch("slurm", *args, "--time", "5", "--run-dir", "runs/bad", "--", "report.py")
+    assert p.returncode == 2 and msg in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    assert not (workdir / "runs").exists()
+    assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == before
+
+
+@pytest.mark.slow
+def test_4x8_fake_gres_sets_cuda_visible_devices(workdir):
+    p = run_launch("slurm", "--nodes", "4", "--gpus-per-node", "8", "--dist-backend", "gloo", "--time", "10",
+                   "--run-dir", "runs/big", "--wait", "--", "gres_report.py", timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr
+    reps = records("runs/big", "GRES ")
+    assert len(reps) == 32 and {r["WORLD_SIZE"] for r in reps} == {"32"} and {r["sum"] for r in reps} == {528.0}
+    assert {r["CUDA_VISIBLE_DEVICES"] for r in reps} == {"0,1,2,3,4,5,6,7"}
+    assert all(r["NODE_RANK"] == r["SLURM_NODEID"] for r in reps)
+    assert len({r["netns"] for r in reps}) == 4 and len({r["host"] for r in reps}) == 4

@@ -1,0 +1,98 @@
+"""Pure Slurm pieces: the sbatch script (golden files), option validation, dry-run without Slurm."""
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import run_launch
+from launchers.backends.slurm_render import header_for, parse_sbatch_lines, parse_time, render_sbatch
+from launchers.errors import LaunchError
+from launchers.spec import JobSpec
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+HEADER = header_for(["slurm", "--nodes", "4", "--env", "HF_TOKEN=hunter2", "--", "train.py", "--lr", "3e-4"], "0.1.0")
+
+
+def spec(**options):
+    return JobSpec(backend="slurm", nodes=4, gpus_per_node=8, program=("/shared/train.py",),
+                   program_args=("--lr", "3e-4"), run_dir="/shared/runs/moe1", name="train",
+                   python="/opt/venv/bin/python", options=tuple(sorted(options.items())))
+
+
+CASES = {
+    "slurm_minimal": {},
+    "slurm_full": dict(partition="gpu", time="04:00:00", account="proj a", qos="high", constraint="a100&ib",
+                       exclusive=True, mem="64G", cpus_per_task=16, signal_seconds=300, job_name="moe-1",
+                       sbatch_lines=("--reservation=maint", "#SBATCH --mail-type=END")),
+    "slurm_gres": dict(partition="gpu", time="1-00:00", sbatch_lines=("--gres=gpu:8",)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_sbatch(name):
+    text = render_sbatch(spec(**CASES[name]), base_attempt=0, header=HEADER)
+    path = GOLDEN / f"{name}.sbatch"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_script_properties():
+    text = render_sbatch(spec(partition="gpu", time="04:00:00"), base_attempt=2, header=HEADER)
+    flags = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
+    assert flags == sorted(flags)
+    assert "#SBATCH --signal=USR2@120" in flags and "#SBATCH --requeue" in flags
+    assert "#SBATCH --open-mode=append" in flags and "#SBATCH --ntasks-per-node=1" in flags
+    assert "#SBATCH --output=/shared/runs/moe1/slurm/%j_0_log.out" in flags
+    assert text.splitlines()[1].startswith("# produced by: launch slurm --nodes 4")
+    assert "hunter2" not in text and "HF_TOKEN=***" in text
+    assert "--base-attempt 2" in text and "wckey" not in text
+    assert "--time" not in render_sbatch(spec(), base_attempt=0, header="h")   # no submitit default of 5 min
+    gres = render_sbatch(spec(sbatch_lines=("--gres=gpu:8",)), base_attempt=0, header="h")
+    assert "--gres=gpu:8" in gres and "--gpus-per-node" not in gres
+
+
+@pytest.mark.parametrize("value,minutes", [("30", 30), ("04:00:00", 240), ("1-12:00:00", 2160), ("2-3", 3060),
+                                           ("10:30", 11), ("UNLIMITED", 0)])
+def test_parse_time(value, minutes):
+    assert parse_time(value) == minutes
+
+
+@pytest.mark.parametrize("value", ["4h", "04:00:00:00", "", "-5", "1-", "0", "ab:cd"])
+def test_parse_time_rejects(value):
+    with pytest.raises(LaunchError, match="--time"):
+        parse_time(value)
+
+
+def test_sbatch_lines():
+    assert parse_sbatch_lines(["--exclusive", "#SBATCH --reservation=x", "--mail-type END"]) == \
+        {"exclusive": True, "reservation": "x", "mail_type": "END"}
+    for bad in (["-C gpu"], ["reservation=x"], ["--a=b\n--c"]):
+        with pytest.raises(LaunchError, match="sbatch_lines"):
+            parse_sbatch_lines(bad)
+
+
+def test_dry_run_without_slurm(workdir):
+    """Works with no Slurm on PATH; prints the script and each node's command; writes nothing."""
+    env = {"PATH": "/nonexistent-bin", "SLURM_JOB_ID": ""}
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "2", "--partition", "gpu", "--time", "10",
+                   "--signal-seconds", "45", "--run-dir", "runs/d", "--dry-run", "--", "report.py", "a b", env=env)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "#SBATCH --signal=USR2@45" in out and "#SBATCH --nodes=2" in out and "#SBATCH --gpus-per-node=2" in out
+    assert f"#SBATCH --output={workdir}/runs/d/slurm/%j_0_log.out" in out
+    assert "# produced by: launch slurm --nodes 2" in out
+    assert out.count("torch.distributed.run") == 2 and "--node-rank 1" in out
+    assert "MASTER_ADDR=<first host of the allocation" in out and "PET_SIGNALS_TO_HANDLE=" in out
+    assert not (workdir / "runs").exists()
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--time", "4h"], "--time '4h' is malformed"),
+    (["--mem", "lots"], "--mem 'lots' is malformed"),
+    (["--signal-seconds", "-3"], "--signal-seconds -3"),
+])
+def test_bad_options_one_line(workdir, args, msg):
+    p = run_launch("slurm", "--nodes", "2", *args, "--run-dir", "runs/b", "--dry-run", "--", "report.py")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and msg in p.stderr, p.stderr
+    assert not (workdir / "runs").exists()

@@ -1,0 +1,72 @@
+"""Slurm status without slurmdbd: parsing recorded squeue/scontrol/sacct -c output, GONE, the rate limit."""
+from launchers.backends import slurm_status as ss
+
+SCONTROL_RUNNING = ("JobId=7 JobName=train UserId=root(0) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 "
+                    "Restarts=0 BatchFlag=1 ExitCode=0:0 NodeList=lnode[1-2] BatchHost=lnode1")
+SCONTROL_REQUEUED = ("JobId=7 JobName=train JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 Restarts=1 "
+                     "ExitCode=0:0 NodeList=(null)")
+SCONTROL_TIMEOUT = "JobId=7 JobName=train JobState=TIMEOUT Reason=TimeLimit Restarts=0 ExitCode=0:15 NodeList=lnode1"
+SQUEUE = "7|COMPLETING|None|lnode[1-2]\n"
+SACCT = "7|PENDING|0:0|lnode[1-2]\n7|CANCELLED by 0|0:15|lnode[1-2]\n"
+
+
+def runner(answers):
+    calls = []
+
+    def run(argv):
+        calls.append(argv[0])
+        return answers.get(argv[0], (1, ""))
+    return run, calls
+
+
+def test_parsers():
+    j = ss.parse_scontrol(SCONTROL_RUNNING, "7")
+    assert (j.state, j.restarts, j.nodelist, j.source) == ("RUNNING", 0, "lnode[1-2]", "scontrol")
+    assert ss.parse_scontrol(SCONTROL_RUNNING, "8") is None
+    assert ss.parse_squeue(SQUEUE, "7").state == "COMPLETING"
+    a = ss.parse_sacct(SACCT, "7")           # the last jobcomp row for a requeued job wins
+    assert (a.state, a.exit_code) == ("CANCELLED", "0:15")
+
+
+def test_states_map():
+    req = ss.parse_scontrol(SCONTROL_REQUEUED, "7")
+    assert ss.to_run_state(req)[0] == "REQUEUED"          # non-terminal
+    assert ss.to_run_state(ss.SlurmJob("7", "PREEMPTED", "scontrol"))[0] == "PREEMPTED"
+    assert ss.to_run_state(ss.SlurmJob("7", "PENDING", "squeue")) == ("PENDING", None)
+    assert ss.to_run_state(ss.SlurmJob("7", "COMPLETING", "squeue"))[0] == "RUNNING"
+    state, reason = ss.to_run_state(ss.parse_scontrol(SCONTROL_TIMEOUT, "7"))
+    assert state == "FAILED" and "time limit" in reason
+    state, reason = ss.to_run_state(ss.SlurmJob("7", "GONE", "none"))
+    assert state == "FAILED" and "gone" in reason and "sacct -c" in reason
+    assert ss.to_run_state(ss.SlurmJob("7", "NODE_FAIL", "sacct"))[0] == "FAILED"
+
+
+def test_ask_order_and_gone():
+    run, calls = runner({"scontrol": (0, SCONTROL_RUNNING)})
+    assert ss.ask_slurm("7", run).state == "RUNNING" and calls == ["scontrol"]
+    run, calls = runner({"scontrol": (1, ""), "squeue": (1, ""), "sacct": (0, SACCT)})
+    assert ss.ask_slurm("7", run).state == "CANCELLED" and calls == ["scontrol", "squeue", "sacct"]
+    run, calls = runner({"scontrol": (1, ""), "squeue": (0, ""), "sacct": (0, "")})
+    assert ss.ask_slurm("7", run).state == "GONE"
+    # the shim may append a live row; a non-ended jobcomp answer is not taken as the end
+    run, _ = runner({"sacct": (0, "7|RUNNING|0:0|lnode1\n")})
+    assert ss.ask_slurm("7", run).state == "GONE"
+
+
+def test_query_is_rate_limited_and_caches_ended(tmp_path):
+    t = [100.0]
+    run, calls = runner({"scontrol": (0, SCONTROL_RUNNING)})
+    for _ in range(5):
+        assert ss.query("7", str(tmp_path), run, min_interval=2.0, now=lambda: t[0]).state == "RUNNING"
+    assert len(calls) == 1
+    t[0] += 2.5
+    ss.query("7", str(tmp_path), run, min_interval=2.0, now=lambda: t[0])
+    assert len(calls) == 2
+    run2, calls2 = runner({"scontrol": (0, SCONTROL_TIMEOUT)})
+    t[0] += 5
+    assert ss.query("7", str(tmp_path), run2, now=lambda: t[0]).state == "TIMEOUT"
+    t[0] += 1000
+    assert ss.query("7", str(tmp_path), run2, now=lambda: t[0]).state == "TIMEOUT" and len(calls2) == 1
+    # another job id is asked about, not served from the cache
+    run3, calls3 = runner({"scontrol": (0, SCONTROL_RUNNING.replace("JobId=7", "JobId=8"))})
+    assert ss.query("8", str(tmp_path), run3, now=lambda: t[0]).state == "RUNNING" and calls3 == ["scontrol"]
