@@ -40,6 +40,7 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
     backend = get_backend(spec.backend)
     run_id = new_run_id(spec)
     plan = backend.plan(spec, run_id, attempt=0)
+    spec = plan.spec          # a backend may settle the shape (ssh: hosts and slots=)
     if dry_run:
         out.write(plan.render())
         return 0
@@ -73,6 +74,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     spec = resolve_nccl(spec, sys.stderr)
     attempt = len(rd.read_run_yaml()["attempts"])
     plan = backend.plan(spec, rd.run_id, attempt=attempt)
+    spec = plan.spec
     if dry_run:
         out.write(plan.render())
         return 0

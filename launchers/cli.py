@@ -119,12 +119,14 @@ def local(**kw):
 @click.option("--connect-timeout", default=None, type=float, help="Seconds to wait for each host (default 10).")
 @click.option("--no-shared-storage", "no_shared", is_flag=True, default=None,
               help="Hosts stage logs/checkpoints locally; the launcher collects them over SFTP.")
+@click.option("--staging-dir", default=None, help="Host-local dir for --no-shared-storage (default /tmp/launch-staging).")
 @_errors
-def ssh(hosts, hostfile, ssh_config, known_hosts, identity, connect_timeout, no_shared, **kw):
+def ssh(hosts, hostfile, ssh_config, known_hosts, identity, connect_timeout, no_shared, staging_dir, **kw):
     """Run on SSH-reachable hosts without a scheduler (Fabric)."""
     _launch("ssh", kw, {"hosts": hosts.split(",") if hosts else None, "hostfile": hostfile,
                         "ssh_config": ssh_config, "known_hosts": known_hosts, "identity": identity,
-                        "connect_timeout": connect_timeout, "shared_storage": False if no_shared else None})
+                        "connect_timeout": connect_timeout, "shared_storage": False if no_shared else None,
+                        "staging_dir": staging_dir})
 
 
 @main.command(context_settings=RUN_SETTINGS)

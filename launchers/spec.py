@@ -59,6 +59,7 @@ class JobSpec:
     dist_backend: str = "auto"
     python: str = field(default_factory=lambda: sys.executable)
     options: tuple[tuple[str, Any], ...] = ()   # backend-specific, checked against BACKEND_OPTIONS
+    explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
 
     @property
     def world_size(self) -> int:
@@ -78,6 +79,7 @@ class JobSpec:
         d["env"] = dict(self.env)
         d["nccl_env"] = dict(self.nccl_env)
         d["options"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options}
+        d["explicit"] = list(self.explicit)
         return d
 
     @classmethod
@@ -92,6 +94,7 @@ class JobSpec:
         d["env"] = tuple((d.get("env") or {}).items())
         d["nccl_env"] = tuple((d.get("nccl_env") or {}).items())
         d["options"] = _freeze_options(d.get("options") or {})
+        d["explicit"] = tuple(d.get("explicit") or ())
         return cls(**d)
 
 
@@ -270,6 +273,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         run_dir=run_dir, name=name, env=tuple(env.items()), nccl_preset=str(pick("nccl_preset", "") or ""),
         master_port=port, max_restarts=max_restarts, dist_backend=dist,
         python=str(pick("python") or sys.executable), options=_freeze_options(opts),
+        explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
     )
 
 

@@ -99,16 +99,16 @@ class SSHBackend(Backend):
         entries = hosts_from_options(opts)
         if spec.nodes > len(entries):
             raise LaunchError(f"--nodes {spec.nodes} is more than the {len(entries)} hosts given")
-        nodes = len(entries) if spec.nodes == 1 else spec.nodes     # default: every host is a node
+        nodes = spec.nodes if "nodes" in spec.explicit else len(entries)   # default: every host is a node
         entries = entries[:nodes]
         gpn = spec.gpus_per_node
         slots = {e.slots for e in entries if e.slots is not None}
-        if gpn == 1 and slots:          # --gpus-per-node (when given) overrides slots=
+        if "gpus_per_node" not in spec.explicit and slots:   # --gpus-per-node (when given) overrides slots=
             if len(slots) > 1:
                 raise LaunchError(f"hosts have different slots= ({', '.join(map(str, sorted(slots)))}); "
                                   "torchrun needs the same count per node: give --gpus-per-node")
             gpn = slots.pop()
-        spec = spec.replace(nodes=nodes, gpus_per_node=gpn)
+        spec = spec.replace(nodes=nodes, gpus_per_node=gpn, explicit=("nodes", "gpus_per_node"))
         rhosts = resolve(entries, settings.ssh_config)
         node_dir = spec.run_dir
         if opts.get("shared_storage") is False:
