@@ -33,8 +33,12 @@ test: venv
 test-fast: venv
 	$(BIN)/pytest -q -m "not slurm and not ssh and not slow" tests
 
+# Side-by-side benchmarks (each prints: name, ours, reference, ratio, goal); needs the dev clusters and pdsh.
 bench: venv
-	$(BIN)/python bench/run_all.py
+	command -v pdsh >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q pdsh || \
+	  { apt-get update -q && apt-get install -y -q pdsh; }; }
+	$(MAKE) clusters-up
+	$(BIN)/python bench/run_all.py; rc=$$?; $(MAKE) clusters-down; exit $$rc
 
 clusters-up: slurm-up ssh-up
 clusters-down:
