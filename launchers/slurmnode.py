@@ -2,6 +2,7 @@
 
     python -m launchers.slurmnode run RUN_DIR --base-attempt A [--in-allocation]   (in-allocation mode)
     NodeTask(RUN_DIR, A)()                        (the same, submitted as a submitit Checkpointable)
+    python -m launchers.slurmnode task RUN_DIR/slurm     (what srun runs: submitit's pickle -> NodeTask)
     python -m launchers.slurmnode finalize RUN_DIR --base-attempt A              (batch side, after srun)
 
 Node rank = SLURM_NODEID; attempt = A + SLURM_RESTART_COUNT. Node 0 (the first host of the allocation)
@@ -226,11 +227,6 @@ def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> in
             check_reachable(addr, info["beacon"], time.monotonic() + BEACON_WAIT_S, lambda: bool(stops))
         dist = dist_backend_for(spec)
         nc = slurm_node_command(spec, node, addr, port, run_id, attempt, dist)
-        if node == 0:
-            _record_attempt(rd, spec, attempt, job_id, restart, addr, port, dist, hosts[:spec.nodes], run_id)
-            update_status(rd, state="RUNNING", attempt=attempt, nodes={}, first_failure=None, reason=None,
-                          slurm_job_id=job_id)
-        write_node(run_dir, node, dict(base_rec, state="RUNNING", master=f"{addr}:{port}", time=time.time()))
         if stops:
             raise NodeError(f"stopped by {stops[0]} before starting")
         log = rd.agent_log(node)
@@ -239,6 +235,13 @@ def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> in
             f.write(f"===== launch attempt {attempt} | node {node} on {socket.gethostname()} | slurm job {job_id} "
                     f"| {time.strftime('%F %T')} =====\n{nc.shell()}\n")
         agent = procs.start_session(nc.argv, {**os.environ, **nc.env_dict}, log)
+        # bookkeeping while the agent imports torch (off the start-up critical path)
+        if node == 0:
+            _record_attempt(rd, spec, attempt, job_id, restart, addr, port, dist, hosts[:spec.nodes], run_id)
+            update_status(rd, state="RUNNING", attempt=attempt, nodes={}, first_failure=None, reason=None,
+                          slurm_job_id=job_id)
+        write_node(run_dir, node, dict(base_rec, state="RUNNING", master=f"{addr}:{port}", agent_pid=agent.pid,
+                                       time=time.time()))
         code = agent.wait()
     except NodeError as e:
         error, code = str(e), 1
@@ -266,7 +269,7 @@ def _wait_master(path: str, stopped) -> dict[str, Any]:
             with open(path, encoding="utf-8") as f:
                 return json.load(f)
         except (OSError, ValueError):
-            time.sleep(0.1)
+            time.sleep(0.02)
     raise NodeError(f"node 0 did not publish the master address within {MASTER_WAIT_S:.0f} s ({path})")
 
 
@@ -334,6 +337,31 @@ class NodeTask(Checkpointable):
         return 0
 
 
+def submitit_task(folder: str) -> int:
+    """What srun runs on every node: submitit's process_job (load the pickled NodeTask, call it, pickle the
+    result for submitit's Job object), minus its unconditional numpy import (~0.3 s per node at start-up)."""
+    from submitit.core import utils
+    os.environ["SUBMITIT_FOLDER"] = folder
+    env = SlurmJobEnvironment()
+    paths = utils.JobPaths(folder, job_id=env.job_id, task_id=env.global_rank)
+    deadline = time.monotonic() + 60
+    while not paths.submitted_pickle.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)       # sbatch returned before submitit moved the pickle into place
+    code = 0
+    try:
+        outcome = ("success", utils.DelayedSubmission.load(paths.submitted_pickle).result())
+    except SystemExit as e:        # NodeTask: torchrun (or the node's set-up) failed; already recorded
+        code = e.code if isinstance(e.code, int) else 1
+        outcome = ("error", f"node task exited with {code}")
+    except Exception:  # noqa: BLE001 (recorded for submitit, then reported by exiting non-zero)
+        import traceback
+        code, outcome = 1, ("error", traceback.format_exc())
+        print(outcome[1], file=sys.stderr, flush=True)
+    with utils.temporary_save_path(paths.result_pickle) as tmp:
+        utils.cloudpickle_dump(outcome, tmp)
+    return code
+
+
 # ------------------------------------------------------------------------------------------ batch side
 
 def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_status: int | None = None) -> int:
@@ -378,12 +406,14 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m launchers.slurmnode")
-    p.add_argument("what", choices=("run", "finalize"))
+    p.add_argument("what", choices=("run", "finalize", "task"))
     p.add_argument("run_dir")
     p.add_argument("--base-attempt", type=int, default=0)
     p.add_argument("--in-allocation", action="store_true")
     p.add_argument("--srun-status", type=int, default=None)
     a = p.parse_args(argv)
+    if a.what == "task":          # a.run_dir is the submitit folder here
+        return submitit_task(a.run_dir)
     if a.what == "run":
         return run_node(a.run_dir, a.base_attempt, in_allocation=a.in_allocation)
     return finalize(a.run_dir, a.base_attempt, in_allocation=a.in_allocation, srun_status=a.srun_status)

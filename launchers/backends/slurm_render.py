@@ -134,8 +134,8 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
 
 
 def node_task_command(python: str, folder: str) -> str:
-    """What srun runs on every node: submitit's entry point, which unpickles and calls the node task."""
-    return " ".join([shlex.quote(python), "-u -m submitit.core._submit", shlex.quote(folder)])
+    """What srun runs on every node: unpickle submitit's DelayedSubmission of the node task and call it."""
+    return " ".join(shlex.quote(w) for w in (python, "-u", "-m", "launchers.slurmnode", "task", folder))
 
 
 def finalize_command(python: str, run_dir: str, base_attempt: int) -> str:
