@@ -42,11 +42,14 @@ def main(argv: list[str]) -> int:
               f"{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     os.write(fd, header.encode())
 
-    child = subprocess.Popen([sys.executable, "-u", *argv], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                             preexec_fn=_die_with_parent)
-    os.close(fd)
+    # Handlers go in before the child exists: a signal that comes while it starts is passed on after.
+    child: subprocess.Popen | None = None
+    pending: list[int] = []
 
     def forward(signum, _frame):
+        if child is None:
+            pending.append(signum)
+            return
         try:
             child.send_signal(signum)
         except ProcessLookupError:
@@ -54,12 +57,12 @@ def main(argv: list[str]) -> int:
 
     for s in FORWARDED:
         signal.signal(s, forward)
-    while True:
-        try:
-            code = child.wait()
-            break
-        except InterruptedError:  # pragma: no cover (PEP 475 retries; kept for safety)
-            continue
+    child = subprocess.Popen([sys.executable, "-u", *argv], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+                             preexec_fn=_die_with_parent)
+    os.close(fd)
+    for signum in pending:
+        child.send_signal(signum)
+    code = child.wait()
     record = {"rank": rank, "node": node, "attempt": attempt, "time": time.time(),
               "exit_code": code if code >= 0 else None, "signal": signal.Signals(-code).name if code < 0 else None,
               "pid": child.pid}

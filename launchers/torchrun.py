@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from .spec import JobSpec, redact_env
 
 PORT_LOW, PORT_HIGH = 20000, 60000
+# Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
+AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         "--master-port", str(master_port),
         "--max-restarts", "0",
         "--monitor-interval", "0.1",
+        "--signals-to-handle", AGENT_SIGNALS,
         "-m", "launchers.rankexec", "--",
         *spec.program, *spec.program_args,
     )

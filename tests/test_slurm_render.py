@@ -83,7 +83,7 @@ def test_dry_run_without_slurm(workdir):
     assert f"#SBATCH --output={workdir}/runs/d/slurm/%j_0_log.out" in out
     assert "# produced by: launch slurm --nodes 2" in out
     assert out.count("torch.distributed.run") == 2 and "--node-rank 1" in out
-    assert "MASTER_ADDR=<first host of the allocation" in out and "PET_SIGNALS_TO_HANDLE=" in out
+    assert "MASTER_ADDR=<first host of the allocation" in out and "--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2" in out and "PET_SHUTDOWN_TIMEOUT=" in out
     assert not (workdir / "runs").exists()
 
 

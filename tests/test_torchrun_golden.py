@@ -18,7 +18,8 @@ def test_node_command_golden():
     assert nc.argv == (
         "/venv/bin/python", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "4",
         "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29123", "--max-restarts", "0",
-        "--monitor-interval", "0.1", "-m", "launchers.rankexec", "--", "-m", "workloads.convnet",
+        "--monitor-interval", "0.1", "--signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2",
+        "-m", "launchers.rankexec", "--", "-m", "workloads.convnet",
         "--epochs", "2", "a b")
     assert nc.env == (
         ("OMP_NUM_THREADS", "4"), ("NCCL_BUFFSIZE", "8388608"), ("FOO", "bar"),

@@ -21,7 +21,6 @@ STOP_SIGNAL = "USR2"                       # what Slurm sends before the time li
 # torchrun's agent handles these by forwarding them to its workers and waiting for them (PET_* = torchrun's
 # own --signals-to-handle / --shutdown-timeout read from the environment). Without USR2 here the agent
 # would die on USR2 (default action) while its workers are still writing their checkpoint.
-AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
@@ -171,7 +170,7 @@ def header_for(argv: list[str] | tuple[str, ...], version: str) -> str:
 def allocation_env(signal_seconds: int) -> dict[str, str]:
     """Environment the node task adds to torchrun's agent (shown in the dry-run too)."""
     grace = max(5, int(signal_seconds) - 15)
-    return {"PET_SIGNALS_TO_HANDLE": AGENT_SIGNALS, "PET_SHUTDOWN_TIMEOUT": str(grace)}
+    return {"PET_SHUTDOWN_TIMEOUT": str(grace)}
 
 
 def srun_argv(spec: JobSpec, *, run_id: str, job_id: str, base_attempt: int) -> list[str]:
