@@ -87,7 +87,10 @@ def evaluate(model, dataset, env, device, batch: int = 512) -> tuple[float, floa
 
 
 def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, step_fn=cross_entropy_step,
-        log=print) -> dict:
+        log=print, extra_log=None, param_hash=None) -> dict:
+    """extra_log(kind) -> dict ("log" at every logged step, "final" once; called on every rank, may be
+    collective) adds fields to metrics.jsonl / final.json; param_hash(eval_model) replaces param_sha256
+    for models whose parameters are sharded (FSDP DTensors, expert-parallel experts)."""
     W = env.world_size
     t_start = time.time()
     sampler = resumable_sampler(data.train, W, env.rank, args.seed)
@@ -146,7 +149,8 @@ def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, ste
                 last_loss = stats[0].item() / stats[2].item()
                 acc = stats[1].item() / stats[2].item()
                 lr = optimizer.param_groups[0]["lr"]
-                metrics.record(step=step, epoch=epoch, loss=last_loss, accuracy=acc, lr=lr)
+                extra = extra_log("log") if extra_log else {}
+                metrics.record(step=step, epoch=epoch, loss=last_loss, accuracy=acc, lr=lr, **extra)
                 metrics.scalars(step, {"train/loss": loss.item(), "train/global_loss": last_loss,
                                        "train/accuracy": acc, "train/lr": lr})
                 log(f"step {step}/{total} epoch {epoch} loss {last_loss:.4f} acc {acc:.3f} lr {lr:.2e}")
@@ -165,7 +169,7 @@ def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, ste
     if args.checkpoint_every and step > 0 and ckpt.last_saved_step != step:
         ckpt.save(step, states, progress_now())
     acc, test_loss = evaluate(eval_model, data.test, env, device)
-    sha = param_sha256(eval_model)
+    sha = (param_hash or param_sha256)(eval_model)
     shas: list = [None] * W
     dist.all_gather_object(shas, sha)
     if len(set(shas)) != 1:
@@ -173,6 +177,8 @@ def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, ste
     final = {"step": step, "loss": last_loss, "accuracy": acc, "test_loss": test_loss, "param_sha256": sha,
              "world_size": W, "dataset": data.name, "epoch": epoch, "total_steps": total,
              "checkpoint_save_s": round(ckpt.save_seconds, 3), "wall_s": round(time.time() - t_start, 3)}
+    if extra_log:
+        final.update(extra_log("final"))
     metrics.final(**final)
     metrics.close()
     log(f"done: step {step} loss {last_loss} accuracy {acc:.4f} param_sha256 {sha}")

@@ -1,0 +1,75 @@
+"""workloads.deepspeed_zero through `launch local`: ZeRO-2 at 2 ranks learns, checkpoints, resumes;
+bad input is refused by every rank with one line; ds_config resolution (pure logic)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, read_json, rank_lines, run_launch
+
+from workloads.common import dsconfig
+
+ARGS = ["-m", "workloads.deepspeed_zero", "--zero-stage", "2", "--dataset", "digits", "--lr", "3e-3",
+        "--checkpoint-every", "10", "--log-every", "5", "--seed", "3"]
+
+
+def metrics(run_dir):
+    return [json.loads(ln) for ln in Path(run_dir, "metrics.jsonl").read_text().splitlines() if ln.strip()]
+
+
+def test_zero2_learns_checkpoints_and_resumes(workdir):
+    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/ds", "--", *ARGS,
+                   "--max-steps", "20")
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    m = metrics("runs/ds")
+    assert m[-1]["loss"] < 0.85 * m[0]["loss"], [x["loss"] for x in m]
+    final = read_json("runs/ds/final.json")
+    assert final["step"] == 20 and final["zero_stage"] == 2 and final["world_size"] == 2
+    assert final["precision"] in ("fp32", "bf16") and final["adam"] == "torch"
+    ck = workdir / "runs/ds/checkpoints"
+    assert (ck / "latest").read_text().strip() == "step-00000020"
+    assert read_json(ck / "step-00000020/launch_meta.json")["world_size"] == 2
+    assert sorted(x.name for x in (ck / "step-00000020").glob("zero_pp_rank_*")) == [
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    assert sorted(x.name for x in (workdir / "runs/ds/tensorboard").iterdir()) == ["rank0", "rank1"]
+    log0 = (workdir / "runs/ds/logs/node0/rank0.log").read_text()
+    assert "ZeRO stage 2, precision" in log0 and "step 20/20" in log0
+    assert "step 20/20" not in (workdir / "runs/ds/logs/node0/rank1.log").read_text()   # rank 0 only
+
+    r = run_launch("resume", "runs/ds", "--", *ARGS, "--max-steps", "30")
+    assert r.returncode == 0, r.stderr[-3000:]
+    resumed = [x for x in metrics("runs/ds") if x["attempt"] == 1]
+    assert [x["step"] for x in resumed] == [25, 30]
+    assert read_json("runs/ds/final.json")["step"] == 30
+    assert "resumed from step-00000020 (step 20" in (workdir / "runs/ds/logs/node0/rank0.log").read_text()
+    assert (ck / "latest").read_text().strip() == "step-00000030"
+
+
+def test_bad_input_every_rank_refuses(workdir):
+    bad = workdir / "bad.json"
+    bad.write_text('{"optimizer": {"type": "Adam", "params": {"lr": 0.001}}, '
+                   '"zero_optimization": {"stage": 2, "reduce_bucket_size": -5}}')
+    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/bad", "--",
+                   "-m", "workloads.deepspeed_zero", "--ds-config", str(bad), timeout=120)
+    assert p.returncode != 0
+    lines = rank_lines("runs/bad", "deepspeed_zero: error:")
+    assert len(lines) == 2 and all("'zero_optimization.reduce_bucket_size' is -5" in ln for ln in lines), lines
+    for argv, needle in ((["--zero-stage", "4"], "--zero-stage '4' is not accepted (accepted: 1, 2, 3)"),
+                         (["--ds-config", "nope.json"], "--ds-config 'nope.json' is not a file")):
+        q = subprocess.run([sys.executable, "-m", "workloads.deepspeed_zero", *argv], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        assert q.returncode == 2 and needle in q.stderr and len(q.stderr.strip().splitlines()) == 1, q.stderr
+
+
+def test_shipped_config_matches_seeds_and_resolves():
+    cfg = dsconfig.load(dsconfig.DEFAULT_CONFIG)
+    assert cfg["optimizer"]["params"]["lr"] == 1e-3 and cfg["optimizer"]["params"]["betas"] == [0.8, 0.999]
+    z = cfg["zero_optimization"]
+    assert z["stage"] == 2 and z["overlap_comm"] and z["contiguous_gradients"]
+    assert z["allgather_bucket_size"] == z["reduce_bucket_size"] == 200_000_000 and cfg["fp16"]["enabled"]
+    r = dsconfig.resolve(cfg, stage=3, micro_batch=16, world_size=4, precision="fp32", adam="torch", lr=None)
+    assert r["zero_optimization"]["stage"] == 3 and r["train_batch_size"] == 64
+    assert r["fp16"] == {"enabled": False} and r["bf16"] == {"enabled": False}
+    assert r["optimizer"]["params"]["torch_adam"] is True and cfg["zero_optimization"]["stage"] == 2
+    assert dsconfig.choose_precision("auto", cuda=True)[0] == "fp16"
+    assert dsconfig.choose_precision("auto", cuda=False)[0] in ("bf16", "fp32")

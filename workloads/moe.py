@@ -1,0 +1,274 @@
+"""Mixture-of-experts transformer block, expert parallel: the job the `moe` NCCL preset is for.
+
+    launch local --nodes 2 --gpus-per-node 2 --run-dir runs/moe -- -m workloads.moe --num-experts 8 --max-steps 60
+
+Model: token embedding + positions -> self-attention (dense) -> MoE feed-forward (top-k gate with a
+Switch-style load-balancing loss, E experts sharded over the W ranks, E/W each) -> mean pool -> head.
+Dense parameters are data-parallel (gradients all-reduced before every optimizer step); expert
+parameters live on one rank only (tokens travel to them with all_to_all_single and back).
+Task (synthetic, learnable): each of --classes topics owns a subset of the vocabulary; a sequence
+mixes topic tokens with noise tokens and its label is the topic.
+Logged: `a2a_fraction` = share of wall time inside all-to-all calls (forward + backward, averaged over
+ranks) per logged window and for the whole run (final.json), experts and parameter counts per rank.
+Checkpoints: workloads.common (DCP); expert parameters carry their global id in their name, so a
+checkpoint also loads on another world size that divides the expert count.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from workloads.common import args as common_args
+from workloads.common import dist as wdist
+
+
+def build_parser():
+    p = common_args.common_parser(
+        "moe", "Expert-parallel MoE transformer block on a synthetic topic task (--dataset is ignored).",
+        epochs=2, batch_size=16, lr=3e-3, checkpoint_every=20, log_every=5)
+    g = p.add_argument_group("model")
+    g.add_argument("--num-experts", type=common_args.positive_int, default=8, help="total, split evenly over ranks")
+    g.add_argument("--top-k", type=common_args.positive_int, default=2)
+    g.add_argument("--d-model", type=common_args.positive_int, default=32)
+    g.add_argument("--d-ff", type=common_args.positive_int, default=64)
+    g.add_argument("--heads", type=common_args.positive_int, default=4)
+    g.add_argument("--seq-len", type=common_args.positive_int, default=16)
+    g.add_argument("--vocab", type=common_args.positive_int, default=64)
+    g.add_argument("--classes", type=common_args.positive_int, default=8)
+    g.add_argument("--aux-coef", type=common_args.nonneg_float, default=0.01, help="load-balancing loss weight")
+    g.add_argument("--n-train", type=common_args.positive_int, default=2048)
+    return p
+
+
+def check(parser, args, world_size: int) -> None:
+    """Model-shape checks before the process group exists (same argv on every rank: same verdict)."""
+    if args.num_experts % world_size:
+        parser.error(f"--num-experts {args.num_experts} is not divisible by the world size {world_size} "
+                     f"(accepted: a multiple of {world_size}; experts are split evenly over the ranks)")
+    if args.top_k > args.num_experts:
+        parser.error(f"--top-k {args.top_k} is larger than --num-experts {args.num_experts} (accepted: 1..{args.num_experts})")
+    if args.d_model % args.heads:
+        parser.error(f"--d-model {args.d_model} is not divisible by --heads {args.heads}")
+    if args.classes > args.vocab:
+        parser.error(f"--classes {args.classes} exceeds --vocab {args.vocab} (each class needs its own tokens)")
+
+
+def make_data(args):
+    import torch
+
+    from workloads.common.data import ArrayDataset, Data
+    g = torch.Generator().manual_seed(20240607)                   # fixed data, independent of --seed
+    n_test = 512
+    n = args.n_train + n_test
+    y = torch.randint(0, args.classes, (n,), generator=g)
+    per_class = args.vocab // args.classes                        # topic c owns tokens c, c+C, c+2C, ...
+    topic = y[:, None] + args.classes * torch.randint(0, per_class, (n, args.seq_len), generator=g)
+    noise = torch.randint(0, args.vocab, (n, args.seq_len), generator=g)
+    x = torch.where(torch.rand(n, args.seq_len, generator=g) < 0.4, topic, noise)
+    return Data("moe-topics", ArrayDataset(x[:args.n_train], y[:args.n_train]),
+                ArrayDataset(x[args.n_train:], y[args.n_train:]), (args.seq_len,), args.classes)
+
+
+def build_model(args, env, timer):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from workloads.common.expert_parallel import Dispatcher, run_experts
+
+    class Expert(nn.Module):
+        def __init__(self, d, dff):
+            super().__init__()
+            self.w1, self.w2, self.out_features = nn.Linear(d, dff), nn.Linear(dff, d), d
+
+        def forward(self, x):
+            return self.w2(F.gelu(self.w1(x)))
+
+    per_rank = args.num_experts // env.world_size
+    first = env.rank * per_rank
+
+    class MoEBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = args.d_model
+            self.embed = nn.Embedding(args.vocab, d)
+            self.pos = nn.Parameter(torch.randn(args.seq_len, d) * 0.02)
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.attn = nn.MultiheadAttention(d, args.heads, batch_first=True)
+            self.gate = nn.Linear(d, args.num_experts, bias=False)
+            # every rank builds all experts from the same seed (identical init whatever the world
+            # size), then keeps only its own: the ModuleDict is keyed by the *global* expert id
+            all_experts = [Expert(d, args.d_ff) for _ in range(args.num_experts)]
+            self.experts = nn.ModuleDict({str(g): all_experts[g] for g in range(first, first + per_rank)})
+            self.head = nn.Linear(d, args.classes)
+            self.dispatcher = Dispatcher(args.num_experts, env.world_size, timer)
+            self.aux_loss = None
+
+        def moe(self, h):
+            b, t, d = h.shape
+            x = h.reshape(-1, d)
+            probs = F.softmax(self.gate(x), dim=-1)                              # [N, E]
+            top_p, top_e = probs.topk(args.top_k, dim=-1)                        # [N, k]
+            top_p = top_p / top_p.sum(-1, keepdim=True)
+            frac = torch.bincount(top_e.reshape(-1), minlength=args.num_experts).float() / top_e.numel()
+            self.aux_loss = args.num_experts * (frac * probs.mean(0)).sum()      # 1.0 when balanced
+            rows = x.repeat_interleave(args.top_k, dim=0)                        # slot (token i, j) = row i*k+j
+            received, local_e, state = self.dispatcher.dispatch(rows, top_e.reshape(-1))
+            out = self.dispatcher.combine(run_experts(self.experts, received, local_e, first), state)
+            return (out.view(-1, args.top_k, d) * top_p.unsqueeze(-1)).sum(1).view(b, t, d)
+
+        def forward(self, tokens):
+            h = self.embed(tokens.long()) + self.pos
+            q = self.ln1(h)
+            h = h + self.attn(q, q, q, need_weights=False)[0]
+            h = h + self.moe(self.ln2(h))
+            return self.head(h.mean(1))
+
+    return MoEBlock(), first, per_rank
+
+
+def roundtrip_check(model, env, device, d: int, log) -> dict:
+    """Dispatch random rows to their experts' ranks and straight back: every row must come back
+    bit-identical, and the tokens received over all ranks must equal those sent."""
+    import torch
+    import torch.distributed as dist
+    g = torch.Generator().manual_seed(99 + env.rank)
+    n = 64 + 7 * env.rank
+    rows = torch.randn(n, d, generator=g).to(device)
+    experts = torch.randint(0, model.dispatcher.E, (n,), generator=g).to(device)
+    received, local_e, state = model.dispatcher.dispatch(rows, experts)
+    ok_owner = bool((local_e < model.dispatcher.El).all())
+    back = model.dispatcher.combine(received, state)
+    same = bool(torch.equal(back, rows)) and ok_owner
+    t = torch.tensor([n, received.shape[0], int(not same)], dtype=torch.int64, device=device)
+    dist.all_reduce(t)
+    res = {"sent": int(t[0]), "received": int(t[1]), "ok": int(t[2]) == 0 and int(t[0]) == int(t[1])}
+    print(f"moe-rank {env.rank}: a2a round trip sent {n} received {received.shape[0]} identical {same}", flush=True)
+    log(f"moe: a2a round trip over all ranks: {res}")
+    if not res["ok"]:
+        raise RuntimeError(f"all-to-all round trip lost or changed tokens: {res}")
+    return res
+
+
+def train(args, env, device, data, log) -> dict:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from workloads.common.checkpoint import seed_all
+    from workloads.common.expert_parallel import A2ATimer
+    from workloads.common.loop import fit, make_scheduler, total_steps
+
+    W = env.world_size
+    timer = A2ATimer()
+    torch.manual_seed(args.seed)                        # identical dense init (and expert init) everywhere
+    model, first, per_rank = build_model(args, env, timer)
+    model = model.to(device)
+    dense = [p for n, p in model.named_parameters() if not n.startswith("experts.")]
+    expert_params = [p for n, p in model.named_parameters() if n.startswith("experts.")]
+    seed_all(args.seed * 1_000_003 + 7919 * (env.rank + 1))
+    roundtrip = roundtrip_check(model, env, device, args.d_model, log)
+    timer.seconds, timer.calls = 0.0, 0
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+
+    def sync_grads(_opt, _args, _kwargs):
+        """Dense: average over ranks. Experts: their backward already summed every rank's loss -> / W."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in dense]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= W
+        off = 0
+        for p in dense:
+            p.grad = flat[off:off + p.numel()].view_as(p).clone()
+            off += p.numel()
+        for p in expert_params:
+            if p.grad is not None:
+                p.grad /= W
+
+    optimizer.register_step_pre_hook(sync_grads)
+    scheduler = make_scheduler(optimizer, total_steps(args, len(data.train), W), args.warmup_steps)
+
+    n_dense = sum(p.numel() for p in dense)
+    n_expert = sum(p.numel() for p in expert_params)
+    info: list = [None] * W
+    dist.all_gather_object(info, {"experts": list(range(first, first + per_rank)), "expert_params": n_expert,
+                                  "dense_params": n_dense})
+    print(f"moe-rank {env.rank}: experts {first}..{first + per_rank - 1} expert_params {n_expert} "
+          f"dense_params {n_dense}", flush=True)
+    log(f"moe: {args.num_experts} experts over {W} ranks ({per_rank} each), top-{args.top_k}, "
+        f"dense {n_dense} params (replicated), expert params per rank {[i['expert_params'] for i in info]}")
+
+    def step_fn(m, xb, yb):
+        logits = m(xb)
+        return F.cross_entropy(logits, yb) + args.aux_coef * m.aux_loss, logits
+
+    window = {"t": time.perf_counter(), "a2a": 0.0, "t0": time.perf_counter()}
+
+    def mean_over_ranks(*vals):
+        t = torch.tensor(vals, dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        return [v / W for v in t.tolist()]
+
+    def extra(kind: str) -> dict:
+        now = time.perf_counter()
+        if kind == "log":
+            frac, aux = mean_over_ranks((timer.seconds - window["a2a"]) / max(now - window["t"], 1e-9),
+                                        float(model.aux_loss.detach()))
+            window.update(t=now, a2a=timer.seconds)
+            log(f"  a2a_fraction {frac:.3f} (share of wall time in all-to-all, mean over ranks) aux_loss {aux:.3f}")
+            return {"a2a_fraction": round(frac, 4), "aux_loss": round(aux, 4)}
+        frac, secs = mean_over_ranks(timer.seconds / max(now - window["t0"], 1e-9), timer.seconds)
+        log(f"moe: all-to-all took {secs:.2f}s per rank = {frac:.1%} of the training loop ({timer.calls} calls)")
+        return {"a2a_fraction": round(frac, 4), "a2a_seconds": round(secs, 3), "a2a_roundtrip": roundtrip,
+                "num_experts": args.num_experts, "top_k": args.top_k,
+                "experts_per_rank": [i["experts"] for i in info],
+                "expert_params_per_rank": [i["expert_params"] for i in info], "dense_params": n_dense}
+
+    def full_hash(m) -> str:
+        """sha256 over dense params (replicated) then every expert in global id order (gathered)."""
+        import hashlib
+        mine = {n: p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                for n, p in m.named_parameters() if n.startswith("experts.")}
+        parts: list = [None] * W
+        dist.all_gather_object(parts, mine)
+        experts = {k: v for part in parts for k, v in part.items()}
+        h = hashlib.sha256()
+        for n, p in m.named_parameters():
+            if not n.startswith("experts."):
+                h.update(n.encode())
+                h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        for n in sorted(experts, key=lambda k: (int(k.split(".")[1]), k)):
+            h.update(n.encode())
+            h.update(experts[n])
+        return h.hexdigest()
+
+    return fit(args=args, env=env, device=device, data=data, model=model, eval_model=model,
+               optimizer=optimizer, scheduler=scheduler, step_fn=step_fn, log=log, extra_log=extra,
+               param_hash=full_hash)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    env = wdist.read_env(args.run_dir)
+    common_args.check(parser, args, env.world_size)
+    check(parser, args, env.world_size)                  # before the process group: all ranks agree
+
+    def log(msg: str) -> None:
+        if env.rank == 0:
+            print(msg, flush=True)
+
+    def body() -> None:
+        t0 = time.time()
+        data = make_data(args)
+        device, backend = wdist.init(env, deterministic=args.deterministic, timeout_s=args.pg_timeout)
+        log(f"moe: world_size {env.world_size} batch {args.batch_size}/rank x {args.seq_len} tokens backend {backend} "
+            f"attempt {env.attempt} init {time.time() - t0:.1f}s run_dir {env.run_dir}")
+        train(args, env, device, data, log)
+
+    return wdist.run_worker(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
