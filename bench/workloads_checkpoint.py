@@ -1,0 +1,137 @@
+"""Checkpoint write at 4 ranks (FSDP2 MLP + Adam state): DCP sync vs DCP async (time training is
+blocked) vs torch.save of the full state on rank 0 vs dd of the same byte count; and resume:
+`launch resume` restart-to-first-step vs a cold start of the same workload. Prints figure lines.
+
+    python bench/workloads_checkpoint.py            # outer: starts torchrun itself, then launch local
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+ROUNDS = 3
+
+
+def inner(out_dir: str) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(8, 1024)).sum().backward()
+    opt.step()
+    res = {"sync": [], "async_blocked": [], "async_total": [], "rank0_torch_save": [], "bytes": 0}
+    for r in range(ROUNDS):
+        msd, osd = get_state_dict(model, opt)
+        state = {"model": msd, "optim": osd}
+        dist.barrier()
+        t0 = time.perf_counter()
+        dcp.save(state, checkpoint_id=os.path.join(out_dir, f"sync{r}"))
+        dist.barrier()
+        res["sync"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        fut = dcp.async_save(state, checkpoint_id=os.path.join(out_dir, f"async{r}"))
+        blocked = time.perf_counter() - t0
+        fut.result()
+        dist.barrier()
+        res["async_blocked"].append(blocked)
+        res["async_total"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        full_m, full_o = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if rank == 0:
+            path = os.path.join(out_dir, f"full{r}.pt")
+            with open(path, "wb") as f:
+                torch.save({"model": full_m, "optim": full_o}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            res["bytes"] = os.path.getsize(path)
+        dist.barrier()
+        res["rank0_torch_save"].append(time.perf_counter() - t0)
+    if rank == 0:
+        print("RESULT " + json.dumps(res), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def dd_seconds(nbytes: int, d: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(["dd", "if=/dev/zero", f"of={os.path.join(d, 'dd.bin')}", "bs=1M",
+                    f"count={max(1, nbytes // 2**20)}", "conv=fsync"], check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def first_step_seconds(argv: list[str], log: str, marker: str, cwd: str) -> float:
+    """Start `launch ...`, return seconds until `marker` shows up in rank 0's log; wait for the end."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = None
+    while p.poll() is None or seen is None:
+        if seen is None and os.path.isfile(log) and marker in open(log, encoding="utf-8", errors="replace").read():
+            seen = time.perf_counter() - t0
+        if p.poll() is not None and seen is None:
+            if not (os.path.isfile(log) and marker in open(log, encoding="utf-8", errors="replace").read()):
+                raise SystemExit(f"{' '.join(argv)} exited {p.returncode} before {marker!r}: {p.stderr.read()[-2000:]}")
+        time.sleep(0.02)
+    if p.wait() != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {p.returncode}")
+    return seen
+
+
+def main() -> None:
+    from benchlib import figure, median
+
+    tmp = tempfile.mkdtemp(prefix="bench-ckpt-")
+    try:
+        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                            os.path.abspath(__file__), "--inner", tmp], env=env, capture_output=True, text=True)
+        line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        if p.returncode != 0 or not line:
+            raise SystemExit(f"inner benchmark failed ({p.returncode}): {p.stderr[-3000:]}")
+        r = json.loads(line[0][len("RESULT "):])
+        dd = median([dd_seconds(r["bytes"], tmp) for _ in range(ROUNDS)])
+        sync, blocked, torch_save = median(r["sync"]), median(r["async_blocked"]), median(r["rank0_torch_save"])
+        mb = r["bytes"] / 2**20
+        print(f"checkpoint: {mb:.0f} MiB of model+Adam state, 4 ranks (FSDP2, gloo), median of {ROUNDS}")
+        figure("ckpt rank0 torch.save / DCP sync save", torch_save * 1e3, sync * 1e3, ">= 3.0")
+        figure("ckpt dd same bytes / DCP sync save", dd * 1e3, sync * 1e3, ">= 0.7")
+        figure("ckpt DCP async blocked / DCP sync save", blocked * 1e3, sync * 1e3, "<= 0.10")
+        print(f"  (DCP async total {median(r['async_total']) * 1e3:.0f} ms)")
+
+        launch = os.path.join(os.path.dirname(sys.executable), "launch")
+        prog = ["-m", "workloads.fsdp", "--dataset", "digits", "--log-every", "1", "--checkpoint-every", "2",
+                "--no-tensorboard"]
+        cold, warm = [], []
+        for i in range(ROUNDS):
+            run = os.path.join(tmp, f"run{i}")
+            log = os.path.join(run, "logs", "node0", "rank0.log")
+            cold.append(first_step_seconds([launch, "local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", run,
+                                            "--", *prog, "--max-steps", "2"], log, "step 1/", tmp))
+            warm.append(first_step_seconds([launch, "resume", run, "--", *prog, "--max-steps", "4"], log, "step 3/", tmp))
+        figure("resume: restart-to-first-step / cold start", median(warm) * 1e3, median(cold) * 1e3, "<= 1.20")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--inner":
+        inner(sys.argv[2])
+    else:
+        main()
