@@ -43,6 +43,10 @@ def test_zero2_learns_checkpoints_and_resumes(workdir):
     assert read_json("runs/ds/final.json")["step"] == 30
     assert "resumed from step-00000020 (step 20" in (workdir / "runs/ds/logs/node0/rank0.log").read_text()
     assert (ck / "latest").read_text().strip() == "step-00000030"
+    # another world size: a clear error on every rank, not a hang or a silent restart
+    w = run_launch("resume", "runs/ds", "--nodes", "1", "--gpus-per-node", "1", "--", *ARGS, "--max-steps", "40")
+    assert w.returncode != 0
+    assert "was written by 2 ranks and this attempt has 1" in (workdir / "runs/ds/logs/node0/rank0.log").read_text()
 
 
 def test_bad_input_every_rank_refuses(workdir):

@@ -142,8 +142,9 @@ def train(args, env, device, data, log) -> dict:
             raise SystemExit(
                 f"error: checkpoint {name} was written by {meta['world_size']} ranks and this attempt has {W}; "
                 f"DeepSpeed ZeRO checkpoints load only at their own world size: resume with {meta['world_size']} "
-                f"ranks, or convert it (python -m deepspeed.checkpoint.ds_to_universal --input_folder {path} "
-                f"--output_folder {path}-universal) and load that with \"checkpoint\": {{\"load_universal\": true}}")
+                f"ranks (launch resume RUN --nodes N --gpus-per-node P with N x P = {meta['world_size']}); resharding "
+                f"needs DeepSpeed's universal format (python -m deepspeed.checkpoint.ds_to_universal --input_folder "
+                f"{path} --output_folder {path}-universal), which this workload does not load yet")
         t0 = time.perf_counter()
         loaded, client = engine.load_checkpoint(ckpt_dir, tag=name)
         if loaded is None:
