@@ -79,6 +79,8 @@ def read_env(run_dir_flag: str | None = None, environ=None) -> DistEnv:
 
 def init(env: DistEnv, *, deterministic: bool = False, timeout_s: float = 300.0):
     """Threads, determinism, device and process group. Returns (device, backend)."""
+    from . import preempt
+    preempt.install()       # before the torch import: USR2/SIGTERM mean checkpoint-and-stop
     import torch
     import torch.distributed as dist
 

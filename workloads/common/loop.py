@@ -18,6 +18,7 @@ from .checkpoint import Checkpointer, ModelOptimState, PickledState, seed_all
 from .data import batch_collate, resumable_sampler, steps_per_epoch
 from .faults import FaultInjector
 from .metrics import Metrics, param_sha256
+from .preempt import agreed as stop_agreed
 
 
 def total_steps(args, n_train: int, world_size: int) -> int:
@@ -156,6 +157,12 @@ def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, ste
                 log(f"step {step}/{total} epoch {epoch} loss {last_loss:.4f} acc {acc:.3f} lr {lr:.2e}")
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 ckpt.save(step, states, progress_now())
+            if stop_agreed(device):
+                if ckpt.last_saved_step != step:
+                    ckpt.save(step, states, progress_now())
+                metrics.close()
+                log(f"preempted: checkpoint at step {step} written; stopping (the next attempt resumes here)")
+                return {"step": step, "preempted": True}
             if step >= total:
                 break
         if offset >= sampler.total_size:   # epoch complete
