@@ -1,7 +1,7 @@
 """Slurm backend: one homogeneous allocation (N nodes x 1 task), submitted through submitit.
 
     submit:          the sbatch script (slurm_render, golden-tested; --dry-run prints it) runs
-                     `srun python -m submitit.core._submit <run dir>/slurm` -> launchers.slurmnode.NodeTask on
+                     `srun python -m launchers.slurmnode task <run dir>/slurm` (submitit's pickled NodeTask) on
                      every node -> the one torchrun command per node; after srun the batch side records the
                      result (slurmnode.finalize). `launch slurm` returns once queued (or follows with --wait).
     in allocation:   SLURM_JOB_ID set: no new job; `srun --ntasks-per-node=1` runs the same node task on the
