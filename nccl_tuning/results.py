@@ -63,7 +63,7 @@ def format_table(rows: list[dict], title: str = "") -> str:
     for op in ops:
         block = [r for r in rows if r["op"] == op]
         first = block[0]
-        lines += [f"#", f"# {op}  ({first.get('backend') or '?'}, {first['ranks']} ranks)",
+        lines += ["#", f"# {op}  ({first.get('backend') or '?'}, {first['ranks']} ranks)",
                   f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>7} {'root':>7} "
                   f"{'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}",
                   f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>7} {'':>7} "

@@ -11,7 +11,6 @@ A run that finds checkpoints/latest resumes from it; crash + resume is bit-ident
 from __future__ import annotations
 
 import sys
-import time
 
 from workloads.common import args as common_args
 from workloads.common import dist as wdist
@@ -99,23 +98,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     env = wdist.read_env(args.run_dir)
     common_args.check(parser, args, env.world_size)        # before the process group: all ranks agree
-
-    def log(msg: str) -> None:
-        if env.rank == 0:
-            print(msg, flush=True)
-
-    def body() -> None:
-        t0 = time.time()
-        from workloads.common import data as wdata
-        data = wdata.load(args.dataset, args.data_dir)      # bad files fail here, before init
-        device, backend = wdist.init(env, deterministic=args.deterministic, timeout_s=args.pg_timeout)
-        import torch
-        log(f"convnet: dataset {data.name} train {len(data.train)} test {len(data.test)} "
-            f"world_size {env.world_size} batch {args.batch_size}/rank backend {backend} "
-            f"threads {torch.get_num_threads()} attempt {env.attempt} init {time.time() - t0:.1f}s run_dir {env.run_dir}")
-        train(args, env, device, data, log)
-
-    return wdist.run_worker(body)
+    return wdist.serve("convnet", env, args, wdist.load_dataset(args), train,
+                       lambda d: f"dataset {d.name} train {len(d.train)} test {len(d.test)} ")
 
 
 if __name__ == "__main__":

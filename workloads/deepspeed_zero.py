@@ -234,20 +234,8 @@ def main(argv=None) -> int:
     parser, args = parse(argv, env)
     env = wdist.read_env(args.run_dir)
 
-    def log(msg: str) -> None:
-        if env.rank == 0:
-            print(msg, flush=True)
-
-    def body() -> None:
-        t0 = time.time()
-        from workloads.common import data as wdata
-        data = wdata.load(args.dataset, args.data_dir)
-        device, backend = wdist.init(env, deterministic=args.deterministic, timeout_s=args.pg_timeout)
-        log(f"deepspeed_zero: dataset {data.name} world_size {env.world_size} batch {args.batch_size}/rank "
-            f"backend {backend} attempt {env.attempt} init {time.time() - t0:.1f}s run_dir {env.run_dir}")
-        train(args, env, device, data, log)
-
-    return wdist.run_worker(body)
+    return wdist.serve("deepspeed_zero", env, args, wdist.load_dataset(args), train,
+                       lambda d: f"dataset {d.name} ")
 
 
 if __name__ == "__main__":

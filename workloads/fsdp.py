@@ -13,7 +13,6 @@ Same world size: a crashed-and-resumed run ends with the same param_sha256 as an
 from __future__ import annotations
 
 import sys
-import time
 
 from workloads.common import args as common_args
 from workloads.common import dist as wdist
@@ -85,20 +84,7 @@ def main(argv=None) -> int:
     env = wdist.read_env(args.run_dir)
     common_args.check(parser, args, env.world_size)        # before the process group: all ranks agree
 
-    def log(msg: str) -> None:
-        if env.rank == 0:
-            print(msg, flush=True)
-
-    def body() -> None:
-        t0 = time.time()
-        from workloads.common import data as wdata
-        data = wdata.load(args.dataset, args.data_dir)
-        device, backend = wdist.init(env, deterministic=args.deterministic, timeout_s=args.pg_timeout)
-        log(f"fsdp: dataset {data.name} world_size {env.world_size} batch {args.batch_size}/rank backend {backend} "
-            f"attempt {env.attempt} init {time.time() - t0:.1f}s run_dir {env.run_dir}")
-        train(args, env, device, data, log)
-
-    return wdist.run_worker(body)
+    return wdist.serve("fsdp", env, args, wdist.load_dataset(args), train, lambda d: f"dataset {d.name} ")
 
 
 if __name__ == "__main__":

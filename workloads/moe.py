@@ -255,19 +255,8 @@ def main(argv=None) -> int:
     common_args.check(parser, args, env.world_size)
     check(parser, args, env.world_size)                  # before the process group: all ranks agree
 
-    def log(msg: str) -> None:
-        if env.rank == 0:
-            print(msg, flush=True)
-
-    def body() -> None:
-        t0 = time.time()
-        data = make_data(args)
-        device, backend = wdist.init(env, deterministic=args.deterministic, timeout_s=args.pg_timeout)
-        log(f"moe: world_size {env.world_size} batch {args.batch_size}/rank x {args.seq_len} tokens backend {backend} "
-            f"attempt {env.attempt} init {time.time() - t0:.1f}s run_dir {env.run_dir}")
-        train(args, env, device, data, log)
-
-    return wdist.run_worker(body)
+    return wdist.serve("moe", env, args, lambda: make_data(args), train,
+                       lambda d: f"{args.seq_len} tokens per sample ")
 
 
 if __name__ == "__main__":

@@ -144,3 +144,31 @@ def _hard_exit(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def serve(name: str, env: DistEnv, args, load_data, train, describe=lambda data: "") -> int:
+    """The one worker entry of every workload: load data (bad files fail before the process group exists),
+    init, log one line on rank 0, then train(args, env, device, data, log) inside run_worker's teardown."""
+    import time
+
+    def log(msg: str) -> None:
+        if env.rank == 0:
+            print(msg, flush=True)
+
+    def body() -> None:
+        t0 = time.time()
+        data = load_data()
+        device, backend = init(env, deterministic=args.deterministic, timeout_s=args.pg_timeout)
+        import torch
+        log(f"{name}: {describe(data)}world_size {env.world_size} batch {args.batch_size}/rank backend {backend} "
+            f"threads {torch.get_num_threads()} attempt {env.attempt} init {time.time() - t0:.1f}s "
+            f"run_dir {env.run_dir}")
+        train(args, env, device, data, log)
+
+    return run_worker(body)
+
+
+def load_dataset(args):
+    """Loader for serve(): the --dataset / --data-dir datasets of workloads.common.data."""
+    from . import data as wdata
+    return lambda: wdata.load(args.dataset, args.data_dir)
