@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import LaunchError
 from ..spec import SECRET_MARKERS, JobSpec
