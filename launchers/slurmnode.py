@@ -2,7 +2,7 @@
 
     python -m launchers.slurmnode run RUN_DIR --base-attempt A [--in-allocation]   (in-allocation mode)
     NodeTask(RUN_DIR, A)()                        (the same, submitted as a submitit Checkpointable)
-    python -m launchers.slurmnode task RUN_DIR/slurm     (what srun runs: submitit's pickle -> NodeTask)
+    python -m launchers.slurmnode task RUN_DIR/slurm --base-attempt A   (what srun runs: NodeTask's call)
     python -m launchers.slurmnode finalize RUN_DIR --base-attempt A              (batch side, after srun)
 
 Node rank = SLURM_NODEID; attempt = A + SLURM_RESTART_COUNT. Node 0 (the first host of the allocation)
@@ -18,7 +18,8 @@ agent is told to handle USR2 like SIGTERM (forward to its workers and wait for t
 it to the program, which writes a checkpoint and exits. This task only notes the signal and waits. When
 USR2 was seen (preemption or the --signal warning before the time limit), node 0 waits for every node's
 record, then requeues the job with `scontrol requeue` (the next run is attempt +1 and resumes from
-checkpoints/latest) -- or marks the run FAILED once --max-requeues is used up. Stdlib + submitit; no torch.
+checkpoints/latest) -- or marks the run FAILED once --max-requeues is used up. Stdlib only on the nodes (submitit
+only where NodeTask is pickled, by the launcher); no torch.
 """
 from __future__ import annotations
 
@@ -34,9 +35,6 @@ import sys
 import threading
 import time
 from typing import Any
-
-from submitit.helpers import Checkpointable
-from submitit.slurm.slurm import SlurmJobEnvironment
 
 from . import procs
 from .rundir import RunDir
@@ -190,8 +188,7 @@ def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> in
     from .backends.base import dist_backend_for
     from .backends.slurm_render import slurm_options
 
-    env = SlurmJobEnvironment()
-    job_id, node, hosts = env.raw_job_id, env.node, list(env.hostnames)
+    job_id, node, hosts = os.environ["SLURM_JOB_ID"], int(os.environ["SLURM_NODEID"]), job_hostnames()
     restart = 0 if in_allocation else int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     step = os.environ.get("SLURM_STEP_ID", "0")
     attempt = base_attempt + restart
@@ -323,42 +320,88 @@ def _requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_re
         rd.write_status(state="FAILED", reason=f"scontrol requeue {job_id} failed: {msg[0] if msg else p.returncode}")
 
 
-class NodeTask(Checkpointable):
-    """What submitit runs on every node. checkpoint() (submitit's own USR2 path, only reachable before
-    __call__ installs its handlers) resubmits the same task, which is all a requeued attempt needs."""
+def _node_task_class():
+    from submitit.helpers import Checkpointable        # the launcher pickles it; the nodes never import submitit
 
-    def __init__(self, run_dir: str, base_attempt: int):
-        self.run_dir, self.base_attempt = run_dir, base_attempt
+    class NodeTask(Checkpointable):
+        """What submitit submits (pickled into the submitit folder); srun's `task` runs the same call without
+        unpickling it. checkpoint() (submitit's own USR2 path) resubmits the same task."""
 
-    def __call__(self) -> int:
-        code = run_node(self.run_dir, self.base_attempt)
-        if code != 0:
-            raise SystemExit(code if 0 < code < 256 else 1)
-        return 0
+        def __init__(self, run_dir: str, base_attempt: int):
+            self.run_dir, self.base_attempt = run_dir, base_attempt
+
+        def __call__(self) -> int:
+            code = run_node(self.run_dir, self.base_attempt)
+            if code != 0:
+                raise SystemExit(code if 0 < code < 256 else 1)
+            return 0
+
+    NodeTask.__module__, NodeTask.__qualname__ = __name__, "NodeTask"
+    return NodeTask
 
 
-def submitit_task(folder: str) -> int:
-    """What srun runs on every node: submitit's process_job (load the pickled NodeTask, call it, pickle the
-    result for submitit's Job object), minus its unconditional numpy import (~0.3 s per node at start-up)."""
-    from submitit.core import utils
-    os.environ["SUBMITIT_FOLDER"] = folder
-    env = SlurmJobEnvironment()
-    paths = utils.JobPaths(folder, job_id=env.job_id, task_id=env.global_rank)
-    deadline = time.monotonic() + 60
-    while not paths.submitted_pickle.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)       # sbatch returned before submitit moved the pickle into place
-    code = 0
+def __getattr__(name: str):
+    if name == "NodeTask":                 # built on first use, so importing this module stays submitit-free
+        globals()["NodeTask"] = cls = _node_task_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def job_hostnames(nodelist: str | None = None) -> list[str]:
+    """SLURM_JOB_NODELIST ("gpu[01-03,7],login1") -> host names, in Slurm's order."""
+    text = os.environ.get("SLURM_JOB_NODELIST", "") if nodelist is None else nodelist
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
     try:
-        outcome = ("success", utils.DelayedSubmission.load(paths.submitted_pickle).result())
-    except SystemExit as e:        # NodeTask: torchrun (or the node's set-up) failed; already recorded
-        code = e.code if isinstance(e.code, int) else 1
-        outcome = ("error", f"node task exited with {code}")
+        return [h for item in items if item for h in _expand_hosts(item)]
+    except ValueError:
+        raise NodeError(f"SLURM_JOB_NODELIST {text!r} is malformed") from None
+
+
+def _expand_hosts(item: str) -> list[str]:
+    if "[" not in item:
+        if "]" in item:
+            raise ValueError(item)
+        return [item]
+    pre, _, rest = item.partition("[")
+    ranges, close, post = rest.partition("]")
+    if not close or not ranges:
+        raise ValueError(item)
+    heads = []
+    for part in ranges.split(","):
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ValueError(item)
+        heads += [f"{pre}{k:0{len(lo)}d}" for k in range(int(lo), int(hi) + 1)] if dash else [pre + lo]
+    return [h + tail for h in heads for tail in _expand_hosts(post)]
+
+
+def submitit_task(folder: str, base_attempt: int) -> int:
+    """What srun runs on every node: the NodeTask call (run_node) straight from the command line, plus
+    submitit's per-task result pickle for submitit's Job object. Not unpickling the submitted NodeTask keeps
+    submitit (and cloudpickle) out of the node's start-up, which is on the path to torchrun."""
+    import pickle
+    try:
+        code = run_node(os.path.dirname(os.path.abspath(folder)), base_attempt)
+        outcome: tuple = ("success", 0) if code == 0 else ("error", f"node task exited with {code}")
+        code = 0 if code == 0 else (code if 0 < code < 256 else 1)
     except Exception:  # noqa: BLE001 (recorded for submitit, then reported by exiting non-zero)
         import traceback
         code, outcome = 1, ("error", traceback.format_exc())
         print(outcome[1], file=sys.stderr, flush=True)
-    with utils.temporary_save_path(paths.result_pickle) as tmp:
-        utils.cloudpickle_dump(outcome, tmp)
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID", "0")
+    path = os.path.join(folder, f"{job}_{os.environ.get('SLURM_PROCID', '0')}_result.pkl")
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        pickle.dump(outcome, f)
+    os.replace(tmp, path)
     return code
 
 
@@ -413,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--srun-status", type=int, default=None)
     a = p.parse_args(argv)
     if a.what == "task":          # a.run_dir is the submitit folder here
-        return submitit_task(a.run_dir)
+        return submitit_task(a.run_dir, a.base_attempt)
     if a.what == "run":
         return run_node(a.run_dir, a.base_attempt, in_allocation=a.in_allocation)
     return finalize(a.run_dir, a.base_attempt, in_allocation=a.in_allocation, srun_status=a.srun_status)

@@ -1,7 +1,7 @@
 """Slurm backend: one homogeneous allocation (N nodes x 1 task), submitted through submitit.
 
     submit:          the sbatch script (slurm_render, golden-tested; --dry-run prints it) runs
-                     `srun python -m launchers.slurmnode task <run dir>/slurm` (submitit's pickled NodeTask) on
+                     `srun python -m launchers.slurmnode task <run dir>/slurm --base-attempt A` (NodeTask) on
                      every node -> the one torchrun command per node; after srun the batch side records the
                      result (slurmnode.finalize). `launch slurm` returns once queued (or follows with --wait).
     in allocation:   SLURM_JOB_ID set: no new job; `srun --ntasks-per-node=1` runs the same node task on the
@@ -86,18 +86,19 @@ class SlurmBackend(Backend):
             return
         if not shutil.which("sbatch"):
             raise LaunchError("sbatch is not on PATH: Slurm is not installed here (--dry-run shows the script)")
+        p = subprocess.run(["sbatch", "--test-only"], input=plan.script, capture_output=True, text=True, timeout=60)
+        if p.returncode == 0:
+            return
         part = spec.opts.get("partition")
-        if part:
-            p = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=30)
-            known = sorted(set(p.stdout.split()))
-            if p.returncode != 0:
-                raise LaunchError(f"sinfo failed: {_one_line(p.stderr)}")
+        if part:     # only now: one sinfo call tells an unknown partition apart from other refusals
+            q = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=30)
+            known = sorted(set(q.stdout.split()))
+            if q.returncode != 0:
+                raise LaunchError(f"sinfo failed: {_one_line(q.stderr)}")
             if part not in known:
                 raise LaunchError(f"--partition {part!r} is unknown to Slurm; partitions: {', '.join(known) or '(none)'}")
-        p = subprocess.run(["sbatch", "--test-only"], input=plan.script, capture_output=True, text=True, timeout=60)
-        if p.returncode != 0:
-            raise LaunchError(f"Slurm refuses the job ({spec.nodes} nodes x {spec.gpus_per_node} GPUs): "
-                              f"{_one_line(p.stderr or p.stdout)}")
+        raise LaunchError(f"Slurm refuses the job ({spec.nodes} nodes x {spec.gpus_per_node} GPUs): "
+                          f"{_one_line(p.stderr or p.stdout)}")
 
     # ------------------------------------------------------------------ start
     def start(self, plan: Plan, rd: RunDir) -> int:

@@ -132,9 +132,11 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     return params
 
 
-def node_task_command(python: str, folder: str) -> str:
-    """What srun runs on every node: unpickle submitit's DelayedSubmission of the node task and call it."""
-    return " ".join(shlex.quote(w) for w in (python, "-u", "-m", "launchers.slurmnode", "task", folder))
+def node_task_command(python: str, folder: str, base_attempt: int) -> str:
+    """What srun runs on every node: the node task submitit pickled (NodeTask(run dir, base attempt)), called
+    from its arguments so the node does not import submitit to unpickle it."""
+    words = (python, "-u", "-m", "launchers.slurmnode", "task", folder, "--base-attempt", str(base_attempt))
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def finalize_command(python: str, run_dir: str, base_attempt: int) -> str:
@@ -149,7 +151,7 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str) -> str:
 
     folder = submitit_folder(spec.run_dir)
     params = sbatch_parameters(spec)
-    text = _make_sbatch_string(command=node_task_command(spec.python, folder), folder=folder,
+    text = _make_sbatch_string(command=node_task_command(spec.python, folder, base_attempt), folder=folder,
                                teardown=[finalize_command(spec.python, spec.run_dir, base_attempt)], **params)
     shebang, rest = text.split("\n", 1)
     head = [f"# {line}" if line else "#" for line in header.splitlines()]
