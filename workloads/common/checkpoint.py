@@ -7,8 +7,15 @@ One checkpoint = `<checkpoint dir>/step-<N:08d>/` written by torch.distributed.c
   * "rng.rank<r>": every rank's python/numpy/torch(/cuda) RNG state, gathered to all ranks first, so
     all ranks save identical replicated items (DCP keeps one copy of replicated items, so saving an
     RNG state under the same key on every rank would silently keep only one rank's stream).
-Commit protocol: dcp.save, barrier, rank 0 atomically rewrites `latest`, barrier. A crash anywhere
-before the pointer is written leaves `latest` on the previous complete checkpoint.
+Commit protocol: dcp.save, barrier, rank 0 fsyncs the step directory and atomically rewrites
+`latest`, barrier. A crash anywhere before the pointer is written leaves `latest` on the previous
+complete checkpoint. Data files and .metadata are fsynced by DCP (FileSystemWriter sync_files=True).
+Repeated saves reuse DCP's cached save plans (the state layout does not change between steps), which
+skips most of the plan gather/scatter.
+Async (save_async): the state is copied to CPU memory while training waits; the write runs in a
+thread over a dedicated gloo group (never the training group, whose collectives run concurrently).
+The `latest` pointer for it moves only in finalize() -- called by the next save/save_async, or by
+the caller at the end -- after the write's future completed on every rank (barrier).
 On start, rank 0 reads `latest` and broadcasts the name, so every rank loads the same checkpoint.
 Not for use before the first optimizer step: get_state_dict initialises the optimizer state.
 """
@@ -94,6 +101,16 @@ class Checkpointer:
         self.env, self.dir, self.fault, self.log = env, env.checkpoint_dir, fault, log
         self.last_saved_step: int | None = None
         self.save_seconds = 0.0
+        self._pending = None            # (step, name, future) of an async save whose pointer is not yet moved
+        self._async_group = None        # dedicated gloo group for async writes, created once
+        self._stager = None             # staging copy for async writes, reused (see save_async)
+
+    @staticmethod
+    def _writer_planner(path: str):
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+        return (dcp.FileSystemWriter(path, single_file_per_rank=True, sync_files=True),
+                DefaultSavePlanner(enable_plan_caching=True))
 
     def latest_name(self) -> str | None:
         """`latest` as read by rank 0, broadcast so that all ranks agree (None: start fresh)."""
@@ -109,10 +126,7 @@ class Checkpointer:
             raise SystemExit(f"error: {box[0][1:]}")
         return box[0]
 
-    def save(self, step: int, states: dict, progress: dict) -> str:
-        """Save, then commit the `latest` pointer. Collective: every rank calls it at the same step."""
-        import torch.distributed.checkpoint as dcp
-        t0 = time.perf_counter()
+    def _prepare(self, step: int, states: dict, progress: dict) -> tuple[str, str, dict]:
         name = step_name(step)
         path = os.path.join(self.dir, name)
         rngs: list = [None] * self.env.world_size
@@ -122,16 +136,75 @@ class Checkpointer:
         state["rng"] = {f"rank{r}": blob for r, blob in enumerate(rngs)}
         self._fault(step, "pre_save")
         os.makedirs(path, exist_ok=True)
-        dcp.save(state, checkpoint_id=path)
+        return name, path, state
+
+    def _commit(self, step: int, name: str) -> None:
+        """All ranks' files are durable (fsynced by DCP) once every rank passed the barrier."""
         self._fault(step, "save")
         dist.barrier()
         if self.env.rank == 0:
+            fd = os.open(os.path.join(self.dir, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)        # the directory entries (.metadata's rename) before the pointer
+            finally:
+                os.close(fd)
             write_latest(self.dir, name)
         dist.barrier()
         self._fault(step, "after_save")
         self.last_saved_step = step
+
+    def save(self, step: int, states: dict, progress: dict) -> str:
+        """Save, then commit the `latest` pointer. Collective: every rank calls it at the same step."""
+        import torch.distributed.checkpoint as dcp
+        self.finalize()
+        t0 = time.perf_counter()
+        name, path, state = self._prepare(step, states, progress)
+        writer, planner = self._writer_planner(path)
+        dcp.save(state, storage_writer=writer, planner=planner)
+        self._commit(step, name)
         self.save_seconds += time.perf_counter() - t0
         return name
+
+    def save_async(self, step: int, states: dict, progress: dict) -> str:
+        """Stage the state on CPU and write it in the background; returns once training may continue.
+        The pointer moves at the next save/save_async/finalize (collective, like save)."""
+        import torch.distributed.checkpoint as dcp
+        self.finalize()
+        t0 = time.perf_counter()
+        if self._async_group is None:
+            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+            self._async_group = dist.new_group(backend="gloo")
+            # Kept across saves: it caches its CPU copies by source storage, so later saves copy into
+            # the same (already faulted-in) buffers. Safe because finalize() above waited for the
+            # previous write, the only reader of those buffers.
+            self._stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
+                                                        use_async_staging=False, use_non_blocking_copy=False))
+        name, path, state = self._prepare(step, states, progress)
+        writer, planner = self._writer_planner(path)
+        fut = dcp.async_save(state, storage_writer=writer, planner=planner, process_group=self._async_group,
+                             async_stager=self._stager)
+        self._pending = (step, name, fut)
+        self.save_seconds += time.perf_counter() - t0
+        return name
+
+    def finalize(self) -> str | None:
+        """Wait for a pending async save on this rank, then commit it on all ranks (collective)."""
+        if self._pending is None:
+            return None
+        t0 = time.perf_counter()
+        step, name, fut = self._pending
+        self._pending = None
+        fut.result()
+        self._commit(step, name)
+        self.save_seconds += time.perf_counter() - t0
+        return name
+
+    def close(self) -> None:
+        """finalize() (collective), then free the async staging buffers."""
+        self.finalize()
+        if self._stager is not None:
+            self._stager.close()
+            self._stager = None
 
     def load(self, name: str, states: dict) -> tuple[dict, bool]:
         """Load `name` into `states` (in place). Returns (progress, rng_restored).
