@@ -1,7 +1,10 @@
-"""SSH fan-out: connect to the 4 test hosts and start a trivial command (`true`) on each, side by side:
+"""SSH fan-out: connect to the test hosts and start a trivial command (`true`) on each, side by side:
 `launch ssh`'s fan-out (launchers.sshconn.fanout: one Fabric Connection per host, threads, host keys
 verified) vs pdsh (Debian package) vs a serial `ssh` loop. Whole-process wall time (like pdsh's) and
 our fan-out alone (timed inside one process, after imports). Interleaved rounds, medians.
+First on the 4 hosts of `make ssh-up`, then on 16 (`LAUNCH_SSH_HOSTS_N=16 clusters/ssh-hosts.sh up`),
+after which the hosts are put back to 4, as `make ssh-up` leaves them. Goals: <= 1.5x pdsh at both sizes,
+and 16 hosts in < 2x the 4-host time.
 Needs the SSH test hosts (`make ssh-up`); fails clearly when they are not up."""
 from __future__ import annotations
 
@@ -17,22 +20,22 @@ from benchlib import figure, interleaved, median, ms_since  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE = os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts")
 CFG, KH = f"{STATE}/ssh_config", f"{STATE}/known_hosts"
-HOSTS = [f"sshhost{k}" for k in range(1, 5)]
+SCRIPT = os.path.join(ROOT, "clusters", "ssh-hosts.sh")
+BASE_N, BIG_N = 4, 16
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 
-ONE = f"""
-import sys, time
-t0 = time.perf_counter()
+ONE = """
+import sys
 from launchers.hostfile import parse_hosts_option, resolve
 from launchers.sshconn import SSHSettings, fanout
-s = SSHSettings(ssh_config={CFG!r}, known_hosts={KH!r})
-codes = fanout(resolve(parse_hosts_option({",".join(HOSTS)!r}), {CFG!r}), s, "true")
-sys.exit(0 if codes == [0] * {len(HOSTS)} else 1)
+s = SSHSettings(ssh_config={cfg!r}, known_hosts={kh!r})
+codes = fanout(resolve(parse_hosts_option({hosts!r}), {cfg!r}), s, "true")
+sys.exit(0 if codes == [0] * {n} else 1)
 """
 
 
 def need_hosts() -> None:
-    st = subprocess.run([os.path.join(ROOT, "clusters", "ssh-hosts.sh"), "status"], capture_output=True, text=True)
+    st = subprocess.run([SCRIPT, "status"], capture_output=True, text=True)
     if st.returncode != 0 or not os.path.exists(KH):
         sys.exit(f"ssh_fanout: the SSH test hosts are not up (run `make ssh-up`): {st.stdout.strip() or st.stderr.strip()}")
     if shutil.which("pdsh") is None:
@@ -45,35 +48,57 @@ def wall(argv: list[str], env: dict | None = None) -> float:
     return ms_since(t0)
 
 
-def main() -> None:
-    need_hosts()
+def hosts_up(n: int) -> None:
+    p = subprocess.run([SCRIPT, "up"], capture_output=True, text=True, env={**os.environ, "LAUNCH_SSH_HOSTS_N": str(n)})
+    if p.returncode != 0:
+        sys.exit(f"ssh_fanout: `LAUNCH_SSH_HOSTS_N={n} clusters/ssh-hosts.sh up` failed: "
+                 f"{(p.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
+def measure(n: int) -> dict[str, float]:
+    """Medians (ms) of the four ways to run `true` on sshhost1..sshhost<n>."""
     from launchers.hostfile import parse_hosts_option, resolve
     from launchers.sshconn import SSHSettings, fanout
 
+    hosts = [f"sshhost{k}" for k in range(1, n + 1)]
     settings = SSHSettings(ssh_config=CFG, known_hosts=KH)
-    rhosts = resolve(parse_hosts_option(",".join(HOSTS)), CFG)
+    rhosts = resolve(parse_hosts_option(",".join(hosts)), CFG)
+    one = ONE.format(cfg=CFG, kh=KH, hosts=",".join(hosts), n=n)
 
     def inproc() -> float:
         t0 = time.perf_counter()
-        assert fanout(rhosts, settings, "true") == [0] * len(HOSTS)
+        assert fanout(rhosts, settings, "true") == [0] * n
         return ms_since(t0)
 
     pdsh_env = {"PDSH_RCMD_TYPE": "ssh", "PDSH_SSH_ARGS_APPEND": f"-F {CFG}"}
-    serial = "for h in " + " ".join(HOSTS) + f"; do ssh -F {CFG} $h true || exit 1; done"
+    serial = "for h in " + " ".join(hosts) + f"; do ssh -F {CFG} $h true || exit 1; done"
     cases = {
-        "ours_process": lambda: wall([sys.executable, "-c", ONE]),
+        "ours_process": lambda: wall([sys.executable, "-c", one]),
         "ours_fanout": inproc,
-        "pdsh": lambda: wall(["pdsh", "-R", "ssh", "-w", ",".join(HOSTS), "true"], pdsh_env),
+        "pdsh": lambda: wall(["pdsh", "-R", "ssh", "-w", ",".join(hosts), "true"], pdsh_env),
         "serial": lambda: wall(["bash", "-c", serial]),
     }
     res = interleaved(cases, ROUNDS)
     m = {k: median(v) for k, v in res.items()}
     for k, v in res.items():
-        print(f"  {k:14s} min {min(v):7.1f} ms  median {m[k]:7.1f} ms  (n={len(v)})")
-    n = len(HOSTS)
+        print(f"  {n:2d} hosts {k:14s} min {min(v):7.1f} ms  median {m[k]:7.1f} ms  (n={len(v)})")
     figure(f"ssh fan-out {n} hosts: launch (process) vs pdsh", m["ours_process"], m["pdsh"], "<= 1.5x")
     figure(f"ssh fan-out {n} hosts: launch (fan-out only) vs pdsh", m["ours_fanout"], m["pdsh"], "<= 1.5x")
     figure(f"ssh fan-out {n} hosts: launch (process) vs serial ssh", m["ours_process"], m["serial"], "< 1x")
+    return m
+
+
+def main() -> None:
+    need_hosts()
+    small = measure(BASE_N)
+    try:
+        hosts_up(BIG_N)
+        big = measure(BIG_N)
+    finally:
+        hosts_up(BASE_N)              # back to what `make ssh-up` leaves: 4 hosts
+    figure(f"ssh fan-out {BIG_N} vs {BASE_N} hosts: launch (process)", big["ours_process"], small["ours_process"], "< 2x")
+    figure(f"ssh fan-out {BIG_N} vs {BASE_N} hosts: launch (fan-out only)", big["ours_fanout"], small["ours_fanout"], "< 2x")
+    figure(f"ssh fan-out {BIG_N} vs {BASE_N} hosts: pdsh", big["pdsh"], small["pdsh"], "(reference)")
 
 
 if __name__ == "__main__":
