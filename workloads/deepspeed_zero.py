@@ -86,11 +86,10 @@ def train(args, env, device, data, log) -> dict:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from torch.utils.data import DataLoader
 
     from launchers.ckptptr import read_latest, write_latest
     from workloads.common.checkpoint import get_rng_state, seed_all, set_rng_state, step_name
-    from workloads.common.data import batch_collate, resumable_sampler
+    from workloads.common.data import resumable_loader
     from workloads.common.faults import FaultInjector
     from workloads.common.loop import evaluate, total_steps
     from workloads.common.metrics import Metrics, param_sha256
@@ -113,10 +112,7 @@ def train(args, env, device, data, log) -> dict:
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
     seed_all(args.seed * 1_000_003 + 7919 * (env.rank + 1))
 
-    sampler = resumable_sampler(data.train, W, env.rank, args.seed)
-    gen = torch.Generator()
-    loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, generator=gen,
-                        collate_fn=batch_collate, num_workers=0)
+    sampler, gen, loader = resumable_loader(data.train, env, args)
     total = total_steps(args, len(data.train), W)
     fault = FaultInjector.from_args(args, env)
     metrics = Metrics(env, tensorboard=args.tensorboard)

@@ -169,3 +169,15 @@ def resumable_sampler(dataset, world_size: int, rank: int, seed: int):
 
 def steps_per_epoch(n: int, world_size: int, batch_size: int) -> int:
     return math.ceil(math.ceil(n / world_size) / batch_size)
+
+
+def resumable_loader(dataset, env, args):
+    """(sampler, generator, loader) for a resumable epoch: the sampler is positioned by global sample offset,
+    and the DataLoader has its own generator so iter() never draws from the global torch RNG."""
+    import torch
+    from torch.utils.data import DataLoader
+    sampler = resumable_sampler(dataset, env.world_size, env.rank, args.seed)
+    gen = torch.Generator()
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, generator=gen,
+                        collate_fn=batch_collate, num_workers=0)
+    return sampler, gen, loader

@@ -12,10 +12,9 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 
 from .checkpoint import Checkpointer, ModelOptimState, PickledState, seed_all
-from .data import batch_collate, resumable_sampler, steps_per_epoch
+from .data import resumable_loader, steps_per_epoch
 from .faults import FaultInjector
 from .metrics import Metrics, param_sha256
 from .preempt import agreed as stop_agreed
@@ -94,10 +93,7 @@ def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, ste
     for models whose parameters are sharded (FSDP DTensors, expert-parallel experts)."""
     W = env.world_size
     t_start = time.time()
-    sampler = resumable_sampler(data.train, W, env.rank, args.seed)
-    gen = torch.Generator()
-    loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, generator=gen,
-                        collate_fn=batch_collate, num_workers=0)
+    sampler, gen, loader = resumable_loader(data.train, env, args)
     total = total_steps(args, len(data.train), W)
     fault = FaultInjector.from_args(args, env)
     ckpt = Checkpointer(env, fault=fault, log=log)
