@@ -91,7 +91,7 @@ def train(args, env, device, data, log) -> dict:
     from workloads.common.checkpoint import get_rng_state, seed_all, set_rng_state, step_name
     from workloads.common.data import resumable_loader
     from workloads.common.faults import FaultInjector
-    from workloads.common.loop import evaluate, total_steps
+    from workloads.common.loop import evaluate, global_batch_stats, total_steps
     from workloads.common.metrics import Metrics, param_sha256
     from workloads.convnet import _Nets
 
@@ -189,10 +189,7 @@ def train(args, env, device, data, log) -> dict:
             engine.step()
             offset += W * len(yb)
             if step % args.log_every == 0 or step == total:
-                stats = torch.tensor([loss.item() * len(yb), (logits.argmax(1) == yb).sum().item(), len(yb)],
-                                     dtype=torch.float64, device=device)
-                dist.all_reduce(stats)
-                last_loss, acc = stats[0].item() / stats[2].item(), stats[1].item() / stats[2].item()
+                last_loss, acc = global_batch_stats(loss, logits, yb, device)
                 metrics.record(step=step, epoch=epoch, loss=last_loss, accuracy=acc, zero_stage=args.zero_stage)
                 metrics.scalars(step, {"train/loss": loss.item(), "train/global_loss": last_loss, "train/accuracy": acc})
                 log(f"step {step}/{total} epoch {epoch} loss {last_loss:.4f} acc {acc:.3f}")

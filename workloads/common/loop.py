@@ -67,6 +67,14 @@ def cross_entropy_step(model, xb, yb):
     return F.cross_entropy(logits, yb), logits
 
 
+def global_batch_stats(loss, logits, yb, device) -> tuple[float, float]:
+    """(mean loss, accuracy) of this step's batch over all ranks (collective)."""
+    stats = torch.tensor([loss.item() * len(yb), (logits.argmax(1) == yb).sum().item(), len(yb)],
+                         dtype=torch.float64, device=device)
+    dist.all_reduce(stats)
+    return stats[0].item() / stats[2].item(), stats[1].item() / stats[2].item()
+
+
 @torch.no_grad()
 def evaluate(model, dataset, env, device, batch: int = 512) -> tuple[float, float]:
     """(accuracy, mean loss) over `dataset`, each rank taking indices rank::W, summed over ranks."""
@@ -140,11 +148,7 @@ def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, ste
             scheduler.step()
             offset += W * len(yb)
             if step % args.log_every == 0 or step == total:
-                stats = torch.tensor([loss.item() * len(yb), (logits.argmax(1) == yb).sum().item(), len(yb)],
-                                     dtype=torch.float64, device=device)
-                dist.all_reduce(stats)
-                last_loss = stats[0].item() / stats[2].item()
-                acc = stats[1].item() / stats[2].item()
+                last_loss, acc = global_batch_stats(loss, logits, yb, device)
                 lr = optimizer.param_groups[0]["lr"]
                 extra = extra_log("log") if extra_log else {}
                 metrics.record(step=step, epoch=epoch, loss=last_loss, accuracy=acc, lr=lr, **extra)
