@@ -16,6 +16,7 @@ $(STAMP): requirements.txt requirements-deepspeed.txt setup.cfg pyproject.toml
 	$(BIN)/pip install -q -r requirements.txt
 	$(BIN)/pip install -q --no-build-isolation --no-deps -r requirements-deepspeed.txt
 	$(BIN)/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
+	$(BIN)/python -m compileall -q launchers workloads nccl_tuning >/dev/null   # editable installs get no bytecode
 	$(BIN)/python -m workloads.common.dsops   # prebuild DeepSpeed's CPU op once (~75 s) into .venv/torch_extensions
 	touch $@
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import figure, interleaved, median, ms_since  # noqa: E402
+from benchlib import compile_project, figure, interleaved, median, ms_since  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,6 +36,7 @@ def wall(argv: list[str]) -> float:
 
 
 def main() -> None:
+    compile_project()
     tmp = tempfile.mkdtemp(prefix="bench-launch-")
     shutil.copy(os.path.join(HERE, "first_step.py"), tmp)
     n = [0]

@@ -15,7 +15,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import figure, interleaved, median, ms_since  # noqa: E402
+from benchlib import compile_project, figure, interleaved, median, ms_since  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE = os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts")
@@ -89,6 +89,7 @@ def measure(n: int) -> dict[str, float]:
 
 
 def main() -> None:
+    compile_project()
     need_hosts()
     small = measure(BASE_N)
     try:

@@ -7,11 +7,8 @@ Stdlib only: it costs a few milliseconds per rank.
 """
 from __future__ import annotations
 
-import ctypes
-import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -19,10 +16,32 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, sign
 
 
 def _die_with_parent() -> None:
+    import ctypes        # in the forked child only
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def _spawn(argv: list[str], fd: int) -> int:
+    """fork + exec of `python -u <argv>` with stdout/stderr on fd, stdin from /dev/null, dying with this
+    wrapper. Plain fork/exec rather than subprocess: the wrapper sits on every rank's start-up path, and
+    this keeps its imports to os/signal/sys/time (json only once the program has ended)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:                                   # the child: nothing here may return into the wrapper's code
+        _die_with_parent()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        for s in FORWARDED:                 # exec resets caught signals to their defaults; be explicit anyway
+            signal.signal(s, signal.SIG_DFL)
+        os.execv(sys.executable, [sys.executable, "-u", *argv])
+    except BaseException as e:  # noqa: BLE001
+        os.write(2, f"launch rankexec: cannot start {sys.executable}: {e}\n".encode())
+    os._exit(127)
 
 
 def main(argv: list[str]) -> int:
@@ -43,29 +62,31 @@ def main(argv: list[str]) -> int:
     os.write(fd, header.encode())
 
     # Handlers go in before the child exists: a signal that comes while it starts is passed on after.
-    child: subprocess.Popen | None = None
+    child: list[int] = []
     pending: list[int] = []
 
     def forward(signum, _frame):
-        if child is None:
+        if not child:
             pending.append(signum)
             return
         try:
-            child.send_signal(signum)
+            os.kill(child[0], signum)
         except ProcessLookupError:
             pass
 
     for s in FORWARDED:
         signal.signal(s, forward)
-    child = subprocess.Popen([sys.executable, "-u", *argv], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                             preexec_fn=_die_with_parent)
+    pid = _spawn(argv, fd)
+    child.append(pid)
     os.close(fd)
     for signum in pending:
-        child.send_signal(signum)
-    code = child.wait()
+        os.kill(pid, signum)
+    _, status = os.waitpid(pid, 0)        # retried across the forwarding handler (PEP 475)
+    code = os.waitstatus_to_exitcode(status)
+    import json
     record = {"rank": rank, "node": node, "attempt": attempt, "time": time.time(),
               "exit_code": code if code >= 0 else None, "signal": signal.Signals(-code).name if code < 0 else None,
-              "pid": child.pid}
+              "pid": pid}
     status_dir = os.path.join(run_dir, "status")
     os.makedirs(status_dir, exist_ok=True)
     path = os.path.join(status_dir, f"rank{rank}.json")

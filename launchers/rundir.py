@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import secrets
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
-
-import yaml
 
 from . import __version__
 from .ckptptr import read_latest, write_latest  # noqa: F401  (re-exported: the one pointer contract)
@@ -38,14 +35,14 @@ def choose_run_dir(run_dir: str | None, name: str, root: str | None = None) -> s
         path = os.path.abspath(run_dir)
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = os.path.join(runs_root(root), f"{name}-{stamp}-{secrets.token_hex(2)}")
+        path = os.path.join(runs_root(root), f"{name}-{stamp}-{os.urandom(2).hex()}")
     if os.path.exists(path):
         raise LaunchError(f"run dir {path!r} already exists; use `launch resume {path}` or another --run-dir")
     return path
 
 
 def new_run_id(spec: JobSpec) -> str:
-    return f"{os.path.basename(spec.run_dir)}-{secrets.token_hex(4)}"
+    return f"{os.path.basename(spec.run_dir)}-{os.urandom(4).hex()}"
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -76,8 +73,8 @@ class RunDir:
         rd.write_run_yaml({
             "run_id": run_id,
             "created": _now(),
-            "versions": {"launchers": __version__, "python": platform.python_version(), "host": socket.gethostname()},
-            "spec": _redacted_spec(spec),
+            "versions": {"launchers": __version__, "python": "%d.%d.%d" % sys.version_info[:3], "host": socket.gethostname()},
+            "spec": redacted_spec(spec),
             "attempts": [dict(plan, attempt=0, started=_now())],
         })
         rd.write_status(state="PENDING", attempt=0, nodes={}, first_failure=None)
@@ -96,21 +93,17 @@ class RunDir:
         return os.path.join(self.path, "run.yaml")
 
     def read_run_yaml(self) -> dict[str, Any]:
+        import yaml      # imported where used: node start-up (slurmnode) reads the spec from JSON, without yaml
         with open(self.run_yaml_path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
+            return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))   # libyaml when present
 
     def write_run_yaml(self, data: dict[str, Any]) -> None:
+        import yaml
         atomic_write(self.run_yaml_path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
     def spec(self) -> JobSpec:
         """The recorded spec. Redacted env values are taken from the current environment when set."""
-        d = dict(self.read_run_yaml()["spec"])
-        env = dict(d.get("env") or {})
-        for k, v in env.items():
-            if v == "***" and k in os.environ:
-                env[k] = os.environ[k]
-        d["env"] = env
-        return JobSpec.from_dict(d)
+        return spec_from_record(self.read_run_yaml()["spec"])
 
     @property
     def run_id(self) -> str:
@@ -121,7 +114,7 @@ class RunDir:
         attempt = len(data["attempts"])
         data["attempts"].append(dict(plan, attempt=attempt, started=_now(), nodes=spec.nodes,
                                      gpus_per_node=spec.gpus_per_node))
-        data["spec"] = _redacted_spec(spec)
+        data["spec"] = redacted_spec(spec)
         self.write_run_yaml(data)
         return attempt
 
@@ -214,7 +207,19 @@ def list_runs(root: str | None = None) -> list[RunDir]:
     return sorted(runs, key=lambda r: os.path.getmtime(r.run_yaml_path), reverse=True)
 
 
-def _redacted_spec(spec: JobSpec) -> dict[str, Any]:
+def spec_from_record(recorded: dict[str, Any]) -> JobSpec:
+    """A spec as run.yaml records it (secret env values as ***) -> JobSpec, with the secret values taken from
+    the current environment when set there."""
+    d = dict(recorded)
+    env = dict(d.get("env") or {})
+    for k, v in env.items():
+        if v == "***" and k in os.environ:
+            env[k] = os.environ[k]
+    d["env"] = env
+    return JobSpec.from_dict(d)
+
+
+def redacted_spec(spec: JobSpec) -> dict[str, Any]:
     d = spec.to_dict()
     d["env"] = redact_env(d["env"])
     return d

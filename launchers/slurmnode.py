@@ -85,6 +85,30 @@ def write_node(run_dir: str, node: int, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def node_spec_file(run_dir: str, base_attempt: int) -> str:
+    return os.path.join(slurm_dir(run_dir), f"spec-a{base_attempt}.json")
+
+
+def write_node_spec(rd: RunDir, spec, run_id: str, base_attempt: int) -> None:
+    """The submission's spec as JSON next to its sbatch script: the nodes read this instead of run.yaml, so
+    their start-up (on the way to torchrun) needs no yaml. Same content as run.yaml's spec (secrets ***)."""
+    from .rundir import atomic_write, redacted_spec
+    os.makedirs(slurm_dir(rd.path), exist_ok=True)
+    atomic_write(node_spec_file(rd.path, base_attempt),
+                 json.dumps({"run_id": run_id, "spec": redacted_spec(spec)}, indent=1))
+
+
+def load_node_spec(rd: RunDir, base_attempt: int):
+    """(run_id, JobSpec) of this submission; run.yaml for run dirs that predate the JSON file."""
+    from .rundir import spec_from_record
+    try:
+        with open(node_spec_file(rd.path, base_attempt), encoding="utf-8") as f:
+            d = json.load(f)
+    except FileNotFoundError:
+        return rd.run_id, rd.spec()
+    return d["run_id"], spec_from_record(d["spec"])
+
+
 def read_nodes(run_dir: str, nnodes: int, attempt: int) -> dict[int, dict[str, Any]]:
     """Node records of this attempt (node -> record)."""
     out = {}
@@ -193,8 +217,7 @@ def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> in
     step = os.environ.get("SLURM_STEP_ID", "0")
     attempt = base_attempt + restart
     rd = RunDir(run_dir)
-    spec = rd.spec()
-    run_id = rd.run_id
+    run_id, spec = load_node_spec(rd, base_attempt)
     stops: list[str] = []
 
     def on_stop(signum, _frame):

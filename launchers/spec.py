@@ -12,8 +12,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import yaml
-
 from .errors import LaunchError
 
 BACKENDS = ("local", "ssh", "slurm")
@@ -111,6 +109,7 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def load_profile(path: str) -> dict[str, Any]:
     """Read a YAML profile with yaml.safe_load; unknown keys and python tags are errors."""
+    import yaml          # here, not at the top: the nodes of a Slurm job import this module on their start-up path
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)

@@ -102,8 +102,9 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------ start
     def start(self, plan: Plan, rd: RunDir) -> int:
-        from ..slurmnode import update_status
+        from ..slurmnode import update_status, write_node_spec
         update_status(rd, state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None)
+        write_node_spec(rd, plan.spec, plan.run_id, plan.attempt)
         if allocation():
             return self._start_in_allocation(plan, rd)
         job_id = self._submit(plan, rd)
