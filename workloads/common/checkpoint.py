@@ -4,18 +4,22 @@ One checkpoint = `<checkpoint dir>/step-<N:08d>/` written by torch.distributed.c
   * the caller's Stateful objects (e.g. ModelOptimState for model+optimizer via get_state_dict,
     PickledState for an lr scheduler or anything with state_dict()/load_state_dict()),
   * "progress": a pickled dict (step, epoch, global sample offset in the epoch, world size, ...),
-  * "rng.rank<r>": every rank's python/numpy/torch(/cuda) RNG state, gathered to all ranks first, so
-    all ranks save identical replicated items (DCP keeps one copy of replicated items, so saving an
-    RNG state under the same key on every rank would silently keep only one rank's stream).
-Commit protocol: dcp.save, barrier, rank 0 fsyncs the step directory and atomically rewrites
-`latest`, barrier. A crash anywhere before the pointer is written leaves `latest` on the previous
-complete checkpoint. Data files and .metadata are fsynced by DCP (FileSystemWriter sync_files=True).
+  * "rng.rank<r>": rank r's python/numpy/torch(/cuda) RNG state, saved by rank r alone (a key per rank:
+    DCP keeps one copy of an item saved under the same key by several ranks, so one shared key would
+    silently keep only one rank's stream). No collective is needed to save them.
+Commit protocol: dcp.save returns on every rank only after the coordinator (rank 0) has collected every
+rank's write result (data files fsynced by DCP, FileSystemWriter sync_files=True) and written .metadata;
+then rank 0 fsyncs the step directory and atomically rewrites `latest`, and a barrier ends the save.
+A crash anywhere before the pointer is written leaves `latest` on the previous complete checkpoint.
 Repeated saves reuse DCP's cached save plans (the state layout does not change between steps), which
 skips most of the plan gather/scatter.
-Async (save_async): the state is copied to CPU memory while training waits; the write runs in a
-thread over a dedicated gloo group (never the training group, whose collectives run concurrently).
-The `latest` pointer for it moves only in finalize() -- called by the next save/save_async, or by
-the caller at the end -- after the write's future completed on every rank (barrier).
+Async (save_async): training is blocked only while the state dict is taken; the copy to CPU memory
+(staging) and the write run in background threads, the write over a dedicated gloo group (never the
+training group, whose collectives run concurrently). Until staging is done, the next optimizer step
+(and the next forward, for models with buffers, which a forward may update) waits for it: that wait
+is counted as blocked time too. Rank 0 moves `latest` as soon as its write completes (which implies
+every rank's write completed); finalize() -- called by the next save/save_async, or by the caller
+at the end -- waits for this rank's write and the pointer (collective).
 On start, rank 0 reads `latest` and broadcasts the name, so every rank loads the same checkpoint.
 Not for use before the first optimizer step: get_state_dict initialises the optimizer state.
 """
@@ -101,7 +105,10 @@ class Checkpointer:
         self.env, self.dir, self.fault, self.log = env, env.checkpoint_dir, fault, log
         self.last_saved_step: int | None = None
         self.save_seconds = 0.0
-        self._pending = None            # (step, name, future) of an async save whose pointer is not yet moved
+        self.blocked_seconds = 0.0      # training time spent blocked by save_async (call + staging waits)
+        self._pending = None            # (step, name, upload future, pointer-written event) of an async save
+        self._staging = None            # future: the async save's CPU copy is complete
+        self._hooks: list = []          # the staging-wait hooks on optimizers/models (installed once)
         self._async_group = None        # dedicated gloo group for async writes, created once
         self._stager = None             # staging copy for async writes, reused (see save_async)
 
@@ -129,26 +136,27 @@ class Checkpointer:
     def _prepare(self, step: int, states: dict, progress: dict) -> tuple[str, str, dict]:
         name = step_name(step)
         path = os.path.join(self.dir, name)
-        rngs: list = [None] * self.env.world_size
-        dist.all_gather_object(rngs, pickle.dumps(get_rng_state()))
         state = dict(states)
         state["progress"] = pickle.dumps(dict(progress, step=step, world_size=self.env.world_size))
-        state["rng"] = {f"rank{r}": blob for r, blob in enumerate(rngs)}
+        state["rng"] = {f"rank{self.env.rank}": pickle.dumps(get_rng_state())}
         self._fault(step, "pre_save")
         os.makedirs(path, exist_ok=True)
         return name, path, state
 
+    def _point_latest(self, name: str) -> None:
+        """Rank 0, once its dcp write returned: every rank's files and .metadata are durable."""
+        fd = os.open(os.path.join(self.dir, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)            # the directory entries (.metadata's rename) before the pointer
+        finally:
+            os.close(fd)
+        write_latest(self.dir, name)
+
     def _commit(self, step: int, name: str) -> None:
-        """All ranks' files are durable (fsynced by DCP) once every rank passed the barrier."""
+        """After dcp.save returned on this rank (on rank 0 that means on all ranks): pointer, then barrier."""
         self._fault(step, "save")
-        dist.barrier()
         if self.env.rank == 0:
-            fd = os.open(os.path.join(self.dir, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)        # the directory entries (.metadata's rename) before the pointer
-            finally:
-                os.close(fd)
-            write_latest(self.dir, name)
+            self._point_latest(name)
         dist.barrier()
         self._fault(step, "after_save")
         self.last_saved_step = step
@@ -166,8 +174,10 @@ class Checkpointer:
         return name
 
     def save_async(self, step: int, states: dict, progress: dict) -> str:
-        """Stage the state on CPU and write it in the background; returns once training may continue.
-        The pointer moves at the next save/save_async/finalize (collective, like save)."""
+        """Take the state dict and return: staging and writing go on in the background (see the module
+        doc). Collective, like save; the pointer moves on rank 0 when the write is complete."""
+        import threading
+
         import torch.distributed.checkpoint as dcp
         self.finalize()
         t0 = time.perf_counter()
@@ -177,31 +187,79 @@ class Checkpointer:
             # Kept across saves: it caches its CPU copies by source storage, so later saves copy into
             # the same (already faulted-in) buffers. Safe because finalize() above waited for the
             # previous write, the only reader of those buffers.
-            self._stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
-                                                        use_async_staging=False, use_non_blocking_copy=False))
+            self._stager = DefaultStager(StagingOptions(use_pinned_memory=torch.cuda.is_available(),
+                                                        use_shared_memory=False, use_async_staging=True,
+                                                        use_non_blocking_copy=torch.cuda.is_available()))
+            self._install_staging_hooks(states)
         name, path, state = self._prepare(step, states, progress)
         writer, planner = self._writer_planner(path)
-        fut = dcp.async_save(state, storage_writer=writer, planner=planner, process_group=self._async_group,
-                             async_stager=self._stager)
-        self._pending = (step, name, fut)
-        self.save_seconds += time.perf_counter() - t0
+        resp = dcp.async_save(state, storage_writer=writer, planner=planner, process_group=self._async_group,
+                              async_stager=self._stager)
+        self._staging, upload = resp.staging_completion, resp.upload_completion
+        pointed = threading.Event()
+        if self.env.rank == 0:
+            def point(fut) -> None:
+                try:
+                    if fut.exception() is None:
+                        self._point_latest(name)
+                finally:
+                    pointed.set()
+            upload.add_done_callback(point)
+        else:
+            pointed.set()
+        self._pending = (step, name, upload, pointed)
+        dt = time.perf_counter() - t0
+        self.blocked_seconds += dt
+        self.save_seconds += dt
         return name
 
+    def _install_staging_hooks(self, states: dict) -> None:
+        """Training must not change the state being copied: the optimizer step (and, when the model has
+        buffers, the forward) first waits for the pending async save's staging."""
+        def wait(*_args, **_kwargs) -> None:
+            self.wait_staging()
+
+        for st in states.values():
+            if isinstance(st, ModelOptimState):
+                opts = st.optimizers if isinstance(st.optimizers, (list, tuple)) else [st.optimizers]
+                self._hooks += [o.register_step_pre_hook(wait) for o in opts]
+                if any(True for _ in st.model.buffers()):
+                    self._hooks.append(st.model.register_forward_pre_hook(wait))
+
+    def wait_staging(self) -> None:
+        """Block until the pending async save's CPU copy is complete (counted as blocked time)."""
+        if self._staging is None:
+            return
+        t0 = time.perf_counter()
+        self._staging.result()
+        self._staging = None
+        dt = time.perf_counter() - t0
+        self.blocked_seconds += dt
+        self.save_seconds += dt
+
     def finalize(self) -> str | None:
-        """Wait for a pending async save on this rank, then commit it on all ranks (collective)."""
+        """Wait for a pending async save on this rank, then for its pointer on rank 0 (collective)."""
         if self._pending is None:
             return None
+        self.wait_staging()
         t0 = time.perf_counter()
-        step, name, fut = self._pending
+        step, name, upload, pointed = self._pending
         self._pending = None
-        fut.result()
-        self._commit(step, name)
+        upload.result()
+        pointed.wait()
+        self._fault(step, "save")
+        dist.barrier()
+        self._fault(step, "after_save")
+        self.last_saved_step = step
         self.save_seconds += time.perf_counter() - t0
         return name
 
     def close(self) -> None:
-        """finalize() (collective), then free the async staging buffers."""
+        """finalize() (collective), then remove the hooks and free the async staging buffers."""
         self.finalize()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
         if self._stager is not None:
             self._stager.close()
             self._stager = None
