@@ -155,6 +155,31 @@ def test_crash_then_resume_is_bit_identical(uninterrupted, tmp_path):
     assert attempts == {0, 1}                                       # metrics.jsonl appended across attempts
 
 
+def test_async_checkpoints_crash_then_resume_is_bit_identical(uninterrupted, tmp_path):
+    """--async-checkpoint: periodic saves written in the background; the crashed-and-resumed run ends where
+    the uninterrupted synchronous run ends (the checkpoint content does not depend on the write path)."""
+    ref_dir, _ = uninterrupted
+    run_dir = str(tmp_path / "async")
+    args = TRAIN_ARGS + ["--async-checkpoint", "--crash-at-step", "27", "--crash-rank", "3"]
+    codes, out = run_2x2(run_dir, 0, args)
+    assert codes[0] != 0 and codes[1] != 0, codes
+    ckpt = os.path.join(run_dir, "checkpoints")
+    with open(os.path.join(ckpt, "latest")) as f:
+        resumed_from = f.read().strip()
+    assert resumed_from in ("step-00000010", "step-00000020"), resumed_from     # the pointer moves when written
+    assert os.path.isfile(os.path.join(ckpt, resumed_from, ".metadata"))
+
+    codes, out = run_2x2(run_dir, 1, args)
+    assert codes == [0, 0], out[0][-3000:] + out[1][-3000:]
+    assert f"resumed from {resumed_from}" in out[0]
+    fin = final(run_dir)
+    assert fin["param_sha256"] == final(ref_dir)["param_sha256"] and fin["loss"] == final(ref_dir)["loss"]
+    names = sorted(n for n in os.listdir(ckpt) if n.startswith("step-"))
+    assert names == [f"step-{s:08d}" for s in (10, 20, 30, 40)]
+    with open(os.path.join(ckpt, "latest")) as f:
+        assert f.read().strip() == "step-00000040"
+
+
 def test_crash_inside_save_resumes_from_previous_pointer(tmp_path):
     """1 process: dying after dcp.save(20) but before the pointer moves must resume from step 10."""
     args = ["--max-steps", "24", "--checkpoint-every", "10", "--log-every", "4", "--no-tensorboard"]

@@ -33,7 +33,8 @@ META = "launch_meta.json"
 
 def build_parser():
     p = common_args.common_parser("deepspeed_zero", "The seeds' ConvNet with DeepSpeed ZeRO, resumable.",
-                                  epochs=2, batch_size=32, checkpoint_every=20, log_every=5)
+                                  epochs=2, batch_size=32, checkpoint_every=20, log_every=5,
+                                  async_checkpoint=False)     # DeepSpeed writes its own checkpoints
     g = p.add_argument_group("deepspeed")
     g.add_argument("--zero-stage", default="2", help="ZeRO stage: 1, 2 or 3 (default 2)")
     g.add_argument("--ds-config", default=dsconfig.DEFAULT_CONFIG, help="DeepSpeed JSON config")

@@ -42,7 +42,8 @@ nonneg_float = _number(float, 0.0, "a non-negative number (>= 0)")
 
 
 def common_parser(prog: str, description: str, *, epochs: int = 2, batch_size: int = 32,
-                  lr: float | None = None, checkpoint_every: int = 50, log_every: int = 10) -> Parser:
+                  lr: float | None = None, checkpoint_every: int = 50, log_every: int = 10,
+                  async_checkpoint: bool = True) -> Parser:
     p = Parser(prog=prog, description=description)
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default="digits", choices=data.DATASETS,
@@ -67,6 +68,11 @@ def common_parser(prog: str, description: str, *, epochs: int = 2, batch_size: i
                    help="where outputs go when LAUNCH_RUN_DIR is not set (default: ./run-local)")
     g.add_argument("--checkpoint-every", type=nonneg_int, default=checkpoint_every,
                    help="save a DCP checkpoint every N steps and at the end (0: never)")
+    if async_checkpoint:
+        g.add_argument("--async-checkpoint", action="store_true",
+                       help="write the periodic checkpoints in the background (DCP async_save): training waits "
+                            "only for the copy of the state; `latest` moves once the write is complete. The "
+                            "final and preemption checkpoints are written synchronously.")
     g.add_argument("--log-every", type=positive_int, default=log_every)
     g.add_argument("--no-tensorboard", dest="tensorboard", action="store_false",
                    help="do not write tensorboard/rank<R>/ event files")

@@ -106,6 +106,7 @@ def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, ste
     fault = FaultInjector.from_args(args, env)
     ckpt = Checkpointer(env, fault=fault, log=log)
     states = {"app": ModelOptimState(model, optimizer), "sched": PickledState(scheduler)}
+    save_periodic = ckpt.save_async if getattr(args, "async_checkpoint", False) else ckpt.save
     metrics = Metrics(env, tensorboard=args.tensorboard)
     step, epoch, offset, last_loss = 0, 0, 0, None
 
@@ -156,10 +157,12 @@ def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, ste
                                        "train/accuracy": acc, "train/lr": lr})
                 log(f"step {step}/{total} epoch {epoch} loss {last_loss:.4f} acc {acc:.3f} lr {lr:.2e}")
             if args.checkpoint_every and step % args.checkpoint_every == 0:
-                ckpt.save(step, states, progress_now())
+                save_periodic(step, states, progress_now())
             if stop_agreed(device):
+                ckpt.finalize()
                 if ckpt.last_saved_step != step:
                     ckpt.save(step, states, progress_now())
+                ckpt.close()
                 metrics.close()
                 log(f"preempted: checkpoint at step {step} written; stopping (the next attempt resumes here)")
                 return {"step": step, "preempted": True}
@@ -173,8 +176,10 @@ def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, ste
             log(f"epoch {epoch} done: step {step} test_accuracy {acc:.4f} test_loss {test_loss:.4f}")
             epoch, offset = epoch + 1, 0
 
+    ckpt.finalize()
     if args.checkpoint_every and step > 0 and ckpt.last_saved_step != step:
         ckpt.save(step, states, progress_now())
+    ckpt.close()
     acc, test_loss = evaluate(eval_model, data.test, env, device)
     sha = (param_hash or param_sha256)(eval_model)
     shas: list = [None] * W
