@@ -23,7 +23,6 @@ only where NodeTask is pickled, by the launcher); no torch.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import json
@@ -470,19 +469,45 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         return 1
 
 
+USAGE = ("usage: python -m launchers.slurmnode {run,finalize,task} RUN_DIR [--base-attempt A] [--in-allocation] "
+         "[--srun-status S]")
+
+
+def _usage_error(msg: str) -> None:
+    print(f"{USAGE}\nlaunchers.slurmnode: error: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _parse(argv: list[str]) -> dict[str, Any]:
+    """The node entry's arguments (no argparse: this runs on every node on the way to torchrun)."""
+    out: dict[str, Any] = {"base_attempt": 0, "in_allocation": False, "srun_status": None}
+    pos: list[str] = []
+    it = iter(argv)
+    try:
+        for a in it:
+            if a in ("--base-attempt", "--srun-status"):
+                out[a[2:].replace("-", "_")] = int(next(it))
+            elif a == "--in-allocation":
+                out["in_allocation"] = True
+            elif a.startswith("-"):
+                raise ValueError(a)
+            else:
+                pos.append(a)
+    except (StopIteration, ValueError) as e:
+        _usage_error(f"bad argument {str(e) or argv[-1]!r}")
+    if len(pos) != 2 or pos[0] not in ("run", "finalize", "task"):
+        _usage_error(f"expected one of run/finalize/task and a directory, got {pos!r}")
+    out["what"], out["run_dir"] = pos
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m launchers.slurmnode")
-    p.add_argument("what", choices=("run", "finalize", "task"))
-    p.add_argument("run_dir")
-    p.add_argument("--base-attempt", type=int, default=0)
-    p.add_argument("--in-allocation", action="store_true")
-    p.add_argument("--srun-status", type=int, default=None)
-    a = p.parse_args(argv)
-    if a.what == "task":          # a.run_dir is the submitit folder here
-        return submitit_task(a.run_dir, a.base_attempt)
-    if a.what == "run":
-        return run_node(a.run_dir, a.base_attempt, in_allocation=a.in_allocation)
-    return finalize(a.run_dir, a.base_attempt, in_allocation=a.in_allocation, srun_status=a.srun_status)
+    a = _parse(sys.argv[1:] if argv is None else argv)
+    if a["what"] == "task":          # run_dir is the submitit folder here
+        return submitit_task(a["run_dir"], a["base_attempt"])
+    if a["what"] == "run":
+        return run_node(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"])
+    return finalize(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"], srun_status=a["srun_status"])
 
 
 if __name__ == "__main__":

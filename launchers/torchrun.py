@@ -6,7 +6,6 @@ torchrun runs with --max-restarts 0: restarts belong to the launcher (they start
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ class NodeCommand:
 
 def derive_port(key: str) -> int:
     """A port in [20000, 60000) that is stable for a given run id (or Slurm job id)."""
+    import hashlib       # here: the Slurm nodes import this module on their way to torchrun
     h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
     return PORT_LOW + h % (PORT_HIGH - PORT_LOW)
 

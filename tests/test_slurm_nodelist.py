@@ -27,3 +27,19 @@ def test_malformed_is_a_node_error_naming_it(text):
     with pytest.raises(NodeError, match="malformed") as e:
         job_hostnames(text)
     assert repr(text) in str(e.value)
+
+
+def test_node_entry_arguments():
+    from launchers.slurmnode import _parse
+    assert _parse(["finalize", "/r", "--base-attempt", "2", "--srun-status", "140"]) == {
+        "what": "finalize", "run_dir": "/r", "base_attempt": 2, "in_allocation": False, "srun_status": 140}
+    assert _parse(["run", "/r", "--in-allocation"])["in_allocation"] is True
+
+
+@pytest.mark.parametrize("argv", [[], ["run"], ["bogus", "/r"], ["run", "/r", "--base-attempt"],
+                                  ["run", "/r", "--base-attempt", "x"], ["run", "/r", "--nope"]])
+def test_node_entry_bad_arguments_exit_2(argv, capsys):
+    from launchers.slurmnode import _parse
+    with pytest.raises(SystemExit) as e:
+        _parse(argv)
+    assert e.value.code == 2 and "usage: python -m launchers.slurmnode" in capsys.readouterr().err
