@@ -205,6 +205,19 @@ def test_bad_input_nothing_submitted(workdir, args, msg):
     assert p.returncode == 2 and msg in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert not (workdir / "runs").exists()
     assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == before
+    assert not _procs_with_arg("runs/bad"), "the warm submitter (forked by the CLI) outlived the launcher"
+
+
+def _procs_with_arg(arg: str) -> list[int]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if arg.encode() in f.read().split(b"\0"):
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
 
 
 @pytest.mark.slow

@@ -37,6 +37,26 @@ def test_golden_sbatch(name):
     assert text == path.read_text()
 
 
+EQUIV = [*CASES.values(), dict(time="30"), dict(time="UNLIMITED", exclusive=True), dict(signal_seconds=45),
+         dict(sbatch_lines=("--gres=gpu:8", "--comment=a b", "--mail-user=x@y")), dict(mem="0", cpus_per_task=1)]
+
+
+@pytest.mark.parametrize("options", EQUIV)
+@pytest.mark.parametrize("attempt", [0, 3])
+def test_renderer_is_submitits_layout(options, attempt):
+    """render_sbatch (no submitit import on the launcher's start-up) == submitit's own _make_sbatch_string."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    from launchers.backends.slurm_render import (finalize_command, node_task_command, sbatch_parameters,
+                                                 submitit_folder)
+    sp = spec(**options)
+    folder = submitit_folder(sp.run_dir)
+    theirs = _make_sbatch_string(command=node_task_command(sp.python, folder, attempt), folder=folder,
+                                 teardown=[finalize_command(sp.python, sp.run_dir, attempt)], **sbatch_parameters(sp))
+    shebang, rest = theirs.split("\n", 1)
+    assert render_sbatch(sp, base_attempt=attempt, header="l1\n\nl3") == f"{shebang}\n# l1\n#\n# l3\n{rest}\n"
+
+
 def test_script_properties():
     text = render_sbatch(spec(partition="gpu", time="04:00:00"), base_attempt=2, header=HEADER)
     flags = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]

@@ -86,7 +86,18 @@ class SlurmBackend(Backend):
             return
         if not shutil.which("sbatch"):
             raise LaunchError("sbatch is not on PATH: Slurm is not installed here (--dry-run shows the script)")
-        p = subprocess.run(["sbatch", "--test-only"], input=plan.script, capture_output=True, text=True, timeout=60)
+        p = subprocess.Popen(["sbatch", "--test-only"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        p.stdin.write(plan.script)
+        p.stdin.close()
+        p.stdin = None                   # written: communicate() below only reads
+        import yaml  # noqa: F401  (while Slurm answers: creating the run dir needs it next)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise LaunchError("sbatch --test-only did not answer within 60 s: is slurmctld up?") from None
+        p = subprocess.CompletedProcess(p.args, p.returncode, out, err)
         if p.returncode == 0:
             return
         part = spec.opts.get("partition")
@@ -117,33 +128,23 @@ class SlurmBackend(Backend):
         return 0
 
     def _submit(self, plan: Plan, rd: RunDir) -> str:
-        from submitit.core.utils import FailedJobError, FailedSubmissionError
-        from submitit.slurm.slurm import SlurmExecutor
-
-        from ..slurmnode import NodeTask, update_status
+        from ..slurmnode import update_status
+        from . import slurm_submit
 
         spec = plan.spec
-
-        class Executor(SlurmExecutor):        # submits exactly the script the plan shows
-            def _make_submission_file_text(self, command: str, uid: str) -> str:
-                return plan.script
-
-        folder = submitit_folder(rd.path)
-        os.makedirs(folder, exist_ok=True)
-        ex = Executor(folder=folder, max_num_timeout=slurm_options(spec)["max_requeues"],
-                      python=shlex.quote(spec.python))
-        ex.parameters.update(nodes=spec.nodes, ntasks_per_node=1)
+        req = {"folder": submitit_folder(rd.path), "script": plan.script, "nodes": spec.nodes,
+               "max_requeues": slurm_options(spec)["max_requeues"], "python": spec.python, "run_dir": rd.path,
+               "attempt": plan.attempt, "secret_env": _secret_env(spec)}
+        warm = slurm_submit.take()
         try:
-            with _secret_env(spec):
-                job = ex.submit(NodeTask(rd.path, plan.attempt))
-        except (FailedJobError, FailedSubmissionError, OSError, RuntimeError) as e:
+            return warm.submit(req) if warm is not None else slurm_submit.submit(req)
+        except slurm_submit.SubmitError as e:
             msg = _one_line(str(e))
             if plan.attempt == 0:
                 shutil.rmtree(rd.path, ignore_errors=True)     # nothing ran: leave no run dir behind
             else:
                 update_status(rd, state="FAILED", reason=f"sbatch failed: {msg}")
             raise LaunchError(f"sbatch refused the job: {msg}") from None
-        return str(job.job_id)
 
     def follow(self, rd: RunDir) -> int:
         """--wait: stream the ranks' output until the run ends; 0 only if every rank succeeded."""
@@ -283,18 +284,7 @@ def _locked(rd: RunDir):
         yield
 
 
-@contextlib.contextmanager
-def _secret_env(spec: JobSpec):
-    """run.yaml shows secret --env values as ***; the nodes take them from the job's environment
-    (sbatch exports the submitter's), so they are put there for the sbatch call only."""
-    secret = {k: v for k, v in spec.env if redact_env({k: v})[k] != v}
-    saved = {k: os.environ.get(k) for k in secret}
-    os.environ.update(secret)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def _secret_env(spec: JobSpec) -> dict[str, str]:
+    """run.yaml shows secret --env values as ***; the nodes take them from the job's environment (sbatch
+    exports the submitter's), so they are put there for the sbatch call only."""
+    return {k: v for k, v in spec.env if redact_env({k: v})[k] != v}

@@ -1,0 +1,159 @@
+"""Submitting the rendered sbatch script through submitit -- in this process, or from a warm forked one.
+
+submitit (with cloudpickle, asyncio, logging.config, ...) takes ~60-70 ms to import, more than everything
+else `launch slurm` does before sbatch. So the CLI, once it knows it will submit (not a dry-run, not inside
+an allocation), forks a *warm submitter*: it imports submitit on the other core while the launcher checks
+the options, asks Slurm (`sbatch --test-only`) and creates the run dir; then it is handed the finished
+request over a pipe, submits it exactly as the in-process path does (submit()), and sends back the job id
+or the refusal. If the launcher ends without handing it anything (bad input, Ctrl-C), the submitter sees
+EOF and exits having submitted nothing. Callers of the Python API submit in-process.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+from typing import Any
+
+
+class SubmitError(Exception):
+    """sbatch (or submitit) refused the job; the message is what to show the user."""
+
+
+def submit(req: dict[str, Any]) -> str:
+    """Submit req["script"] (the plan's script, verbatim) with submitit's SlurmExecutor; the job id.
+
+    req: folder, script, nodes, max_requeues, python, run_dir, attempt, secret_env (name -> value, put in
+    the environment for the sbatch call only: run.yaml shows them as ***, sbatch exports them to the job)."""
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+    from submitit.slurm.slurm import SlurmExecutor
+
+    from ..slurmnode import NodeTask
+
+    script = req["script"]
+
+    class Executor(SlurmExecutor):        # submits exactly the script the plan shows
+        def _make_submission_file_text(self, command: str, uid: str) -> str:
+            return script
+
+    os.makedirs(req["folder"], exist_ok=True)
+    ex = Executor(folder=req["folder"], max_num_timeout=req["max_requeues"], python=shlex.quote(req["python"]))
+    ex.parameters.update(nodes=req["nodes"], ntasks_per_node=1)
+    saved = {k: os.environ.get(k) for k in req.get("secret_env", {})}
+    os.environ.update(req.get("secret_env", {}))
+    try:
+        job = ex.submit(NodeTask(req["run_dir"], req["attempt"]))
+    except (FailedJobError, FailedSubmissionError, OSError, RuntimeError) as e:
+        raise SubmitError(str(e)) from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return str(job.job_id)
+
+
+class WarmSubmitter:
+    """A forked process that imports submitit now and submits one request later (see the module doc)."""
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        req_r, self._req_w = os.pipe()
+        self._res_r, res_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:                 # the child never returns into the launcher's code
+            code = 1
+            try:
+                os.close(self._req_w)
+                os.close(self._res_r)
+                code = _serve(req_r, res_w)
+            finally:
+                os._exit(code)            # no atexit handlers, no flush of buffers inherited from the launcher
+        os.close(req_r)
+        os.close(res_w)
+
+    def submit(self, req: dict[str, Any]) -> str:
+        try:
+            os.write(self._req_w, json.dumps(req).encode())   # a few KB: fits the pipe buffer
+        finally:
+            self._close_request()
+        chunks = []
+        while True:
+            b = os.read(self._res_r, 65536)
+            if not b:
+                break
+            chunks.append(b)
+        os.close(self._res_r)
+        _, status = os.waitpid(self.pid, 0)
+        if not chunks:
+            raise SubmitError(f"the warm submitter (pid {self.pid}) ended without an answer "
+                              f"(exit status {os.waitstatus_to_exitcode(status)})")
+        res = json.loads(b"".join(chunks))
+        if "error" in res:
+            raise SubmitError(res["error"])
+        return res["job_id"]
+
+    def close(self) -> None:
+        """Nothing to submit after all: the child sees EOF and exits."""
+        self._close_request()
+        with contextlib.suppress(OSError):
+            os.close(self._res_r)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+    def _close_request(self) -> None:
+        if self._req_w is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._req_w)
+            self._req_w = None
+
+
+def _serve(req_r: int, res_w: int) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C stops the launcher; this one then sees EOF
+    import submitit.slurm.slurm  # noqa: F401  (the point of this process: import while the launcher works)
+
+    from ..slurmnode import NodeTask  # noqa: F401  (submitit's Checkpointable)
+    chunks = []
+    while True:
+        b = os.read(req_r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    if not chunks:
+        return 0
+    try:
+        out: dict[str, Any] = {"job_id": submit(json.loads(b"".join(chunks)))}
+    except SubmitError as e:
+        out = {"error": str(e)}
+    except Exception as e:  # noqa: BLE001 (reported to the launcher, which shows it in one line)
+        out = {"error": f"{type(e).__name__}: {e}"}
+    os.write(res_w, json.dumps(out).encode())
+    return 0
+
+
+_warm: WarmSubmitter | None = None
+
+
+def prestart() -> None:
+    """CLI only: fork the warm submitter (single-threaded at this point), used by the next submission."""
+    global _warm
+    if _warm is None:
+        _warm = WarmSubmitter()
+
+
+def take() -> WarmSubmitter | None:
+    global _warm
+    w, _warm = _warm, None
+    return w
+
+
+def discard() -> None:
+    """The launcher is done without submitting: let the warm submitter go."""
+    w = take()
+    if w is not None:
+        w.close()
