@@ -6,6 +6,9 @@
 #   sudo slurm/dev-cluster.sh down     cancel jobs, stop what `up` started (by pid), delete namespaces, bridge,
 #                                      /etc/hosts block, configs and the state directory. Safe after a partial up.
 #        slurm/dev-cluster.sh status   what is running; exit 0 only if the whole cluster is up.
+#   sudo slurm/dev-cluster.sh kill-node K   crash node lnodeK: SIGKILL its slurmd and every process in its
+#                                      namespace (job steps, tasks), by pid. slurmctld notices after
+#                                      LSIM_SLURMD_TIMEOUT s (node DOWN, its jobs NODE_FAIL); `up` revives it.
 #
 # Each node lnodeK is a network namespace with its own address (10.215.0.1K on bridge lsimbr0) and, through
 # its own UTS namespace, its own hostname; its slurmd and every job step it forks live there, so multi-node
@@ -341,10 +344,22 @@ cmd_status() {
   return 1
 }
 
+cmd_kill_node() {
+  local k=${1:-} n pids
+  [[ $k =~ ^[1-9][0-9]*$ ]] && [ "$k" -le "$NODES" ] || die "bad node '${k}': 1..$NODES is accepted"
+  n=$(node "$k")
+  pids=$(ip netns pids "$n" 2>/dev/null | paste -sd' ' -)
+  [ -n "$pids" ] || die "node $n has no processes (not up?)"
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
+  log "node $n crashed: SIGKILL to $pids"
+}
+
 case "${1:-}" in
+  kill-node) shift; cmd_kill_node "$@" ;;
   up|down)
     mkdir -p "$(dirname "$LOCK")"; exec 9>"$LOCK"; flock 9   # one up/down at a time
     "cmd_$1" ;;
   status) cmd_status ;;
-  *) die "unknown command '${1:-}': up, down or status is accepted" ;;
+  *) die "unknown command '${1:-}': up, down, status or kill-node K is accepted" ;;
 esac

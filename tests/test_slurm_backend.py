@@ -230,3 +230,43 @@ def test_4x8_fake_gres_sets_cuda_visible_devices(workdir):
     assert {r["CUDA_VISIBLE_DEVICES"] for r in reps} == {"0,1,2,3,4,5,6,7"}
     assert all(r["NODE_RANK"] == r["SLURM_NODEID"] for r in reps)
     assert len({r["netns"] for r in reps}) == 4 and len({r["host"] for r in reps}) == 4
+
+
+NODE_DEATH_PROG = """import os, sys, time
+a, r = os.environ["LAUNCH_ATTEMPT"], os.environ["RANK"]
+open(os.path.join(os.environ["LAUNCH_RUN_DIR"], f"alive-a{a}-r{r}"), "w").close()
+print(f"rank {r} attempt {a} on {os.uname().nodename}", flush=True)
+if a == "0":
+    time.sleep(300)           # attempt 0 would run long: its node 1 dies under it
+"""
+
+
+@pytest.mark.slow
+def test_node_dying_mid_job_is_requeued_not_waited_on(workdir):
+    """kill-node: slurmd and every process of node 1's namespace SIGKILLed mid-job. Slurm marks the node DOWN
+    after SlurmdTimeout, fails the job (NODE_FAIL) and requeues it; the next attempt runs on live nodes and
+    `launch wait` returns its result -- the launcher never waits on the dead node."""
+    Path("prog.py").write_text(NODE_DEATH_PROG)
+    run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--run-dir", "runs/nf", "--",
+               "prog.py", check=True)
+    deadline = time.monotonic() + 120
+    while len(list(Path("runs/nf").glob("alive-a0-r*"))) < 2:
+        assert time.monotonic() < deadline, "attempt 0 did not start within 120 s"
+        time.sleep(0.2)
+    dead = read_json("runs/nf/status/node1.json")["host"]
+    cluster = str(ROOT / "slurm" / "dev-cluster.sh")
+    try:
+        subprocess.run([cluster, "kill-node", dead.removeprefix("lnode")], check=True, capture_output=True)
+        t0 = time.monotonic()
+        p = run_launch("wait", "runs/nf", timeout=300)
+        waited = time.monotonic() - t0
+    finally:
+        subprocess.run([cluster, "up"], check=True, capture_output=True)      # revive it for the other tests
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    st = status("runs/nf")
+    assert st["state"] == "COMPLETED" and st["attempt"] == 1, st
+    attempts = yaml.safe_load(Path("runs/nf/run.yaml").read_text())["attempts"]
+    assert len(attempts) == 2 and attempts[1]["slurm_restart"] == 1 and dead not in attempts[1]["hosts"], attempts
+    assert sorted(p.name for p in Path("runs/nf").glob("alive-a1-r*")) == ["alive-a1-r0", "alive-a1-r1"]
+    assert not procs.tagged_pids(run_id_of("runs/nf")), "processes of the run are left"
+    assert waited < 240, f"launch wait took {waited:.0f} s"
