@@ -116,3 +116,20 @@ def test_bad_options_one_line(workdir, args, msg):
     p = run_launch("slurm", "--nodes", "2", *args, "--run-dir", "runs/b", "--dry-run", "--", "report.py")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and msg in p.stderr, p.stderr
     assert not (workdir / "runs").exists()
+
+
+@pytest.mark.parametrize("argv,env,expected", [
+    (["launch", "slurm", "--nodes", "2", "--", "train.py"], {}, True),
+    (["launch", "slurm", "--dry-run", "--", "train.py"], {}, False),
+    (["launch", "slurm", "--help"], {}, False),
+    (["launch", "slurm", "--", "train.py", "--help"], {}, True),          # the program's own flag
+    (["launch", "local", "--", "train.py"], {}, False),
+    (["launch"], {}, False),
+    (["launch", "slurm", "--", "train.py"], {"SLURM_JOB_ID": "7"}, False),   # in an allocation: srun, no sbatch
+])
+def test_warm_submitter_only_for_a_real_submission(argv, env, expected, monkeypatch):
+    from launchers.entry import will_submit_to_slurm
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert will_submit_to_slurm(argv) is expected
