@@ -281,3 +281,34 @@ def test_resumable_sampler_slices_by_global_offset():
         part = resumable_sampler(ds, 4, rank, seed=5)
         part.set_position(3, 40)                                   # 40 samples of epoch 3 consumed globally
         assert list(part) == list(full)[10:] and len(part) == len(full) - 10
+
+
+def test_model_state_dict_reused_only_while_storage_is_the_same():
+    """ModelOptimState reuses the model part of the state dict across saves (the time save_async blocks);
+    the reused values must still be the live parameters, and new storage must be noticed."""
+    import torch
+
+    from workloads.common.checkpoint import ModelOptimState
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+
+    def train():
+        model(torch.randn(8, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    train()
+    ms = ModelOptimState(model, opt)
+    first = ms.state_dict()
+    train()                                   # in-place updates: weights, Adam state, BN running stats
+    second = ms.state_dict()
+    assert second["model"] is first["model"]
+    live = model.state_dict()
+    assert all(torch.equal(second["model"][k], live[k]) for k in live)
+    assert second["optim"] is not first["optim"]
+    with torch.no_grad():
+        model[0].weight.data = torch.zeros(3, 4)          # new storage: taken anew
+    third = ms.state_dict()
+    assert third["model"] is not first["model"] and torch.equal(third["model"]["0.weight"], torch.zeros(3, 4))
