@@ -37,6 +37,18 @@ def rank_lines(run_dir: str | os.PathLike, marker: str) -> list[str]:
     return out
 
 
+def assert_ranks_refused(run_dir: str | os.PathLike, marker: str, needle: str, world: int) -> None:
+    """Bad input: every rank decides the same before any process group exists and exits 2; the agent ends
+    the others as soon as the first one is out (fail-fast), so a rank still starting may be stopped (SIGTERM)
+    before it prints. No rank may succeed or fail otherwise; at least one says why, all in the same words."""
+    lines = rank_lines(run_dir, marker)
+    assert lines and all(needle in ln for ln in lines), lines
+    ends = [read_json(Path(run_dir, "status", f"rank{r}.json")) for r in range(world)]
+    assert any(e["exit_code"] == 2 for e in ends), ends
+    assert all(e["exit_code"] == 2 or (e["exit_code"] is None and e["signal"] in ("SIGTERM", "SIGKILL"))
+               for e in ends), ends
+
+
 def require_cluster(what: str, ok: bool, how: str) -> None:
     """A test that needs a cluster fails (never skips) when the cluster is not up."""
     if not ok:

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, read_json, rank_lines, run_launch
+from conftest import ROOT, assert_ranks_refused, read_json, run_launch
 
 from workloads.common import dsconfig
 
@@ -56,8 +56,7 @@ def test_bad_input_every_rank_refuses(workdir):
     p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/bad", "--",
                    "-m", "workloads.deepspeed_zero", "--ds-config", str(bad), timeout=120)
     assert p.returncode != 0
-    lines = rank_lines("runs/bad", "deepspeed_zero: error:")
-    assert len(lines) == 2 and all("'zero_optimization.reduce_bucket_size' is -5" in ln for ln in lines), lines
+    assert_ranks_refused("runs/bad", "deepspeed_zero: error:", "'zero_optimization.reduce_bucket_size' is -5", 2)
     for argv, needle in ((["--zero-stage", "4"], "--zero-stage '4' is not accepted (accepted: 1, 2, 3)"),
                          (["--ds-config", "nope.json"], "--ds-config 'nope.json' is not a file")):
         q = subprocess.run([sys.executable, "-m", "workloads.deepspeed_zero", *argv], cwd=ROOT,

@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from conftest import read_json, rank_lines, run_launch
+from conftest import assert_ranks_refused, read_json, rank_lines, run_launch
 
 
 def test_expert_parallel_training(workdir):
@@ -37,6 +37,4 @@ def test_experts_not_divisible_by_world_size(workdir):
     p = run_launch("local", "--nodes", "1", "--gpus-per-node", "4", "--run-dir", "runs/bad", "--",
                    "-m", "workloads.moe", "--num-experts", "6", timeout=120)
     assert p.returncode != 0
-    lines = rank_lines("runs/bad", "moe: error:")
-    assert len(lines) == 4, lines
-    assert all("--num-experts 6 is not divisible by the world size 4" in ln for ln in lines)
+    assert_ranks_refused("runs/bad", "moe: error:", "--num-experts 6 is not divisible by the world size 4", 4)
