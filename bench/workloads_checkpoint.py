@@ -167,6 +167,7 @@ def main() -> None:
         sync, blocked, torch_save = median(r["sync"]), median(r["async_blocked"]), median(r["rank0_torch_save"])
         mb = r["bytes"] / 2**20
         print(f"checkpoint: {mb:.0f} MiB of model+Adam state, 4 ranks (FSDP2, gloo), median of {ROUNDS}")
+        print(f"  per round (ms): DCP sync {[round(x * 1e3) for x in r['sync']]}, dd {[round(x * 1e3) for x in r['dd']]}")
         figure("ckpt rank0 torch.save / DCP sync save", torch_save * 1e3, sync * 1e3, ">= 3.0")
         figure("ckpt dd same bytes / DCP sync save", dd * 1e3, sync * 1e3, ">= 0.7")
         figure("ckpt DCP async blocked / DCP sync save", blocked * 1e3, sync * 1e3, "<= 0.10")
