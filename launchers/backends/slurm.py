@@ -96,6 +96,7 @@ class SlurmBackend(Backend):
             out, err = p.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             p.kill()
+            p.wait()
             raise LaunchError("sbatch --test-only did not answer within 60 s: is slurmctld up?") from None
         p = subprocess.CompletedProcess(p.args, p.returncode, out, err)
         if p.returncode == 0:
@@ -137,7 +138,12 @@ class SlurmBackend(Backend):
                "attempt": plan.attempt, "secret_env": _secret_env(spec)}
         warm = slurm_submit.take()
         try:
-            return warm.submit(req) if warm is not None else slurm_submit.submit(req)
+            if warm is not None:
+                try:
+                    return warm.submit(req)
+                except slurm_submit.SubmitterGone:
+                    pass                                      # it never got the request: submit from here
+            return slurm_submit.submit(req)
         except slurm_submit.SubmitError as e:
             msg = _one_line(str(e))
             if plan.attempt == 0:

@@ -23,6 +23,10 @@ class SubmitError(Exception):
     """sbatch (or submitit) refused the job; the message is what to show the user."""
 
 
+class SubmitterGone(Exception):
+    """The warm submitter ended before it was handed the request: nothing was submitted, submit in-process."""
+
+
 def submit(req: dict[str, Any]) -> str:
     """Submit req["script"] (the plan's script, verbatim) with submitit's SlurmExecutor; the job id.
 
@@ -65,7 +69,12 @@ class WarmSubmitter:
         sys.stderr.flush()
         req_r, self._req_w = os.pipe()
         self._res_r, res_w = os.pipe()
-        self.pid = os.fork()
+        try:
+            self.pid = os.fork()
+        except OSError:
+            for fd in (req_r, self._req_w, self._res_r, res_w):
+                os.close(fd)
+            raise
         if self.pid == 0:                 # the child never returns into the launcher's code
             code = 1
             try:
@@ -78,8 +87,12 @@ class WarmSubmitter:
         os.close(res_w)
 
     def submit(self, req: dict[str, Any]) -> str:
+        """The job id, or SubmitError; SubmitterGone when the request could not be handed over."""
         try:
             os.write(self._req_w, json.dumps(req).encode())   # a few KB: fits the pipe buffer
+        except BrokenPipeError:
+            self.close()
+            raise SubmitterGone() from None
         finally:
             self._close_request()
         chunks = []
@@ -143,7 +156,10 @@ def prestart() -> None:
     """CLI only: fork the warm submitter (single-threaded at this point), used by the next submission."""
     global _warm
     if _warm is None:
-        _warm = WarmSubmitter()
+        try:
+            _warm = WarmSubmitter()
+        except OSError:          # no fork (e.g. a process limit): the submission happens in-process
+            _warm = None
 
 
 def take() -> WarmSubmitter | None:
