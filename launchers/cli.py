@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
 import click
@@ -95,19 +94,10 @@ def _launch(backend: str, kw: dict, options: dict) -> None:
     dry_run = kw.pop("dry_run")
     profile = kw.pop("profile")
     kw["options"] = options
-    warm = backend == "slurm" and not dry_run and not os.environ.get("SLURM_JOB_ID")
-    if warm:            # submitit loads in a forked process while the run is prepared (slurm_submit)
-        from .backends import slurm_submit
-        slurm_submit.prestart()
-    try:
-        from . import api
-        from .spec import build_spec
-        spec = build_spec(backend, kw, list(program), profile)
-        code = api.submit(spec, dry_run=dry_run)
-    finally:
-        if warm:
-            slurm_submit.discard()
-    sys.exit(code)
+    from . import api
+    from .spec import build_spec
+    spec = build_spec(backend, kw, list(program), profile)
+    sys.exit(api.submit(spec, dry_run=dry_run))
 
 
 @main.command(context_settings=RUN_SETTINGS, epilog=EXAMPLES)

@@ -95,7 +95,7 @@ class RunDir:
     def read_run_yaml(self) -> dict[str, Any]:
         import yaml      # imported where used: node start-up (slurmnode) reads the spec from JSON, without yaml
         with open(self.run_yaml_path, encoding="utf-8") as f:
-            return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))   # libyaml when present
+            return yaml.safe_load(f)
 
     def write_run_yaml(self, data: dict[str, Any]) -> None:
         import yaml

@@ -75,13 +75,17 @@ def node_file(run_dir: str, node: int) -> str:
     return os.path.join(run_dir, "status", f"node{node}.json")
 
 
-def write_node(run_dir: str, node: int, record: dict[str, Any]) -> None:
-    path = node_file(run_dir, node)
+def _write_json(path: str, obj: dict[str, Any]) -> None:
+    """Replace path atomically (readers on other nodes see the old file or the new one)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(record, f)
+        json.dump(obj, f)
     os.replace(tmp, path)
+
+
+def write_node(run_dir: str, node: int, record: dict[str, Any]) -> None:
+    _write_json(node_file(run_dir, node), record)
 
 
 def node_spec_file(run_dir: str, base_attempt: int) -> str:
@@ -239,7 +243,7 @@ def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> in
             addr = master_address(hosts[0], hosts[1] if len(hosts) > 1 else None, spec.nodes)
             beacon = Beacon(addr)
             port = choose_master_port(spec, f"slurm-{job_id}" + (f".{step}" if in_allocation else ""), addr)
-            _publish(rendezvous, {"addr": addr, "port": port, "beacon": beacon.port, "host": hosts[0]})
+            _write_json(rendezvous, {"addr": addr, "port": port, "beacon": beacon.port, "host": hosts[0]})
         else:
             info = _wait_master(rendezvous, lambda: bool(stops))
             addr, port = info["addr"], info["port"]
@@ -271,14 +275,6 @@ def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> in
     if node == 0 and "SIGUSR2" in stops:
         _after_stop(rd, spec, attempt, restart, job_id, in_allocation, slurm_options(spec)["max_requeues"])
     return code
-
-
-def _publish(path: str, info: dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(info, f)
-    os.replace(tmp, path)
 
 
 def _wait_master(path: str, stopped) -> dict[str, Any]:

@@ -98,7 +98,6 @@ class SlurmBackend(Backend):
             p.kill()
             p.wait()
             raise LaunchError("sbatch --test-only did not answer within 60 s: is slurmctld up?") from None
-        p = subprocess.CompletedProcess(p.args, p.returncode, out, err)
         if p.returncode == 0:
             return
         part = spec.opts.get("partition")
@@ -110,7 +109,7 @@ class SlurmBackend(Backend):
             if part not in known:
                 raise LaunchError(f"--partition {part!r} is unknown to Slurm; partitions: {', '.join(known) or '(none)'}")
         raise LaunchError(f"Slurm refuses the job ({spec.nodes} nodes x {spec.gpus_per_node} GPUs): "
-                          f"{_one_line(p.stderr or p.stdout)}")
+                          f"{_one_line(err or out)}")
 
     # ------------------------------------------------------------------ start
     def start(self, plan: Plan, rd: RunDir) -> int:

@@ -95,18 +95,13 @@ class WarmSubmitter:
             raise SubmitterGone() from None
         finally:
             self._close_request()
-        chunks = []
-        while True:
-            b = os.read(self._res_r, 65536)
-            if not b:
-                break
-            chunks.append(b)
+        answer = _read_all(self._res_r)
         os.close(self._res_r)
         _, status = os.waitpid(self.pid, 0)
-        if not chunks:
+        if not answer:
             raise SubmitError(f"the warm submitter (pid {self.pid}) ended without an answer "
                               f"(exit status {os.waitstatus_to_exitcode(status)})")
-        res = json.loads(b"".join(chunks))
+        res = json.loads(answer)
         if "error" in res:
             raise SubmitError(res["error"])
         return res["job_id"]
@@ -126,21 +121,24 @@ class WarmSubmitter:
             self._req_w = None
 
 
+def _read_all(fd: int) -> bytes:
+    """Everything until the other end closes its side of the pipe."""
+    chunks = []
+    while b := os.read(fd, 65536):
+        chunks.append(b)
+    return b"".join(chunks)
+
+
 def _serve(req_r: int, res_w: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C stops the launcher; this one then sees EOF
     import submitit.slurm.slurm  # noqa: F401  (the point of this process: import while the launcher works)
 
     from ..slurmnode import NodeTask  # noqa: F401  (submitit's Checkpointable)
-    chunks = []
-    while True:
-        b = os.read(req_r, 65536)
-        if not b:
-            break
-        chunks.append(b)
-    if not chunks:
+    request = _read_all(req_r)
+    if not request:
         return 0
     try:
-        out: dict[str, Any] = {"job_id": submit(json.loads(b"".join(chunks)))}
+        out: dict[str, Any] = {"job_id": submit(json.loads(request))}
     except SubmitError as e:
         out = {"error": str(e)}
     except Exception as e:  # noqa: BLE001 (reported to the launcher, which shows it in one line)

@@ -173,10 +173,11 @@ class Checkpointer:
             os.close(fd)
         write_latest(self.dir, name)
 
-    def _commit(self, step: int, name: str) -> None:
-        """After dcp.save returned on this rank (on rank 0 that means on all ranks): pointer, then barrier."""
+    def _commit(self, step: int, name: str, *, point: bool = True) -> None:
+        """After dcp.save returned on this rank (on rank 0 that means on all ranks): pointer, then barrier.
+        point=False: rank 0 has moved the pointer already (an async save's completion callback)."""
         self._fault(step, "save")
-        if self.env.rank == 0:
+        if point and self.env.rank == 0:
             self._point_latest(name)
         dist.barrier()
         self._fault(step, "after_save")
@@ -268,10 +269,7 @@ class Checkpointer:
         self._pending = None
         upload.result()
         pointed.wait()
-        self._fault(step, "save")
-        dist.barrier()
-        self._fault(step, "after_save")
-        self.last_saved_step = step
+        self._commit(step, name, point=False)
         self.save_seconds += time.perf_counter() - t0
         return name
 
