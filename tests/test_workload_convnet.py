@@ -245,8 +245,8 @@ def test_digits_fast_path_matches_sklearn():
     import numpy as np
     from sklearn.datasets import load_digits
 
-    from workloads.common.data import _digits_array
-    x, y = _digits_array()
+    from workloads.common.data import digits_array
+    x, y = digits_array()
     ref = load_digits()
     assert np.array_equal(x, ref.data) and np.array_equal(y, ref.target)
 
@@ -256,7 +256,7 @@ def test_cifar10_reader_and_seed_convnet(tmp_path):
     import torch
 
     from workloads.common import data
-    from workloads.convnet import _Nets
+    from workloads.common.models import convnet
     rng = np.random.default_rng(0)
     for name in data.CIFAR_FILES:
         batch = {b"data": rng.integers(0, 256, (6, 3072), dtype=np.uint8), b"labels": list(range(6))}
@@ -266,7 +266,7 @@ def test_cifar10_reader_and_seed_convnet(tmp_path):
     assert len(d.train) == 30 and len(d.test) == 6 and d.in_shape == (3, 32, 32)
     x, y = d.train.__getitems__([0, 1])
     assert x.shape == (2, 3, 32, 32) and x.dtype == torch.float32 and -1.0 <= x.min() and x.max() <= 1.0
-    net = _Nets.build(d.in_shape, 10, 0.2)
+    net = convnet(d.in_shape, 10, 0.2)
     assert net.fc1.in_features == 64 * 6 * 6 and net(x).shape == (2, 10)
     s = data.load("synthetic")
     assert s.in_shape == (3, 32, 32) and len(s.train) > len(s.test)

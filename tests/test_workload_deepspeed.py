@@ -17,6 +17,15 @@ def metrics(run_dir):
     return [json.loads(ln) for ln in Path(run_dir, "metrics.jsonl").read_text().splitlines() if ln.strip()]
 
 
+def optim_files(step_dir, precision: str, world: int) -> tuple[list, list]:
+    """(found, expected) ZeRO optimizer shard names of a checkpoint. The rule, from DeepSpeed 0.19.8
+    runtime/engine.py:4319-4320 (_get_zero_ckpt_prefix) and :4331-4334 (bf16_mode = bfloat16_enabled()):
+    the file prefix is "bf16_" when the engine runs in bf16, else none."""
+    prefix = "bf16_" if precision == "bf16" else ""
+    found = sorted(x.name for x in Path(step_dir).glob("*zero_pp_rank_*_optim_states.pt"))
+    return found, [f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(world)]
+
+
 def test_zero2_learns_checkpoints_and_resumes(workdir):
     p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/ds", "--", *ARGS,
                    "--max-steps", "20")
@@ -25,12 +34,13 @@ def test_zero2_learns_checkpoints_and_resumes(workdir):
     assert m[-1]["loss"] < 0.85 * m[0]["loss"], [x["loss"] for x in m]
     final = read_json("runs/ds/final.json")
     assert final["step"] == 20 and final["zero_stage"] == 2 and final["world_size"] == 2
-    assert final["precision"] in ("fp32", "bf16") and final["adam"] == "torch"
+    auto = dsconfig.choose_precision("auto", cuda=False)[0]     # bf16 where the CPU has it natively, else fp32
+    assert final["precision"] == auto and final["adam"] == "torch"
     ck = workdir / "runs/ds/checkpoints"
     assert (ck / "latest").read_text().strip() == "step-00000020"
     assert read_json(ck / "step-00000020/launch_meta.json")["world_size"] == 2
-    assert sorted(x.name for x in (ck / "step-00000020").glob("zero_pp_rank_*")) == [
-        "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    found, expected = optim_files(ck / "step-00000020", final["precision"], 2)
+    assert found == expected
     assert sorted(x.name for x in (workdir / "runs/ds/tensorboard").iterdir()) == ["rank0", "rank1"]
     log0 = (workdir / "runs/ds/logs/node0/rank0.log").read_text()
     assert "ZeRO stage 2, precision" in log0 and "step 20/20" in log0
@@ -47,6 +57,21 @@ def test_zero2_learns_checkpoints_and_resumes(workdir):
     w = run_launch("resume", "runs/ds", "--nodes", "1", "--gpus-per-node", "1", "--", *ARGS, "--max-steps", "40")
     assert w.returncode != 0
     assert "was written by 2 ranks and this attempt has 1" in (workdir / "runs/ds/logs/node0/rank0.log").read_text()
+
+
+def test_forced_precision_names_the_checkpoint_files(workdir):
+    """--precision forces the engine's dtype whatever the CPU has (DeepSpeed's CPU accelerator accepts bf16
+    everywhere, emulated where not native); the one auto did not choose here, so every machine checks both
+    prefixes (auto's in the test above)."""
+    forced = "fp32" if dsconfig.choose_precision("auto", cuda=False)[0] == "bf16" else "bf16"
+    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "1", "--run-dir", "runs/p", "--", *ARGS,
+                   "--max-steps", "2", "--precision", forced)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    final = read_json("runs/p/final.json")
+    assert final["precision"] == forced and final["step"] == 2
+    assert f"precision {forced} (requested with --precision)" in (workdir / "runs/p/logs/node0/rank0.log").read_text()
+    found, expected = optim_files(workdir / "runs/p/checkpoints/step-00000002", forced, 1)
+    assert found == expected
 
 
 def test_bad_input_every_rank_refuses(workdir):

@@ -16,55 +16,6 @@ from workloads.common import args as common_args
 from workloads.common import dist as wdist
 
 
-class _Nets:
-    """Model classes, built lazily so that `--help` and bad-argument errors need no torch import."""
-
-    @staticmethod
-    def build(in_shape, num_classes: int, dropout: float):
-        import torch.nn as nn
-        import torch.nn.functional as F
-
-        class ConvNet(nn.Module):
-            """The seeds' network: conv 3->32->64 (3x3, no padding), fc 64*6*6->128->10 on 32x32x3."""
-
-            def __init__(self):
-                super().__init__()
-                self.conv1 = nn.Conv2d(in_shape[0], 32, 3, 1)
-                self.conv2 = nn.Conv2d(32, 64, 3, 1)
-                self.dropout = nn.Dropout(dropout)
-                self.fc1 = nn.Linear(64 * 6 * 6, 128)
-                self.fc2 = nn.Linear(128, num_classes)
-
-            def forward(self, x):
-                x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-                x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-                x = self.dropout(x.flatten(1))
-                return self.fc2(self.dropout(F.relu(self.fc1(x))))
-
-        class SmallConvNet(nn.Module):
-            """The same shape of network for 8x8 inputs: conv 1->16->32 (padding 1), fc 32*4*4->64->10."""
-
-            def __init__(self):
-                super().__init__()
-                self.conv1 = nn.Conv2d(in_shape[0], 16, 3, 1, padding=1)
-                self.conv2 = nn.Conv2d(16, 32, 3, 1, padding=1)
-                self.dropout = nn.Dropout(dropout)
-                self.fc1 = nn.Linear(32 * 4 * 4, 64)
-                self.fc2 = nn.Linear(64, num_classes)
-
-            def forward(self, x):
-                x = F.relu(self.conv1(x))
-                x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-                x = self.dropout(x.flatten(1))
-                return self.fc2(self.dropout(F.relu(self.fc1(x))))
-
-        if tuple(in_shape[1:]) == (32, 32):
-            return ConvNet()
-        if tuple(in_shape[1:]) == (8, 8):
-            return SmallConvNet()
-        raise ValueError(f"no ConvNet for input shape {in_shape}")
-
-
 def build_parser():
     p = common_args.common_parser("convnet", "DDP ConvNet on digits / synthetic / CIFAR-10, resumable.",
                                   epochs=2, batch_size=32, checkpoint_every=20, log_every=5)
@@ -78,10 +29,11 @@ def train(args, env, device, data, log) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from workloads.common.checkpoint import seed_all
-    from workloads.common.loop import ddp_warmup, fit, make_scheduler, total_steps
+    from workloads.common.loop import TorchSteps, ddp_warmup, fit, make_scheduler, total_steps
+    from workloads.common.models import convnet
 
     torch.manual_seed(args.seed)                       # identical init on every rank (DDP also broadcasts)
-    module = _Nets.build(data.in_shape, data.num_classes, args.dropout).to(device)
+    module = convnet(data.in_shape, data.num_classes, args.dropout).to(device)
     model = DDP(module, device_ids=[device.index] if device.type == "cuda" else None)
     ddp_warmup(model, data.in_shape, device)
     seed_all(args.seed * 1_000_003 + 7919 * (env.rank + 1))   # per-rank streams (dropout)
@@ -89,8 +41,8 @@ def train(args, env, device, data, log) -> dict:
     scheduler = make_scheduler(optimizer, total_steps(args, len(data.train), env.world_size), args.warmup_steps)
     n_params = sum(p.numel() for p in module.parameters())
     log(f"convnet: {type(module).__name__} {n_params} parameters")
-    return fit(args=args, env=env, device=device, data=data, model=model, eval_model=module,
-               optimizer=optimizer, scheduler=scheduler, log=log)
+    return fit(args=args, env=env, device=device, data=data, steps=TorchSteps(model, optimizer, scheduler),
+               eval_model=module, log=log)
 
 
 def main(argv=None) -> int:

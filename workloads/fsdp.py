@@ -54,12 +54,12 @@ def train(args, env, device, data, log) -> dict:
     import torch
 
     from workloads.common.checkpoint import seed_all
-    from workloads.common.loop import fit, make_scheduler, total_steps
+    from workloads.common.loop import TorchSteps, fit, make_scheduler, total_steps
+    from workloads.common.models import convnet
     from workloads.common.sharded import full_param_sha256, local_numel
-    from workloads.convnet import _Nets
 
     torch.manual_seed(args.seed)                       # same full init on every rank, then sharded
-    model = _Nets.build(data.in_shape, data.num_classes, args.dropout).to(device)
+    model = convnet(data.in_shape, data.num_classes, args.dropout).to(device)
     n_full = sum(p.numel() for p in model.parameters())
     precision = shard(model, device, args.precision, args.reshard_after_forward)
     seed_all(args.seed * 1_000_003 + 7919 * (env.rank + 1))
@@ -74,8 +74,8 @@ def train(args, env, device, data, log) -> dict:
     def extra(kind: str) -> dict:
         return {"local_params_per_rank": counts, "precision": precision} if kind == "final" else {}
 
-    return fit(args=args, env=env, device=device, data=data, model=model, eval_model=model,
-               optimizer=optimizer, scheduler=scheduler, log=log, extra_log=extra, param_hash=full_param_sha256)
+    return fit(args=args, env=env, device=device, data=data, steps=TorchSteps(model, optimizer, scheduler),
+               eval_model=model, log=log, extra_log=extra, param_hash=full_param_sha256)
 
 
 def main(argv=None) -> int:

@@ -150,6 +150,80 @@ def roundtrip_check(model, env, device, d: int, log) -> dict:
     return res
 
 
+def grad_sync(dense, expert_params, world_size: int):
+    """An optimizer step pre-hook. Dense: average over ranks. Experts: their backward already summed every
+    rank's loss -> / W."""
+    import torch
+    import torch.distributed as dist
+
+    def sync_grads(_opt, _args, _kwargs):
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in dense]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= world_size
+        off = 0
+        for p in dense:
+            p.grad = flat[off:off + p.numel()].view_as(p).clone()
+            off += p.numel()
+        for p in expert_params:
+            if p.grad is not None:
+                p.grad /= world_size
+
+    return sync_grads
+
+
+def full_hash(m, world_size: int) -> str:
+    """sha256 over dense params (replicated) then every expert in global id order (gathered)."""
+    import hashlib
+
+    import torch
+    import torch.distributed as dist
+    mine = {n: p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            for n, p in m.named_parameters() if n.startswith("experts.")}
+    parts: list = [None] * world_size
+    dist.all_gather_object(parts, mine)
+    experts = {k: v for part in parts for k, v in part.items()}
+    h = hashlib.sha256()
+    for n, p in m.named_parameters():
+        if not n.startswith("experts."):
+            h.update(n.encode())
+            h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    for n in sorted(experts, key=lambda k: (int(k.split(".")[1]), k)):
+        h.update(n.encode())
+        h.update(experts[n])
+    return h.hexdigest()
+
+
+class A2ALog:
+    """fit()'s extra_log: the all-to-all share of wall time (mean over ranks) per logged window and for the
+    run, the aux loss, and in final.json the expert layout (collective: every rank calls it)."""
+
+    def __init__(self, args, model, timer, device, world_size: int, info: dict, log) -> None:
+        self.args, self.model, self.timer, self.device, self.W, self.info, self.log = \
+            args, model, timer, device, world_size, info, log
+        self.t = self.t0 = time.perf_counter()
+        self.a2a = 0.0
+
+    def mean_over_ranks(self, *vals) -> list:
+        import torch
+        import torch.distributed as dist
+        t = torch.tensor(vals, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return [v / self.W for v in t.tolist()]
+
+    def __call__(self, kind: str) -> dict:
+        now, timer = time.perf_counter(), self.timer
+        if kind == "log":
+            frac, aux = self.mean_over_ranks((timer.seconds - self.a2a) / max(now - self.t, 1e-9),
+                                             float(self.model.aux_loss.detach()))
+            self.t, self.a2a = now, timer.seconds
+            self.log(f"  a2a_fraction {frac:.3f} (share of wall time in all-to-all, mean over ranks) aux_loss {aux:.3f}")
+            return {"a2a_fraction": round(frac, 4), "aux_loss": round(aux, 4)}
+        frac, secs = self.mean_over_ranks(timer.seconds / max(now - self.t0, 1e-9), timer.seconds)
+        self.log(f"moe: all-to-all took {secs:.2f}s per rank = {frac:.1%} of the training loop ({timer.calls} calls)")
+        return {"a2a_fraction": round(frac, 4), "a2a_seconds": round(secs, 3), **self.info}
+
+
 def train(args, env, device, data, log) -> dict:
     import torch
     import torch.distributed as dist
@@ -157,7 +231,7 @@ def train(args, env, device, data, log) -> dict:
 
     from workloads.common.checkpoint import seed_all
     from workloads.common.expert_parallel import A2ATimer
-    from workloads.common.loop import fit, make_scheduler, total_steps
+    from workloads.common.loop import TorchSteps, fit, make_scheduler, total_steps
 
     W = env.world_size
     timer = A2ATimer()
@@ -171,22 +245,7 @@ def train(args, env, device, data, log) -> dict:
     timer.seconds, timer.calls = 0.0, 0
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-
-    def sync_grads(_opt, _args, _kwargs):
-        """Dense: average over ranks. Experts: their backward already summed every rank's loss -> / W."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in dense]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= W
-        off = 0
-        for p in dense:
-            p.grad = flat[off:off + p.numel()].view_as(p).clone()
-            off += p.numel()
-        for p in expert_params:
-            if p.grad is not None:
-                p.grad /= W
-
-    optimizer.register_step_pre_hook(sync_grads)
+    optimizer.register_step_pre_hook(grad_sync(dense, expert_params, W))
     scheduler = make_scheduler(optimizer, total_steps(args, len(data.train), W), args.warmup_steps)
 
     n_dense = sum(p.numel() for p in dense)
@@ -203,49 +262,12 @@ def train(args, env, device, data, log) -> dict:
         logits = m(xb)
         return F.cross_entropy(logits, yb) + args.aux_coef * m.aux_loss, logits
 
-    window = {"t": time.perf_counter(), "a2a": 0.0, "t0": time.perf_counter()}
-
-    def mean_over_ranks(*vals):
-        t = torch.tensor(vals, dtype=torch.float64, device=device)
-        dist.all_reduce(t)
-        return [v / W for v in t.tolist()]
-
-    def extra(kind: str) -> dict:
-        now = time.perf_counter()
-        if kind == "log":
-            frac, aux = mean_over_ranks((timer.seconds - window["a2a"]) / max(now - window["t"], 1e-9),
-                                        float(model.aux_loss.detach()))
-            window.update(t=now, a2a=timer.seconds)
-            log(f"  a2a_fraction {frac:.3f} (share of wall time in all-to-all, mean over ranks) aux_loss {aux:.3f}")
-            return {"a2a_fraction": round(frac, 4), "aux_loss": round(aux, 4)}
-        frac, secs = mean_over_ranks(timer.seconds / max(now - window["t0"], 1e-9), timer.seconds)
-        log(f"moe: all-to-all took {secs:.2f}s per rank = {frac:.1%} of the training loop ({timer.calls} calls)")
-        return {"a2a_fraction": round(frac, 4), "a2a_seconds": round(secs, 3), "a2a_roundtrip": roundtrip,
-                "num_experts": args.num_experts, "top_k": args.top_k,
-                "experts_per_rank": [i["experts"] for i in info],
-                "expert_params_per_rank": [i["expert_params"] for i in info], "dense_params": n_dense}
-
-    def full_hash(m) -> str:
-        """sha256 over dense params (replicated) then every expert in global id order (gathered)."""
-        import hashlib
-        mine = {n: p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                for n, p in m.named_parameters() if n.startswith("experts.")}
-        parts: list = [None] * W
-        dist.all_gather_object(parts, mine)
-        experts = {k: v for part in parts for k, v in part.items()}
-        h = hashlib.sha256()
-        for n, p in m.named_parameters():
-            if not n.startswith("experts."):
-                h.update(n.encode())
-                h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-        for n in sorted(experts, key=lambda k: (int(k.split(".")[1]), k)):
-            h.update(n.encode())
-            h.update(experts[n])
-        return h.hexdigest()
-
-    return fit(args=args, env=env, device=device, data=data, model=model, eval_model=model,
-               optimizer=optimizer, scheduler=scheduler, step_fn=step_fn, log=log, extra_log=extra,
-               param_hash=full_hash)
+    extra = A2ALog(args, model, timer, device, W, log=log, info={
+        "a2a_roundtrip": roundtrip, "num_experts": args.num_experts, "top_k": args.top_k,
+        "experts_per_rank": [i["experts"] for i in info],
+        "expert_params_per_rank": [i["expert_params"] for i in info], "dense_params": n_dense})
+    return fit(args=args, env=env, device=device, data=data, steps=TorchSteps(model, optimizer, scheduler, step_fn),
+               eval_model=model, log=log, extra_log=extra, param_hash=lambda m: full_hash(m, W))
 
 
 def main(argv=None) -> int:

@@ -82,7 +82,7 @@ def load(dataset: str, data_dir: str | None = None) -> Data:
     return {"digits": _digits, "synthetic": _synthetic, "cifar10": _cifar10}[dataset](data_dir)
 
 
-def _digits_array():
+def digits_array():
     """load_digits() values without importing sklearn (1+ s per rank): read its bundled csv directly."""
     import numpy as np
     spec = importlib.util.find_spec("sklearn")
@@ -99,7 +99,7 @@ def _digits_array():
 def _digits(_data_dir) -> Data:
     import numpy as np
     import torch
-    x, y = _digits_array()
+    x, y = digits_array()
     order = np.random.default_rng(0).permutation(len(y))      # fixed split, independent of --seed
     n_test = len(y) // 5
     x = torch.tensor(x[order], dtype=torch.float32).reshape(-1, 1, 8, 8)

@@ -1,4 +1,4 @@
-"""A resumable data-parallel training loop shared by the workloads (DDP today; FSDP2 fits the same API).
+"""The one resumable data-parallel training loop of the workloads (DDP, FSDP2, expert parallel, DeepSpeed).
 
 fit() owns: DistributedSampler positioning by global sample offset, a DataLoader with its own
 generator (so iter() never draws from the global torch RNG), logging (stdout on rank 0,
@@ -67,6 +67,47 @@ def cross_entropy_step(model, xb, yb):
     return F.cross_entropy(logits, yb), logits
 
 
+class TorchSteps:
+    """fit()'s hooks for a torch model + optimizer + lr scheduler (DDP, FSDP2, expert parallel): the training
+    step, DCP checkpoints through Checkpointer, per-epoch evaluation. Another engine plugs into fit() by giving
+    the same attributes (DeepSpeed: workloads/common/dsloop.py)."""
+
+    eval_each_epoch = True          # evaluate on the test set at the end of every epoch (metrics kind "eval")
+
+    def __init__(self, model, optimizer, scheduler, step_fn=cross_entropy_step) -> None:
+        self.model, self.optimizer, self.scheduler, self.step_fn = model, optimizer, scheduler, step_fn
+
+    def train(self) -> None:
+        self.model.train()
+
+    def forward(self, xb, yb):
+        """(loss, logits) of one batch."""
+        return self.step_fn(self.model, xb, yb)
+
+    def backward(self, loss) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.scheduler.step()
+
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def checkpointer(self, env, fault, log) -> Checkpointer:
+        return Checkpointer(env, fault=fault, log=log)
+
+    def states(self) -> dict:
+        """What the checkpointer saves and loads besides progress and RNG."""
+        return {"app": ModelOptimState(self.model, self.optimizer), "sched": PickledState(self.scheduler)}
+
+    def new_budget(self, total: int) -> str | None:
+        """The resumed run has another step budget: adapt, and say how (None: nothing to say)."""
+        stretch_schedule(self.scheduler, total)
+        return "lr schedule stretched"
+
+
 def global_batch_stats(loss, logits, yb, device) -> tuple[float, float]:
     """(mean loss, accuracy) of this step's batch over all ranks (collective)."""
     stats = torch.tensor([loss.item() * len(yb), (logits.argmax(1) == yb).sum().item(), len(yb)],
@@ -94,104 +135,146 @@ def evaluate(model, dataset, env, device, batch: int = 512) -> tuple[float, floa
     return t[1].item() / t[2].item(), t[0].item() / t[2].item()
 
 
-def fit(*, args, env, device, data, model, eval_model, optimizer, scheduler, step_fn=cross_entropy_step,
-        log=print, extra_log=None, param_hash=None) -> dict:
-    """extra_log(kind) -> dict ("log" at every logged step, "final" once; called on every rank, may be
-    collective) adds fields to metrics.jsonl / final.json; param_hash(eval_model) replaces param_sha256
-    for models whose parameters are sharded (FSDP DTensors, expert-parallel experts)."""
-    W = env.world_size
-    t_start = time.time()
-    sampler, gen, loader = resumable_loader(data.train, env, args)
-    total = total_steps(args, len(data.train), W)
-    fault = FaultInjector.from_args(args, env)
-    ckpt = Checkpointer(env, fault=fault, log=log)
-    states = {"app": ModelOptimState(model, optimizer), "sched": PickledState(scheduler)}
-    save_periodic = ckpt.save_async if getattr(args, "async_checkpoint", False) else ckpt.save
-    metrics = Metrics(env, tensorboard=args.tensorboard)
-    step, epoch, offset, last_loss = 0, 0, 0, None
+class Training:
+    """The state of one fit() call: position in the data (step, epoch, global sample offset in the epoch),
+    the checkpointer, metrics. Collective methods are called by every rank at the same step."""
 
-    name = ckpt.latest_name()
-    if name:
-        t0 = time.perf_counter()
-        progress, rng_restored = ckpt.load(name, states)
-        step, epoch, offset = progress["step"], progress["epoch"], progress["epoch_offset"]
-        last_loss = progress.get("last_loss")
+    def __init__(self, *, args, env, device, data, steps, eval_model, log, extra_log) -> None:
+        self.args, self.env, self.device, self.data, self.steps = args, env, device, data, steps
+        self.eval_model = eval_model
+        self.log, self.extra_log = log, extra_log or (lambda kind: {})
+        self.t_start = time.time()
+        self.sampler, self.gen, self.loader = resumable_loader(data.train, env, args)
+        self.total = total_steps(args, len(data.train), env.world_size)
+        self.fault = FaultInjector.from_args(args, env)
+        self.ckpt = steps.checkpointer(env, self.fault, log)
+        self.states = steps.states()
+        self.save_periodic = self.ckpt.save_async if getattr(args, "async_checkpoint", False) else self.ckpt.save
+        self.metrics = Metrics(env, tensorboard=args.tensorboard)
+        self.step, self.epoch, self.offset, self.last_loss = 0, 0, 0, None
+
+    def resume(self) -> None:
+        """Continue from `latest` when there is one (collective)."""
+        name = self.ckpt.latest_name()
+        if not name:
+            return
+        t0, W, log = time.perf_counter(), self.env.world_size, self.log
+        progress, rng_restored = self.ckpt.load(name, self.states)
+        self.step, self.epoch, self.offset = progress["step"], progress["epoch"], progress["epoch_offset"]
+        self.last_loss = progress.get("last_loss")
         if not rng_restored:  # world size changed: per-rank streams cannot be mapped; re-seed
-            seed_all(args.seed * 1_000_003 + step * 1009 + env.rank)
-            offset = min(offset // W * W, sampler.total_size)
+            seed_all(self.args.seed * 1_000_003 + self.step * 1009 + self.env.rank)
+            self.offset = min(self.offset // W * W, self.sampler.total_size)
             log(f"warning: checkpoint {name} was saved with world size {progress.get('world_size')}, now {W}: "
                 "RNG re-seeded and data offset rounded (training continues, not bit-exact)")
         if progress.get("threads") not in (None, torch.get_num_threads()):
             log(f"warning: intra-op threads {torch.get_num_threads()} differ from the checkpoint's "
                 f"{progress.get('threads')}: results will not be bit-identical")
-        if progress.get("total_steps") not in (None, total):
-            stretch_schedule(scheduler, total)
-            log(f"note: step budget {progress.get('total_steps')} -> {total}: lr schedule stretched")
-        log(f"resumed from {name} (step {step}, epoch {epoch}, load {time.perf_counter() - t0:.3f}s)")
+        if progress.get("total_steps") not in (None, self.total):
+            note = self.steps.new_budget(self.total)
+            if note:
+                log(f"note: step budget {progress.get('total_steps')} -> {self.total}: {note}")
+        log(f"resumed from {name} (step {self.step}, epoch {self.epoch}, load {time.perf_counter() - t0:.3f}s)")
 
-    def progress_now() -> dict:
-        return {"epoch": epoch, "epoch_offset": offset, "last_loss": last_loss, "batch_size": args.batch_size,
-                "total_steps": total,
-                "threads": torch.get_num_threads(), "seed": args.seed}
+    def progress(self) -> dict:
+        return {"epoch": self.epoch, "epoch_offset": self.offset, "last_loss": self.last_loss,
+                "batch_size": self.args.batch_size, "total_steps": self.total,
+                "threads": torch.get_num_threads(), "seed": self.args.seed}
 
-    while step < total and (args.max_steps or epoch < args.epochs):
-        sampler.set_position(epoch, offset)
-        gen.manual_seed(args.seed * 1_000_003 + epoch)
-        model.train()
-        for xb, yb in loader:
-            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-            loss, logits = step_fn(model, xb, yb)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            step += 1
-            fault.maybe(step, "mid")
-            optimizer.step()
-            scheduler.step()
-            offset += W * len(yb)
-            if step % args.log_every == 0 or step == total:
-                last_loss, acc = global_batch_stats(loss, logits, yb, device)
-                lr = optimizer.param_groups[0]["lr"]
-                extra = extra_log("log") if extra_log else {}
-                metrics.record(step=step, epoch=epoch, loss=last_loss, accuracy=acc, lr=lr, **extra)
-                metrics.scalars(step, {"train/loss": loss.item(), "train/global_loss": last_loss,
-                                       "train/accuracy": acc, "train/lr": lr})
-                log(f"step {step}/{total} epoch {epoch} loss {last_loss:.4f} acc {acc:.3f} lr {lr:.2e}")
-            if args.checkpoint_every and step % args.checkpoint_every == 0:
-                save_periodic(step, states, progress_now())
-            if stop_agreed(device):
-                ckpt.finalize()
-                if ckpt.last_saved_step != step:
-                    ckpt.save(step, states, progress_now())
-                ckpt.close()
-                metrics.close()
-                log(f"preempted: checkpoint at step {step} written; stopping (the next attempt resumes here)")
-                return {"step": step, "preempted": True}
-            if step >= total:
+    def unfinished(self) -> bool:
+        return self.step < self.total and bool(self.args.max_steps or self.epoch < self.args.epochs)
+
+    def run_epoch(self) -> bool:
+        """Train from the current position to the end of the epoch or of the budget. True: stopped on request."""
+        self.sampler.set_position(self.epoch, self.offset)
+        self.gen.manual_seed(self.args.seed * 1_000_003 + self.epoch)
+        self.steps.train()
+        for xb, yb in self.loader:
+            self.train_step(xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True))
+            if self.args.checkpoint_every and self.step % self.args.checkpoint_every == 0:
+                self.save_periodic(self.step, self.states, self.progress())
+            if stop_agreed(self.device):
+                return True
+            if self.step >= self.total:
                 break
-        if offset >= sampler.total_size:   # epoch complete
-            acc, test_loss = evaluate(eval_model, data.test, env, device)
-            metrics.record(step=step, epoch=epoch, loss=test_loss, eval_accuracy=acc, eval_loss=test_loss,
-                           kind="eval")
-            metrics.scalars(step, {"eval/accuracy": acc, "eval/loss": test_loss})
-            log(f"epoch {epoch} done: step {step} test_accuracy {acc:.4f} test_loss {test_loss:.4f}")
-            epoch, offset = epoch + 1, 0
+        if self.offset >= self.sampler.total_size:   # epoch complete
+            self.end_epoch()
+        return False
 
-    ckpt.finalize()
-    if args.checkpoint_every and step > 0 and ckpt.last_saved_step != step:
-        ckpt.save(step, states, progress_now())
-    ckpt.close()
-    acc, test_loss = evaluate(eval_model, data.test, env, device)
-    sha = (param_hash or param_sha256)(eval_model)
-    shas: list = [None] * W
-    dist.all_gather_object(shas, sha)
-    if len(set(shas)) != 1:
-        raise RuntimeError(f"ranks disagree on the final parameters: {shas}")
-    final = {"step": step, "loss": last_loss, "accuracy": acc, "test_loss": test_loss, "param_sha256": sha,
-             "world_size": W, "dataset": data.name, "epoch": epoch, "total_steps": total,
-             "checkpoint_save_s": round(ckpt.save_seconds, 3), "wall_s": round(time.time() - t_start, 3)}
-    if extra_log:
-        final.update(extra_log("final"))
-    metrics.final(**final)
-    metrics.close()
-    log(f"done: step {step} loss {last_loss} accuracy {acc:.4f} param_sha256 {sha}")
-    return final
+    def train_step(self, xb, yb) -> None:
+        steps = self.steps
+        loss, logits = steps.forward(xb, yb)
+        steps.backward(loss)
+        self.step += 1
+        self.fault.maybe(self.step, "mid")
+        steps.step()
+        self.offset += self.env.world_size * len(yb)
+        if self.step % self.args.log_every == 0 or self.step == self.total:
+            self.record_step(loss, logits, yb)
+
+    def record_step(self, loss, logits, yb) -> None:
+        step, epoch = self.step, self.epoch
+        self.last_loss, acc = global_batch_stats(loss, logits, yb, self.device)
+        lr = self.steps.lr()
+        extra = self.extra_log("log")
+        self.metrics.record(step=step, epoch=epoch, loss=self.last_loss, accuracy=acc, lr=lr, **extra)
+        self.metrics.scalars(step, {"train/loss": loss.item(), "train/global_loss": self.last_loss,
+                                    "train/accuracy": acc, "train/lr": lr})
+        self.log(f"step {step}/{self.total} epoch {epoch} loss {self.last_loss:.4f} acc {acc:.3f} lr {lr:.2e}")
+
+    def end_epoch(self) -> None:
+        if self.steps.eval_each_epoch:
+            acc, test_loss = evaluate(self.eval_model, self.data.test, self.env, self.device)
+            self.metrics.record(step=self.step, epoch=self.epoch, loss=test_loss, eval_accuracy=acc,
+                                eval_loss=test_loss, kind="eval")
+            self.metrics.scalars(self.step, {"eval/accuracy": acc, "eval/loss": test_loss})
+            self.log(f"epoch {self.epoch} done: step {self.step} test_accuracy {acc:.4f} test_loss {test_loss:.4f}")
+        self.epoch, self.offset = self.epoch + 1, 0
+
+    def save_last(self, always: bool) -> None:
+        """Wait for a pending async save, then save this step unless it is saved already (collective)."""
+        self.ckpt.finalize()
+        if (always or self.args.checkpoint_every) and self.step > 0 and self.ckpt.last_saved_step != self.step:
+            self.ckpt.save(self.step, self.states, self.progress())
+        self.ckpt.close()
+
+    def stop(self) -> dict:
+        """The agreed stop (preemption): checkpoint this step, leave without evaluating."""
+        self.save_last(always=True)
+        self.metrics.close()
+        self.log(f"preempted: checkpoint at step {self.step} written; stopping (the next attempt resumes here)")
+        return {"step": self.step, "preempted": True}
+
+    def finish(self, param_hash) -> dict:
+        """Final checkpoint, evaluation, parameter hash checked equal on every rank, final.json."""
+        self.save_last(always=False)
+        acc, test_loss = evaluate(self.eval_model, self.data.test, self.env, self.device)
+        sha = param_hash(self.eval_model)
+        shas: list = [None] * self.env.world_size
+        dist.all_gather_object(shas, sha)
+        if len(set(shas)) != 1:
+            raise RuntimeError(f"ranks disagree on the final parameters: {shas}")
+        final = {"step": self.step, "loss": self.last_loss, "accuracy": acc, "test_loss": test_loss,
+                 "param_sha256": sha, "world_size": self.env.world_size, "dataset": self.data.name,
+                 "epoch": self.epoch, "total_steps": self.total,
+                 "checkpoint_save_s": round(self.ckpt.save_seconds, 3), "wall_s": round(time.time() - self.t_start, 3)}
+        final.update(self.extra_log("final"))
+        self.metrics.final(**final)
+        self.metrics.close()
+        self.log(f"done: step {self.step} loss {self.last_loss} accuracy {acc:.4f} param_sha256 {sha}")
+        return final
+
+
+def fit(*, args, env, device, data, steps, eval_model, log=print, extra_log=None, param_hash=None) -> dict:
+    """Train with `steps` (TorchSteps or an engine's hooks) from `latest` or from scratch, to the step budget
+    or to an agreed stop (preempt.agreed: USR2/SIGTERM on any rank -> checkpoint at this step, return
+    {"step", "preempted": True}). extra_log(kind) -> dict ("log" at every logged step, "final" once; called on
+    every rank, may be collective) adds fields to metrics.jsonl / final.json; param_hash(eval_model) replaces
+    param_sha256 for models whose parameters are sharded (FSDP DTensors, expert-parallel experts, ZeRO-3)."""
+    run = Training(args=args, env=env, device=device, data=data, steps=steps, eval_model=eval_model, log=log,
+                   extra_log=extra_log)
+    run.resume()
+    while run.unfinished():
+        if run.run_epoch():
+            return run.stop()
+    return run.finish(param_hash or param_sha256)

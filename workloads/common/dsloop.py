@@ -1,0 +1,141 @@
+"""DeepSpeed's engine plugged into loop.fit(): its forward/backward/step and its own checkpoints.
+
+DeepSpeedSteps is fit()'s `steps` (the attributes of loop.TorchSteps) and DeepSpeedCheckpointer its
+checkpointer (the interface of checkpoint.Checkpointer that fit uses). So a DeepSpeed run gets what every
+workload gets from the one loop: sampler position, logging, fault injection, resume from `latest`, and the
+agreed stop (USR2/SIGTERM -> checkpoint at the next step, exit 0, the next attempt resumes).
+
+Checkpoints: engine.save_checkpoint into `<checkpoint dir>/step-<N>/` (DeepSpeed's own `latest` is not
+written), client state = progress + every rank's RNG state (gathered); then rank 0 writes launch_meta.json
+and the atomic `latest` pointer. A ZeRO checkpoint loads only at its own world size: another one is a
+one-line error on every rank, before anything is loaded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from launchers.ckptptr import read_latest, write_latest
+
+from .checkpoint import get_rng_state, set_rng_state, step_name
+from .metrics import write_json_atomic
+
+META = "launch_meta.json"
+
+
+class DeepSpeedSteps:
+    """fit()'s hooks for a DeepSpeed engine (see loop.TorchSteps). `meta` goes into launch_meta.json."""
+
+    eval_each_epoch = False         # DeepSpeed runs evaluate once, at the end
+
+    def __init__(self, engine, dtype, meta: dict) -> None:
+        self.engine, self.dtype, self.meta = engine, dtype, meta
+
+    def train(self) -> None:
+        self.engine.train()
+
+    def forward(self, xb, yb):
+        logits = self.engine(xb.to(self.dtype)).float()
+        return F.cross_entropy(logits, yb), logits
+
+    def backward(self, loss) -> None:
+        self.engine.backward(loss)          # the engine zeroes the gradients in its step
+
+    def step(self) -> None:
+        self.engine.step()
+
+    def lr(self) -> float:
+        return self.engine.get_lr()[0]
+
+    def checkpointer(self, env, fault, log) -> "DeepSpeedCheckpointer":
+        return DeepSpeedCheckpointer(self.engine, env, fault=fault, meta=self.meta)
+
+    def states(self) -> dict:
+        return {}                           # the engine saves model, optimizer and its own state itself
+
+    def new_budget(self, total: int) -> str | None:
+        return None                         # no lr schedule to stretch
+
+
+def read_latest_meta(ckpt_dir: str) -> tuple[str, dict] | str | None:
+    """(name, launch_meta) of `latest`, an error message (str) when it is incomplete, None when there is none."""
+    name = read_latest(ckpt_dir)
+    if not name:
+        return None
+    meta_path = os.path.join(ckpt_dir, name, META)
+    if not os.path.isfile(meta_path):
+        return f"checkpoints/latest names {name!r} but {meta_path} is missing (incomplete checkpoint)"
+    with open(meta_path, encoding="utf-8") as f:
+        return name, json.load(f)
+
+
+class DeepSpeedCheckpointer:
+    """What fit() calls on a checkpointer, over engine.save_checkpoint / load_checkpoint (module doc).
+    Periodic saves are synchronous: there is no save_async (--async-checkpoint is not offered)."""
+
+    def __init__(self, engine, env, *, fault, meta: dict) -> None:
+        self.engine, self.env, self.dir, self.fault, self.meta = engine, env, env.checkpoint_dir, fault, meta
+        self.last_saved_step: int | None = None
+        self.save_seconds = 0.0
+
+    def latest_name(self) -> str | None:
+        """`latest` as read by rank 0, broadcast; a world size other than the checkpoint's stops every rank."""
+        box = [read_latest_meta(self.dir) if self.env.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        if isinstance(box[0], str):
+            raise SystemExit(f"error: {box[0]}")
+        if box[0] is None:
+            return None
+        name, meta = box[0]
+        saved, W = meta["world_size"], self.env.world_size
+        if saved != W:
+            path = os.path.join(self.dir, name)
+            raise SystemExit(
+                f"error: checkpoint {name} was written by {saved} ranks and this attempt has {W}; "
+                f"DeepSpeed ZeRO checkpoints load only at their own world size: resume with {saved} "
+                f"ranks (launch resume RUN --nodes N --gpus-per-node P with N x P = {saved}); resharding "
+                f"needs DeepSpeed's universal format (python -m deepspeed.checkpoint.ds_to_universal --input_folder "
+                f"{path} --output_folder {path}-universal), which this workload does not load yet")
+        return name
+
+    def load(self, name: str, states: dict) -> tuple[dict, bool]:
+        """Engine state, progress and this rank's RNG (always restored: same world size). Collective."""
+        loaded, client = self.engine.load_checkpoint(self.dir, tag=name)
+        if loaded is None:
+            raise SystemExit(f"error: DeepSpeed could not load checkpoint {os.path.join(self.dir, name)}")
+        progress = client["progress"]
+        set_rng_state(pickle.loads(client["rng"][self.env.rank]))
+        self.last_saved_step = progress["step"]
+        return progress, True
+
+    def save(self, step: int, states: dict, progress: dict) -> str:
+        """engine.save_checkpoint, then launch_meta.json and `latest` (rank 0) between barriers. Collective."""
+        t0 = time.perf_counter()
+        name, W = step_name(step), self.env.world_size
+        rngs: list = [None] * W
+        dist.all_gather_object(rngs, pickle.dumps(get_rng_state()))
+        progress = dict(progress, step=step, world_size=W)
+        self.fault.maybe(step, "pre_save")
+        self.engine.save_checkpoint(self.dir, tag=name, client_state={"progress": progress, "rng": rngs},
+                                    save_latest=False)
+        self.fault.maybe(step, "save")
+        dist.barrier()
+        if self.env.rank == 0:
+            write_json_atomic(os.path.join(self.dir, name, META), {"world_size": W, "step": step, **self.meta})
+            write_latest(self.dir, name)
+        dist.barrier()
+        self.fault.maybe(step, "after_save")
+        self.last_saved_step = step
+        self.save_seconds += time.perf_counter() - t0
+        return name
+
+    def finalize(self) -> None:
+        """Nothing pending: every save is synchronous."""
+
+    def close(self) -> None:
+        """Nothing to release."""
