@@ -10,10 +10,24 @@ import sys
 import time
 from typing import Any, TextIO
 
-from .backends.base import Backend, get_backend
+from .backends.base import Backend
 from .errors import LaunchError
 from .rundir import TERMINAL, RunDir, new_run_id
 from .spec import JobSpec
+
+
+def get_backend(name: str) -> Backend:
+    """The backend named in a spec (imported on use: a command pays only for its own backend)."""
+    if name == "local":
+        from .backends.local import LocalBackend
+        return LocalBackend()
+    if name == "ssh":
+        from .backends.ssh import SSHBackend
+        return SSHBackend()
+    if name == "slurm":
+        from .backends.slurm.backend import SlurmBackend
+        return SlurmBackend()
+    raise LaunchError(f"backend {name!r} is not accepted; choose one of: local, ssh, slurm")
 
 
 def resolve_nccl(spec: JobSpec, out: TextIO) -> JobSpec:

@@ -8,6 +8,7 @@ import click
 
 from . import __version__
 from .errors import LaunchError
+from .runopts import BACKEND_OPTIONS, COMMON, Opt, options_from_cli
 
 EXAMPLES = """
 \b
@@ -68,87 +69,55 @@ def main() -> None:
     """Start multi-node PyTorch (torchrun) jobs on this machine, SSH hosts or Slurm, with one run directory."""
 
 
-def common_options(fn):
-    opts = [
-        click.option("--nodes", default=None, help="Number of nodes (default 1)."),
-        click.option("--gpus-per-node", default=None, help="Processes per node (= GPUs; default 1)."),
-        click.option("--run-dir", default=None, help="Exact run directory (default: <runs root>/<name>-<time>)."),
-        click.option("--name", default=None, help="Run name (default: from the program)."),
-        click.option("--env", "env", multiple=True, help="K=V added to every worker's environment (repeatable)."),
-        click.option("--profile", default=None, help="YAML profile; flags override its values."),
-        click.option("--master-port", default=None, help="Rendezvous port (default: derived from the run id)."),
-        click.option("--max-restarts", default=None, help="Restart the whole job from checkpoints/latest K times."),
-        click.option("--dist-backend", default=None, help="auto (nccl on CUDA, else gloo), gloo or nccl."),
-        click.option("--nccl-preset", default=None, help="NCCL preset(s), e.g. moe or moe,roce or ./mine.yaml."),
-        click.option("--python", default=None, help="Python interpreter on the nodes (default: this one)."),
-        click.option("--dry-run", is_flag=True, help="Print exactly what would run; start nothing."),
-        click.argument("program", nargs=-1, type=click.UNPROCESSED),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
+def _click_option(o: Opt):
+    if o.kind == "flag":
+        return click.option(o.cli_flag, o.key, is_flag=True, default=None, help=o.help or None)
+    return click.option(o.cli_flag, o.key, default=None, multiple=o.kind == "multi", help=o.help or None)
 
 
-def _launch(backend: str, kw: dict, options: dict) -> None:
-    program = kw.pop("program")
-    dry_run = kw.pop("dry_run")
-    profile = kw.pop("profile")
-    kw["options"] = options
+def job_options(backend: str):
+    """The common options and the backend's own, generated from their one declaration (launchers.runopts)."""
+    def wrap(fn):
+        opts = [_click_option(o) for o in (*COMMON, *BACKEND_OPTIONS[backend]) if o.cli_flag]
+        opts.append(click.argument("program", nargs=-1, type=click.UNPROCESSED))
+        for o in reversed(opts):
+            fn = o(fn)
+        return fn
+    return wrap
+
+
+def _launch(backend: str, kw: dict) -> None:
     from . import api
     from .spec import build_spec
-    spec = build_spec(backend, kw, list(program), profile)
+    common = {o.key: kw.pop(o.key) for o in COMMON}
+    program, dry_run, profile = kw.pop("program"), common.pop("dry_run"), common.pop("profile")
+    common["options"] = options_from_cli(backend, kw)
+    spec = build_spec(backend, common, list(program), profile)
     sys.exit(api.submit(spec, dry_run=dry_run))
 
 
 @main.command(context_settings=RUN_SETTINGS, epilog=EXAMPLES)
-@common_options
+@job_options("local")
 @_errors
 def local(**kw):
     """Run N simulated nodes on this machine (one torchrun agent per node)."""
-    _launch("local", kw, {})
+    _launch("local", kw)
 
 
 @main.command(context_settings=RUN_SETTINGS)
-@common_options
-@click.option("--hosts", default=None, help="Comma-separated hosts; the first is node 0 and the master.")
-@click.option("--hostfile", default=None, help="One host per line: `host [slots=N]`, `user@host:port` allowed.")
-@click.option("--ssh-config", default=None, help="ssh config file used to resolve host names.")
-@click.option("--known-hosts", default=None, help="known_hosts file (default ~/.ssh/known_hosts); unknown keys are refused.")
-@click.option("--identity", default=None, help="Private key file.")
-@click.option("--connect-timeout", default=None, type=float, help="Seconds to wait for each host (default 10).")
-@click.option("--no-shared-storage", "no_shared", is_flag=True, default=None,
-              help="Hosts stage logs/checkpoints locally; the launcher collects them over SFTP.")
-@click.option("--staging-dir", default=None, help="Host-local dir for --no-shared-storage (default /tmp/launch-staging).")
+@job_options("ssh")
 @_errors
-def ssh(hosts, hostfile, ssh_config, known_hosts, identity, connect_timeout, no_shared, staging_dir, **kw):
+def ssh(**kw):
     """Run on SSH-reachable hosts without a scheduler (Fabric)."""
-    _launch("ssh", kw, {"hosts": hosts.split(",") if hosts else None, "hostfile": hostfile,
-                        "ssh_config": ssh_config, "known_hosts": known_hosts, "identity": identity,
-                        "connect_timeout": connect_timeout, "shared_storage": False if no_shared else None,
-                        "staging_dir": staging_dir})
+    _launch("ssh", kw)
 
 
 @main.command(context_settings=RUN_SETTINGS)
-@common_options
-@click.option("--partition", default=None)
-@click.option("--time", "time_", default=None, help="Time limit, e.g. 04:00:00.")
-@click.option("--account", default=None)
-@click.option("--qos", default=None)
-@click.option("--constraint", default=None)
-@click.option("--exclusive", is_flag=True, default=None)
-@click.option("--mem", default=None, help="Memory per node, e.g. 64G.")
-@click.option("--cpus-per-task", default=None, type=int)
-@click.option("--signal-seconds", default=None, type=int, help="USR2 this many seconds before the time limit (default 120).")
-@click.option("--max-requeues", default=None, type=int, help="Requeues after preemption/timeout before FAILED (default 3).")
-@click.option("--wait", is_flag=True, default=None, help="Follow the job until it ends; exit with its result.")
+@job_options("slurm")
 @_errors
-def slurm(partition, time_, account, qos, constraint, exclusive, mem, cpus_per_task, signal_seconds,
-          max_requeues, wait, **kw):
+def slurm(**kw):
     """Submit through sbatch (submitit); inside an allocation, start one torchrun per allocated node."""
-    _launch("slurm", kw, {"partition": partition, "time": time_, "account": account, "qos": qos,
-                          "constraint": constraint, "exclusive": exclusive, "mem": mem,
-                          "cpus_per_task": cpus_per_task, "signal_seconds": signal_seconds,
-                          "max_requeues": max_requeues, "wait": wait})
+    _launch("slurm", kw)
 
 
 @main.command()
@@ -193,16 +162,16 @@ def status(run, as_json):
 def logs(run, rank, follow):
     """Print RUN's per-rank logs, each line prefixed "[nK rR]"."""
     from . import api
-    from .follow import Follower
+    from .follow import follower
     from .rundir import TERMINAL, RunDir
     rd = RunDir.open(run)
     if rank is not None and not any(r == rank for _, r, _ in rd.rank_logs()):
         raise LaunchError(f"rank {rank} has no log in {rd.path}")
-    f = Follower(rd, rank=rank, prefix=rank is None)
+    tail = follower(rd.path, rank=rank, prefix=rank is None)
     if follow:
-        f.follow(lambda: api.status(run)["state"] in TERMINAL)
+        tail.follow(lambda: api.status(run)["state"] in TERMINAL)
     else:
-        f.poll(final=True)
+        tail.poll(final=True)
 
 
 @main.command(name="list")

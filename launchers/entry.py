@@ -1,9 +1,8 @@
-"""The `launch` console script. For a `launch slurm` that will submit, the warm submitter (slurm_submit) is
-forked first, before click and the rest are imported, so submitit's import overlaps all of that; then the
-click CLI (launchers.cli) takes over."""
+"""The `launch` console script. For a `launch slurm` that will submit, the warm submitter
+(backends/slurm/submit.py) is forked first, before click and the rest are imported, so submitit's import
+overlaps all of that; then the click CLI (launchers.cli) takes over."""
 from __future__ import annotations
 
-import os
 import sys
 
 
@@ -11,7 +10,8 @@ def will_submit_to_slurm(argv: list[str]) -> bool:
     """`launch slurm ...` that will submit: not a dry-run or help, not inside an allocation. A guess from argv
     before it is parsed; a wrong guess only costs or saves a fork (the submitter submits only what it is
     handed, and exits on EOF when the launcher ends without handing it anything)."""
-    if len(argv) < 2 or argv[1] != "slurm" or os.environ.get("SLURM_JOB_ID"):
+    from .backends.slurm.env import SlurmEnv
+    if len(argv) < 2 or argv[1] != "slurm" or SlurmEnv.read().in_allocation:
         return False
     opts = argv[2:argv.index("--")] if "--" in argv else argv[2:]
     return not any(a in ("--dry-run", "-h", "--help") for a in opts)
@@ -20,7 +20,7 @@ def will_submit_to_slurm(argv: list[str]) -> bool:
 def main() -> None:
     warm = will_submit_to_slurm(sys.argv)
     if warm:
-        from .backends import slurm_submit
+        from .backends.slurm import submit as slurm_submit
         slurm_submit.prestart()
     try:
         from .cli import main as cli

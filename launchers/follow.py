@@ -1,37 +1,42 @@
-"""Prefixed log reading and following: every line of logs/node<K>/rank<R>.log becomes "[nK rR] line"."""
+"""The one log tailer: every line of a rank log becomes "[nK rR] line" (and an agent.log line "[nK agent] line").
+
+Used by `launch logs [-f]`, by the local and Slurm backends while a job runs, and on every SSH host by
+launchers.remote (which streams its node's logs back over the connection). Stdlib + launchers.layout only.
+"""
 from __future__ import annotations
 
 import os
 import sys
 import threading
 import time
-from typing import Callable, TextIO
+from typing import Callable, Iterable, TextIO
 
-from .rundir import RunDir
+from . import layout
+
+Source = Callable[[], Iterable[tuple[str, str]]]      # -> (prefix, path) of every file to follow, now
 
 
-class Follower:
-    """Tails every rank log of a run (picking up logs that appear later), one prefixed line at a time."""
+class LogTail:
+    """Follows a changing set of files (new ones are picked up), printing whole lines with their prefix."""
 
-    def __init__(self, rd: RunDir, rank: int | None = None, out: TextIO | None = None, prefix: bool = True):
-        self.rd, self.rank, self.out, self.prefix = rd, rank, out or sys.stdout, prefix
+    def __init__(self, sources: Source, out: TextIO | None = None):
+        self.sources, self.out = sources, out or sys.stdout
         self._offsets: dict[str, int] = {}
         self._partial: dict[str, bytes] = {}
 
-    def _logs(self):
-        for node, rank, path in self.rd.rank_logs():
-            if self.rank is None or rank == self.rank:
-                yield node, rank, path
-
     def skip_existing(self) -> None:
-        """Start following at the current end of every log (new output only)."""
-        for _, _, path in self._logs():
-            self._offsets[path] = os.path.getsize(path)
+        """Start following at the current end of every file (new output only)."""
+        for _, path in self.sources():
+            try:
+                self._offsets[path] = os.path.getsize(path)
+            except OSError:
+                continue
 
     def poll(self, final: bool = False) -> int:
-        """Print what was appended since the last poll; returns the number of lines printed."""
-        n = 0
-        for node, rank, path in self._logs():
+        """Print what was appended since the last poll; returns the number of lines printed. `final` prints
+        an unterminated last line too."""
+        out = []
+        for prefix, path in self.sources():
             try:
                 with open(path, "rb") as f:
                     f.seek(self._offsets.get(path, 0))
@@ -39,18 +44,14 @@ class Follower:
                     self._offsets[path] = f.tell()
             except OSError:
                 continue
-            data = self._partial.pop(path, b"") + data
-            lines = data.split(b"\n")
+            lines = (self._partial.pop(path, b"") + data).split(b"\n")
             if lines[-1] and not final:
                 self._partial[path] = lines[-1]
-            tail = lines[:-1] if not final or not lines[-1] else lines
-            prefix = f"[n{node} r{rank}] " if self.prefix else ""
-            for line in tail:
-                self.out.write(prefix + line.decode("utf-8", "replace") + "\n")
-                n += 1
-        if n:
+            out += [prefix + ln.decode("utf-8", "replace") for ln in (lines if final and lines[-1] else lines[:-1])]
+        if out:
+            self.out.write("\n".join(out) + "\n")
             self.out.flush()
-        return n
+        return len(out)
 
     def follow(self, done: Callable[[], bool], interval: float = 0.2, stop: threading.Event | None = None) -> None:
         """Poll until done() is true (then print the rest) or `stop` is set."""
@@ -63,11 +64,36 @@ class Follower:
         self.poll(final=True)
 
 
-def follow_in_thread(rd: RunDir, out: TextIO | None = None) -> tuple[threading.Thread, threading.Event]:
+def run_logs(run_dir: str, rank: int | None = None, prefix: bool = True) -> Source:
+    """Every rank log of a run ("[nK rR] "), or one rank's (unprefixed when prefix is False)."""
+    def sources():
+        for node, r, path in layout.rank_logs(run_dir):
+            if rank is None or r == rank:
+                yield (f"[n{node} r{r}] " if prefix else ""), path
+    return sources
+
+
+def node_logs(run_dir: str, node: int) -> Source:
+    """One node's agent.log ("[nK agent] ") and rank logs ("[nK rR] "): what an SSH host streams back."""
+    def sources():
+        d = layout.node_log_dir(run_dir, node)
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else ():
+            if name == "agent.log":
+                yield f"[n{node} agent] ", os.path.join(d, name)
+            elif name.startswith("rank") and name.endswith(".log"):
+                yield f"[n{node} r{name[4:-4]}] ", os.path.join(d, name)
+    return sources
+
+
+def follower(run_dir: str, rank: int | None = None, out: TextIO | None = None, prefix: bool = True) -> LogTail:
+    return LogTail(run_logs(run_dir, rank, prefix), out)
+
+
+def follow_in_thread(run_dir: str, out: TextIO | None = None) -> tuple[threading.Thread, threading.Event]:
     """Stream a running job's rank logs from a daemon thread; set the event to stop (prints the rest)."""
     stop = threading.Event()
-    f = Follower(rd, out=out)
-    f.skip_existing()
-    t = threading.Thread(target=f.follow, args=(lambda: False,), kwargs={"stop": stop}, daemon=True)
+    tail = follower(run_dir, out=out)
+    tail.skip_existing()
+    t = threading.Thread(target=tail.follow, args=(lambda: False,), kwargs={"stop": stop}, daemon=True)
     t.start()
     return t, stop

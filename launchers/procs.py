@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from typing import Iterable
@@ -59,6 +60,18 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
+def self_record() -> dict:
+    """This process as a liveness record: {pid, host, start} (the start time makes a reused pid harmless)."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": start_ticks(os.getpid())}
+
+
+def record_alive(rec: dict) -> bool:
+    """Whether the process a self_record() names is still running (only answerable on its own host)."""
+    pid = rec.get("pid")
+    return bool(pid) and rec.get("host") == socket.gethostname() and alive(pid) \
+        and start_ticks(pid) == rec.get("start")
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -86,7 +99,7 @@ def terminate_run(run_id: str, procs: Iterable[subprocess.Popen] = (), grace: fl
     groups = {p.pid for p in procs if p.poll() is None}
     signal_groups(groups, signal.SIGTERM)
     for pid in tagged_pids(run_id):
-        _kill(pid, signal.SIGTERM)
+        kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         for p in procs:
@@ -97,7 +110,7 @@ def terminate_run(run_id: str, procs: Iterable[subprocess.Popen] = (), grace: fl
     signal_groups(groups, signal.SIGKILL)
     killed = tagged_pids(run_id)
     for pid in killed:
-        _kill(pid, signal.SIGKILL)
+        kill(pid, signal.SIGKILL)
     for p in procs:
         try:
             p.wait(timeout=5)
@@ -106,7 +119,8 @@ def terminate_run(run_id: str, procs: Iterable[subprocess.Popen] = (), grace: fl
     return killed
 
 
-def _kill(pid: int, sig: int) -> None:
+def kill(pid: int, sig: int) -> None:
+    """Send sig to pid; a process already gone (or not ours) is not an error."""
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -12,6 +12,8 @@ import signal
 import sys
 import time
 
+from . import layout
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
 
@@ -54,9 +56,9 @@ def main(argv: list[str]) -> int:
     rank, node = int(env.get("RANK", "0")), int(env.get("NODE_RANK", "0"))
     attempt = int(env.get("LAUNCH_ATTEMPT", "0"))
     run_dir = env.get("LAUNCH_RUN_DIR") or os.getcwd()
-    log_dir = os.path.join(run_dir, "logs", f"node{node}")
-    os.makedirs(log_dir, exist_ok=True)
-    fd = os.open(os.path.join(log_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = layout.rank_log(run_dir, node, rank)
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     header = (f"===== launch attempt {attempt} | rank {rank} of {env.get('WORLD_SIZE', '?')} | node {node} | "
               f"{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     os.write(fd, header.encode())
@@ -83,16 +85,9 @@ def main(argv: list[str]) -> int:
         os.kill(pid, signum)
     _, status = os.waitpid(pid, 0)        # retried across the forwarding handler (PEP 475)
     code = os.waitstatus_to_exitcode(status)
-    import json
-    record = {"rank": rank, "node": node, "attempt": attempt, "time": time.time(),
-              "exit_code": code if code >= 0 else None, "signal": signal.Signals(-code).name if code < 0 else None,
-              "pid": pid}
-    status_dir = os.path.join(run_dir, "status")
-    os.makedirs(status_dir, exist_ok=True)
-    path = os.path.join(status_dir, f"rank{rank}.json")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(record, f)
-    os.replace(path + ".tmp", path)
+    from .rundir import RunDir, exit_fields      # only now: nothing but os/signal/sys/time before the program
+    RunDir(run_dir).write_rank_record(dict(rank=rank, node=node, attempt=attempt, time=time.time(), pid=pid,
+                                           **exit_fields(code)))
     if code < 0:  # die the same way, so torchrun reports the signal
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

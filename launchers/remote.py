@@ -23,7 +23,8 @@ import socket
 import sys
 import time
 
-from . import procs
+from . import layout, procs
+from .follow import LogTail, node_logs
 
 GRACE = 5.0
 
@@ -133,7 +134,7 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, grace: float 
     if agent_pid:
         procs.signal_groups([agent_pid], signal.SIGTERM)
     for pid in before:
-        procs._kill(pid, signal.SIGTERM)
+        procs.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while node_pids(run_id, node) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -141,68 +142,26 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, grace: float 
     if agent_pid:
         procs.signal_groups([agent_pid], signal.SIGKILL)
     for pid in forced:
-        procs._kill(pid, signal.SIGKILL)
+        procs.kill(pid, signal.SIGKILL)
     end = time.monotonic() + 3
     while node_pids(run_id, node) and time.monotonic() < end:
         time.sleep(0.05)
     return {"host": socket.gethostname(), "before": before, "forced": forced, "after": node_pids(run_id, node)}
 
 
-class _Tail:
-    """Streams this node's agent.log and rank logs as "[nK agent] ..." / "[nK rR] ..." lines."""
-
-    def __init__(self, log_dir: str, node: int):
-        self.dir, self.node, self.off, self.part = log_dir, node, {}, {}
-
-    def poll(self, final: bool = False) -> None:
-        try:
-            names = sorted(os.listdir(self.dir))
-        except OSError:
-            return
-        out = []
-        for name in names:
-            if name == "agent.log":
-                tag = f"[n{self.node} agent] "
-            elif name.startswith("rank") and name.endswith(".log"):
-                tag = f"[n{self.node} r{name[4:-4]}] "
-            else:
-                continue
-            path = os.path.join(self.dir, name)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self.off.get(name, 0))
-                    data = f.read()
-                    self.off[name] = f.tell()
-            except OSError:
-                continue
-            lines = (self.part.pop(name, b"") + data).split(b"\n")
-            if lines[-1] and not final:
-                self.part[name] = lines[-1]
-            for ln in (lines if final and lines[-1] else lines[:-1]):
-                out.append(tag + ln.decode("utf-8", "replace"))
-        if out:
-            sys.stdout.write("\n".join(out) + "\n")
-            sys.stdout.flush()
-
-    def skip_existing(self) -> None:
-        for name in os.listdir(self.dir) if os.path.isdir(self.dir) else ():
-            self.off[name] = os.path.getsize(os.path.join(self.dir, name))
-
-
 def run(node: int, pid_file: str, argv: list[str], grace: float = GRACE, stream: bool = True) -> int:
     run_id = os.environ[procs.TAG]
     run_dir = os.environ["LAUNCH_RUN_DIR"]
-    log_dir = os.path.join(run_dir, "logs", f"node{node}")
-    os.makedirs(log_dir, exist_ok=True)
+    log = layout.agent_log(run_dir, node)
+    os.makedirs(os.path.dirname(log), exist_ok=True)
     got: list[int] = []
     for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda signum, _f: got.append(signum))
-    tail = _Tail(log_dir, node)
+    tail = LogTail(node_logs(run_dir, node))
     tail.skip_existing()
-    with open(os.path.join(log_dir, "agent.log"), "a", encoding="utf-8") as f:
-        f.write(f"===== launch attempt {os.environ.get('LAUNCH_ATTEMPT', '?')} | node {node} | "
-                f"{socket.gethostname()} | {time.strftime('%F %T')} =====\n")
-    agent = procs.start_session(argv, dict(os.environ), os.path.join(log_dir, "agent.log"))
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(layout.agent_header(os.environ.get("LAUNCH_ATTEMPT", "?"), node, socket.gethostname()))
+    agent = procs.start_session(argv, dict(os.environ), log)
     rec = {"wrapper": os.getpid(), "wrapper_start": procs.start_ticks(os.getpid()), "agent": agent.pid,
            "agent_start": procs.start_ticks(agent.pid), "run_id": run_id, "node": node}
     tmp = f"{pid_file}.tmp"

@@ -1,57 +1,48 @@
-"""The run directory: the one place every backend writes to (shared storage on a cluster).
+"""RunDir: the only writer of run.yaml, status.json and the per-rank / per-node records of a run directory.
 
-run.yaml      resolved spec, per-node commands, port/address, versions, attempts (launcher-owned)
-status.json   state, attempt, per-node exit codes, first_failure (launcher-owned)
-status/       rank<R>.json written by each rank's wrapper when it exits
-logs/         node<K>/rank<R>.log and node<K>/agent.log, appended per attempt
-checkpoints/  step-<N>/ and `latest` (written by the job)
-The launcher creates the directory once and never overwrites anything the job wrote.
+Every backend, every Slurm node and every rank's wrapper writes through it, status.json and the records under
+one lock (status/.lock, an flock: the launcher, a Slurm node 0 and the batch side may write at the same
+time). The end of an attempt is decided in one place for every backend: `record_outcome()`.
+Paths come from launchers.layout; `checkpoints/latest` is launchers.ckptptr's. The launcher creates the
+directory once and never overwrites anything the job wrote.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from . import __version__
-from .ckptptr import read_latest, write_latest  # noqa: F401  (re-exported: the one pointer contract)
+from . import __version__, layout
+from .ckptptr import read_latest
 from .errors import LaunchError
 from .spec import JobSpec, redact_env
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+EMPTY_STATUS = {"state": "PENDING", "attempt": 0, "nodes": {}, "first_failure": None}
+FAILURE_KEYS = ("node", "rank", "exit_code", "signal", "time")
 
-
-def runs_root(root: str | None = None) -> str:
-    return os.path.abspath(root or os.environ.get("LAUNCH_RUNS_ROOT") or "runs")
-
-
-def choose_run_dir(run_dir: str | None, name: str, root: str | None = None) -> str:
-    if run_dir:
-        path = os.path.abspath(run_dir)
-    else:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = os.path.join(runs_root(root), f"{name}-{stamp}-{os.urandom(2).hex()}")
-    if os.path.exists(path):
-        raise LaunchError(f"run dir {path!r} already exists; use `launch resume {path}` or another --run-dir")
-    return path
+_held: dict[str, tuple[int, Any]] = {}       # run dir -> (depth, open lock file): the lock is re-entrant
+_held_guard = threading.RLock()
 
 
 def new_run_id(spec: JobSpec) -> str:
     return f"{os.path.basename(spec.run_dir)}-{os.urandom(4).hex()}"
 
 
-def atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def exit_fields(code: int | None) -> dict[str, Any]:
+    """A process's exit as the records keep it: exit_code for a normal exit, signal for a killed one."""
+    if code is None:
+        return {"exit_code": None, "signal": None}
+    return {"exit_code": code if code >= 0 else None, "signal": signal.Signals(-code).name if code < 0 else None}
 
 
 @dataclass
@@ -68,38 +59,39 @@ class RunDir:
         except FileExistsError:
             raise LaunchError(f"run dir {spec.run_dir!r} already exists; use `launch resume`") from None
         rd = cls(spec.run_dir)
-        for sub in ("logs", "checkpoints", "status"):
-            os.makedirs(os.path.join(rd.path, sub), exist_ok=True)
+        for sub in (layout.logs_dir, layout.checkpoint_dir, layout.records_dir):
+            os.makedirs(sub(rd.path), exist_ok=True)
         rd.write_run_yaml({
             "run_id": run_id,
-            "created": _now(),
-            "versions": {"launchers": __version__, "python": "%d.%d.%d" % sys.version_info[:3], "host": socket.gethostname()},
+            "created": now(),
+            "versions": {"launchers": __version__, "python": "%d.%d.%d" % sys.version_info[:3],
+                         "host": socket.gethostname()},
             "spec": redacted_spec(spec),
-            "attempts": [dict(plan, attempt=0, started=_now())],
+            "attempts": [dict(plan, attempt=0, started=now())],
         })
-        rd.write_status(state="PENDING", attempt=0, nodes={}, first_failure=None)
+        rd.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None)
         return rd
 
     @classmethod
     def open(cls, path: str) -> "RunDir":
         path = os.path.abspath(path)
-        if not os.path.isfile(os.path.join(path, "run.yaml")):
+        if not layout.is_run_dir(path):
             raise LaunchError(f"{path!r} is not a run dir (no run.yaml)")
         return cls(path)
 
     # ------------------------------------------------------------------ run.yaml
     @property
     def run_yaml_path(self) -> str:
-        return os.path.join(self.path, "run.yaml")
+        return layout.run_yaml(self.path)
 
     def read_run_yaml(self) -> dict[str, Any]:
-        import yaml      # imported where used: node start-up (slurmnode) reads the spec from JSON, without yaml
+        import yaml      # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
         with open(self.run_yaml_path, encoding="utf-8") as f:
             return yaml.safe_load(f)
 
     def write_run_yaml(self, data: dict[str, Any]) -> None:
         import yaml
-        atomic_write(self.run_yaml_path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        layout.atomic_write(self.run_yaml_path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
     def spec(self) -> JobSpec:
         """The recorded spec. Redacted env values are taken from the current environment when set."""
@@ -112,83 +104,175 @@ class RunDir:
     def add_attempt(self, spec: JobSpec, plan: dict[str, Any]) -> int:
         data = self.read_run_yaml()
         attempt = len(data["attempts"])
-        data["attempts"].append(dict(plan, attempt=attempt, started=_now(), nodes=spec.nodes,
+        data["attempts"].append(dict(plan, attempt=attempt, started=now(), nodes=spec.nodes,
                                      gpus_per_node=spec.gpus_per_node))
         data["spec"] = redacted_spec(spec)
         self.write_run_yaml(data)
         return attempt
 
-    # ------------------------------------------------------------------ status
+    def update_attempt(self, attempt: int, fields: dict[str, Any], new: dict[str, Any]) -> None:
+        """Merge `fields` into attempt `attempt` of run.yaml, appending it (with `new` too) when it is not there
+        yet (an attempt Slurm started by requeueing the job)."""
+        data = self.read_run_yaml()
+        attempts = data.setdefault("attempts", [])
+        if attempt < len(attempts):
+            attempts[attempt].update(fields)
+        else:
+            attempts.append(dict(fields, attempt=attempt, started=now(), **new))
+        self.write_run_yaml(data)
+
+    # ------------------------------------------------------------------ the lock and status.json
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive across processes and nodes (flock on shared storage), re-entrant within a process."""
+        with _held_guard:
+            depth, f = _held.get(self.path, (0, None))
+            if depth == 0:
+                os.makedirs(layout.records_dir(self.path), exist_ok=True)
+                f = open(layout.status_lock(self.path), "a")
+                fcntl.flock(f, fcntl.LOCK_EX)
+            _held[self.path] = (depth + 1, f)
+            try:
+                yield
+            finally:
+                depth, f = _held.pop(self.path)
+                if depth > 1:
+                    _held[self.path] = (depth - 1, f)
+                else:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                    f.close()
+
     @property
     def status_path(self) -> str:
-        return os.path.join(self.path, "status.json")
+        return layout.status_json(self.path)
 
     def read_status(self) -> dict[str, Any]:
-        try:
-            with open(self.status_path, encoding="utf-8") as f:
-                return json.load(f)
-        except FileNotFoundError:
-            return {"state": "PENDING", "attempt": 0, "nodes": {}, "first_failure": None}
+        data = layout.read_json(self.status_path)
+        return dict(EMPTY_STATUS) if data is None else {**EMPTY_STATUS, **data}
 
-    def write_status(self, **fields: Any) -> dict[str, Any]:
-        st = self.read_status() if os.path.exists(self.status_path) else {}
-        st.update(fields)
-        if st.get("state") not in STATES:
-            raise ValueError(f"bad state {st.get('state')!r}")
-        st["updated"] = _now()
-        atomic_write(self.status_path, json.dumps(st, indent=1, sort_keys=True) + "\n")
-        return st
+    def update_status(self, **fields: Any) -> dict[str, Any]:
+        """Read-modify-write of status.json under the lock; returns the new status."""
+        if "state" in fields and fields["state"] not in STATES:
+            raise ValueError(f"bad state {fields['state']!r}")
+        with self.lock():
+            st = layout.read_json(self.status_path) or {}
+            st.update(fields)
+            st["updated"] = now()
+            layout.atomic_write(self.status_path, json.dumps(st, indent=1, sort_keys=True) + "\n")
+            return st
+
+    def mark_running(self, attempt: int, **extra: Any) -> None:
+        """The start of an attempt run by this process (local, SSH, in a Slurm allocation): its liveness record
+        lets `status`/`cancel` tell a live launcher from a killed one."""
+        from . import procs
+        self.update_status(state="RUNNING", attempt=attempt, nodes={}, first_failure=None,
+                           launcher=procs.self_record(), **extra)
+
+    def launcher_alive(self, st: dict[str, Any] | None = None) -> bool:
+        from . import procs
+        return procs.record_alive((st if st is not None else self.read_status()).get("launcher") or {})
+
+    # ------------------------------------------------------------------ per-rank and per-node records
+    def write_rank_record(self, rec: dict[str, Any]) -> None:
+        layout.atomic_write(layout.rank_record(self.path, rec["rank"]), json.dumps(rec), durable=False)
 
     def rank_exits(self, attempt: int) -> list[dict[str, Any]]:
         """Exit records written by each rank's wrapper in this attempt, earliest first."""
         out = []
-        d = os.path.join(self.path, "status")
+        d = layout.records_dir(self.path)
         for name in sorted(os.listdir(d)) if os.path.isdir(d) else ():
             if name.startswith("rank") and name.endswith(".json"):
-                try:
-                    with open(os.path.join(d, name), encoding="utf-8") as f:
-                        rec = json.load(f)
-                except (OSError, ValueError):
-                    continue
-                if rec.get("attempt") == attempt:
+                rec = layout.read_json(os.path.join(d, name))
+                if rec is not None and rec.get("attempt") == attempt:
                     out.append(rec)
         return sorted(out, key=lambda r: r["time"])
 
+    def write_node_record(self, node: int, rec: dict[str, Any]) -> None:
+        layout.atomic_write(layout.node_record(self.path, node), json.dumps(rec), durable=False)
+
+    def node_records(self, nnodes: int, attempt: int) -> dict[int, dict[str, Any]]:
+        """Node records of this attempt (node -> record)."""
+        out = {}
+        for k in range(nnodes):
+            rec = layout.read_json(layout.node_record(self.path, k))
+            if rec is not None and rec.get("attempt") == attempt:
+                out[k] = rec
+        return out
+
     def first_failure(self, attempt: int) -> dict[str, Any] | None:
+        """The earliest failing rank record of the attempt."""
         for rec in self.rank_exits(attempt):
             if rec.get("exit_code") != 0:
-                return {k: rec.get(k) for k in ("node", "rank", "exit_code", "signal", "time")}
+                return {k: rec.get(k) for k in FAILURE_KEYS}
         return None
 
-    # ------------------------------------------------------------------ layout
+    # ------------------------------------------------------------------ the end of an attempt
+    def record_outcome(self, attempt: int, nodes: dict[str, int | None], *, stopped_by: str | None = None,
+                       node_failures: list[dict[str, Any]] = (), reason: str | None = None,
+                       hosts: list[str] | None = None) -> int:
+        """The end of an attempt, the same rule on every backend; returns the launcher's exit code.
+
+        stopped_by (a signal name): CANCELLED, exit 130. Every node 0: COMPLETED, 0. Otherwise FAILED, 1, with
+        first_failure(): the earliest failure in time among the failing rank records of the attempt and
+        `node_failures` ({node, exit_code, signal, time, reason[, host]}) of nodes that left no failing rank
+        record (a node that died, lost its connection or could not start)."""
+        with self.lock():
+            if stopped_by:
+                self.update_status(state="CANCELLED", nodes=nodes, first_failure=self.first_failure(attempt),
+                                   reason=reason or f"launcher got {stopped_by}")
+                return 130
+            if nodes and all(c == 0 for c in nodes.values()) and not node_failures:
+                self.update_status(state="COMPLETED", nodes=nodes, first_failure=None, reason=None)
+                return 0
+            ff = self.decide_first_failure(attempt, node_failures, hosts)
+            if ff is not None and ff.get("rank") is None:
+                reason = reason or ff.get("reason")
+            self.update_status(state="FAILED", nodes=nodes, first_failure=ff, reason=reason)
+            return 1
+
+    def decide_first_failure(self, attempt: int, node_failures: list[dict[str, Any]] = (),
+                             hosts: list[str] | None = None) -> dict[str, Any] | None:
+        failing = [r for r in self.rank_exits(attempt) if r.get("exit_code") != 0]
+        ranked = {r.get("node") for r in failing}
+        cands = [{k: r.get(k) for k in FAILURE_KEYS} for r in failing[:1]]
+        cands += [dict({k: nf.get(k) for k in FAILURE_KEYS}, rank=None, **{k: nf[k] for k in ("host", "reason")
+                                                                           if nf.get(k)})
+                  for nf in node_failures if nf.get("node") not in ranked]
+        if not cands:
+            return None
+        ff = min(cands, key=lambda r: r.get("time") or 0.0)
+        if hosts and ff.get("node") is not None and "host" not in ff and ff["node"] < len(hosts):
+            ff["host"] = hosts[ff["node"]]
+        return ff
+
+    # ------------------------------------------------------------------ what the job wrote
     def log_dir(self, node: int) -> str:
-        return os.path.join(self.path, "logs", f"node{node}")
+        return layout.node_log_dir(self.path, node)
 
     def agent_log(self, node: int) -> str:
-        return os.path.join(self.log_dir(node), "agent.log")
+        return layout.agent_log(self.path, node)
 
-    def rank_logs(self) -> Iterator[tuple[int, int, str]]:
-        """(node, rank, path) for every rank log present, ordered by rank."""
-        found = []
-        logs = os.path.join(self.path, "logs")
-        for node_dir in os.listdir(logs) if os.path.isdir(logs) else ():
-            if not node_dir.startswith("node"):
-                continue
-            for f in os.listdir(os.path.join(logs, node_dir)):
-                if f.startswith("rank") and f.endswith(".log"):
-                    found.append((int(node_dir[4:]), int(f[4:-4]), os.path.join(logs, node_dir, f)))
-        return iter(sorted(found, key=lambda t: t[1]))
+    def start_agent_log(self, node: int, attempt: int, command: str, where: str = "") -> str:
+        """Append the attempt's header and the node's command to its agent.log; returns the log's path."""
+        log = self.agent_log(node)
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(layout.agent_header(attempt, node, where) + command + "\n")
+        return log
+
+    def rank_logs(self) -> list[tuple[int, int, str]]:
+        return layout.rank_logs(self.path)
 
     @property
     def checkpoint_dir(self) -> str:
-        return os.path.join(self.path, "checkpoints")
+        return layout.checkpoint_dir(self.path)
 
     def latest_checkpoint(self) -> str | None:
         return read_latest(self.checkpoint_dir)
 
     def last_step(self) -> int | None:
         try:
-            with open(os.path.join(self.path, "metrics.jsonl"), "rb") as f:
+            with open(layout.metrics(self.path), "rb") as f:
                 f.seek(0, os.SEEK_END)
                 f.seek(max(0, f.tell() - 4096))
                 lines = f.read().decode("utf-8", "replace").strip().splitlines()
@@ -198,11 +282,11 @@ class RunDir:
 
 
 def list_runs(root: str | None = None) -> list[RunDir]:
-    base = runs_root(root)
+    base = layout.runs_root(root)
     runs = []
     for name in os.listdir(base) if os.path.isdir(base) else ():
         p = os.path.join(base, name)
-        if os.path.isfile(os.path.join(p, "run.yaml")):
+        if layout.is_run_dir(p):
             runs.append(RunDir(p))
     return sorted(runs, key=lambda r: os.path.getmtime(r.run_yaml_path), reverse=True)
 
@@ -225,5 +309,5 @@ def redacted_spec(spec: JobSpec) -> dict[str, Any]:
     return d
 
 
-def _now() -> str:
+def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime()) + f".{int(time.time() * 1000) % 1000:03d}"

@@ -12,33 +12,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from . import layout
 from .errors import LaunchError
+from .runopts import BACKEND_OPTIONS, BACKENDS, PROFILE_KEYS
 
-BACKENDS = ("local", "ssh", "slurm")
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-
-# Keys a YAML profile may hold: the common ones, plus one mapping per backend whose keys the backend
-# declares in BACKEND_OPTIONS (so `slurm: {partition: gpu}` is checked as strictly as the top level).
-PROFILE_KEYS = (
-    "nodes", "gpus_per_node", "program", "env", "name", "runs_root", "master_port", "max_restarts",
-    "dist_backend", "nccl_preset", "python", "local", "ssh", "slurm",
-)
-BACKEND_OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "local": {},
-    "ssh": {
-        "hosts": (list, str), "hostfile": str, "ssh_config": str, "known_hosts": str, "identity": str,
-        "connect_timeout": (int, float), "shared_storage": bool, "staging_dir": str,
-    },
-    "slurm": {
-        "partition": str, "time": str, "account": str, "qos": str, "constraint": str, "exclusive": bool,
-        "mem": str, "cpus_per_task": int, "signal_seconds": int, "max_requeues": int,
-        "sbatch_lines": list, "wait": bool, "job_name": str,
-    },
-}
-
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -56,7 +37,7 @@ class JobSpec:
     max_restarts: int = 0
     dist_backend: str = "auto"
     python: str = field(default_factory=lambda: sys.executable)
-    options: tuple[tuple[str, Any], ...] = ()   # backend-specific, checked against BACKEND_OPTIONS
+    options: tuple[tuple[str, Any], ...] = ()   # backend-specific, declared in launchers.runopts
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
 
     @property
@@ -131,13 +112,12 @@ def load_profile(path: str) -> dict[str, Any]:
             continue
         if not isinstance(sub, dict):
             raise LaunchError(f"profile {path!r}: {backend!r} must be a mapping")
-        allowed = BACKEND_OPTIONS[backend]
         for key, val in sub.items():
-            if key not in allowed:
-                accepted = ", ".join(allowed) or "(none)"
+            opt = next((o for o in BACKEND_OPTIONS[backend] if o.key == key), None)
+            if opt is None:
+                accepted = ", ".join(o.key for o in BACKEND_OPTIONS[backend]) or "(none)"
                 raise LaunchError(f"profile {path!r}: unknown key {backend}.{key!r}; accepted: {accepted}")
-            if not isinstance(val, allowed[key]) or (isinstance(val, bool) and allowed[key] in (int, (int, float))):
-                raise LaunchError(f"profile {path!r}: {backend}.{key} has a value of the wrong type: {val!r}")
+            opt.check(val, f"profile {path!r}: {backend}")
     return data
 
 
@@ -264,9 +244,8 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         if v is not None and v != ():
             opts[k] = v
 
-    from . import rundir  # noqa: PLC0415 (rundir imports spec for types)
     name = check_name(pick("name") or default_name(program))
-    run_dir = rundir.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"))
+    run_dir = layout.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"))
     return JobSpec(
         backend=backend, nodes=nodes, gpus_per_node=gpn, program=program, program_args=args,
         run_dir=run_dir, name=name, env=tuple(env.items()), nccl_preset=str(pick("nccl_preset", "") or ""),

@@ -6,13 +6,12 @@ torchrun runs with --max-restarts 0: restarts belong to the launcher (they start
 """
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass
 
+from . import layout
 from .spec import JobSpec, redact_env
 
-PORT_LOW, PORT_HIGH = 20000, 60000
 # Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
 AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
 
@@ -35,13 +34,6 @@ class NodeCommand:
         env = redact_env(self.env_dict) if redact else self.env_dict
         words = ["env"] + [f"{k}={v}" for k, v in env.items()] + list(self.argv)
         return " ".join(shlex.quote(w) for w in words)
-
-
-def derive_port(key: str) -> int:
-    """A port in [20000, 60000) that is stable for a given run id (or Slurm job id)."""
-    import hashlib       # here: the Slurm nodes import this module on their way to torchrun
-    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-    return PORT_LOW + h % (PORT_HIGH - PORT_LOW)
 
 
 def resolve_dist_backend(choice: str, cuda_available: bool) -> str:
@@ -75,7 +67,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         "NNODES": str(spec.nodes),
         "LAUNCH_RUN_DIR": spec.run_dir,
         "LAUNCH_RUN_ID": run_id,
-        "LAUNCH_CHECKPOINT_DIR": os.path.join(spec.run_dir, "checkpoints"),
+        "LAUNCH_CHECKPOINT_DIR": layout.checkpoint_dir(spec.run_dir),
         "LAUNCH_ATTEMPT": str(attempt),
         "LAUNCH_DIST_BACKEND": dist_backend,
         "PYTHONUNBUFFERED": "1",

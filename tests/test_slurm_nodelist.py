@@ -1,7 +1,7 @@
 """SLURM_JOB_NODELIST expansion on the nodes (pure logic; scontrol is not asked)."""
 import pytest
 
-from launchers.slurmnode import NodeError, job_hostnames
+from launchers.backends.slurm.env import NodelistError, SlurmEnv, job_hostnames
 
 
 @pytest.mark.parametrize("text,hosts", [
@@ -19,27 +19,49 @@ def test_expands_in_slurm_order(text, hosts):
 
 def test_reads_the_environment(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NODELIST", "n[3-4]")
-    assert job_hostnames() == ["n3", "n4"]
+    assert SlurmEnv.read().hostnames() == ["n3", "n4"]
+
+
+def test_slurm_env_table():
+    env = SlurmEnv.read({"SLURM_JOB_ID": "12", "SLURM_NODEID": "3", "SLURM_NNODES": "4", "SLURM_RESTART_COUNT": "2",
+                         "SLURM_JOB_NODELIST": "a[1-4]"})
+    assert (env.job_id, env.node_id, env.num_nodes, env.restart_count, env.in_allocation) == ("12", 3, 4, 2, True)
+    assert env.submitit_job_id == "12" and SlurmEnv.read({}).in_allocation is False
 
 
 @pytest.mark.parametrize("text", ["n[1-", "n[]", "n[a-b]", "n1]", "n[1-x]"])
 def test_malformed_is_a_node_error_naming_it(text):
-    with pytest.raises(NodeError, match="malformed") as e:
+    with pytest.raises(NodelistError, match="malformed") as e:
         job_hostnames(text)
     assert repr(text) in str(e.value)
 
 
 def test_node_entry_arguments():
-    from launchers.slurmnode import _parse
-    assert _parse(["finalize", "/r", "--base-attempt", "2", "--srun-status", "140"]) == {
+    from launchers.backends.slurm.task import parse_args
+    assert parse_args(["finalize", "/r", "--base-attempt", "2", "--srun-status", "140"]) == {
         "what": "finalize", "run_dir": "/r", "base_attempt": 2, "in_allocation": False, "srun_status": 140}
-    assert _parse(["run", "/r", "--in-allocation"])["in_allocation"] is True
+    assert parse_args(["run", "/r", "--in-allocation"])["in_allocation"] is True
+
+
+def test_node_entry_takes_the_old_submitit_folder_form(tmp_path):
+    """Scripts of jobs queued before the move pass RUN_DIR/slurm to `task`: the run dir is meant."""
+    from launchers.backends.slurm.task import parse_args
+    (tmp_path / "run.yaml").write_text("run_id: x\n")
+    (tmp_path / "slurm").mkdir()
+    assert parse_args(["task", str(tmp_path / "slurm")])["run_dir"] == str(tmp_path)
+    assert parse_args(["task", str(tmp_path)])["run_dir"] == str(tmp_path)
+
+
+def test_old_entry_name_is_the_same_entry():
+    import launchers.slurmnode as old
+    from launchers.backends.slurm import task
+    assert old.parse_args is task.parse_args and old.main is task.main
 
 
 @pytest.mark.parametrize("argv", [[], ["run"], ["bogus", "/r"], ["run", "/r", "--base-attempt"],
                                   ["run", "/r", "--base-attempt", "x"], ["run", "/r", "--nope"]])
 def test_node_entry_bad_arguments_exit_2(argv, capsys):
-    from launchers.slurmnode import _parse
+    from launchers.backends.slurm.task import parse_args
     with pytest.raises(SystemExit) as e:
-        _parse(argv)
-    assert e.value.code == 2 and "usage: python -m launchers.slurmnode" in capsys.readouterr().err
+        parse_args(argv)
+    assert e.value.code == 2 and "usage: python -m launchers.backends.slurm.task" in capsys.readouterr().err

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_launch
-from launchers.backends.slurm_render import header_for, parse_sbatch_lines, parse_time, render_sbatch
+from launchers.backends.slurm.render import header_for, parse_sbatch_lines, parse_time, render_sbatch
 from launchers.errors import LaunchError
 from launchers.spec import JobSpec
 
@@ -47,11 +47,11 @@ def test_renderer_is_submitits_layout(options, attempt):
     """render_sbatch (no submitit import on the launcher's start-up) == submitit's own _make_sbatch_string."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    from launchers.backends.slurm_render import (finalize_command, node_task_command, sbatch_parameters,
-                                                 submitit_folder)
+    from launchers.backends.slurm.render import finalize_command, node_task_command, sbatch_parameters
+    from launchers.layout import slurm_dir
     sp = spec(**options)
-    folder = submitit_folder(sp.run_dir)
-    theirs = _make_sbatch_string(command=node_task_command(sp.python, folder, attempt), folder=folder,
+    folder = slurm_dir(sp.run_dir)
+    theirs = _make_sbatch_string(command=node_task_command(sp.python, sp.run_dir, attempt), folder=folder,
                                  teardown=[finalize_command(sp.python, sp.run_dir, attempt)], **sbatch_parameters(sp))
     shebang, rest = theirs.split("\n", 1)
     assert render_sbatch(sp, base_attempt=attempt, header="l1\n\nl3") == f"{shebang}\n# l1\n#\n# l3\n{rest}\n"

@@ -1,5 +1,5 @@
 """Slurm status without slurmdbd: parsing recorded squeue/scontrol/sacct -c output, GONE, the rate limit."""
-from launchers.backends import slurm_status as ss
+from launchers.backends.slurm import status as ss
 
 SCONTROL_RUNNING = ("JobId=7 JobName=train UserId=root(0) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 "
                     "Restarts=0 BatchFlag=1 ExitCode=0:0 NodeList=lnode[1-2] BatchHost=lnode1")

@@ -217,7 +217,7 @@ def test_host_dying_mid_run_names_it_and_stops_the_others(workdir):
 
 
 CKPT_PROG = """import os, torch.distributed as dist
-from launchers.rundir import write_latest
+from launchers.ckptptr import write_latest
 dist.init_process_group("gloo"); r = dist.get_rank()
 d = os.path.join(os.environ["LAUNCH_CHECKPOINT_DIR"], "step-00000001"); os.makedirs(d, exist_ok=True)
 open(os.path.join(d, f"shard-{r}"), "w").write(str(r))

@@ -1,6 +1,7 @@
 """Golden test of the one per-node torchrun command builder (pure)."""
 from launchers.spec import JobSpec
-from launchers.torchrun import derive_port, node_command
+from launchers.ports import derive_port
+from launchers.torchrun import node_command
 
 
 def spec(**kw):

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LaunchError
-from ..rundir import RunDir
+from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
-from ..torchrun import NodeCommand, derive_port, node_command, resolve_dist_backend
+from ..torchrun import NodeCommand, node_command, resolve_dist_backend
 
 
 @dataclass
@@ -71,7 +69,6 @@ class Backend:
 
     def active(self, rd: RunDir) -> bool:
         """Whether some attempt of the run may still be running (resume refuses then)."""
-        from ..rundir import TERMINAL
         return self.refresh(rd).get("state") not in TERMINAL
 
 
@@ -88,39 +85,3 @@ def cuda_here() -> bool:
 
 def dist_backend_for(spec: JobSpec) -> str:
     return resolve_dist_backend(spec.dist_backend, cuda_here())
-
-
-def port_free(addr: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((addr, port))
-        except OSError:
-            return False
-    return True
-
-
-def choose_port(spec: JobSpec, run_id: str, probe_addr: str | None) -> int:
-    """--master-port if given (must be free), else derived from the run id, probed, next candidate if taken."""
-    if spec.master_port is not None:
-        if probe_addr and not port_free(probe_addr, spec.master_port):
-            raise LaunchError(f"--master-port {spec.master_port} is in use on {probe_addr}; pick another or omit it")
-        return spec.master_port
-    for i in range(32):
-        port = derive_port(run_id if i == 0 else f"{run_id}:{i}")
-        if probe_addr is None or port_free(probe_addr, port):
-            return port
-    raise LaunchError("no free master port found in 20000-60000 after 32 tries; give --master-port")
-
-
-def get_backend(name: str) -> Backend:
-    if name == "local":
-        from .local import LocalBackend
-        return LocalBackend()
-    if name == "ssh":
-        from .ssh import SSHBackend
-        return SSHBackend()
-    if name == "slurm":
-        from .slurm import SlurmBackend
-        return SlurmBackend()
-    raise LaunchError(f"backend {name!r} is not accepted; choose one of: local, ssh, slurm")

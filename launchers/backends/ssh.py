@@ -14,7 +14,6 @@ import os
 import secrets
 import shlex
 import signal
-import socket
 import stat
 import sys
 import threading
@@ -23,14 +22,13 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import procs
+from .. import layout, ports, procs
 from ..errors import LaunchError
 from ..hostfile import ResolvedHost, hosts_from_options, resolve
 from ..remote import CHECK, GRACE, REACH
-from ..rundir import RunDir
+from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec, redact_env
 from ..sshconn import Prefixed, SSHSettings, close_all, connect_all, describe, make_connection, run_all
-from ..torchrun import derive_port
 from .base import Backend, Plan, dist_backend_for, node_commands
 
 STAGING_ROOT = "/tmp/launch-staging"
@@ -114,7 +112,7 @@ class SSHBackend(Backend):
         if opts.get("shared_storage") is False:
             node_dir = os.path.join(opts.get("staging_dir") or STAGING_ROOT, run_id)
         master = rhosts[0].hostname
-        port = spec.master_port or derive_port(run_id)
+        port = spec.master_port or ports.derive_port(run_id)
         dist = dist_backend_for(spec)
         return SSHPlan(spec=spec, run_id=run_id, attempt=attempt, master_addr=master, master_port=port,
                        dist_backend=dist, hosts=[h.entry.word for h in rhosts],
@@ -140,12 +138,11 @@ class SSHBackend(Backend):
 
     def _check_hosts(self, plan: SSHPlan, conns) -> None:
         py = shlex.quote(plan.spec.python)
-        tries = [plan.master_port] if plan.port_fixed else \
-            [derive_port(plan.run_id if i == 0 else f"{plan.run_id}:{i}") for i in range(16)]
+        tries = [plan.master_port] if plan.port_fixed else ports.candidates(plan.run_id, 16)
         cmds = []
         for k in range(len(conns)):
             arg = {"cwd": plan.cwd, "program": list(plan.spec.program),
-                   "dirs": [os.path.join(plan.node_dir, "logs", f"node{k}")], "ports": tries if k == 0 else []}
+                   "dirs": [layout.node_log_dir(plan.node_dir, k)], "ports": tries if k == 0 else []}
             cmds.append(f"{py} -c {shlex.quote(CHECK)} {shlex.quote(json.dumps(arg))}")
         errors = []
         for k, (h, r) in enumerate(zip(plan.rhosts, run_all(conns, cmds, timeout=60))):
@@ -200,9 +197,7 @@ class SSHBackend(Backend):
                 rd.write_run_yaml(data)
         conns = self._ready[1]
         self._ready = None
-        rd.write_status(state="RUNNING", attempt=plan.attempt, nodes={}, first_failure=None,
-                        launcher={"pid": os.getpid(), "host": socket.gethostname(),
-                                  "start": procs.start_ticks(os.getpid())}, hosts=plan.hosts)
+        rd.mark_running(plan.attempt, hosts=plan.hosts)
         interrupted: list[int] = []
         old = {s: signal.signal(s, lambda signum, _f: interrupted.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
         n = len(conns)
@@ -213,10 +208,10 @@ class SSHBackend(Backend):
             try:
                 r = conns[k].run(plan.remote_line(k, redact=False), pty=True, warn=True, in_stream=False,
                                  out_stream=out, err_stream=out)
-                ended[k] = (time.monotonic(), r.exited if r.exited is not None and r.exited >= 0 else None,
+                ended[k] = (time.time(), r.exited if r.exited is not None and r.exited >= 0 else None,
                             None if r.exited is not None and r.exited >= 0 else "connection lost")
             except Exception as e:  # noqa: BLE001 - the host died or the connection dropped
-                ended[k] = (time.monotonic(), None, f"connection lost ({describe(e, plan.rhosts[k], plan.settings)})")
+                ended[k] = (time.time(), None, f"connection lost ({describe(e, plan.rhosts[k], plan.settings)})")
             finally:
                 out.close()
 
@@ -247,30 +242,26 @@ class SSHBackend(Backend):
         if plan.staged:
             self._collect(plan, conns, rd)
         close_all(conns)
-        return self._finish(plan, rd, ended, failed, interrupted)
+        return self._finish(plan, rd, ended, interrupted)
 
-    def _finish(self, plan: SSHPlan, rd: RunDir, ended, failed, interrupted) -> int:
-        nodes = {str(k): ended.get(k, (0, None, None))[1] for k in range(len(plan.rhosts))}
-        attempt = plan.attempt
-        if interrupted:
-            rd.write_status(state="CANCELLED", nodes=nodes, first_failure=rd.first_failure(attempt),
-                            reason=f"launcher got {signal.Signals(interrupted[0]).name}")
-            return 130
-        if failed is None and all(nodes[str(k)] == 0 for k in range(len(plan.rhosts))):
-            rd.write_status(state="COMPLETED", nodes=nodes, first_failure=None)
-            return 0
-        if failed is None:
-            failed = min((k for k in range(len(plan.rhosts)) if nodes[str(k)] != 0), default=0)
-        h, (_, code, err) = plan.rhosts[failed], ended.get(failed, (0, None, "did not finish"))
-        ranks = [r for r in rd.rank_exits(attempt) if r.get("node") == failed and r.get("exit_code") != 0]
-        if ranks and not err:
-            ff = {k: ranks[0].get(k) for k in ("node", "rank", "exit_code", "signal", "time")}
-        else:
-            ff = {"node": failed, "rank": None, "exit_code": code, "signal": None, "time": time.time()}
-        ff.update(host=h.entry.word, reason=err or f"node exited {code}")
-        rd.write_status(state="FAILED", nodes=nodes, first_failure=ff)
-        print(f"launch: node {failed} on {h.label} failed: {err or f'exit code {code}'}", file=sys.stderr, flush=True)
-        return 1
+    def _finish(self, plan: SSHPlan, rd: RunDir, ended, interrupted) -> int:
+        n = len(plan.rhosts)
+        nodes = {str(k): ended.get(k, (0, None, None))[1] for k in range(n)}
+        failures = [{"node": k, "exit_code": code, "signal": None, "time": t, "host": plan.rhosts[k].entry.word,
+                     "reason": err or f"node exited {code}"}
+                    for k, (t, code, err) in sorted(ended.items()) if code != 0]
+        failures += [{"node": k, "time": time.time(), "host": plan.rhosts[k].entry.word, "reason": "did not finish"}
+                     for k in range(n) if k not in ended]
+        stopped = signal.Signals(interrupted[0]).name if interrupted else None
+        code = rd.record_outcome(plan.attempt, nodes, stopped_by=stopped, node_failures=failures,
+                                 hosts=[h.entry.word for h in plan.rhosts])
+        ff = rd.read_status().get("first_failure") or {}
+        if code == 1 and ff.get("node") is not None:
+            k = ff["node"]
+            what = ff.get("reason") or (f"rank {ff['rank']} exit code {ff.get('exit_code')}" if ff.get("rank") is not None
+                                        else f"exit code {nodes.get(str(k))}")
+            print(f"launch: node {k} on {plan.rhosts[k].label} failed: {what}", file=sys.stderr, flush=True)
+        return code
 
     # ------------------------------------------------------------------ stopping and sweeping
     def _kill_line(self, plan: SSHPlan, k: int) -> str:
@@ -321,10 +312,8 @@ class SSHBackend(Backend):
     # ------------------------------------------------------------------ cancel
     def cancel(self, rd: RunDir) -> None:
         st = rd.read_status()
-        launcher = st.get("launcher") or {}
-        pid = launcher.get("pid")
-        if pid and launcher.get("host") == socket.gethostname() and procs.alive(pid) \
-                and procs.start_ticks(pid) == launcher.get("start"):
+        if rd.launcher_alive(st):
+            pid = st["launcher"]["pid"]
             os.kill(pid, signal.SIGTERM)      # the launcher stops its nodes and records CANCELLED
             deadline = time.monotonic() + self.grace + 30
             while procs.alive(pid) and time.monotonic() < deadline:
@@ -332,8 +321,9 @@ class SSHBackend(Backend):
         data = rd.read_run_yaml()
         plan = self.plan(rd.spec(), data["run_id"], attempt=len(data["attempts"]) - 1)
         self._stop(plan, [make_connection(h, plan.settings) for h in plan.rhosts], range(len(plan.rhosts)), final=True)
-        if rd.read_status().get("state") not in ("COMPLETED", "FAILED", "CANCELLED"):
-            rd.write_status(state="CANCELLED", reason="launch cancel")
+        with rd.lock():
+            if rd.read_status().get("state") not in TERMINAL:
+                rd.update_status(state="CANCELLED", reason="launch cancel")
 
 
 _out_lock = threading.Lock()

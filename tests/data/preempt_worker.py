@@ -27,7 +27,7 @@ signal.signal(signal.SIGTERM, on_signal)     # installed before the slow torch i
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from launchers.rundir import read_latest, write_latest  # noqa: E402
+from launchers.ckptptr import read_latest, write_latest  # noqa: E402
 
 dist.init_process_group(os.environ.get("LAUNCH_DIST_BACKEND", "gloo"))
 rank = dist.get_rank()

@@ -11,11 +11,13 @@ EOF and exits having submitted nothing. Callers of the Python API submit in-proc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
 import signal
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -27,29 +29,47 @@ class SubmitterGone(Exception):
     """The warm submitter ended before it was handed the request: nothing was submitted, submit in-process."""
 
 
-def submit(req: dict[str, Any]) -> str:
-    """Submit req["script"] (the plan's script, verbatim) with submitit's SlurmExecutor; the job id.
+@dataclass(frozen=True)
+class SubmitRequest:
+    """One submission, as the launcher hands it to submit() (in-process or over the warm submitter's pipe)."""
+    folder: str                 # submitit's folder (layout.slurm_dir of the run dir)
+    script: str                 # the plan's sbatch script, submitted verbatim
+    nodes: int
+    max_requeues: int
+    python: str
+    run_dir: str
+    attempt: int
+    secret_env: dict[str, str] = field(default_factory=dict)   # for the sbatch call only (run.yaml shows ***)
 
-    req: folder, script, nodes, max_requeues, python, run_dir, attempt, secret_env (name -> value, put in
-    the environment for the sbatch call only: run.yaml shows them as ***, sbatch exports them to the job)."""
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "SubmitRequest":
+        return cls(**json.loads(text))
+
+
+def submit(req: SubmitRequest) -> str:
+    """Submit req.script with submitit's SlurmExecutor; the job id. req.secret_env is put in the environment for
+    the sbatch call only: run.yaml shows those values as ***, sbatch exports them to the job."""
     from submitit.core.utils import FailedJobError, FailedSubmissionError
     from submitit.slurm.slurm import SlurmExecutor
 
-    from ..slurmnode import NodeTask
+    from .task import NodeTask
 
-    script = req["script"]
+    script = req.script
 
     class Executor(SlurmExecutor):        # submits exactly the script the plan shows
         def _make_submission_file_text(self, command: str, uid: str) -> str:
             return script
 
-    os.makedirs(req["folder"], exist_ok=True)
-    ex = Executor(folder=req["folder"], max_num_timeout=req["max_requeues"], python=shlex.quote(req["python"]))
-    ex.parameters.update(nodes=req["nodes"], ntasks_per_node=1)
-    saved = {k: os.environ.get(k) for k in req.get("secret_env", {})}
-    os.environ.update(req.get("secret_env", {}))
+    os.makedirs(req.folder, exist_ok=True)
+    ex = Executor(folder=req.folder, max_num_timeout=req.max_requeues, python=shlex.quote(req.python))
+    ex.parameters.update(nodes=req.nodes, ntasks_per_node=1)
+    saved = {k: os.environ.get(k) for k in req.secret_env}
+    os.environ.update(req.secret_env)
     try:
-        job = ex.submit(NodeTask(req["run_dir"], req["attempt"]))
+        job = ex.submit(NodeTask(req.run_dir, req.attempt))
     except (FailedJobError, FailedSubmissionError, OSError, RuntimeError) as e:
         raise SubmitError(str(e)) from None
     finally:
@@ -86,10 +106,10 @@ class WarmSubmitter:
         os.close(req_r)
         os.close(res_w)
 
-    def submit(self, req: dict[str, Any]) -> str:
+    def submit(self, req: SubmitRequest) -> str:
         """The job id, or SubmitError; SubmitterGone when the request could not be handed over."""
         try:
-            os.write(self._req_w, json.dumps(req).encode())   # a few KB: fits the pipe buffer
+            os.write(self._req_w, req.to_json().encode())   # a few KB: fits the pipe buffer
         except BrokenPipeError:
             self.close()
             raise SubmitterGone() from None
@@ -133,12 +153,12 @@ def _serve(req_r: int, res_w: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C stops the launcher; this one then sees EOF
     import submitit.slurm.slurm  # noqa: F401  (the point of this process: import while the launcher works)
 
-    from ..slurmnode import NodeTask  # noqa: F401  (submitit's Checkpointable)
+    from .task import NodeTask  # noqa: F401  (submitit's Checkpointable)
     request = _read_all(req_r)
     if not request:
         return 0
     try:
-        out: dict[str, Any] = {"job_id": submit(json.loads(request))}
+        out: dict[str, Any] = {"job_id": submit(SubmitRequest.from_json(request))}
     except SubmitError as e:
         out = {"error": str(e)}
     except Exception as e:  # noqa: BLE001 (reported to the launcher, which shows it in one line)

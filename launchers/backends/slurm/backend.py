@@ -1,14 +1,14 @@
 """Slurm backend: one homogeneous allocation (N nodes x 1 task), submitted through submitit.
 
-    submit:          the sbatch script (slurm_render, golden-tested; --dry-run prints it) runs
-                     `srun python -m launchers.slurmnode task <run dir>/slurm --base-attempt A` (NodeTask) on
+    submit:          the sbatch script (render, golden-tested; --dry-run prints it) runs
+                     `srun python -m launchers.backends.slurm.task task <run dir> --base-attempt A` (NodeTask) on
                      every node -> the one torchrun command per node; after srun the batch side records the
-                     result (slurmnode.finalize). `launch slurm` returns once queued (or follows with --wait).
+                     result (requeue.finalize). `launch slurm` returns once queued (or follows with --wait).
     in allocation:   SLURM_JOB_ID set: no new job; `srun --ntasks-per-node=1` runs the same node task on the
                      allocated nodes, and this process waits.
     requeue:         Slurm's USR2 (--signal, or a preemption) -> checkpoint -> node 0 `scontrol requeue`
                      -> next attempt (LAUNCH_ATTEMPT + 1) resumes from checkpoints/latest. Slurm owns restarts.
-    status / cancel: squeue/scontrol/`sacct -c` (slurm_status, cached); scancel and wait until nothing is left.
+    status / cancel: squeue/scontrol/`sacct -c` (status, cached); scancel and wait until nothing is left.
 """
 from __future__ import annotations
 
@@ -17,35 +17,27 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from typing import Any
 
-from .. import __version__, procs
-from ..errors import LaunchError
-from ..rundir import TERMINAL, RunDir
-from ..spec import JobSpec, redact_env
-from . import slurm_status
-from .base import Backend, Plan, dist_backend_for
-from .slurm_render import header_for, render_sbatch, slurm_options, srun_argv, submitit_folder
+from ... import __version__, layout, procs
+from ...errors import LaunchError
+from ...rundir import TERMINAL, RunDir
+from ...spec import JobSpec, redact_env
+from ..base import Backend, Plan
+from . import status as slurm_status
+from .env import SlurmEnv
+from .node import resolve_for_nodes, slurm_node_command, write_node_spec
+from .render import header_for, render_sbatch, slurm_options, srun_argv
 
 MASTER_SHOWN = "<first host of the allocation, resolved to its address on that host>"
 PORT_SHOWN = "<derived from the Slurm job id>"
 CANCEL_WAIT_S = 90.0
 
 
-def allocation() -> dict[str, Any] | None:
-    """The Slurm allocation this process runs in, if any."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    n = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
-    return {"job_id": job, "nodes": int(n), "nodelist": os.environ.get("SLURM_JOB_NODELIST", "?")}
-
-
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     msg = " / ".join(lines[-2:]) if lines else "no output"
     return msg.replace("sbatch: error: ", "")
@@ -57,30 +49,29 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------ plan (= dry-run)
     def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
-        from ..slurmnode import slurm_node_command
-        slurm_options(spec)                                  # bad options fail here, dry-run included
-        alloc = allocation()
-        if alloc and spec.nodes > alloc["nodes"]:
+        resolved = resolve_for_nodes(spec)                   # bad options fail here, dry-run included
+        env = SlurmEnv.read()
+        if env.in_allocation and spec.nodes > env.num_nodes:
             raise LaunchError(f"--nodes {spec.nodes} is larger than the current allocation (Slurm job "
-                              f"{alloc['job_id']}: {alloc['nodes']} nodes, {alloc['nodelist']})")
-        dist = dist_backend_for(spec)
+                              f"{env.job_id}: {env.num_nodes} nodes, {env.nodelist or '?'})")
+        dist = resolved["dist_backend"]
         port = spec.master_port if spec.master_port is not None else PORT_SHOWN
-        nodes = [slurm_node_command(spec, k, MASTER_SHOWN, port, run_id, attempt, dist) for k in range(spec.nodes)]
+        nodes = [slurm_node_command(spec, k, MASTER_SHOWN, port, run_id, attempt, dist, resolved["agent_env"])
+                 for k in range(spec.nodes)]
         hosts = [f"SLURM_NODEID={k}" + (" (the master)" if k == 0 else "") for k in range(spec.nodes)]
-        if alloc:
-            script = (f"# inside allocation {alloc['job_id']} ({alloc['nodelist']}): nothing is submitted\n"
-                      + shlex.join(srun_argv(spec, run_id=run_id, job_id=alloc["job_id"], base_attempt=attempt)))
+        if env.in_allocation:
+            script = (f"# inside allocation {env.job_id} ({env.nodelist or '?'}): nothing is submitted\n"
+                      + shlex.join(srun_argv(spec, run_id=run_id, job_id=env.job_id, base_attempt=attempt)))
         else:
             script = render_sbatch(spec, base_attempt=attempt, header=header_for(sys.argv[1:], __version__))
         script += (f"\n# each node: LAUNCH_ATTEMPT = {attempt}"
-                   + ("" if alloc else " + SLURM_RESTART_COUNT") + "; NODE_RANK = SLURM_NODEID\n")
+                   + ("" if env.in_allocation else " + SLURM_RESTART_COUNT") + "; NODE_RANK = SLURM_NODEID\n")
         return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER_SHOWN, master_port=port,
                     dist_backend=dist, nodes=nodes, hosts=hosts, script=script)
 
     def preflight(self, plan: Plan) -> None:
         """Before the run dir exists: Slurm is there, knows the partition, and accepts the job."""
-        spec = plan.spec
-        if allocation():
+        if SlurmEnv.read().in_allocation:
             if not shutil.which("srun"):
                 raise LaunchError("srun is not on PATH inside this allocation")
             return
@@ -98,43 +89,34 @@ class SlurmBackend(Backend):
             p.kill()
             p.wait()
             raise LaunchError("sbatch --test-only did not answer within 60 s: is slurmctld up?") from None
-        if p.returncode == 0:
-            return
-        part = spec.opts.get("partition")
-        if part:     # only now: one sinfo call tells an unknown partition apart from other refusals
-            q = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=30)
-            known = sorted(set(q.stdout.split()))
-            if q.returncode != 0:
-                raise LaunchError(f"sinfo failed: {_one_line(q.stderr)}")
-            if part not in known:
-                raise LaunchError(f"--partition {part!r} is unknown to Slurm; partitions: {', '.join(known) or '(none)'}")
-        raise LaunchError(f"Slurm refuses the job ({spec.nodes} nodes x {spec.gpus_per_node} GPUs): "
-                          f"{_one_line(err or out)}")
+        if p.returncode != 0:
+            check_partition(plan.spec.opts.get("partition"))
+            raise LaunchError(f"Slurm refuses the job ({plan.spec.nodes} nodes x {plan.spec.gpus_per_node} GPUs): "
+                              f"{one_line(err or out)}")
 
     # ------------------------------------------------------------------ start
     def start(self, plan: Plan, rd: RunDir) -> int:
-        from ..slurmnode import update_status, write_node_spec
-        update_status(rd, state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None)
+        rd.update_status(state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None)
         write_node_spec(rd, plan.spec, plan.run_id, plan.attempt)
-        if allocation():
+        if SlurmEnv.read().in_allocation:
             return self._start_in_allocation(plan, rd)
         job_id = self._submit(plan, rd)
-        with open(os.path.join(submitit_folder(rd.path), "jobs"), "a", encoding="utf-8") as f:
+        with open(layout.slurm_jobs(rd.path), "a", encoding="utf-8") as f:
             f.write(f"{plan.attempt} {job_id}\n")
-        update_status(rd, slurm_job_id=job_id)
+        rd.update_status(slurm_job_id=job_id)
         print(f"slurm job {job_id} queued; run dir {rd.path}", flush=True)
         if plan.spec.opts.get("wait"):
             return self.follow(rd)
         return 0
 
     def _submit(self, plan: Plan, rd: RunDir) -> str:
-        from ..slurmnode import update_status
-        from . import slurm_submit
+        from . import submit as slurm_submit
 
         spec = plan.spec
-        req = {"folder": submitit_folder(rd.path), "script": plan.script, "nodes": spec.nodes,
-               "max_requeues": slurm_options(spec)["max_requeues"], "python": spec.python, "run_dir": rd.path,
-               "attempt": plan.attempt, "secret_env": _secret_env(spec)}
+        req = slurm_submit.SubmitRequest(
+            folder=layout.slurm_dir(rd.path), script=plan.script, nodes=spec.nodes,
+            max_requeues=slurm_options(spec)["max_requeues"], python=spec.python, run_dir=rd.path,
+            attempt=plan.attempt, secret_env=secret_env(spec))
         warm = slurm_submit.take()
         try:
             if warm is not None:
@@ -144,19 +126,18 @@ class SlurmBackend(Backend):
                     pass                                      # it never got the request: submit from here
             return slurm_submit.submit(req)
         except slurm_submit.SubmitError as e:
-            msg = _one_line(str(e))
+            msg = one_line(str(e))
             if plan.attempt == 0:
                 shutil.rmtree(rd.path, ignore_errors=True)     # nothing ran: leave no run dir behind
             else:
-                update_status(rd, state="FAILED", reason=f"sbatch failed: {msg}")
+                rd.update_status(state="FAILED", reason=f"sbatch failed: {msg}")
             raise LaunchError(f"sbatch refused the job: {msg}") from None
 
     def follow(self, rd: RunDir) -> int:
         """--wait: stream the ranks' output until the run ends; 0 only if every rank succeeded."""
-        from ..follow import Follower
-        f = Follower(rd)
+        from ...follow import follower
         try:
-            f.follow(lambda: self.refresh(rd)["state"] in TERMINAL, interval=0.5)
+            follower(rd.path).follow(lambda: self.refresh(rd)["state"] in TERMINAL, interval=0.5)
         except KeyboardInterrupt:
             print(f"launch: stopped following; the job keeps running (`launch cancel {rd.path}` stops it)",
                   file=sys.stderr)
@@ -167,15 +148,13 @@ class SlurmBackend(Backend):
         return 0 if st["state"] == "COMPLETED" else 1
 
     def _start_in_allocation(self, plan: Plan, rd: RunDir) -> int:
-        from ..follow import follow_in_thread
-        from ..slurmnode import finalize, update_status
-        alloc = allocation()
-        update_status(rd, slurm_job_id=alloc["job_id"], in_allocation=True,
-                      launcher={"pid": os.getpid(), "host": socket.gethostname(),
-                                "start": procs.start_ticks(os.getpid())})
-        argv = srun_argv(plan.spec, run_id=plan.run_id, job_id=alloc["job_id"], base_attempt=plan.attempt)
-        os.makedirs(submitit_folder(rd.path), exist_ok=True)
-        print(f"slurm job {alloc['job_id']}: running in the current allocation; run dir {rd.path}", flush=True)
+        from ...follow import follow_in_thread
+        from .requeue import finalize
+        env = SlurmEnv.read()
+        rd.mark_running(plan.attempt, slurm_job_id=env.job_id, in_allocation=True)
+        argv = srun_argv(plan.spec, run_id=plan.run_id, job_id=env.job_id, base_attempt=plan.attempt)
+        os.makedirs(layout.slurm_dir(rd.path), exist_ok=True)
+        print(f"slurm job {env.job_id}: running in the current allocation; run dir {rd.path}", flush=True)
         interrupted: list[int] = []
         srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
 
@@ -185,7 +164,7 @@ class SlurmBackend(Backend):
                 srun.send_signal(signal.SIGTERM)
 
         old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-        thread, done = follow_in_thread(rd)
+        thread, done = follow_in_thread(rd.path)
         try:
             srun.wait()
         finally:
@@ -195,61 +174,55 @@ class SlurmBackend(Backend):
                 signal.signal(s, h)
         code = finalize(rd.path, plan.attempt, in_allocation=True)
         if interrupted:
-            update_status(rd, state="CANCELLED", reason=f"launcher got {signal.Signals(interrupted[0]).name}")
+            rd.update_status(state="CANCELLED", reason=f"launcher got {signal.Signals(interrupted[0]).name}")
             return 130
         return code
 
     # ------------------------------------------------------------------ watch / cancel
     def refresh(self, rd: RunDir) -> dict[str, Any]:
-        from ..slurmnode import read_nodes
         st = rd.read_status()
-        job_id = st.get("slurm_job_id") or _last_job(rd)
-        if not job_id or st.get("state") in TERMINAL:
-            return st
-        if st.get("in_allocation"):
-            return st          # the launcher inside the allocation records the end itself
-        job = slurm_status.query(job_id, submitit_folder(rd.path))
+        job_id = st.get("slurm_job_id") or last_job(rd)
+        if not job_id or st.get("state") in TERMINAL or st.get("in_allocation"):
+            return st          # (inside an allocation the launcher records the end itself)
+        job = slurm_status.query(job_id, layout.slurm_dir(rd.path))
         state, reason = slurm_status.to_run_state(job)
         out = dict(st, slurm_job_id=job_id, slurm_state=job.state)
         if job.live:
             if state != st.get("state") or not st.get("reason"):
                 out.update(state=state, reason=reason)
             return out
-        spec = rd.spec()
+        nnodes = rd.spec().nodes
         attempt = st.get("attempt", 0)
-        recs = read_nodes(rd.path, spec.nodes, attempt)
+        recs = rd.node_records(nnodes, attempt)
         nodes = {str(k): r.get("exit_code") for k, r in sorted(recs.items())}
-        if state == "COMPLETED" and not (len(recs) == spec.nodes and all(r.get("exit_code") == 0 for r in recs.values())):
+        if state == "COMPLETED" and not (len(recs) == nnodes and all(r.get("exit_code") == 0 for r in recs.values())):
             state, reason = "FAILED", f"Slurm job {job_id} COMPLETED but not every node recorded exit code 0"
-        with _locked(rd):
+        with rd.lock():
             cur = rd.read_status()
             if cur.get("state") in TERMINAL:
                 return cur
-            return rd.write_status(state=state, reason=reason, nodes=nodes or st.get("nodes", {}),
-                                   first_failure=st.get("first_failure") or rd.first_failure(attempt),
-                                   slurm_state=job.state)
+            return rd.update_status(state=state, reason=reason, nodes=nodes or st.get("nodes", {}),
+                                    first_failure=st.get("first_failure") or rd.first_failure(attempt),
+                                    slurm_state=job.state)
 
     def cancel(self, rd: RunDir) -> None:
-        from ..slurmnode import update_status
         st = rd.read_status()
-        job_id = st.get("slurm_job_id") or _last_job(rd)
+        job_id = st.get("slurm_job_id") or last_job(rd)
         if st.get("in_allocation"):
             self._cancel_in_allocation(rd, st, job_id)
         elif job_id:
             p = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60)
             if p.returncode != 0 and "already completing or completed" not in p.stderr \
                     and "Invalid job id" not in p.stderr:
-                raise LaunchError(f"scancel {job_id} failed: {_one_line(p.stderr)}")
-            _wait_gone(job_id)
-        if rd.read_status().get("state") not in TERMINAL:
-            update_status(rd, state="CANCELLED", reason=f"launch cancel (scancel {job_id})")
+                raise LaunchError(f"scancel {job_id} failed: {one_line(p.stderr)}")
+            wait_gone(job_id)
+        with rd.lock():
+            if rd.read_status().get("state") not in TERMINAL:
+                rd.update_status(state="CANCELLED", reason=f"launch cancel (scancel {job_id})")
 
     def _cancel_in_allocation(self, rd: RunDir, st: dict[str, Any], job_id: str | None) -> None:
-        launcher = st.get("launcher") or {}
-        pid = launcher.get("pid")
-        if pid and launcher.get("host") == socket.gethostname() and procs.alive(pid) \
-                and procs.start_ticks(pid) == launcher.get("start"):
-            os.kill(pid, signal.SIGTERM)
+        if rd.launcher_alive(st):
+            os.kill(st["launcher"]["pid"], signal.SIGTERM)
         if job_id:       # the step(s) this run started in the allocation, by their name
             p = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], capture_output=True, text=True)
             for line in p.stdout.splitlines():
@@ -261,7 +234,19 @@ class SlurmBackend(Backend):
             time.sleep(0.2)
 
 
-def _wait_gone(job_id: str) -> None:
+def check_partition(part: str | None) -> None:
+    """After Slurm refused a job with --partition: one sinfo call tells an unknown partition apart."""
+    if not part:
+        return
+    q = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=30)
+    known = sorted(set(q.stdout.split()))
+    if q.returncode != 0:
+        raise LaunchError(f"sinfo failed: {one_line(q.stderr)}")
+    if part not in known:
+        raise LaunchError(f"--partition {part!r} is unknown to Slurm; partitions: {', '.join(known) or '(none)'}")
+
+
+def wait_gone(job_id: str) -> None:
     """Until squeue no longer lists the job as pending, running or completing (all its tasks are gone)."""
     deadline = time.monotonic() + CANCEL_WAIT_S
     while time.monotonic() < deadline:
@@ -273,23 +258,16 @@ def _wait_gone(job_id: str) -> None:
     raise LaunchError(f"Slurm job {job_id} is still listed {CANCEL_WAIT_S:.0f} s after scancel")
 
 
-def _last_job(rd: RunDir) -> str | None:
+def last_job(rd: RunDir) -> str | None:
     try:
-        with open(os.path.join(submitit_folder(rd.path), "jobs"), encoding="utf-8") as f:
+        with open(layout.slurm_jobs(rd.path), encoding="utf-8") as f:
             lines = f.read().split()
         return lines[-1] if lines else None
     except OSError:
         return None
 
 
-@contextlib.contextmanager
-def _locked(rd: RunDir):
-    from ..slurmnode import _status_lock
-    with _status_lock(rd.path):
-        yield
-
-
-def _secret_env(spec: JobSpec) -> dict[str, str]:
+def secret_env(spec: JobSpec) -> dict[str, str]:
     """run.yaml shows secret --env values as ***; the nodes take them from the job's environment (sbatch
     exports the submitter's), so they are put there for the sbatch call only."""
     return {k: v for k, v in spec.env if redact_env({k: v})[k] != v}

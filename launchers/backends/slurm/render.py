@@ -12,15 +12,13 @@ import re
 import shlex
 from typing import Any
 
-from ..errors import LaunchError
-from ..spec import SECRET_MARKERS, JobSpec
+from ... import layout
+from ...errors import LaunchError
+from ...spec import SECRET_MARKERS, JobSpec
 
 DEFAULT_SIGNAL_SECONDS = 120
 DEFAULT_MAX_REQUEUES = 3
-STOP_SIGNAL = "USR2"                       # what Slurm sends before the time limit (and we send to preempt)
-# torchrun's agent handles these by forwarding them to its workers and waiting for them (PET_* = torchrun's
-# own --signals-to-handle / --shutdown-timeout read from the environment). Without USR2 here the agent
-# would die on USR2 (default action) while its workers are still writing their checkpoint.
+NODE_ENTRY = "launchers.backends.slurm.task"     # the node entry point (launchers.slurmnode: the old name)
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
@@ -98,11 +96,6 @@ def slurm_options(spec: JobSpec) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ rendering
 
-def submitit_folder(run_dir: str) -> str:
-    """Where submitit keeps the job's pickles, its script and the per-task logs: inside the run dir."""
-    return os.path.join(run_dir, "slurm")
-
-
 def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     """submitit `_make_sbatch_string` keyword arguments for one homogeneous allocation of spec.nodes nodes."""
     so = slurm_options(spec)
@@ -132,16 +125,16 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     return params
 
 
-def node_task_command(python: str, folder: str, base_attempt: int) -> str:
+def node_task_command(python: str, run_dir: str, base_attempt: int) -> str:
     """What srun runs on every node: the node task submitit pickled (NodeTask(run dir, base attempt)), called
     from its arguments so the node does not import submitit to unpickle it."""
-    words = (python, "-u", "-m", "launchers.slurmnode", "task", folder, "--base-attempt", str(base_attempt))
+    words = (python, "-u", "-m", NODE_ENTRY, "task", run_dir, "--base-attempt", str(base_attempt))
     return " ".join(shlex.quote(w) for w in words)
 
 
 def finalize_command(python: str, run_dir: str, base_attempt: int) -> str:
     """Batch-side last line: record the attempt's result (per-node exit codes, first failure)."""
-    words = (python, "-m", "launchers.slurmnode", "finalize", run_dir, "--base-attempt", str(base_attempt))
+    words = (python, "-m", NODE_ENTRY, "finalize", run_dir, "--base-attempt", str(base_attempt))
     return " ".join(shlex.quote(w) for w in words) + ' --srun-status "$?"'   # $?: srun's exit status
 
 
@@ -158,7 +151,7 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str) -> str:
     --signal, output in the submitit folder, `--open-mode=append`, srun line, teardown); the equivalence is
     a test (tests/test_slurm_render.py). Rendering it here keeps submitit's ~60 ms import off the launcher's
     start-up; submitit itself submits the script (slurm_submit)."""
-    folder = submitit_folder(spec.run_dir)
+    folder = layout.slurm_dir(spec.run_dir)
     params = {k: v for k, v in sbatch_parameters(spec).items() if v is not None}
     params.pop("stderr_to_stdout")                       # our scripts always merge stderr into stdout
     signal_delay_s = params.pop("signal_delay_s")
@@ -172,7 +165,7 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str) -> str:
     lines = ["#!/bin/bash", *[f"# {line}" if line else "#" for line in header.splitlines()], "", "# Parameters",
              *[sbatch_flag(k, params[k]) for k in sorted(params)],
              "", "# command", "export SUBMITIT_EXECUTOR=slurm",
-             f"{srun} {node_task_command(spec.python, folder, base_attempt)}", "",
+             f"{srun} {node_task_command(spec.python, spec.run_dir, base_attempt)}", "",
              "", "# teardown", finalize_command(spec.python, spec.run_dir, base_attempt)]
     return "\n".join(lines) + "\n"
 
@@ -196,8 +189,8 @@ def allocation_env(signal_seconds: int) -> dict[str, str]:
 
 def srun_argv(spec: JobSpec, *, run_id: str, job_id: str, base_attempt: int) -> list[str]:
     """In-allocation mode: one node task per allocated node, in the current allocation."""
-    out = os.path.join(submitit_folder(spec.run_dir), f"alloc-{job_id}-%s-%t.out")
+    out = os.path.join(layout.slurm_dir(spec.run_dir), f"alloc-{job_id}-%s-%t.out")
     return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
             "--kill-on-bad-exit=0", f"--job-name=launch-{run_id}", f"--output={out}", "--open-mode=append",
-            spec.python, "-u", "-m", "launchers.slurmnode", "run", spec.run_dir,
+            spec.python, "-u", "-m", NODE_ENTRY, "run", spec.run_dir,
             "--base-attempt", str(base_attempt), "--in-allocation"]

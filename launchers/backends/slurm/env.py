@@ -1,0 +1,88 @@
+"""SlurmEnv: the one place that reads SLURM_* (submitit's JobEnvironment style), and the nodelist syntax.
+
+Stdlib only: the console script reads it before click is imported, and every node on its way to torchrun.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+
+class NodelistError(ValueError):
+    """SLURM_JOB_NODELIST that does not parse."""
+
+
+@dataclass(frozen=True)
+class SlurmEnv:
+    job_id: str                 # SLURM_JOB_ID ("" outside an allocation)
+    array_job_id: str           # SLURM_ARRAY_JOB_ID
+    node_id: int                # SLURM_NODEID: this node's index in the allocation
+    procid: str                 # SLURM_PROCID: this task's rank in the step
+    nodelist: str               # SLURM_JOB_NODELIST
+    num_nodes: int              # SLURM_JOB_NUM_NODES (or SLURM_NNODES)
+    restart_count: int          # SLURM_RESTART_COUNT: how often Slurm requeued the job
+    step_id: str                # SLURM_STEP_ID
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str] | None = None) -> "SlurmEnv":
+        e = os.environ if environ is None else environ
+        return cls(job_id=e.get("SLURM_JOB_ID", ""), array_job_id=e.get("SLURM_ARRAY_JOB_ID", ""),
+                   node_id=_int(e.get("SLURM_NODEID")), procid=e.get("SLURM_PROCID", "0"),
+                   nodelist=e.get("SLURM_JOB_NODELIST", ""),
+                   num_nodes=_int(e.get("SLURM_JOB_NUM_NODES") or e.get("SLURM_NNODES"), 1),
+                   restart_count=_int(e.get("SLURM_RESTART_COUNT")), step_id=e.get("SLURM_STEP_ID", "0"))
+
+    @property
+    def in_allocation(self) -> bool:
+        return bool(self.job_id)
+
+    @property
+    def submitit_job_id(self) -> str:
+        """The id submitit names its per-task files by (the array's id for an array job)."""
+        return self.array_job_id or self.job_id or "0"
+
+    def hostnames(self) -> list[str]:
+        return job_hostnames(self.nodelist)
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return int(value) if value else default
+    except ValueError:
+        return default
+
+
+def job_hostnames(nodelist: str) -> list[str]:
+    """A Slurm nodelist ("gpu[01-03,7],login1") -> host names, in Slurm's order."""
+    items, depth, cur = [], 0, ""
+    for ch in nodelist:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
+    try:
+        return [h for item in items if item for h in _expand_hosts(item)]
+    except ValueError:
+        raise NodelistError(f"SLURM_JOB_NODELIST {nodelist!r} is malformed") from None
+
+
+def _expand_hosts(item: str) -> list[str]:
+    if "[" not in item:
+        if "]" in item:
+            raise ValueError(item)
+        return [item]
+    pre, _, rest = item.partition("[")
+    ranges, close, post = rest.partition("]")
+    if not close or not ranges:
+        raise ValueError(item)
+    heads = []
+    for part in ranges.split(","):
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ValueError(item)
+        heads += [f"{pre}{k:0{len(lo)}d}" for k in range(int(lo), int(hi) + 1)] if dash else [pre + lo]
+    return [h + tail for h in heads for tail in _expand_hosts(post)]

@@ -1,0 +1,258 @@
+"""The per-node task of a Slurm run: one per allocated node (srun, one task per node).
+
+Node rank = SLURM_NODEID; attempt = base attempt + SLURM_RESTART_COUNT. The node reads what the launcher
+resolved (spec, run id, dist backend, the agent's stop settings, max requeues) from slurm/spec-a<A>.json --
+no yaml, no re-derivation. Node 0 (the first host of the allocation) resolves its own non-loopback address,
+binds a small beacon socket on it (proof that the address is local), chooses the port (--master-port, else
+derived from the Slurm job id, probed) and publishes both in slurm/master-<job>-<step>-r<restart>.json; the
+other nodes read it and check that the beacon answers before starting their agent, so an unreachable master
+is a one-line failure, never a hang. Each node runs the command from launchers.torchrun.node_command (the one
+builder) and records how it ended in status/node<K>.json (through RunDir).
+
+Stop signals: Slurm signals every process of the step (the agent, each rank's wrapper, the program). The
+agent is told to handle USR2 like SIGTERM (forward to its workers and wait for them), the wrappers forward
+it to the program, which writes a checkpoint and exits. This task only notes the signal and waits; what
+follows a USR2 is launchers.backends.slurm.requeue's. Stdlib only; no torch, no submitit.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ... import layout, ports, procs
+from ...errors import LaunchError
+from ...rundir import RunDir, exit_fields, redacted_spec, spec_from_record
+from ...spec import JobSpec
+from ...torchrun import NodeCommand, node_command
+from .env import NodelistError, SlurmEnv
+
+MASTER_WAIT_S = 120.0      # other nodes wait this long for node 0 to publish the master address
+BEACON_WAIT_S = 60.0       # ... and this long for node 0's beacon to answer
+
+
+class NodeError(Exception):
+    """A node could not start its part of the job; recorded in status/node<K>.json."""
+
+
+# ------------------------------------------------------------------------------------------ the spec file
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What a node needs, as the launcher resolved it."""
+    run_id: str
+    spec: JobSpec
+    dist_backend: str
+    agent_env: dict[str, str]
+    max_requeues: int
+
+
+def resolve_for_nodes(spec: JobSpec) -> dict[str, Any]:
+    """The launcher's resolution of what the nodes would otherwise re-derive."""
+    from ..base import dist_backend_for
+    from .render import allocation_env, slurm_options
+    so = slurm_options(spec)
+    return {"dist_backend": dist_backend_for(spec), "agent_env": allocation_env(so["signal_seconds"]),
+            "max_requeues": so["max_requeues"]}
+
+
+def write_node_spec(rd: RunDir, spec: JobSpec, run_id: str, base_attempt: int) -> None:
+    """The submission's spec as JSON next to its sbatch script (same content as run.yaml's, secrets ***)."""
+    layout.atomic_write(layout.node_spec(rd.path, base_attempt), json.dumps(
+        {"run_id": run_id, "spec": redacted_spec(spec), "resolved": resolve_for_nodes(spec)}, indent=1))
+
+
+def load_node_spec(rd: RunDir, base_attempt: int) -> NodeSpec:
+    """This submission's NodeSpec; run dirs from before the JSON file (or its `resolved`) resolve it here."""
+    d = layout.read_json(layout.node_spec(rd.path, base_attempt))
+    if d is None:
+        d = {"run_id": rd.run_id, "spec": rd.read_run_yaml()["spec"]}
+    spec = spec_from_record(d["spec"])
+    r = d.get("resolved") or resolve_for_nodes(spec)
+    return NodeSpec(d["run_id"], spec, r["dist_backend"], dict(r["agent_env"]), int(r["max_requeues"]))
+
+
+def slurm_node_command(spec: JobSpec, node: int, addr: str, port: Any, run_id: str, attempt: int, dist: str,
+                       agent_env: dict[str, str]) -> NodeCommand:
+    """The builder's command, plus what the agent needs to pass stop signals on (shown in the dry-run)."""
+    nc = node_command(spec, node_rank=node, master_addr=addr, master_port=port, run_id=run_id,
+                      attempt=attempt, dist_backend=dist)
+    return NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=nc.env + tuple(agent_env.items()))
+
+
+# ------------------------------------------------------------------------------------------ master address
+
+def master_address(first_host: str, other_host: str | None, nnodes: int) -> str:
+    """The first host's address as other nodes reach it; loopback only for a one-node job."""
+    try:
+        ips = [ai[4][0] for ai in socket.getaddrinfo(first_host, None, socket.AF_INET, socket.SOCK_STREAM)]
+    except socket.gaierror as e:
+        raise NodeError(f"first host {first_host!r} does not resolve on itself: {e}") from None
+    routable = [ip for ip in ips if not ip.startswith("127.")]
+    if routable:
+        return routable[0]
+    if other_host:  # the source address this host uses to reach another node of the allocation
+        try:
+            peer = socket.gethostbyname(other_host)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((peer, 9))
+                ip = s.getsockname()[0]
+            if not ip.startswith("127."):
+                return ip
+        except OSError:
+            pass
+    if nnodes == 1:
+        return ips[0] if ips else "127.0.0.1"
+    raise NodeError(f"first host {first_host!r} resolves only to loopback ({', '.join(ips)}); the other nodes "
+                    "cannot reach it: fix its /etc/hosts or DNS entry")
+
+
+class Beacon:
+    """A listening socket on the master address: binding proves the address is local, connecting proves
+    other nodes reach it."""
+
+    def __init__(self, addr: str):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self.sock.bind((addr, 0))
+        except OSError as e:
+            raise NodeError(f"master address {addr} is not an address of this host ({socket.gethostname()}): {e}") \
+                from None
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+                conn.close()
+            except OSError:
+                return
+
+
+def check_reachable(addr: str, port: int, deadline: float, stopped) -> None:
+    last = None
+    while time.monotonic() < deadline and not stopped():
+        try:
+            with socket.create_connection((addr, port), timeout=3):
+                return
+        except OSError as e:
+            last = e
+            time.sleep(0.5)
+    raise NodeError(f"master {addr} (beacon port {port}) is not reachable from {socket.gethostname()}: {last}")
+
+
+def wait_master(path: str, stopped) -> dict[str, Any]:
+    deadline = time.monotonic() + MASTER_WAIT_S
+    while time.monotonic() < deadline and not stopped():
+        rec = layout.read_json(path)
+        if rec is not None:
+            return rec
+        time.sleep(0.02)
+    raise NodeError(f"node 0 did not publish the master address within {MASTER_WAIT_S:.0f} s ({path})")
+
+
+# ------------------------------------------------------------------------------------------ the node task
+
+class NodeRun:
+    """One node's part of one attempt."""
+
+    def __init__(self, run_dir: str, base_attempt: int, in_allocation: bool):
+        self.env = SlurmEnv.read()
+        self.node, self.in_allocation = self.env.node_id, in_allocation
+        self.restart = 0 if in_allocation else self.env.restart_count
+        self.attempt = base_attempt + self.restart
+        self.rd = RunDir(run_dir)
+        self.ns = load_node_spec(self.rd, base_attempt)
+        self.stops: list[str] = []
+        self.base_rec = {"node": self.node, "attempt": self.attempt, "host": socket.gethostname(),
+                         "pid": os.getpid(), "slurm_job_id": self.env.job_id, "slurm_restart": self.restart}
+
+    def on_stop(self, signum, _frame) -> None:
+        self.stops.append(signal.Signals(signum).name)
+
+    def stopped(self) -> bool:
+        return bool(self.stops)
+
+    def rendezvous(self, hosts: list[str]) -> tuple[str, int]:
+        """Node 0 publishes the master address and port; the others read them and check they reach it."""
+        spec, job = self.ns.spec, self.env.job_id
+        path = layout.rendezvous(self.rd.path, job, self.env.step_id, self.restart)
+        if self.node == 0:
+            addr = master_address(hosts[0], hosts[1] if len(hosts) > 1 else None, spec.nodes)
+            beacon = Beacon(addr)
+            self.beacon = beacon                  # kept open while the node runs
+            key = f"slurm-{job}" + (f".{self.env.step_id}" if self.in_allocation else "")
+            port = ports.choose_port(key, spec.master_port, addr)
+            layout.atomic_write(path, json.dumps({"addr": addr, "port": port, "beacon": beacon.port,
+                                                  "host": hosts[0]}), durable=False)
+            return addr, port
+        info = wait_master(path, self.stopped)
+        check_reachable(info["addr"], info["beacon"], time.monotonic() + BEACON_WAIT_S, self.stopped)
+        return info["addr"], info["port"]
+
+    def command(self, k: int, addr: str, port: Any) -> NodeCommand:
+        ns = self.ns
+        return slurm_node_command(ns.spec, k, addr, port, ns.run_id, self.attempt, ns.dist_backend, ns.agent_env)
+
+    def start(self) -> int:
+        """Rendezvous, start the agent, record, wait; the agent's exit code."""
+        try:
+            hosts = self.env.hostnames()
+        except NodelistError as e:
+            raise NodeError(str(e)) from None
+        if len(hosts) < self.ns.spec.nodes:
+            raise NodeError(f"the allocation has {len(hosts)} nodes ({self.env.nodelist}), "
+                            f"the job needs {self.ns.spec.nodes}")
+        addr, port = self.rendezvous(hosts)
+        nc = self.command(self.node, addr, port)
+        if self.stops:
+            raise NodeError(f"stopped by {self.stops[0]} before starting")
+        log = self.rd.start_agent_log(self.node, self.attempt, nc.shell(),
+                                      f"{socket.gethostname()} | slurm job {self.env.job_id}")
+        agent = procs.start_session(nc.argv, {**os.environ, **nc.env_dict}, log)
+        if self.node == 0:           # bookkeeping while the agent imports torch (off the start-up path)
+            self.record_attempt(addr, port, hosts[:self.ns.spec.nodes])
+            self.rd.update_status(state="RUNNING", attempt=self.attempt, nodes={}, first_failure=None, reason=None,
+                                  slurm_job_id=self.env.job_id)
+        self.rd.write_node_record(self.node, dict(self.base_rec, state="RUNNING", master=f"{addr}:{port}",
+                                                  agent_pid=agent.pid, time=time.time()))
+        return agent.wait()
+
+    def record_attempt(self, addr: str, port: int, hosts: list[str]) -> None:
+        """run.yaml: node 0 is its only writer while the job runs (the launcher wrote it before submitting)."""
+        spec = self.ns.spec
+        self.rd.update_attempt(self.attempt, {
+            "master_addr": addr, "master_port": port, "dist_backend": self.ns.dist_backend, "hosts": hosts,
+            "commands": [self.command(k, addr, port).shell() for k in range(spec.nodes)],
+            "slurm_job_id": self.env.job_id, "slurm_restart": self.restart,
+        }, {"nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node, "reason": "requeued by Slurm"})
+
+    def __call__(self) -> int:
+        for s in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, self.on_stop)
+        signal.signal(signal.SIGCONT, signal.SIG_DFL)
+        error = None
+        try:
+            code = self.start()
+        except (NodeError, LaunchError) as e:
+            error, code = str(e), 1
+            print(f"launch: node {self.node}: {error}", file=sys.stderr, flush=True)
+        self.rd.write_node_record(self.node, dict(self.base_rec, state="EXITED", stop_signals=sorted(set(self.stops)),
+                                                  error=error, time=time.time(), **exit_fields(code)))
+        if self.node == 0 and "SIGUSR2" in self.stops:
+            from .requeue import after_stop
+            after_stop(self.rd, self.ns.spec, self.attempt, self.restart, self.env.job_id, self.in_allocation,
+                       self.ns.max_requeues)
+        return code
+
+
+def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> int:
+    return NodeRun(run_dir, base_attempt, in_allocation)()

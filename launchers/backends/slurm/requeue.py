@@ -1,0 +1,92 @@
+"""The end of an attempt on Slurm (node 0 after a USR2, and the batch side after srun).
+
+When USR2 was seen (preemption or the --signal warning before the time limit), node 0 waits for every node's
+record, then requeues the job with `scontrol requeue` (the next run is attempt +1 and resumes from
+checkpoints/latest) -- or marks the run FAILED once --max-requeues is used up. After srun the batch side
+records the attempt's result through RunDir.record_outcome (the rule every backend uses), unless node 0
+already decided. Stdlib only.
+"""
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from typing import Any
+
+from ...rundir import RunDir
+from ...spec import JobSpec
+from .env import SlurmEnv
+
+PEERS_WAIT_S = 30.0        # node 0 waits this long for every node's record before requeueing
+DECIDED = ("REQUEUED", "FAILED", "CANCELLED", "COMPLETED")
+
+
+def node_codes(recs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    return {str(k): r.get("exit_code") for k, r in sorted(recs.items())}
+
+
+def after_stop(rd: RunDir, spec: JobSpec, attempt: int, restart: int, job_id: str, in_allocation: bool,
+               max_requeues: int) -> None:
+    """Node 0 after a USR2: wait for every node's record, then requeue (or give up)."""
+    deadline = time.monotonic() + PEERS_WAIT_S
+    while time.monotonic() < deadline:
+        recs = rd.node_records(spec.nodes, attempt)
+        if len(recs) == spec.nodes and all(r.get("state") == "EXITED" for r in recs.values()):
+            break
+        time.sleep(0.2)
+    nodes = node_codes(rd.node_records(spec.nodes, attempt))
+    if len(nodes) == spec.nodes and all(c == 0 for c in nodes.values()):
+        return      # the signal came after the job had finished: nothing to requeue (finalize records it)
+    if in_allocation:
+        rd.update_status(state="FAILED", nodes=nodes, reason="stopped by SIGUSR2 inside an allocation (not "
+                         f"requeued); continue with `launch resume {rd.path}`")
+        return
+    requeue_or_fail(rd, attempt, restart, job_id, max_requeues, nodes)
+
+
+def requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_requeues: int,
+                    nodes: dict[str, Any]) -> None:
+    """After a USR2 stopped the attempt: `scontrol requeue`, or FAILED once the requeues are used up."""
+    with rd.lock():
+        if restart >= max_requeues:
+            rd.update_status(state="FAILED", attempt=attempt, nodes=nodes, reason=f"stopped by SIGUSR2 (preemption "
+                             f"or time limit) after {restart} requeues; --max-requeues {max_requeues} is used up")
+            return
+        rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, reason=f"SIGUSR2 (preemption or time "
+                         f"limit): requeued ({restart + 1} of {max_requeues})")
+        p = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            msg = (p.stderr or p.stdout).strip().splitlines()
+            rd.update_status(state="FAILED", reason=f"scontrol requeue {job_id} failed: {msg[0] if msg else p.returncode}")
+
+
+def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_status: int | None = None) -> int:
+    """After srun: per-node exit codes and first failure into status.json, unless node 0 already decided
+    (REQUEUED, FAILED after a stop). A USR2 that ended the step before node 0 could act on it (e.g. during
+    start-up: srun status 128+12) is requeued from here. Returns 0 only if every node (so every rank)
+    succeeded."""
+    from .node import load_node_spec
+    rd = RunDir(run_dir)
+    env = SlurmEnv.read()
+    ns = load_node_spec(rd, base_attempt)
+    restart = 0 if in_allocation else env.restart_count
+    attempt = base_attempt + restart
+    recs = rd.node_records(ns.spec.nodes, attempt)
+    nodes = node_codes(recs)
+    with rd.lock():
+        st = rd.read_status()
+        if st.get("attempt") == attempt and st.get("state") in DECIDED:
+            return 0 if st["state"] == "COMPLETED" else 1
+        usr2 = srun_status == 128 + signal.SIGUSR2 or any("SIGUSR2" in r.get("stop_signals", ()) for r in recs.values())
+        missing = [k for k in range(ns.spec.nodes) if recs.get(k, {}).get("state") != "EXITED"]
+        if usr2 and not in_allocation and (missing or any(c != 0 for c in nodes.values())):
+            requeue_or_fail(rd, attempt, restart, env.job_id, ns.max_requeues, nodes)
+            return 1
+        failures = [{"node": k, "exit_code": r.get("exit_code"), "signal": r.get("signal"), "time": r.get("time"),
+                     "host": r.get("host"), "reason": r.get("error")}
+                    for k, r in sorted(recs.items()) if r.get("state") == "EXITED" and r.get("exit_code") != 0]
+        reason = f"node(s) {', '.join(map(str, missing))} recorded no exit" if missing else None
+        if missing and not failures:
+            failures = [{"node": k, "time": time.time(), "reason": reason} for k in missing]
+        code = rd.record_outcome(attempt, nodes, node_failures=failures, reason=reason)
+        return 0 if code == 0 else 1

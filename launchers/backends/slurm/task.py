@@ -1,0 +1,125 @@
+"""The node entry point of a Slurm run, and the task object submitit submits.
+
+    python -m launchers.backends.slurm.task task RUN_DIR --base-attempt A   what srun runs on every node
+    python -m launchers.backends.slurm.task run RUN_DIR --base-attempt A --in-allocation   (inside an allocation)
+    python -m launchers.backends.slurm.task finalize RUN_DIR --base-attempt A --srun-status S   (batch side)
+    NodeTask(RUN_DIR, A)()                         what submitit pickles (the same call as `task`)
+
+`python -m launchers.slurmnode ...` (the entry point's old name, still in the scripts of jobs queued or
+requeued before the move) is the same entry; its `task` verb was given RUN_DIR/slurm, which is accepted too.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from ... import layout
+from .env import SlurmEnv
+from .node import run_node
+from .requeue import finalize
+
+USAGE = ("usage: python -m launchers.backends.slurm.task {run,finalize,task} RUN_DIR [--base-attempt A] "
+         "[--in-allocation] [--srun-status S]")
+
+
+def run_dir_of(path: str) -> str:
+    """RUN_DIR, also when given as RUN_DIR/slurm (the submitit folder: what scripts before the move pass)."""
+    path = os.path.abspath(path)
+    if not layout.is_run_dir(path) and layout.is_run_dir(os.path.dirname(path)):
+        return os.path.dirname(path)
+    return path
+
+
+def _node_task_class():
+    from submitit.helpers import Checkpointable        # the launcher pickles it; the nodes never import submitit
+
+    class NodeTask(Checkpointable):
+        """What submitit submits (pickled into the submitit folder); srun's `task` runs the same call without
+        unpickling it. checkpoint() (submitit's own USR2 path) resubmits the same task."""
+
+        def __init__(self, run_dir: str, base_attempt: int):
+            self.run_dir, self.base_attempt = run_dir, base_attempt
+
+        def __call__(self) -> int:
+            code = run_node(self.run_dir, self.base_attempt)
+            if code != 0:
+                raise SystemExit(code if 0 < code < 256 else 1)
+            return 0
+
+    NodeTask.__module__, NodeTask.__qualname__ = __name__, "NodeTask"
+    return NodeTask
+
+
+def __getattr__(name: str):
+    if name == "NodeTask":                 # built on first use, so importing this module stays submitit-free
+        globals()["NodeTask"] = cls = _node_task_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def submitit_task(run_dir: str, base_attempt: int) -> int:
+    """What srun runs on every node: the NodeTask call (run_node) straight from the command line, plus
+    submitit's per-task result pickle for submitit's Job object. Not unpickling the submitted NodeTask keeps
+    submitit (and cloudpickle) out of the node's start-up, which is on the path to torchrun."""
+    import pickle
+    try:
+        code = run_node(run_dir, base_attempt)
+        outcome: tuple = ("success", 0) if code == 0 else ("error", f"node task exited with {code}")
+        code = 0 if code == 0 else (code if 0 < code < 256 else 1)
+    except Exception:  # noqa: BLE001 (recorded for submitit, then reported by exiting non-zero)
+        import traceback
+        code, outcome = 1, ("error", traceback.format_exc())
+        print(outcome[1], file=sys.stderr, flush=True)
+    env = SlurmEnv.read()
+    path = os.path.join(layout.slurm_dir(run_dir), f"{env.submitit_job_id}_{env.procid}_result.pkl")
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        pickle.dump(outcome, f)
+    os.replace(tmp, path)
+    return code
+
+
+def usage_error(msg: str) -> None:
+    print(f"{USAGE}\nlaunchers.backends.slurm.task: error: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_args(argv: list[str]) -> dict[str, Any]:
+    """The node entry's arguments (no argparse: this runs on every node on the way to torchrun)."""
+    out: dict[str, Any] = {"base_attempt": 0, "in_allocation": False, "srun_status": None}
+    pos: list[str] = []
+    it = iter(argv)
+    try:
+        for a in it:
+            if a in ("--base-attempt", "--srun-status"):
+                out[a[2:].replace("-", "_")] = int(next(it))
+            elif a == "--in-allocation":
+                out["in_allocation"] = True
+            elif a.startswith("-"):
+                raise ValueError(a)
+            else:
+                pos.append(a)
+    except (StopIteration, ValueError) as e:
+        usage_error(f"bad argument {str(e) or argv[-1]!r}")
+    if len(pos) != 2 or pos[0] not in ("run", "finalize", "task"):
+        usage_error(f"expected one of run/finalize/task and a directory, got {pos!r}")
+    out["what"], out["run_dir"] = pos[0], run_dir_of(pos[1])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    if a["what"] == "task":
+        return submitit_task(a["run_dir"], a["base_attempt"])
+    if a["what"] == "run":
+        return run_node(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"])
+    return finalize(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"], srun_status=a["srun_status"])
+
+
+def exit_status(code: int) -> int:
+    return code if 0 <= code < 256 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(exit_status(main()))

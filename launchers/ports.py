@@ -1,0 +1,50 @@
+"""The master port: one chooser for every backend (local, SSH, a Slurm node).
+
+The default port is derived from a key (the run id, or the Slurm job id), so it is stable across the attempts
+of a run; when it is taken the next candidates are derived from "<key>:<i>". --master-port is taken as given.
+Stdlib only (a Slurm node imports this on its way to torchrun).
+"""
+from __future__ import annotations
+
+import socket
+
+from .errors import LaunchError
+
+PORT_LOW, PORT_HIGH = 20000, 60000
+TRIES = 32
+
+
+def derive_port(key: str) -> int:
+    """A port in [20000, 60000) that is stable for a given run id (or Slurm job id)."""
+    import hashlib       # here: the Slurm nodes import this module on their way to torchrun
+    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return PORT_LOW + h % (PORT_HIGH - PORT_LOW)
+
+
+def candidates(key: str, tries: int = TRIES) -> list[int]:
+    """The derived ports, in the order they are tried."""
+    return [derive_port(key if i == 0 else f"{key}:{i}") for i in range(tries)]
+
+
+def port_free(addr: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((addr, port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_port(key: str, fixed: int | None, probe_addr: str | None) -> int:
+    """`fixed` (--master-port) if given -- it must be free where probed --, else the first free candidate.
+    Without a probe address (nothing to probe from here) the first candidate."""
+    if fixed is not None:
+        if probe_addr and not port_free(probe_addr, fixed):
+            raise LaunchError(f"--master-port {fixed} is in use on {probe_addr}; pick another or omit it")
+        return fixed
+    for port in candidates(key):
+        if probe_addr is None or port_free(probe_addr, port):
+            return port
+    raise LaunchError(f"no free master port on {probe_addr} among {TRIES} derived from {key!r} "
+                      f"({PORT_LOW}-{PORT_HIGH}); give --master-port")

@@ -1,0 +1,122 @@
+"""Every option a job takes, declared once (torchx's runopts style): the common ones and each backend's own.
+
+From these declarations come the click options of `launch local|ssh|slurm` (launchers.cli), the profile's
+keys and their types (launchers.spec) and the
+flags `launch nccl bench|sweep` may pass on to `launch BACKEND` (nccl_tuning.cli). Pure data + small
+converters; stdlib only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import LaunchError
+
+
+@dataclass(frozen=True)
+class Opt:
+    key: str                          # the spec's option key and the profile key
+    types: tuple[type, ...]           # what a profile value may be
+    help: str = ""
+    kind: str = "str"                 # how the CLI value is read: str | int | float | flag | list
+    flag: str | None = ""             # CLI flag ("" = --key-with-dashes; None = profile only)
+    cli_value: Any = True             # kind "flag": the value the flag sets
+    in_profile: bool = True           # also a profile key
+
+    @property
+    def cli_flag(self) -> str | None:
+        return None if self.flag is None else (self.flag or "--" + self.key.replace("_", "-"))
+
+    def from_cli(self, raw: Any) -> Any:
+        """The CLI's value (a string, or True for a flag; None when not given) -> the option's value."""
+        if raw is None or raw is False:
+            return None
+        if self.kind == "flag":
+            return self.cli_value
+        if self.kind == "list":
+            return [w for w in str(raw).split(",") if w]
+        if self.kind in ("int", "float"):
+            conv = int if self.kind == "int" else float
+            try:
+                return conv(str(raw).strip())
+            except ValueError:
+                raise LaunchError(f"{self.cli_flag} {raw!r} is not accepted; give "
+                                  f"{'an integer' if self.kind == 'int' else 'a number'}") from None
+        return raw
+
+    def check(self, value: Any, where: str) -> None:
+        """A profile value of this option must have one of the declared types (a bool is not a number)."""
+        numeric = any(t in (int, float) for t in self.types)
+        if not isinstance(value, self.types) or (isinstance(value, bool) and numeric and bool not in self.types):
+            names = " or ".join(t.__name__ for t in self.types)
+            raise LaunchError(f"{where}: {self.key} has a value of the wrong type: {value!r}; expected {names}")
+
+
+S, I, B, L = (str,), (int,), (bool,), (list,)
+
+COMMON: tuple[Opt, ...] = (
+    Opt("nodes", I, "Number of nodes (default 1)."),
+    Opt("gpus_per_node", I, "Processes per node (= GPUs; default 1)."),
+    Opt("run_dir", S, "Exact run directory (default: <runs root>/<name>-<time>).", in_profile=False),
+    Opt("name", S, "Run name (default: from the program)."),
+    Opt("env", (dict,), "K=V added to every worker's environment (repeatable).", kind="multi"),
+    Opt("profile", S, "YAML profile; flags override its values.", in_profile=False),
+    Opt("master_port", I, "Rendezvous port (default: derived from the run id)."),
+    Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times."),
+    Opt("dist_backend", S, "auto (nccl on CUDA, else gloo), gloo or nccl."),
+    Opt("nccl_preset", S, "NCCL preset(s), e.g. moe or moe,roce or ./mine.yaml."),
+    Opt("python", S, "Python interpreter on the nodes (default: this one)."),
+    Opt("dry_run", B, "Print exactly what would run; start nothing.", kind="flag", in_profile=False),
+)
+
+BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
+    "local": (),
+    "ssh": (
+        Opt("hosts", (list, str), "Comma-separated hosts; the first is node 0 and the master.", kind="list"),
+        Opt("hostfile", S, "One host per line: `host [slots=N]`, `user@host:port` allowed."),
+        Opt("ssh_config", S, "ssh config file used to resolve host names."),
+        Opt("known_hosts", S, "known_hosts file (default ~/.ssh/known_hosts); unknown keys are refused."),
+        Opt("identity", S, "Private key file."),
+        Opt("connect_timeout", (int, float), "Seconds to wait for each host (default 10).", kind="float"),
+        Opt("shared_storage", B, "Hosts stage logs/checkpoints locally; the launcher collects them over SFTP.",
+            kind="flag", flag="--no-shared-storage", cli_value=False),
+        Opt("staging_dir", S, "Host-local dir for --no-shared-storage (default /tmp/launch-staging)."),
+    ),
+    "slurm": (
+        Opt("partition", S),
+        Opt("time", S, "Time limit, e.g. 04:00:00."),
+        Opt("account", S),
+        Opt("qos", S),
+        Opt("constraint", S),
+        Opt("exclusive", B, kind="flag"),
+        Opt("mem", S, "Memory per node, e.g. 64G."),
+        Opt("cpus_per_task", I, kind="int"),
+        Opt("signal_seconds", I, "USR2 this many seconds before the time limit (default 120).", kind="int"),
+        Opt("max_requeues", I, "Requeues after preemption/timeout before FAILED (default 3).", kind="int"),
+        Opt("wait", B, "Follow the job until it ends; exit with its result.", kind="flag"),
+        Opt("sbatch_lines", L, "Extra #SBATCH lines (profile only).", flag=None),
+        Opt("job_name", S, "Slurm job name (profile only; default: the run name).", flag=None),
+    ),
+}
+BACKENDS = tuple(BACKEND_OPTIONS)
+# the top-level keys of a profile: the common options, two keys without a flag, one mapping per backend
+PROFILE_KEYS = (*(o.key for o in COMMON if o.in_profile), "program", "runs_root", *BACKENDS)
+
+
+def backend_option(backend: str, key: str) -> Opt | None:
+    return next((o for o in BACKEND_OPTIONS[backend] if o.key == key), None)
+
+
+def cli_flags(backend: str) -> set[str]:
+    """Every flag `launch BACKEND` accepts (common and the backend's own)."""
+    return {o.cli_flag for o in (*COMMON, *BACKEND_OPTIONS[backend]) if o.cli_flag} | {"-h", "--help"}
+
+
+def options_from_cli(backend: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """The backend's options from the CLI's raw values (keyed by option key; absent/None = not given)."""
+    out = {}
+    for o in BACKEND_OPTIONS[backend]:
+        v = o.from_cli(raw.get(o.key))
+        if v is not None:
+            out[o.key] = v
+    return out
