@@ -1,183 +1,184 @@
-"""Simulation of NCCL's NCCL_ALGO / NCCL_PROTO list parser, per NCCL version.
+"""NCCL_ALGO / NCCL_PROTO the way a given NCCL source tag reads and applies them.
 
-parse_list(var, value, version) returns what NCCL would enable for each collective plus the
-problems NCCL would hit (see knowledge.py for the parser rules mirrored here).
+parse_list(var, value, tag) runs the C model of that tag's parseList (cmodel.parse_list_flat up
+to 2.23, cmodel.parse_list_prefixed from 2.24) and says what NCCL does with the result;
+effective(algo, proto, tag) replays the enable rules of src/graph/tuning.cc (defaults, the CollNet
+fallback before 2.24, Ring kept for non-allreduce in 2.18, the Ring restore of 2.21/2.23) and
+returns, per collective, the algorithm/protocol pairs that can still run.
+Every message names its source line (ncclsrc.cite).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .knowledge import (ALGORITHMS, ALGO_PROTOCOLS, COLLECTIVES, PER_COLLECTIVE_SINCE, PROTOCOLS,
-                        STRICT_TOKENS_SINCE, vstr)
+from . import cmodel
+from .ncclsrc import (CONDITIONAL, FUNCS, PROTOS, SIMPLE_ONLY, algorithms, cite, coll_algorithms,
+                      vstr)
 
 PRETTY = {"Broadcast": "broadcast", "Reduce": "reduce", "AllGather": "all_gather",
           "ReduceScatter": "reduce_scatter", "AllReduce": "all_reduce"}
+PREFIXED_SINCE = (2, 24, 3)
 
 
 @dataclass
 class ParsedList:
-    enabled: dict[str, set[str]]                 # collective -> enabled elements (canonical names)
+    values: dict[str, dict[str, int]]      # collective -> element -> 0 | 1 | 2 (2: LL128 default)
     problems: list[tuple[str, str]] = field(default_factory=list)   # (severity, message)
+    ignored: list[str] = field(default_factory=list)                # tokens NCCL skipped
 
     @property
     def ok(self) -> bool:
         return not any(sev == "error" for sev, _ in self.problems)
 
-
-def elements(var: str) -> dict[str, tuple]:
-    return ALGORITHMS if var == "NCCL_ALGO" else PROTOCOLS
-
-
-def available(var: str, version: tuple) -> list[str]:
-    return [e for e, since in elements(var).items() if since <= version]
+    def enabled(self, coll: str) -> set[str]:
+        return {e for e, v in self.values[coll].items() if v}
 
 
-def supported(coll: str, version: tuple) -> set[str]:
-    """Algorithms NCCL `version` implements for collective `coll`."""
-    return {a for a, since in COLLECTIVES[coll].items()
-            if since <= version and ALGORITHMS[a] <= version}
+def elements(var: str, tag) -> tuple:
+    return algorithms(tag) if var == "NCCL_ALGO" else PROTOS
 
 
-def _accepted(var: str, version: tuple) -> str:
-    return ", ".join(available(var, version))
+def default_values(var: str, tag) -> dict:
+    """ll128_default: every element 1, except LL128 2 ('only where the platform allows')."""
+    return {c: {e: (2 if e == "LL128" else 1) for e in elements(var, tag)} for c in FUNCS}
 
 
-def _match(token: str, names: list[str]) -> str | None:
-    for name in names:
-        if token.lower() == name.lower():          # strcasecmp
-            return name
-    return None
+def colls(names) -> str:
+    return ", ".join(PRETTY[c] for c in names)
 
 
-def _unknown_text(var: str, tokens: list[str], version: tuple) -> str:
-    kind = "an algorithm" if var == "NCCL_ALGO" else "a protocol"
-    parts = []
-    for tok in tokens:
-        newer = _match(tok, list(elements(var)))
-        if newer and newer == tok:
-            parts.append(f"'{tok}' needs NCCL >= {vstr(elements(var)[newer])}")
-        elif newer:
-            parts.append(f"'{tok}' ({newer}) needs NCCL >= {vstr(elements(var)[newer])}")
+def parse_list(var: str, value: str, tag) -> ParsedList:
+    elems = elements(var, tag)
+    kind = "algorithm" if var == "NCCL_ALGO" else "protocol"
+    accepted = ", ".join(elems)
+    if tag < PREFIXED_SINCE:
+        flat = cmodel.parse_list_flat(value, elems)
+        out = ParsedList({c: dict(zip(elems, flat)) for c in FUNCS})
+        body = value[1:] if value.startswith("^") else value
+        out.ignored = [t for _, t in cmodel.strtok(body, ",")
+                       if not any(cmodel.strcasecmp_eq(t, e) for e in elems)]
+        if out.ignored:
+            now = ", ".join(e for e in elems if out.values["AllReduce"][e]) or "none"
+            syntax = (" (the per-collective 'coll:list;...' form needs NCCL >= 2.24)"
+                      if any(":" in t or ";" in t for t in out.ignored) else "")
+            out.problems.append(("warning", (
+                f"ignored: {', '.join(repr(t) for t in out.ignored)} is not a {kind} NCCL "
+                f"{vstr(tag)} knows{syntax}; NCCL will use {kind}s {now} (accepted: {accepted}; "
+                f"case-insensitive; '^' excludes; unknown tokens are skipped: "
+                f"{cite('list_strtok', tag)})")))
+        if value == "":
+            out.problems.append(("warning", (
+                f"is set but empty: NCCL {vstr(tag)} still parses it and disables every {kind} "
+                f"({cite('parse_list', tag)})")))
+        return out
+    start = [v for c in FUNCS for v in default_values(var, tag)[c].values()]
+    flat, problem = cmodel.parse_list_prefixed(value, [f for f in FUNCS], elems, start)
+    n = len(elems)
+    out = ParsedList({c: dict(zip(elems, flat[i * n:(i + 1) * n])) for i, c in enumerate(FUNCS)})
+    if problem:
+        what, tok = problem
+        if what == "first-prefix":
+            msg = (f"entry {tok!r} has no 'collective:' prefix but is not the first entry (a "
+                   f"leading ';' counts: {cite('fulltoken_check', tag)}); NCCL {vstr(tag)} fails "
+                   f"communicator init ('All entries except the first must have a prefix', "
+                   f"{cite('first_prefix', tag)})")
+        elif what == "prefix":
+            msg = (f"{tok!r} is not a collective (accepted prefixes: "
+                   f"{', '.join(f.lower() for f in FUNCS)}; case-insensitive); NCCL {vstr(tag)} "
+                   f"fails communicator init ('Unrecognized prefix token', "
+                   f"{cite('unknown_prefix', tag)})")
         else:
-            parts.append(f"'{tok}' is not {kind}")
-    return "; ".join(parts)
+            known = [e for e in algorithms((9, 0, 0)) if cmodel.strcasecmp_eq(tok, e)]
+            why = (f"{known[0]} needs a newer NCCL" if known else f"not a {kind}")
+            msg = (f"{tok!r} is {why} (accepted: {accepted}; case-insensitive; '^' excludes; "
+                   f"no spaces); NCCL {vstr(tag)} fails communicator init ('Unrecognized element "
+                   f"token', {cite('unknown_element', tag)})")
+        out.problems.append(("error", msg))
+    return out
 
 
-def _apply_entry(var, elem_list, colls, enabled, version, unknown):
-    names = available(var, version)
-    unset = elem_list.startswith("^")
-    body = elem_list[1:] if unset else elem_list
-    for c in colls:
-        enabled[c] = set(names) if unset else set()
-    for tok in [t for t in body.split(",") if t]:          # strtok skips empty tokens
-        name = _match(tok, names)
-        if name is None:
-            unknown.append(tok)
-            continue
-        for c in colls:
-            (enabled[c].discard if unset else enabled[c].add)(name)
+def effective(algo: ParsedList | None, proto: ParsedList | None, tag):
+    """-> (pairs, notes): pairs[coll] = {(algo, proto)} NCCL can still pick (LL128 at 2 counts:
+    the platform decides); notes = [(severity, message, blamed var)] for the fallbacks that fired."""
+    a_vals = algo.values if algo else default_values("NCCL_ALGO", tag)
+    p_vals = proto.values if proto else default_values("NCCL_PROTO", tag)
+    a_vals = {c: dict(v) for c, v in a_vals.items()}
+    notes = []
+    if tag < PREFIXED_SINCE and algo is not None:
+        v = a_vals["AllReduce"]
+        if not any(v.get(x) for x in ("Ring", "Tree", "NVLS", "NVLSTree")):
+            for c in FUNCS:
+                a_vals[c]["Ring"] = a_vals[c]["Tree"] = 1
+            notes.append(("warning", (
+                f"leaves none of Ring, Tree, NVLS, NVLSTree enabled: where CollNet is not "
+                f"supported (no CollNet plugin), NCCL {vstr(tag)} silently re-enables Ring and Tree "
+                f"({cite('collnet_fallback', tag)})"), "NCCL_ALGO"))
+    pairs, restored = {}, []
+    for c in FUNCS:
+        got = set()
+        for a in coll_algorithms(c, tag) & set(algorithms(tag)):
+            on = a_vals[c][a] or (tag < (2, 21, 5) and a == "Ring" and c != "AllReduce")
+            if not on:
+                continue
+            for p in PROTOS:
+                if p_vals[c][p] and not (a in SIMPLE_ONLY and p != "Simple"):
+                    got.add((a, p))
+        if not got and (2, 21, 5) <= tag < PREFIXED_SINCE:
+            got = _ring_restore(p_vals[c], tag)
+            if got:
+                restored.append(c)
+        pairs[c] = got
+    if restored:
+        notes.append(_restore_note(restored, pairs, p_vals, tag))
+    if tag < (2, 21, 5) and algo is not None:
+        kept = [c for c in FUNCS if c != "AllReduce" and not a_vals[c]["Ring"]]
+        if kept:
+            notes.append(("note", (
+                f"does not switch Ring off for {colls(kept)}: NCCL {vstr(tag)} never disables Ring "
+                f"outside all_reduce ({cite('ring_never_disabled', tag)})"), "NCCL_ALGO"))
+    return pairs, notes
 
 
-def parse_list(var: str, value: str, version: tuple) -> ParsedList:
-    names = available(var, version)
-    enabled = {c: set(names) for c in COLLECTIVES}
-    result = ParsedList(enabled)
-    unknown: list[str] = []
-    strict = version >= STRICT_TOKENS_SINCE
-    accepted = _accepted(var, version)
-    if version >= PER_COLLECTIVE_SINCE:
-        entries = [e for e in value.split(";") if e]
-        if not entries:
-            entries = [""]
-        for i, entry in enumerate(entries):
-            prefix, sep, elem_list = entry.partition(":")
-            if not sep:
-                if i > 0:
-                    result.problems.append(("error", (
-                        f"every entry except the first must name a collective "
-                        f"(e.g. 'allreduce:tree,ring;allgather:ring'); NCCL {vstr(version)} fails "
-                        f"communicator init ('All entries except the first must have a prefix')")))
-                    return result
-                prefix, elem_list = None, entry
-            colls = list(COLLECTIVES) if prefix is None else [c for c in COLLECTIVES
-                                                               if c.lower() == prefix.lower()]
-            if not colls:
-                result.problems.append(("error", (
-                    f"'{prefix}' is not a collective (accepted prefixes: "
-                    f"{', '.join(c.lower() for c in COLLECTIVES)}; case-insensitive); NCCL "
-                    f"{vstr(version)} fails communicator init ('Unrecognized prefix token')")))
-                return result
-            _apply_entry(var, elem_list.split(":")[0], colls, enabled, version, unknown)
-    else:
-        if ":" in value or ";" in value:
-            result.problems.append(("error", (
-                f"the per-collective syntax 'collective:list;...' needs NCCL >= "
-                f"{vstr(PER_COLLECTIVE_SINCE)}; NCCL {vstr(version)} reads each entry as one "
-                f"unknown token and ignores it silently, so the setting does not do what it says")))
-            return result
-        _apply_entry(var, value, list(COLLECTIVES), enabled, version, unknown)
-    if unknown:
-        text = _unknown_text(var, unknown, version)
-        what = "algorithms" if var == "NCCL_ALGO" else "protocols"
-        if strict:
-            result.problems.append(("error", (
-                f"{text} (accepted: {accepted}; case-insensitive; '^' excludes); NCCL "
-                f"{vstr(version)} fails communicator init with 'Unrecognized element token'")))
-        else:
-            empty = [c for c in COLLECTIVES if not _usable(var, c, enabled[c], version)]
-            if empty:
-                result.problems.append(("error", (
-                    f"{text} (accepted: {accepted}; case-insensitive; '^' excludes); NCCL "
-                    f"{vstr(version)} ignores unknown tokens silently, which leaves no {what} "
-                    f"enabled for {_colls(empty)}: the first such collective fails with 'no "
-                    f"algorithm/protocol available' while all-to-all (send/recv) keeps working "
-                    f"and hides it")))
-            else:
-                result.problems.append(("warning", (
-                    f"{text} (accepted: {accepted}); NCCL {vstr(version)} ignores it silently")))
-    return result
+def _ring_restore(p_vals, tag) -> set:
+    """check_avail in 2.21/2.23: a collective with nothing left gets Ring back (ring_restore);
+    2.23 zeroes ringbdw for disabled protocols first (ringbdw_zero), 2.21 does not."""
+    if tag >= (2, 23, 4):
+        return {("Ring", p) for p in PROTOS if p_vals[p]}
+    return {("Ring", p) for p in PROTOS}
 
 
-def _usable(var, coll, enabled, version) -> bool:
-    if var == "NCCL_ALGO":
-        return bool(enabled & supported(coll, version))
-    return bool(enabled)
+def _restore_note(restored, pairs, p_vals, tag):
+    protos = sorted({p for c in restored for _, p in pairs[c]})
+    extra = ("; LL128 included without its platform check, since 2.21 does not clear the Ring "
+             "bandwidths of disabled protocols (fixed in 2.23)" if tag < (2, 23, 4) else "")
+    blame = "NCCL_PROTO" if not any(any(p_vals[c].values()) for c in restored) else "NCCL_ALGO"
+    return ("warning", (
+        f"leaves {colls(restored)} with nothing enabled: NCCL {vstr(tag)} silently falls back to "
+        f"Ring with {', '.join(protos)} ({cite('ring_restore', tag)}){extra}"), blame)
 
 
-def _colls(colls) -> str:
-    return ", ".join(PRETTY[c] for c in colls)
+def empty_message(empty, tag) -> str:
+    return (f"leaves {colls(empty)} with no algorithm/protocol pair NCCL {vstr(tag)} can run "
+            f"(CollNet, NVLS, NVLSTree and PAT run only with Simple; Broadcast and Reduce only "
+            f"with Ring): the first such call fails with 'no algorithm/protocol available' "
+            f"({cite('no_algorithm', tag)}), while all-to-all (send/recv) keeps working and hides it")
 
 
-def empty_collectives(var: str, parsed: ParsedList, version: tuple) -> list[str]:
-    return [c for c in COLLECTIVES if not _usable(var, c, parsed.enabled[c], version)]
+def conditional_only(pairs) -> list[str]:
+    return [c for c, got in pairs.items() if got and {a for a, _ in got} <= CONDITIONAL]
 
 
-def empty_message(var: str, colls: list[str], version: tuple) -> str:
-    if var == "NCCL_ALGO":
-        need = "; ".join(f"{PRETTY[c]} supports {', '.join(sorted(supported(c, version)))}"
-                         for c in colls)
-        return (f"leaves {_colls(colls)} with no algorithm ({need} in NCCL {vstr(version)}); "
-                f"such a collective fails with 'no algorithm/protocol available'")
-    return (f"leaves {_colls(colls)} with no protocol (accepted: {_accepted(var, version)}); "
-            f"such a collective fails with 'no algorithm/protocol available'")
+def forced_ll128(parsed: ParsedList) -> list[str]:
+    """Collectives where LL128 went from 2 (platform check) to 1 (forced on)."""
+    return [c for c in FUNCS if parsed.values[c].get("LL128") == 1]
 
 
-def disabled_summary(parsed: ParsedList, version: tuple) -> str:
-    """'all_reduce: Tree, NVLS; all_gather, reduce_scatter: PAT' -- what NCCL_ALGO switches off."""
+def disabled_summary(parsed: ParsedList, tag) -> str:
+    """'all_reduce: NVLS, Tree; all_gather, reduce_scatter: PAT' -- what NCCL_ALGO switches off."""
     groups: dict[tuple, list[str]] = {}
-    for c in COLLECTIVES:
-        off = tuple(sorted(supported(c, version) - parsed.enabled[c]))
+    for c in FUNCS:
+        off = tuple(sorted(a for a in coll_algorithms(c, tag) & set(algorithms(tag))
+                           if not parsed.values[c].get(a)))
         if off:
             groups.setdefault(off, []).append(c)
-    return "; ".join(f"{_colls(cs)}: {', '.join(off)}" for off, cs in groups.items())
-
-
-def combination_gaps(algos: ParsedList, protos: ParsedList, version: tuple) -> list[str]:
-    """Collectives where no enabled algorithm supports any enabled protocol."""
-    gaps = []
-    for c in COLLECTIVES:
-        ok = any(protos.enabled[c] & ALGO_PROTOCOLS[a]
-                 for a in algos.enabled[c] & supported(c, version))
-        if not ok and algos.enabled[c] & supported(c, version) and protos.enabled[c]:
-            gaps.append(c)
-    return gaps
+    return "; ".join(f"{colls(cs)}: {', '.join(off)}" for off, cs in groups.items())

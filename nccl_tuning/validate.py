@@ -1,19 +1,25 @@
 """validate(env, nccl_version, production) -> [Finding]: NCCL's parsers, replayed before launch.
 
-Severity: error (NCCL fails, or the setting silently does something else than written),
-warning (works, but likely not what was meant, or risky), note (harmless, worth knowing).
-Every message names what is accepted and why.
+The rules are those of the NCCL source copies (ncclsrc.TAGS), the copy at or below the version
+asked for (a note says which when it is not the version itself). Severity: error = NCCL fails
+communicator init or the first collective, or reads the value as something that breaks the job;
+warning = NCCL warns and ignores it ("ignored: NCCL will use X"), silently does something else
+than written (forced LL128, Ring+Tree re-enabled, clamping: the message says what NCCL will do),
+or the setting is risky; note = harmless, worth knowing. Messages cite nccl-<tag>/file:line.
+
+validate_env(env, version) is the entry point for the launcher: any resolved env (preset,
+profile, --env, forwarded), torch-free and cheap to import.
 """
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
 
-from . import tokens
+from . import srcchecks, tokens
 from .errors import NcclTuningError
-from .knowledge import (BUILTIN_NETS, DEBUG_LEVELS, DEBUG_SUBSYS, DEBUGGING_CLASS, NAME_SINCE,
-                        NAMES, NEWEST, NOT_NCCL, OLDEST, PATH_LEVELS, PATH_LEVELS_INTERNAL, REMOVED,
-                        REPLACEMENTS, SPECS, TORCH_NAMES, parse_int, parse_version, vstr)
+from .knowledge import (BUILTIN_NETS, DEBUGGING_CLASS, NAME_SINCE, NAMES, NEWEST, NOT_NCCL,
+                        REMOVED, REPLACEMENTS, SPECS, TORCH_NAMES, parse_int, parse_version, vstr)
+from .ncclsrc import cite, rules_tag
 
 SEVERITIES = ("error", "warning", "note")
 
@@ -40,18 +46,14 @@ def resolve_version(nccl_version) -> tuple[int, int, int]:
 def validate(env: dict, nccl_version=None, production: bool = True) -> list[Finding]:
     """Check every NCCL_* (and PyTorch TORCH_NCCL_*) variable in env; other names are ignored."""
     version = resolve_version(nccl_version)
+    tag, note = rules_tag(version)
     out: list[Finding] = []
-    if version > NEWEST:
-        out.append(Finding("note", "nccl-version", vstr(version),
-                           f"newer than the newest known rules ({vstr(NEWEST)}); checked with those"))
-    elif version < OLDEST:
-        out.append(Finding("note", "nccl-version", vstr(version),
-                           f"older than the oldest known rules ({vstr(OLDEST)}); checked with those"))
-        version = OLDEST
-    rules = min(version, NEWEST)
+    if note:
+        out.append(Finding("note", "nccl-version", vstr(version), note))
     for name in sorted(env):
         value = str(env[name])
-        found = [Finding(sev, name, value, msg) for sev, msg in _check(name, value, rules)]
+        found = [Finding(sev, name, value, msg) for sev, msg in _check(name, value, version, tag,
+                                                                         env)]
         if name in DEBUGGING_CLASS and name not in REMOVED and not found:
             sev = "warning" if production else "note"
             found.append(Finding(sev, name, value, (
@@ -59,8 +61,17 @@ def validate(env: dict, nccl_version=None, production: bool = True) -> list[Find
                 "choosing the best setting and may hurt after upgrades); in production keep it only "
                 "with a measured reason")))
         out.extend(found)
-    out.extend(_cross_checks(env, rules))
+    out.extend(_cross_checks(env, tag))
     return out
+
+
+def validate_env(env: dict, version: str | None = None, production: bool = True) -> list[Finding]:
+    """The whole resolved environment of a job, whatever set each variable. version None: the NCCL
+    pip installed next to torch (nvidia-nccl-cu*), else the newest source copy. Non-NCCL names are
+    skipped. A version string that is not a version raises NcclTuningError (a ValueError)."""
+    from .knowledge import installed_nccl_version
+    v = parse_version(version) if version else (installed_nccl_version() or NEWEST)
+    return validate({str(k): str(val) for k, val in env.items()}, v, production)
 
 
 def has_errors(findings) -> bool:
@@ -72,7 +83,17 @@ def _did_you_mean(name: str, pool) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-def _check(name: str, value: str, version: tuple) -> list[tuple[str, str]]:
+_SOURCE_CHECKS = {
+    "NCCL_NTHREADS": srcchecks.nthreads, "NCCL_LL128_NTHREADS": srcchecks.nthreads,
+    "NCCL_MIN_NCHANNELS": srcchecks.channels, "NCCL_MAX_NCHANNELS": srcchecks.channels,
+    "NCCL_MIN_NRINGS": srcchecks.channels, "NCCL_MAX_NRINGS": srcchecks.channels,
+    "NCCL_BUFFSIZE": srcchecks.buffsize, "NCCL_LL_BUFFSIZE": srcchecks.buffsize,
+    "NCCL_LL128_BUFFSIZE": srcchecks.buffsize, "NCCL_P2P_NET_CHUNKSIZE": srcchecks.buffsize,
+    "NCCL_P2P_NVL_CHUNKSIZE": srcchecks.buffsize, "NCCL_P2P_PCI_CHUNKSIZE": srcchecks.buffsize,
+}
+
+
+def _check(name: str, value: str, version: tuple, tag: tuple, env: dict) -> list[tuple[str, str]]:
     if not name.startswith("NCCL_"):
         if name in TORCH_NAMES or not name.startswith(("TORCH_NCCL_", "TORCH_FR_")):
             return []
@@ -93,103 +114,78 @@ def _check(name: str, value: str, version: tuple) -> list[tuple[str, str]]:
         return [("warning", f"is read only since NCCL {vstr(since)}; NCCL {vstr(version)} "
                  f"ignores it")]
     if name in ("NCCL_ALGO", "NCCL_PROTO"):
-        return _check_list(name, value, version)
+        return _check_list(name, value, tag)
+    if name in _SOURCE_CHECKS:
+        return _SOURCE_CHECKS[name](name, value, tag)
+    if name == "NCCL_NCHANNELS_PER_NET_PEER":
+        return srcchecks.per_peer(value, tag)
+    if name == "NCCL_DEBUG":
+        return srcchecks.debug(value, tag)
     if name == "NCCL_DEBUG_SUBSYS":
-        return _check_subsys(value, version)
+        return srcchecks.subsys(value, tag)
+    if name in ("NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"):
+        return srcchecks.level(name, value, tag, env)
+    return _check_other(name, value, tag)
+
+
+def _check_other(name, value, tag):
     if name == "NCCL_NET" and value.lower() not in [n.lower() for n in BUILTIN_NETS]:
         return [("note", f"NCCL's own networks are {', '.join(BUILTIN_NETS)}; any other value "
                  f"must be the name of a loaded network plugin or NCCL init fails")]
-    if name in ("NCCL_DEBUG_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_GRAPH_DUMP_FILE"):
-        if "%p" not in value and name == "NCCL_DEBUG_FILE":
-            return [("warning", "has no %p (pid): every process on a host truncates and writes "
-                     "the same file; use e.g. /path/%h.%p.log")]
-        return []
+    if name == "NCCL_DEBUG_FILE" and "%p" not in value:
+        return [("warning", "has no %p (pid): every process on a host truncates and writes "
+                 "the same file; use e.g. /path/%h.%p.log")]
     spec = SPECS.get(name)
     if spec is None:
         return []
     if spec.kind in ("int", "bool"):
-        return _check_int(name, value, spec)
+        return _check_int(value, spec, tag)
     if spec.kind == "enum":
-        return _check_enum(name, value, spec, version)
-    if spec.kind == "level":
-        return _check_level(value)
+        return _check_enum(value, spec)
     return []
 
 
-def _check_list(name, value, version):
-    parsed = tokens.parse_list(name, value, version)
-    if not parsed.ok:
-        return parsed.problems
+def _check_list(name, value, tag):
+    parsed = tokens.parse_list(name, value, tag)
     out = list(parsed.problems)
-    empty = tokens.empty_collectives(name, parsed, version)
-    if empty:
-        return out + [("error", tokens.empty_message(name, empty, version))]
+    if not parsed.ok:
+        return out
     if name == "NCCL_ALGO":
-        off = tokens.disabled_summary(parsed, version)
+        off = tokens.disabled_summary(parsed, tag)
         out.append(("warning", (
             "NCCL_ALGO only chooses among algorithms for broadcast, reduce, all_gather, "
             "reduce_scatter and all_reduce: it does not affect all-to-all (send/recv); "
             + (f"for the dense collectives it switches off what NCCL would otherwise pick by "
                f"size and topology: {off}" if off else "here it disables nothing"))))
-    elif not value.lstrip().startswith("^") and any("LL128" in s for s in parsed.enabled.values()) \
-            and "ll128" in value.lower():
-        out.append(("warning", "forces LL128 on: NCCL enables LL128 by default only on platforms "
-                    "where it is validated; elsewhere it risks silent data corruption"))
+        return out
+    forced = tokens.forced_ll128(parsed)
+    if forced:
+        how = ("'^' sets every protocol it does not list to 1" if "^" in value
+               else "listing LL128 sets it to 1")
+        out.append(("warning", (
+            f"forces LL128 on for {tokens.colls(forced)}: {how}, which skips the platform check "
+            f"NCCL applies to its default value 2 ({cite('ll128_platform', tag)}); NCCL enables "
+            f"LL128 by default only where it is validated, elsewhere it risks silent data "
+            f"corruption")))
     return out
 
 
-def _check_subsys(value, version):
-    body = value[1:] if value.startswith("^") else value
-    bad, newer = [], []
-    for tok in [t for t in body.split(",") if t]:
-        hit = [s for s in DEBUG_SUBSYS if s.lower() == tok.lower()]
-        if not hit:
-            bad.append(tok)
-        elif DEBUG_SUBSYS[hit[0]] > version:
-            newer.append(f"{hit[0]} (needs NCCL >= {vstr(DEBUG_SUBSYS[hit[0]])})")
-    out = []
-    if bad:
-        out.append(("warning", f"{', '.join(repr(b) for b in bad)} not a subsystem (accepted: "
-                    f"{', '.join(DEBUG_SUBSYS)}; case-insensitive; '^' excludes); NCCL ignores it"))
-    if newer:
-        out.append(("warning", f"{', '.join(newer)}: NCCL {vstr(version)} ignores it"))
-    return out
-
-
-_TRUE_WORDS = ("true", "yes", "on", "false", "no", "off", "enable", "enabled", "disable")
-
-
-def _check_int(name, value, spec):
-    p = parse_int(value)
+def _check_int(value, spec, tag):
+    """Variables whose reading code is not among the source copies: the integer is read like
+    every NCCL_PARAM (int_strtoll); the accepted range is NCCL's documented one."""
+    v, out = srcchecks.read_int(value, spec.default if isinstance(spec.default, int) else 0, tag)
+    if any(sev == "warning" for sev, _ in out) and value.strip() == "":
+        return out
     accepted = _accepted_int(spec)
-    if value.strip() == "":
-        return [("warning", f"is empty; NCCL treats an empty value as unset (accepted: {accepted})")]
-    if not p.digits:
-        hint = (" (NCCL does not read words, only numbers: write 1 or 0)"
-                if value.strip().lower() in _TRUE_WORDS else "")
-        return [("error", f"is not an integer; NCCL's strtoll reads it as 0{hint} "
-                 f"(accepted: {accepted})")]
-    if p.overflow:
-        return [("error", f"overflows a 64-bit integer; NCCL ignores it and keeps its default "
-                 f"(accepted: {accepted})")]
-    out = []
-    if p.rest.strip():
-        unit = " (NCCL has no size suffixes: write the number of bytes)" if \
-            p.rest.strip()[:1].upper() in "KMGT" else ""
-        out.append(("warning", f"NCCL reads only the leading number (strtoll base 0), so it "
-                    f"becomes {p.value}{unit}"))
-    v = p.value
+    where = " (documented range; the code reading it is not among the source copies)"
     if spec.choices and v not in spec.choices:
-        out.append(("error", f"is {v}; accepted: {accepted}. NCCL warns and replaces it"))
+        out.append(("error", f"is {v}; accepted: {accepted}{where}"))
     elif (spec.lo is not None and v < spec.lo) or (spec.hi is not None and v > spec.hi):
-        out.append(("error", f"is {v}, out of range (accepted: {accepted})"))
+        out.append(("error", f"is {v}, out of range (accepted: {accepted}){where}"))
     elif spec.pow2 and v > 0 and v & (v - 1):
         out.append(("warning", f"is {v}, not a power of two; NCCL recommends powers of two"))
     elif spec.default is not None and v == spec.default and not out:
-        base = " (parsed base 0: leading 0 is octal, 0x hex)" if value.strip() != str(v) else ""
-        out.append(("note", f"{v} is NCCL's default{base}; setting it changes nothing"))
-    if not out and value.strip() != str(v) and value.strip().lstrip("+") != str(v):
-        out.append(("note", f"NCCL parses it as {v} (strtoll base 0: leading 0 is octal, 0x hex)"))
+        out.append(("note", f"{v} is NCCL's default; setting it changes nothing"))
     return out
 
 
@@ -204,16 +200,9 @@ def _accepted_int(spec) -> str:
     return rng + (f" {spec.unit}" if spec.unit else "") + (", a power of two" if spec.pow2 else "")
 
 
-def _check_enum(name, value, spec, version):
+def _check_enum(value, spec):
     accepted = ", ".join(spec.choices)
     if value in spec.choices:
-        if name == "NCCL_DEBUG":
-            if DEBUG_LEVELS[value] > version:
-                return [("error", f"{value} needs NCCL >= {vstr(DEBUG_LEVELS[value])}; NCCL "
-                         f"{vstr(version)} does not know it (accepted: {accepted})")]
-            if value == "TRACE":
-                return [("note", "TRACE output exists only in NCCL builds made with TRACE=1; "
-                         "release builds log like INFO")]
         return []
     folded = [c for c in spec.choices if c.lower() == value.lower()]
     if folded and not spec.case_sensitive:
@@ -225,23 +214,6 @@ def _check_enum(name, value, spec, version):
              + ("; case-sensitive)" if spec.case_sensitive else "; case-insensitive)"))]
 
 
-def _check_level(value):
-    accepted = ", ".join(PATH_LEVELS)
-    if value in PATH_LEVELS:
-        return []
-    if value in PATH_LEVELS_INTERNAL:
-        return [("note", f"{value} is matched by NCCL but not documented (documented: {accepted})")]
-    if value.upper() in PATH_LEVELS + PATH_LEVELS_INTERNAL:
-        return [("error", f"NCCL compares levels case-sensitively (strcmp), so '{value}' is "
-                 f"silently ignored and NCCL keeps its automatic choice; write {value.upper()} "
-                 f"(accepted: {accepted})")]
-    if value[:1].isdigit():
-        return [("warning", f"numeric levels are the legacy form; write a name (accepted: "
-                 f"{accepted})")]
-    return [("error", f"is not a path level (accepted: {accepted}; case-sensitive); NCCL "
-             f"ignores it and keeps its automatic choice")]
-
-
 def _int_of(env, name):
     if name not in env:
         return None
@@ -249,10 +221,10 @@ def _int_of(env, name):
     return p.value if p.digits and not p.overflow else None
 
 
-def _cross_checks(env, version) -> list[Finding]:
+def _cross_checks(env, tag) -> list[Finding]:
     out = []
     lo, hi = _int_of(env, "NCCL_MIN_NCHANNELS"), _int_of(env, "NCCL_MAX_NCHANNELS")
-    if lo is not None and hi is not None and lo > hi:
+    if lo is not None and hi is not None and lo > hi > 0:
         out.append(Finding("warning", "NCCL_MIN_NCHANNELS", str(env["NCCL_MIN_NCHANNELS"]),
                            f"is larger than NCCL_MAX_NCHANNELS={hi}; NCCL caps it at the maximum"))
     nt, ns = _int_of(env, "NCCL_SOCKET_NTHREADS"), _int_of(env, "NCCL_NSOCKS_PERTHREAD")
@@ -260,17 +232,37 @@ def _cross_checks(env, version) -> list[Finding]:
         out.append(Finding("error", "NCCL_NSOCKS_PERTHREAD", str(env["NCCL_NSOCKS_PERTHREAD"]),
                            f"NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = {nt * ns}; NCCL "
                            f"accepts at most 64 sockets per connection"))
-    if "NCCL_ALGO" in env and "NCCL_PROTO" in env:
-        a = tokens.parse_list("NCCL_ALGO", str(env["NCCL_ALGO"]), version)
-        p = tokens.parse_list("NCCL_PROTO", str(env["NCCL_PROTO"]), version)
-        if a.ok and p.ok:
-            gaps = tokens.combination_gaps(a, p, version)
-            if gaps:
-                out.append(Finding("error", "NCCL_PROTO", str(env["NCCL_PROTO"]), (
-                    f"with NCCL_ALGO={env['NCCL_ALGO']} no enabled algorithm supports an enabled "
-                    f"protocol for {tokens._colls(gaps)} (CollNet, NVLS, NVLSTree and PAT run "
-                    f"only with Simple); such a collective fails with 'no algorithm/protocol "
-                    f"available'")))
+    for name, (sev, msg) in srcchecks.chunk_clamp(env, tag):
+        out.append(Finding(sev, name, str(env[name]), msg))
+    return out + _list_effects(env, tag)
+
+
+def _list_effects(env, tag) -> list[Finding]:
+    """What NCCL_ALGO and NCCL_PROTO together leave runnable, per collective."""
+    if "NCCL_ALGO" not in env and "NCCL_PROTO" not in env:
+        return []
+    parsed = {n: tokens.parse_list(n, str(env[n]), tag) if n in env else None
+              for n in ("NCCL_ALGO", "NCCL_PROTO")}
+    if any(p is not None and not p.ok for p in parsed.values()):
+        return []          # init fails already; said once
+    pairs, notes = tokens.effective(parsed["NCCL_ALGO"], parsed["NCCL_PROTO"], tag)
+    out = [Finding(sev, var if var in env else next(iter(n for n in parsed if n in env)),
+                   str(env.get(var, env.get("NCCL_ALGO", env.get("NCCL_PROTO")))), msg)
+           for sev, msg, var in notes]
+    empty = [c for c, got in pairs.items() if not got]
+    if empty:
+        alone, _ = tokens.effective(parsed["NCCL_ALGO"], None, tag)
+        blame = "NCCL_ALGO" if "NCCL_PROTO" not in env or not all(alone[c] for c in empty) \
+            else "NCCL_PROTO"
+        blame = blame if blame in env else "NCCL_PROTO"
+        out.append(Finding("error", blame, str(env[blame]), tokens.empty_message(empty, tag)))
+    cond = tokens.conditional_only(pairs)
+    if cond:
+        var = "NCCL_ALGO" if "NCCL_ALGO" in env else "NCCL_PROTO"
+        out.append(Finding("warning", var, str(env[var]), (
+            f"leaves {tokens.colls(cond)} only algorithms that need particular hardware or "
+            f"plugins (CollNet, NVLS, NVLSTree, PAT); where they are unavailable the call fails "
+            f"with 'no algorithm/protocol available' ({cite('no_algorithm', tag)})")))
     return out
 
 

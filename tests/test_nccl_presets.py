@@ -44,8 +44,11 @@ def test_every_shipped_var_has_a_reason_and_moe_forces_no_algo_proto():
         assert all(reason for _, reason in p.vars.values())
     moe = P.load("moe")
     assert "NCCL_ALGO" not in moe.vars and "NCCL_PROTO" not in moe.vars
-    assert {"NCCL_NCHANNELS_PER_NET_PEER", "NCCL_P2P_NET_CHUNKSIZE", "NCCL_BUFFSIZE",
-            "NCCL_IB_QPS_PER_CONNECTION"} <= set(moe.vars)
+    # revisited against the source (issue 14): only the p2p chunk has a reason for 2.21-2.30
+    assert list(moe.vars) == ["NCCL_P2P_NET_CHUNKSIZE"] and moe.min_nccl == (2, 21, 0)
+    reason = moe.vars["NCCL_P2P_NET_CHUNKSIZE"][1]
+    assert all(t in reason for t in ("2.21.5", "2.23.4", "2.24.3", "2.27.7", "2.30.7"))
+    assert "NCCL_NCHANNELS_PER_NET_PEER" not in moe.vars   # would switch off the automatic count
     assert P.load("default").vars == {}
 
 
@@ -67,26 +70,27 @@ def test_seed_preset_refused_with_exactly_three_findings(tmp_path):
     with pytest.raises(NcclTuningError, match="NCCL_PROTO=shm"):
         A.resolve(str(path))
     res = run("check", "--env", "NCCL_ALGO=ring", "--env", "NCCL_PROTO=shm",
-              "--env", "NCCL_SHM_DISABLE=0", "--nccl-version", "2.21")
+              "--env", "NCCL_SHM_DISABLE=0", "--nccl-version", "2.23")
     assert res.exit_code == 1 and res.output.count("\nerror ") + res.output.startswith("error") == 1
-    assert "ignores unknown tokens silently" in res.output
+    assert "ignored: 'shm' is not a protocol NCCL 2.23.4 knows" in res.output
+    assert "nccl-2.23.4/src/enqueue.cc:1848" in res.output      # the first collective fails
 
 
 def test_combine_and_conflicts(tmp_path):
     presets, env, origin = P.combine("moe,roce")
     assert [p.name for p in presets] == ["moe", "roce"]
-    assert origin["NCCL_IB_GID_INDEX"] == "roce" and env["NCCL_BUFFSIZE"] == "8388608"
-    P.combine("moe,dense")          # same NCCL_BUFFSIZE value: no conflict
+    assert origin["NCCL_IB_GID_INDEX"] == "roce" and env["NCCL_P2P_NET_CHUNKSIZE"] == "524288"
+    P.combine("moe,dense")          # disjoint variables: no conflict
     with pytest.raises(NcclTuningError, match="NCCL_NET is 'IB' in ib but 'Socket' in tcp"):
         P.combine("ib,tcp")
     mine = write(tmp_path, "mine.yaml", """\
         name: mine
-        description: bigger buffer
-        affects: [all_reduce]
+        description: bigger chunk
+        affects: [all_to_all]
         vars:
-          NCCL_BUFFSIZE: {value: "16777216", reason: "measured"}
+          NCCL_P2P_NET_CHUNKSIZE: {value: "262144", reason: "measured"}
         """)
-    with pytest.raises(NcclTuningError, match=r"conflict: NCCL_BUFFSIZE .* in moe .* in mine"):
+    with pytest.raises(NcclTuningError, match=r"conflict: NCCL_P2P_NET_CHUNKSIZE .* in moe .* in mine"):
         P.combine(f"moe,{mine}")
     res = run("check", "ib,tcp")
     assert res.exit_code == 2 and "conflict" in res.output
@@ -150,8 +154,8 @@ def test_resolve_run_dir_versions_and_min_nccl():
     assert env["NCCL_DEBUG_FILE"] == "/runs/r7/nccl/%h.%p.log"
     assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith("/runs/r7/nccl/")
     assert A.required_dirs(env) == ["/runs/r7/nccl"]
-    with pytest.raises(NcclTuningError, match="needs NCCL >= 2.14"):
-        A.resolve("moe", nccl_version="2.13")
+    with pytest.raises(NcclTuningError, match="needs NCCL >= 2.21"):
+        A.resolve("moe", nccl_version="2.18")
     with pytest.raises(NcclTuningError, match="not a version"):
         A.resolve("moe", nccl_version="new")
     env, _ = A.resolve("")
@@ -168,21 +172,21 @@ def test_show_formats():
     assert sb.startswith("#!/bin/bash") and "export NCCL_IB_TC=106" in sb
     import yaml
     data = yaml.safe_load(run("show", "moe", "--format", "yaml").output)
-    assert data["vars"]["NCCL_BUFFSIZE"]["value"] == "8388608"
+    assert data["vars"]["NCCL_P2P_NET_CHUNKSIZE"]["value"] == "524288"
     assert run("show", "moe", "--format", "toml").exit_code == 2
 
 
 def test_check_env_file_and_environment(tmp_path):
-    f = write(tmp_path, "nccl.conf", "# site conf\nNCCL_PROTO=LL,Simple\nexport NCCL_NTHREADS='96'\n")
+    f = write(tmp_path, "nccl.conf", "# site conf\nNCCL_PROTO=LL,Simple\nexport NCCL_BUFFSIZE='4M'\n")
     res = run("check", "--env-file", str(f))
-    assert res.exit_code == 1 and "error NCCL_NTHREADS=96" in res.output
+    assert res.exit_code == 1 and "error NCCL_BUFFSIZE=4M" in res.output
     bad = write(tmp_path, "bad.env", "NCCL_PROTO\n")
     assert run("check", "--env-file", str(bad)).exit_code == 2
     assert run("check", "--env", "NCCL_PROTO").exit_code == 2
     res = CliRunner().invoke(nccl, ["check"], env={"NCCL_PROTOCOL": "LL", "NCCL_DEBUG": "WARN"})
     assert res.exit_code == 1 and "did you mean NCCL_PROTO?" in res.output
     res = run("check", "moe", "--env", "NCCL_BUFFSIZE=4M")   # explicit env overrides the preset
-    assert "warning NCCL_BUFFSIZE=4M" in res.output
+    assert "error NCCL_BUFFSIZE=4M" in res.output
 
 
 def test_module_entry_point_and_no_torch():

@@ -1,0 +1,224 @@
+"""Python models of NCCL's C string parsers, function by function (pure, torch-free).
+
+Each function mirrors one C function of the NCCL source copies in ../shared/reference/nccl/src
+(file:line in the docstring, "<tag>" meaning every copied tag unless named). The differential test
+(tests/test_nccl_cparsers.py) compiles the C originals out of those copies and compares verdicts
+on generated inputs, so a model that drifts from its C function fails there.
+"""
+from __future__ import annotations
+
+C_SPACE = " \t\n\v\f\r"            # isspace() in the C locale
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+
+
+def strtok(text: str, delims: str) -> list[tuple[int, str]]:
+    """strtok/strtok_r: the non-empty pieces between delimiters, each with its start offset
+    (leading and repeated delimiters are skipped; an empty string gives no piece)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        while i < n and text[i] in delims:
+            i += 1
+        if i >= n:
+            break
+        j = i
+        while j < n and text[j] not in delims:
+            j += 1
+        out.append((i, text[i:j]))
+        i = j + 1
+    return out
+
+
+def strcasecmp_eq(a: str, b: str) -> bool:
+    """strcasecmp(a, b) == 0 in the C locale (ASCII letters only fold)."""
+    return len(a) == len(b) and all(
+        x == y or (x.isascii() and y.isascii() and x.lower() == y.lower()) for x, y in zip(a, b))
+
+
+def strtoll(text: str) -> tuple[int, int, bool]:
+    """glibc strtoll(text, &end, 0) -> (value, end offset, ERANGE). Base 0: 0x/0X hex (only when a
+    hex digit follows), leading 0 octal, else decimal; leading C whitespace and one sign allowed;
+    no digits -> (0, 0, False); overflow -> clamped with ERANGE."""
+    i, n = 0, len(text)
+    while i < n and text[i] in C_SPACE:
+        i += 1
+    neg = False
+    if i < n and text[i] in "+-":
+        neg, i = text[i] == "-", i + 1
+    if text[i:i + 2] in ("0x", "0X") and i + 2 < n and text[i + 2] in "0123456789abcdefABCDEF":
+        base, i = 16, i + 2
+        digits = "0123456789abcdefABCDEF"
+    elif i < n and text[i] == "0":
+        base, digits = 8, "01234567"
+    else:
+        base, digits = 10, "0123456789"
+    j = i
+    while j < n and text[j] in digits:
+        j += 1
+    if j == i:
+        return 0, 0, False
+    value = int(text[i:j], base)
+    value = -value if neg else value
+    if value > INT64_MAX:
+        return INT64_MAX, j, True
+    if value < INT64_MIN:
+        return INT64_MIN, j, True
+    return value, j, False
+
+
+def load_param(text: str | None, default: int) -> int:
+    """ncclLoadParam (src/misc/param.cc, every tag): unset or empty -> default; strtoll base 0,
+    trailing characters ignored; errno (overflow) -> default."""
+    if text is None or text == "":
+        return default
+    value, _, erange = strtoll(text)
+    return default if erange else value
+
+
+def to_int(value: int) -> int:
+    """int64_t -> int as gcc converts it (modulo 2**32): NCCL stores most params in an int."""
+    value &= 0xFFFFFFFF
+    return value - 2**32 if value >= 2**31 else value
+
+
+def get_nthreads(env: int, lo: int, hi: int, default: int, warp: int = 32) -> int:
+    """getNthreads (src/graph/tuning.cc:15, 2.30.7:17): > 0 must be a multiple of the warp size
+    (else max), above max -> max, below min -> min; <= 0 -> default."""
+    if env > 0:
+        if env % warp != 0:
+            return hi
+        if env > hi:
+            return hi
+        if env < lo:
+            return lo
+        return env
+    return default
+
+
+def parse_list_flat(value: str, elems) -> list[int]:
+    """parseList up to 2.23 (src/graph/tuning.cc:34): '^' first -> unlisted 1, listed 0; else
+    unlisted 0, listed 1; tokens by strtok(','), compared with strcasecmp; unknown ones ignored."""
+    invert = value.startswith("^")
+    body = value[1:] if invert else value
+    out = [1 if invert else 0] * len(elems)
+    for _, tok in strtok(body, ","):
+        for i, e in enumerate(elems):
+            if strcasecmp_eq(tok, e):
+                out[i] = 0 if invert else 1
+    return out
+
+
+def parse_list_prefixed(value: str, prefixes, elems, start: list[int]):
+    """parseList since 2.24 (2.24.3 src/graph/tuning.cc:53): entries by strtok(';'); each entry
+    split by strtok(':') into prefix and list (no list -> the prefix is the list, allowed only when
+    the entry starts the string); '^' -> listed 0, others 1. Returns (list, problem) where problem
+    is None or (kind, token): kind 'first-prefix' | 'element' | 'prefix' (init fails)."""
+    out = list(start)
+    nel = len(elems)
+    for pos, entry in strtok(value, ";"):
+        parts = strtok(entry, ":")
+        prefix = parts[0][1] if parts else None
+        elem_list = parts[1][1] if len(parts) > 1 else None
+        if elem_list is None:
+            if pos != 0:
+                return out, ("first-prefix", entry)
+            elem_list, prefix = prefix, None
+        unset = elem_list.startswith("^")
+        if unset:
+            elem_list = elem_list[1:]
+        found = False
+        for p, name in enumerate(prefixes):
+            if prefix is not None and not strcasecmp_eq(prefix, name):
+                continue
+            found = True
+            for e in range(nel):
+                out[p * nel + e] = 1 if unset else 0
+            for _, tok in strtok(elem_list, ","):
+                hit = [e for e in range(nel) if strcasecmp_eq(tok, elems[e])]
+                if not hit:
+                    return out, ("element", tok)
+                out[p * nel + hit[0]] = 0 if unset else 1
+        if not found:
+            return out, ("prefix", prefix)
+    return out, None
+
+
+def trim30(text: str) -> str:
+    """nccl::param::utils::trim (2.30.7; utils.h is not among the copies): assumed to strip C
+    whitespace at both ends. The differential harness uses the same definition."""
+    return text.strip(C_SPACE)
+
+
+def iequals30(a: str, b: str) -> bool:
+    """nccl::param::utils::iequals (2.30.7, not among the copies): ASCII case-insensitive equality."""
+    return strcasecmp_eq(a, b)
+
+
+def one_of30(value: str, names) -> int | None:
+    """oneOfResolve (2.30.7 src/include/param/parser_enum.h:18): trimmed, case-insensitive, the
+    first matching option; empty or unknown -> None (ncclInvalidArgument)."""
+    token = trim30(value)
+    if not token:
+        return None
+    for i, name in enumerate(names):
+        if iequals30(name, token):
+            return i
+    return None
+
+
+def bitset30(value: str, options, width: int = 64) -> int | None:
+    """bitsetResolve (2.30.7 src/include/param/parser_bitset.h:24): optional leading '^' inverts;
+    pieces split on ',' (empty pieces kept and skipped), each trimmed; one unknown piece rejects the
+    whole value (None). options: [(name, mask)]."""
+    full = (1 << width) - 1
+    invert = value.startswith("^")
+    body = value[1:] if invert else value
+    res = full if invert else 0
+    for piece in body.split(","):
+        token = trim30(piece)
+        if not token:
+            continue
+        hit = [m for n, m in options if iequals30(n, token)]
+        if not hit:
+            return None
+        res = res & ~hit[0] & full if invert else res | hit[0]
+    return res
+
+
+def debug_subsys_old(value: str, options, width: int = 64) -> int:
+    """The NCCL_DEBUG_SUBSYS loop of ncclDebugInit up to 2.27 (src/debug.cc, e.g. 2.27.7:67-110):
+    '^' inverts, strtok(','), strcasecmp; unknown names are skipped silently."""
+    full = (1 << width) - 1
+    invert = value.startswith("^")
+    body = value[1:] if invert else value
+    mask = full if invert else 0
+    for _, tok in strtok(body, ","):
+        hit = [m for n, m in options if strcasecmp_eq(tok, n)]
+        if hit and hit[0]:
+            mask = mask & ~hit[0] & full if invert else mask | hit[0]
+    return mask
+
+
+def debug_level_old(value: str | None, names) -> int | None:
+    """NCCL_DEBUG up to 2.27 (src/debug.cc, e.g. 2.18.6:28-42): unset -> NONE (returned as -1 ...
+    here None means 'no level matched': NCCL keeps level -1, prints nothing and re-reads the
+    variable at every log call)."""
+    if value is None:
+        return -1
+    for i, name in enumerate(names):
+        if strcasecmp_eq(value, name):
+            return i
+    return None
+
+
+def get_level(value: str, names, old_levels) -> int | None:
+    """ncclGetLevel's level part (src/graph/paths.cc, e.g. 2.30.7:256-272): exact strcmp against
+    the path names up to SYS; else, when the first char is a digit, strtol(base 0) clamped to the
+    legacy table; else None (NCCL ignores it and keeps its automatic choice)."""
+    for i, name in enumerate(names):
+        if value == name:
+            return i
+    if value[:1] in tuple("0123456789"):
+        old, _, _ = strtoll(value)
+        old = min(to_int(old), len(old_levels) - 1)     # strtol -> int oldLevel, clamped
+        return old_levels[old] if old >= 0 else None    # (a wrapped negative index is UB in C)
+    return None

@@ -1,0 +1,259 @@
+"""NCCL facts per source tag, each with the file:line it was read from.
+
+The tags are the NCCL source copies in ../shared/reference/nccl/src (nccl-<tag>/...). A version
+between two tags is checked with the nearest tag at or below its major.minor (said in the output);
+below the oldest copy, with the oldest. Every fact below names its source line; CITES maps a rule
+key to {tag: line} in one file, and tests/test_nccl_rules.py checks that each cited line still
+holds the quoted text in the copies, so a wrong citation fails a test.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TAGS = ((2, 18, 6), (2, 21, 5), (2, 23, 4), (2, 24, 3), (2, 27, 7), (2, 30, 7))
+OLDEST, NEWEST = TAGS[0], TAGS[-1]
+
+
+def vstr(v) -> str:
+    return ".".join(str(x) for x in v)
+
+
+def rules_tag(version: tuple) -> tuple[tuple, str | None]:
+    """-> (tag whose rules apply, a note saying so when the tag is not the version itself)."""
+    below = [t for t in TAGS if t[:2] <= tuple(version[:2])]
+    if not below:
+        return OLDEST, (f"older than the oldest NCCL source copy ({vstr(OLDEST)}); checked with "
+                        f"{vstr(OLDEST)}'s rules")
+    tag = below[-1]
+    if tuple(version) == tag:
+        return tag, None
+    if tuple(version) > NEWEST:
+        return tag, f"newer than the newest NCCL source copy; checked with {vstr(tag)}'s rules"
+    return tag, (f"no source copy of this exact version; checked with {vstr(tag)}, the nearest "
+                 f"copied NCCL release at or below {version[0]}.{version[1]}")
+
+
+@dataclass(frozen=True)
+class Cite:
+    file: str          # path inside nccl-<tag>/
+    quote: str         # text the cited line contains
+    lines: dict        # tag -> line number
+
+
+def _c(file, quote, **lines):
+    return Cite(file, quote, {tuple(int(x) for x in k[1:].split("_")): v for k, v in lines.items()})
+
+
+T = "src/graph/tuning.cc"
+CITES = {
+    "parse_list": _c(T, "ncclResult_t parseList(", v2_18_6=34, v2_21_5=34, v2_23_4=34,
+                     v2_24_3=53, v2_27_7=53, v2_30_7=55),
+    "list_strtok": _c(T, 'strtok_r(tokStr, ",", &tmpStr)', v2_18_6=44, v2_21_5=44, v2_23_4=44,
+                      v2_24_3=89, v2_27_7=93, v2_30_7=99),
+    "unknown_element": _c(T, 'WARN("Unrecognized element token', v2_24_3=99, v2_27_7=103,
+                          v2_30_7=109),
+    "unknown_prefix": _c(T, 'WARN("Unrecognized prefix token', v2_24_3=107, v2_27_7=113,
+                         v2_30_7=119),
+    "first_prefix": _c(T, 'WARN("All entries except the first must have a prefix', v2_24_3=67,
+                       v2_27_7=70, v2_30_7=73),
+    "fulltoken_check": _c(T, "if (fullToken != fullStr) {", v2_24_3=63, v2_27_7=66, v2_30_7=69),
+    "ll128_default": _c(T, "protoEnable", v2_18_6=246, v2_21_5=270, v2_23_4=289,
+                        v2_24_3=352, v2_27_7=389, v2_30_7=446),
+    "ll128_platform": _c(T, "if (pEnable == 2 && p == NCCL_PROTO_LL128) {", v2_18_6=282,
+                         v2_21_5=305, v2_23_4=324, v2_24_3=420, v2_27_7=457, v2_30_7=518),
+    "collnet_fallback": _c(T, "algoEnable[NCCL_ALGO_RING] = algoEnable[NCCL_ALGO_TREE] = 1;",
+                           v2_18_6=270, v2_21_5=294, v2_23_4=313),
+    "ring_never_disabled": _c(T, "// Never disable ring for non-allreduce operations",
+                              v2_18_6=296),
+    "ring_restore": _c(T, "/* at least set ring algo available */", v2_21_5=332, v2_23_4=352),
+    "ringbdw_zero": _c(T, "if (a == NCCL_ALGO_RING && pEnable == 0) comm->ringbdw[c][p] = 0;",
+                       v2_23_4=339),
+    "bcast_ring_only": _c(T, "ncclFuncBroadcast", v2_18_6=166, v2_21_5=166, v2_23_4=170,
+                          v2_24_3=233, v2_27_7=255, v2_30_7=294),
+    "ag_algos": _c(T, "ncclFuncAllGather", v2_18_6=169, v2_21_5=169, v2_23_4=171, v2_24_3=234,
+                   v2_27_7=256, v2_30_7=295),
+    "ar_no_pat": _c(T, "if (coll == ncclFuncAllReduce && a == NCCL_ALGO_PAT) continue;",
+                    v2_23_4=174, v2_24_3=237, v2_27_7=259, v2_30_7=298),
+    "nvls_simple": _c(T, "(a == NCCL_ALGO_NVLS || a == NCCL_ALGO_NVLS_TREE) && p != NCCL_PROTO_SIMPLE",
+                      v2_18_6=172, v2_21_5=172, v2_23_4=177, v2_24_3=240, v2_27_7=262, v2_30_7=301),
+    "collnet_simple": _c(T, "if (a == NCCL_ALGO_COLLNET_DIRECT && p != NCCL_PROTO_SIMPLE) busBw = 0;",
+                         v2_18_6=184, v2_21_5=186, v2_23_4=194, v2_24_3=257, v2_27_7=286,
+                         v2_30_7=338),
+    "pat_simple": _c(T, "a == NCCL_ALGO_PAT", v2_23_4=179, v2_24_3=242, v2_27_7=264, v2_30_7=302),
+    "get_nthreads": _c(T, "static int getNthreads(const char* name, int env, int min, int max, int def) {",
+                       v2_18_6=15, v2_21_5=15, v2_23_4=15, v2_24_3=15, v2_27_7=15, v2_30_7=17),
+    "nthreads_param": _c(T, 'NCCL_PARAM(Nthreads, "NTHREADS", -2);', v2_18_6=12, v2_21_5=12,
+                         v2_23_4=12, v2_24_3=12, v2_27_7=12, v2_30_7=14),
+    "nthreads_call": _c(T, 'getNthreads("NCCL_NTHREADS", ncclParamNthreads(), 2', v2_18_6=123,
+                        v2_21_5=123, v2_23_4=130, v2_24_3=194, v2_27_7=216, v2_30_7=247),
+    "ll128_nthreads_call": _c(T, 'getNthreads("NCCL_LL128_NTHREADS", ncclParamLl128Nthreads(), NCCL_LL128_MAX_NTHREADS',
+                              v2_18_6=133, v2_21_5=133, v2_23_4=140, v2_24_3=204, v2_27_7=226,
+                              v2_30_7=256),
+    "no_algorithm": _c("src/enqueue.cc", "o algorithm/protocol available", v2_18_6=1182,
+                       v2_21_5=1528, v2_23_4=1848, v2_24_3=1656, v2_27_7=1825, v2_30_7=2063),
+    "algo_names": _c("src/init.cc", "const char* ncclAlgoStr[NCCL_NUM_ALGORITHMS] =", v2_18_6=38,
+                     v2_21_5=40, v2_23_4=40, v2_24_3=41, v2_27_7=45, v2_30_7=53),
+    "func_names": _c("src/init.cc", "const char* ncclFuncStr[NCCL_NUM_FUNCTIONS] =", v2_18_6=37,
+                     v2_21_5=39, v2_23_4=39, v2_24_3=40, v2_27_7=44, v2_30_7=52),
+    "proto_names": _c("src/init.cc", "const char* ncclProtoStr[NCCL_NUM_PROTOCOLS] =", v2_18_6=39,
+                      v2_21_5=41, v2_23_4=41, v2_24_3=42, v2_27_7=46, v2_30_7=55),
+    "int_strtoll": _c("src/misc/param.cc", "value = strtoll(str, nullptr, 0);", v2_18_6=70,
+                      v2_21_5=70, v2_23_4=81, v2_24_3=81, v2_27_7=82, v2_30_7=95),
+    "int_empty": _c("src/misc/param.cc", "if (str && strlen(str) > 0) {", v2_18_6=68, v2_21_5=68,
+                    v2_23_4=79, v2_24_3=79, v2_27_7=80, v2_30_7=93),
+    "maxchannels": _c("src/include/device.h", "#define MAXCHANNELS", v2_21_5=54, v2_23_4=62,
+                      v2_24_3=62, v2_27_7=87, v2_30_7=91),
+    "simple_max_nthreads": _c("src/include/device.h", "#define NCCL_SIMPLE_MAX_NTHREADS 512",
+                              v2_21_5=56, v2_23_4=66, v2_24_3=66, v2_27_7=91, v2_30_7=95),
+    "ll128_max_nthreads": _c("src/include/device.h", "#define NCCL_LL128_MAX_NTHREADS 640",
+                             v2_21_5=74, v2_23_4=85, v2_24_3=85, v2_27_7=110, v2_30_7=114),
+    "nccl_steps": _c("src/include/device.h", "#define NCCL_STEPS 8", v2_21_5=22, v2_23_4=24,
+                     v2_24_3=24, v2_27_7=25, v2_30_7=26),
+    "min_nchannels_clamp": _c("src/graph/connect.cc", "if (minNchannels > MAXCHANNELS) {",
+                              v2_18_6=321, v2_21_5=330, v2_23_4=335, v2_24_3=335, v2_27_7=332,
+                              v2_30_7=338),
+    "min_nchannels_neg": _c("src/graph/connect.cc", "if (minNchannels < 0) minNchannels = 0;",
+                            v2_18_6=325, v2_21_5=334, v2_23_4=339, v2_24_3=339, v2_27_7=336,
+                            v2_30_7=342),
+    "max_nchannels_clamp": _c("src/graph/connect.cc",
+                              "if (maxNchannels > MAXCHANNELS) maxNchannels = MAXCHANNELS;",
+                              v2_18_6=332, v2_21_5=341, v2_23_4=350, v2_24_3=350, v2_27_7=347,
+                              v2_30_7=353),
+    "max_nchannels_one": _c("src/graph/connect.cc", "if (maxNchannels < 1) {", v2_18_6=333,
+                            v2_21_5=342, v2_23_4=351, v2_24_3=351, v2_27_7=348, v2_30_7=354),
+    "per_peer_param": _c("src/graph/paths.cc", 'NCCL_PARAM(NChannelsPerNetPeer, "NCHANNELS_PER_NET_PEER"',
+                         v2_18_6=667, v2_21_5=692, v2_23_4=688, v2_24_3=735, v2_27_7=796),
+    "per_peer_param_30": _c("src/init.cc", 'NCCL_PARAM(NChannelsPerNetPeer, "NCHANNELS_PER_NET_PEER", NCCL_CONFIG_UNDEF_INT);',
+                            v2_30_7=1729),
+    "per_peer_auto": _c("src/graph/paths.cc", "if (nNetChannels ==", v2_21_5=715, v2_23_4=711,
+                        v2_24_3=758, v2_27_7=819, v2_30_7=944),
+    "per_peer_shrink": _c("src/graph/paths.cc", "comm->config.nChannelsPerNetPeer == NCCL_CONFIG_UNDEF_INT",
+                          v2_30_7=993),
+    "buffsize_param": _c("src/init.cc", 'NCCL_PARAM(BuffSize, "BUFFSIZE", -2);', v2_18_6=504,
+                         v2_21_5=545, v2_23_4=602, v2_24_3=599, v2_27_7=621, v2_30_7=814),
+    "buffsize_default": _c("src/init.cc", "#define DEFAULT_BUFFSIZE (1 << 22) /* 4MiB */",
+                           v2_18_6=502, v2_21_5=544, v2_23_4=601, v2_24_3=598, v2_27_7=620,
+                           v2_30_7=813),
+    "buffsize_use": _c("src/init.cc", "envs[p] != -2 ? envs[p] : defaults[p];", v2_18_6=522,
+                       v2_21_5=561, v2_23_4=618, v2_24_3=612, v2_27_7=634, v2_30_7=827),
+    "net_chunk_param": _c("src/init.cc", 'NCCL_PARAM(P2pNetChunkSize, "P2P_NET_CHUNKSIZE", (1 << 17));',
+                          v2_18_6=508, v2_21_5=549, v2_23_4=606, v2_24_3=603, v2_27_7=625,
+                          v2_30_7=818),
+    "chunk_clamp": _c("src/init.cc", "if (comm->p2pChunkSize * NCCL_STEPS > comm->buffSizes[NCCL_PROTO_SIMPLE])",
+                      v2_21_5=569, v2_23_4=626, v2_24_3=620, v2_27_7=642, v2_30_7=842),
+    "debug_levels": _c("src/debug.cc", 'strcasecmp(nccl_debug, "VERSION")', v2_18_6=32,
+                       v2_21_5=33, v2_23_4=37, v2_24_3=38, v2_27_7=51),
+    "debug_level_unset": _c("src/debug.cc", "int tempNcclDebugLevel = -1;", v2_18_6=29,
+                            v2_21_5=30, v2_23_4=34, v2_24_3=35, v2_27_7=42),
+    "debug_subsys_strtok": _c("src/debug.cc", 'char *subsys = strtok(ncclDebugSubsys, ",");',
+                              v2_18_6=54, v2_21_5=55, v2_23_4=59, v2_24_3=60, v2_27_7=73),
+    "debug_level_param": _c("src/debug.cc", "DEFINE_NCCL_PARAM(ncclParamDebugLevel", v2_30_7=45),
+    "debug_subsys_param": _c("src/debug.cc", "DEFINE_NCCL_PARAM(ncclParamDebugSubsys", v2_30_7=55),
+    "enum_resolve": _c("src/include/param/parser_enum.h",
+                       "std::string token = nccl::param::utils::trim(std::string(input));",
+                       v2_30_7=22),
+    "bitset_reject": _c("src/include/param/parser_bitset.h", "if (!found) return ncclInvalidArgument;",
+                        v2_30_7=51),
+    "level_strcmp": _c("src/graph/paths.cc", "if (strcmp(str, topoPathTypeStr[i]) == 0) {",
+                       v2_18_6=225, v2_21_5=227, v2_23_4=225, v2_24_3=225, v2_27_7=232,
+                       v2_30_7=259),
+    "level_legacy": _c("src/graph/paths.cc", "if (l == -1 && str[0] >= '0' && str[0] <= '9') {",
+                       v2_18_6=234, v2_21_5=236, v2_23_4=234, v2_24_3=234, v2_27_7=241,
+                       v2_30_7=268),
+    "level_table": _c("src/graph/paths.cc", "levelsOldToNew[] =", v2_18_6=210, v2_21_5=212,
+                      v2_23_4=209, v2_24_3=209, v2_27_7=216, v2_30_7=243),
+    "p2p_disable": _c("src/graph/paths.cc", "if (disable == 1) l =", v2_18_6=218, v2_21_5=220,
+                      v2_23_4=217, v2_24_3=217, v2_27_7=224, v2_30_7=251),
+}
+
+
+def cite(key: str, tag: tuple) -> str:
+    """'nccl-2.24.3/src/graph/tuning.cc:99' for the tag, or the nearest older tag that has it."""
+    c = CITES[key]
+    have = [t for t in sorted(c.lines) if t <= tag] or sorted(c.lines)
+    t = have[-1]
+    return f"nccl-{vstr(t)}/{c.file}:{c.lines[t]}"
+
+
+def has(key: str, tag: tuple) -> bool:
+    return tag in CITES[key].lines
+
+
+# ---- facts per tag (each line names its citation key) -------------------------------------
+
+FUNCS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")      # func_names
+PROTOS = ("LL", "LL128", "Simple")                                                # proto_names
+
+
+def algorithms(tag) -> tuple:                                                     # algo_names
+    base = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree")
+    return base + (("PAT",) if tag >= (2, 23, 4) else ())
+
+
+def coll_algorithms(coll: str, tag) -> set:
+    """Algorithms the tuning model gives a bandwidth for this collective (bcast_ring_only,
+    ag_algos, ar_no_pat)."""
+    if coll in ("Broadcast", "Reduce"):
+        return {"Ring"}
+    if coll in ("AllGather", "ReduceScatter"):
+        if tag < (2, 21, 5):
+            return {"Ring"}
+        return {"Ring", "NVLS", "CollNetDirect"} | ({"PAT"} if tag >= (2, 23, 4) else set())
+    return {"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"}
+
+
+# algorithms that run only with Simple (nvls_simple, collnet_simple, pat_simple)
+SIMPLE_ONLY = {"CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
+# algorithms available only on some hardware / setups (NVLink SHARP, CollNet plugin, PAT's
+# one-GPU-per-node case): a collective left with only these fails elsewhere
+CONDITIONAL = {"CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
+
+WARP_SIZE = 32
+NTHREADS = (64, 512)            # nthreads_call: min 2*WARP_SIZE, max NCCL_SIMPLE_MAX_NTHREADS
+LL128_NTHREADS = (160, 640)     # ll128_nthreads_call: NCCL_LL128_MAX_NTHREADS/4 .. 640
+NCCL_STEPS = 8                  # nccl_steps
+DEFAULT_BUFFSIZE = 1 << 22      # buffsize_default
+DEFAULT_NET_CHUNK = 1 << 17     # net_chunk_param
+
+
+def maxchannels(tag) -> int:
+    """maxchannels (2.18.6's devcomm.h is not among the copies: 32 as in 2.21.5)."""
+    return 64 if tag >= (2, 27, 7) else 32
+
+
+def per_peer_default(tag) -> str:
+    """per_peer_param: 2 in 2.18.6; -1 = automatic (per_peer_auto) from 2.21.5."""
+    return "2" if tag < (2, 21, 5) else "auto"
+
+
+def debug_levels(tag) -> tuple:
+    """debug_levels / debug_level_param: the names NCCL_DEBUG accepts (same five in every tag)."""
+    return ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
+
+
+def debug_subsys(tag) -> tuple:
+    """debug_subsys_strtok / debug_subsys_param: NCCL_DEBUG_SUBSYS names per tag."""
+    names = ["INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL",
+             "PROXY", "NVLS"]
+    if tag >= (2, 21, 5):
+        names += ["BOOTSTRAP", "REG"]
+    if tag >= (2, 23, 4):
+        names += ["PROFILE"]
+    if tag >= (2, 24, 3):
+        names += ["RAS"]
+    if tag >= (2, 30, 7):
+        names.insert(names.index("CALL"), "ALLOC_HOST")
+        names += ["DESTROY"]
+    return tuple(names + ["ALL"])
+
+
+def path_levels(tag) -> tuple:
+    """level_strcmp: the names ncclGetLevel compares against (topoPathTypeStr up to PATH_SYS).
+    topo.h/topo.cc are not among the copies: the set is the PATH_* levels paths.cc of that tag
+    uses below NET, in NCCL's order; C2C and P2C appear from 2.27.7."""
+    if tag >= (2, 27, 7):
+        return ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "P2C", "PHB", "SYS")
+    return ("LOC", "NVL", "NVB", "PIX", "PXB", "PXN", "PHB", "SYS")
+
+
+LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")   # level_table
