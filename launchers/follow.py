@@ -76,7 +76,7 @@ def run_logs(run_dir: str, rank: int | None = None, prefix: bool = True) -> Sour
 def node_logs(run_dir: str, node: int) -> Source:
     """One node's agent.log ("[nK agent] ") and rank logs ("[nK rR] "): what an SSH host streams back."""
     def sources():
-        d = layout.node_log_dir(run_dir, node)
+        d = layout.path(run_dir, "node_logs", node=node)
         for name in sorted(os.listdir(d)) if os.path.isdir(d) else ():
             if name == "agent.log":
                 yield f"[n{node} agent] ", os.path.join(d, name)

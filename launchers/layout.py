@@ -1,19 +1,11 @@
-"""Where everything lives in a run directory: the one place its paths are spelled.
+"""Where everything lives in a run directory: the one place its paths are spelled (FILES below).
 
 Stdlib only and free of side effects except the two small atomic writers at the end: every side uses it --
 the launcher, each rank's wrapper (launchers.rankexec), an SSH host's agent (launchers.remote) and a Slurm
-node (launchers.backends.slurm.node) -- so none of them spells a path of its own.
-
-    run.yaml                       resolved spec, per-node commands, versions, attempts
-    status.json                    state, attempt, per-node exit codes, first failure (RunDir writes it)
-    status/rank<R>.json            how rank R ended (written through RunDir by its wrapper)
-    status/node<K>.json            how node K ended (Slurm nodes)
-    status/.lock                   the lock every writer of status.json and the records holds
-    logs/node<K>/rank<R>.log       rank R's output, appended per attempt after a header line
-    logs/node<K>/agent.log         the torchrun agent's output
-    checkpoints/step-<N>/, latest  written by the job (launchers.ckptptr owns `latest`)
-    metrics.jsonl, final.json      written by the job (rank 0)
-    slurm/                         Slurm only: submitit's folder (sbatch output, pickles), node spec, rendezvous
+node (launchers.backends.slurm.node) -- so none of them spells a path of its own. Who writes what:
+RunDir (launchers.rundir) writes run.yaml, status.json and the records; the job writes its logs (through
+the rank wrapper and the agents), checkpoints, metrics.jsonl and final.json; the launcher never overwrites
+anything the job wrote.
 """
 from __future__ import annotations
 
@@ -44,81 +36,41 @@ def choose_run_dir(run_dir: str | None, name: str, root: str | None = None) -> s
     return path
 
 
-def is_run_dir(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, RUN_YAML))
+def is_run_dir(run_dir: str) -> bool:
+    return os.path.isfile(os.path.join(run_dir, RUN_YAML))
 
 
 # ------------------------------------------------------------------------------------------ paths
 
-def run_yaml(run_dir: str) -> str:
-    return os.path.join(run_dir, RUN_YAML)
+FILES = {                                   # what -> path inside the run dir ({fields} filled in by path())
+    "run_yaml": RUN_YAML,                   # resolved spec, per-node commands, versions, attempts
+    "status": STATUS,                       # state, attempt, per-node exit codes, first failure
+    "records": "status",                    # the per-rank and per-node exit records
+    "lock": "status/.lock",                 # held by every writer of status.json and the records
+    "rank_record": "status/rank{rank}.json",
+    "node_record": "status/node{node}.json",
+    "logs": "logs",
+    "node_logs": "logs/node{node}",
+    "rank_log": "logs/node{node}/rank{rank}.log",
+    "agent_log": "logs/node{node}/agent.log",
+    "checkpoints": "checkpoints",           # step-<N>/ and `latest` (launchers.ckptptr), written by the job
+    "metrics": "metrics.jsonl",             # written by the job (rank 0)
+    "slurm": "slurm",                       # submitit's folder: sbatch output, pickles, the files below
+    "slurm_jobs": "slurm/jobs",             # "<attempt> <job id>" per submission
+    "node_spec": "slurm/spec-a{attempt}.json",                  # what the launcher resolved for the nodes
+    "rendezvous": "slurm/master-{job}-{step}-r{restart}.json",  # node 0's address and port
+}
 
 
-def status_json(run_dir: str) -> str:
-    return os.path.join(run_dir, STATUS)
-
-
-def records_dir(run_dir: str) -> str:
-    return os.path.join(run_dir, "status")
-
-
-def status_lock(run_dir: str) -> str:
-    return os.path.join(records_dir(run_dir), ".lock")
-
-
-def rank_record(run_dir: str, rank: int) -> str:
-    return os.path.join(records_dir(run_dir), f"rank{rank}.json")
-
-
-def node_record(run_dir: str, node: int) -> str:
-    return os.path.join(records_dir(run_dir), f"node{node}.json")
-
-
-def logs_dir(run_dir: str) -> str:
-    return os.path.join(run_dir, "logs")
-
-
-def node_log_dir(run_dir: str, node: int) -> str:
-    return os.path.join(logs_dir(run_dir), f"node{node}")
-
-
-def rank_log(run_dir: str, node: int, rank: int) -> str:
-    return os.path.join(node_log_dir(run_dir, node), f"rank{rank}.log")
-
-
-def agent_log(run_dir: str, node: int) -> str:
-    return os.path.join(node_log_dir(run_dir, node), "agent.log")
-
-
-def checkpoint_dir(run_dir: str) -> str:
-    return os.path.join(run_dir, "checkpoints")
-
-
-def metrics(run_dir: str) -> str:
-    return os.path.join(run_dir, "metrics.jsonl")
-
-
-def slurm_dir(run_dir: str) -> str:
-    """Slurm's folder in the run dir: submitit's (sbatch output, pickles) and the node task's files."""
-    return os.path.join(run_dir, "slurm")
-
-
-def slurm_jobs(run_dir: str) -> str:
-    return os.path.join(slurm_dir(run_dir), "jobs")
-
-
-def node_spec(run_dir: str, base_attempt: int) -> str:
-    return os.path.join(slurm_dir(run_dir), f"spec-a{base_attempt}.json")
-
-
-def rendezvous(run_dir: str, job_id: str, step: str, restart: int) -> str:
-    return os.path.join(slurm_dir(run_dir), f"master-{job_id}-{step}-r{restart}.json")
+def path(run_dir: str, what: str, **fields: object) -> str:
+    """The path of `what` (a key of FILES) in run_dir, e.g. path(d, "rank_log", node=1, rank=3)."""
+    return os.path.join(run_dir, FILES[what].format(**fields))
 
 
 def rank_logs(run_dir: str) -> list[tuple[int, int, str]]:
     """(node, rank, path) for every rank log present, ordered by rank."""
     found = []
-    base = logs_dir(run_dir)
+    base = path(run_dir, "logs")
     for node_dir in os.listdir(base) if os.path.isdir(base) else ():
         if not (node_dir.startswith("node") and node_dir[4:].isdigit()):
             continue

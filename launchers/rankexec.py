@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     rank, node = int(env.get("RANK", "0")), int(env.get("NODE_RANK", "0"))
     attempt = int(env.get("LAUNCH_ATTEMPT", "0"))
     run_dir = env.get("LAUNCH_RUN_DIR") or os.getcwd()
-    log = layout.rank_log(run_dir, node, rank)
+    log = layout.path(run_dir, "rank_log", node=node, rank=rank)
     os.makedirs(os.path.dirname(log), exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     header = (f"===== launch attempt {attempt} | rank {rank} of {env.get('WORLD_SIZE', '?')} | node {node} | "

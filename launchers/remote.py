@@ -152,7 +152,7 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, grace: float 
 def run(node: int, pid_file: str, argv: list[str], grace: float = GRACE, stream: bool = True) -> int:
     run_id = os.environ[procs.TAG]
     run_dir = os.environ["LAUNCH_RUN_DIR"]
-    log = layout.agent_log(run_dir, node)
+    log = layout.path(run_dir, "agent_log", node=node)
     os.makedirs(os.path.dirname(log), exist_ok=True)
     got: list[int] = []
     for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):

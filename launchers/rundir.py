@@ -59,8 +59,8 @@ class RunDir:
         except FileExistsError:
             raise LaunchError(f"run dir {spec.run_dir!r} already exists; use `launch resume`") from None
         rd = cls(spec.run_dir)
-        for sub in (layout.logs_dir, layout.checkpoint_dir, layout.records_dir):
-            os.makedirs(sub(rd.path), exist_ok=True)
+        for sub in ("logs", "checkpoints", "records"):
+            os.makedirs(layout.path(rd.path, sub), exist_ok=True)
         rd.write_run_yaml({
             "run_id": run_id,
             "created": now(),
@@ -82,7 +82,7 @@ class RunDir:
     # ------------------------------------------------------------------ run.yaml
     @property
     def run_yaml_path(self) -> str:
-        return layout.run_yaml(self.path)
+        return layout.path(self.path, "run_yaml")
 
     def read_run_yaml(self) -> dict[str, Any]:
         import yaml      # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
@@ -128,8 +128,8 @@ class RunDir:
         with _held_guard:
             depth, f = _held.get(self.path, (0, None))
             if depth == 0:
-                os.makedirs(layout.records_dir(self.path), exist_ok=True)
-                f = open(layout.status_lock(self.path), "a")
+                os.makedirs(layout.path(self.path, "records"), exist_ok=True)
+                f = open(layout.path(self.path, "lock"), "a")
                 fcntl.flock(f, fcntl.LOCK_EX)
             _held[self.path] = (depth + 1, f)
             try:
@@ -144,7 +144,7 @@ class RunDir:
 
     @property
     def status_path(self) -> str:
-        return layout.status_json(self.path)
+        return layout.path(self.path, "status")
 
     def read_status(self) -> dict[str, Any]:
         data = layout.read_json(self.status_path)
@@ -174,12 +174,12 @@ class RunDir:
 
     # ------------------------------------------------------------------ per-rank and per-node records
     def write_rank_record(self, rec: dict[str, Any]) -> None:
-        layout.atomic_write(layout.rank_record(self.path, rec["rank"]), json.dumps(rec), durable=False)
+        layout.atomic_write(layout.path(self.path, "rank_record", rank=rec["rank"]), json.dumps(rec), durable=False)
 
     def rank_exits(self, attempt: int) -> list[dict[str, Any]]:
         """Exit records written by each rank's wrapper in this attempt, earliest first."""
         out = []
-        d = layout.records_dir(self.path)
+        d = layout.path(self.path, "records")
         for name in sorted(os.listdir(d)) if os.path.isdir(d) else ():
             if name.startswith("rank") and name.endswith(".json"):
                 rec = layout.read_json(os.path.join(d, name))
@@ -188,13 +188,13 @@ class RunDir:
         return sorted(out, key=lambda r: r["time"])
 
     def write_node_record(self, node: int, rec: dict[str, Any]) -> None:
-        layout.atomic_write(layout.node_record(self.path, node), json.dumps(rec), durable=False)
+        layout.atomic_write(layout.path(self.path, "node_record", node=node), json.dumps(rec), durable=False)
 
     def node_records(self, nnodes: int, attempt: int) -> dict[int, dict[str, Any]]:
         """Node records of this attempt (node -> record)."""
         out = {}
         for k in range(nnodes):
-            rec = layout.read_json(layout.node_record(self.path, k))
+            rec = layout.read_json(layout.path(self.path, "node_record", node=k))
             if rec is not None and rec.get("attempt") == attempt:
                 out[k] = rec
         return out
@@ -247,10 +247,10 @@ class RunDir:
 
     # ------------------------------------------------------------------ what the job wrote
     def log_dir(self, node: int) -> str:
-        return layout.node_log_dir(self.path, node)
+        return layout.path(self.path, "node_logs", node=node)
 
     def agent_log(self, node: int) -> str:
-        return layout.agent_log(self.path, node)
+        return layout.path(self.path, "agent_log", node=node)
 
     def start_agent_log(self, node: int, attempt: int, command: str, where: str = "") -> str:
         """Append the attempt's header and the node's command to its agent.log; returns the log's path."""
@@ -265,14 +265,14 @@ class RunDir:
 
     @property
     def checkpoint_dir(self) -> str:
-        return layout.checkpoint_dir(self.path)
+        return layout.path(self.path, "checkpoints")
 
     def latest_checkpoint(self) -> str | None:
         return read_latest(self.checkpoint_dir)
 
     def last_step(self) -> int | None:
         try:
-            with open(layout.metrics(self.path), "rb") as f:
+            with open(layout.path(self.path, "metrics"), "rb") as f:
                 f.seek(0, os.SEEK_END)
                 f.seek(max(0, f.tell() - 4096))
                 lines = f.read().decode("utf-8", "replace").strip().splitlines()

@@ -67,7 +67,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         "NNODES": str(spec.nodes),
         "LAUNCH_RUN_DIR": spec.run_dir,
         "LAUNCH_RUN_ID": run_id,
-        "LAUNCH_CHECKPOINT_DIR": layout.checkpoint_dir(spec.run_dir),
+        "LAUNCH_CHECKPOINT_DIR": layout.path(spec.run_dir, "checkpoints"),
         "LAUNCH_ATTEMPT": str(attempt),
         "LAUNCH_DIST_BACKEND": dist_backend,
         "PYTHONUNBUFFERED": "1",

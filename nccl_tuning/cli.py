@@ -142,13 +142,11 @@ def _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, it
 
 def _check_launch_args(backend, extra):
     """Options we pass on must be `launch BACKEND` options (else it would take them as a program)."""
-    from launchers.cli import main as launch_main   # torch-free
-    cmd = launch_main.commands.get(backend)
-    if cmd is None:
+    from launchers.runopts import BACKENDS, cli_flags   # the one declaration of every backend's options
+    if backend not in BACKENDS:
         return
     ours = {"--nodes", "--gpus-per-node", "--run-dir", "--nccl-preset", "--dry-run"}
-    known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)
-             if o.startswith("-")} - ours
+    known = cli_flags(backend) - ours - {"-h", "--help"}
     for a in extra:
         name = a.split("=", 1)[0]
         if a.startswith("-") and name not in known:

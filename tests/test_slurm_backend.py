@@ -14,7 +14,7 @@ import yaml
 
 from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
 from launchers import procs
-from launchers.torchrun import derive_port
+from launchers.ports import derive_port
 
 
 @pytest.fixture(autouse=True)
@@ -270,3 +270,34 @@ def test_node_dying_mid_job_is_requeued_not_waited_on(workdir):
     assert sorted(p.name for p in Path("runs/nf").glob("alive-a1-r*")) == ["alive-a1-r0", "alive-a1-r1"]
     assert not procs.tagged_pids(run_id_of("runs/nf")), "processes of the run are left"
     assert waited < 240, f"launch wait took {waited:.0f} s"
+
+
+def test_a_job_queued_before_the_move_still_runs(workdir):
+    """Jobs queued (or requeued) before the Slurm code moved carry `python -m launchers.slurmnode task RUN/slurm`
+    and `... slurmnode finalize RUN`, and a node spec without `resolved`: the shim and the fallback run them."""
+    from launchers.api import get_backend
+    from launchers.layout import path
+    from launchers.rundir import RunDir, new_run_id, redacted_spec
+    from launchers.spec import build_spec
+    spec = build_spec("slurm", {"nodes": 2, "gpus_per_node": 1, "run_dir": "runs/old", "options": {"time": "10"}},
+                      ["report.py"])
+    run_id = new_run_id(spec)
+    plan = get_backend("slurm").plan(spec, run_id, 0)
+    script = plan.script.replace(f"-m launchers.backends.slurm.task task {spec.run_dir} ",
+                                 f"-m launchers.slurmnode task {spec.run_dir}/slurm ")
+    script = script.replace("-m launchers.backends.slurm.task finalize ", "-m launchers.slurmnode finalize ")
+    assert "launchers.backends" not in script and script.count("launchers.slurmnode") == 2
+    rd = RunDir.create(spec, run_id, plan.record())
+    os.makedirs(path(rd.path, "slurm"))
+    Path(path(rd.path, "node_spec", attempt=0)).write_text(json.dumps({"run_id": run_id, "spec": redacted_spec(spec)}))
+    job = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True,
+                         check=True).stdout.strip().split(";")[0]
+    Path(path(rd.path, "slurm_jobs")).write_text(f"0 {job}\n")
+    rd.update_status(slurm_job_id=job)
+    p = run_launch("wait", "runs/old", timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    st = read_json("runs/old/status.json")
+    assert st["state"] == "COMPLETED" and st["nodes"] == {"0": 0, "1": 0}
+    reps = records("runs/old")
+    assert sorted(r["rank"] for r in reps) == [0, 1] and {r["world"] for r in reps} == {2}
+    assert {r["sum"] for r in reps} == {3.0}

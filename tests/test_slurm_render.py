@@ -48,9 +48,9 @@ def test_renderer_is_submitits_layout(options, attempt):
     from submitit.slurm.slurm import _make_sbatch_string
 
     from launchers.backends.slurm.render import finalize_command, node_task_command, sbatch_parameters
-    from launchers.layout import slurm_dir
+    from launchers.layout import path
     sp = spec(**options)
-    folder = slurm_dir(sp.run_dir)
+    folder = path(sp.run_dir, "slurm")
     theirs = _make_sbatch_string(command=node_task_command(sp.python, sp.run_dir, attempt), folder=folder,
                                  teardown=[finalize_command(sp.python, sp.run_dir, attempt)], **sbatch_parameters(sp))
     shebang, rest = theirs.split("\n", 1)

@@ -142,7 +142,7 @@ class SSHBackend(Backend):
         cmds = []
         for k in range(len(conns)):
             arg = {"cwd": plan.cwd, "program": list(plan.spec.program),
-                   "dirs": [layout.node_log_dir(plan.node_dir, k)], "ports": tries if k == 0 else []}
+                   "dirs": [layout.path(plan.node_dir, "node_logs", node=k)], "ports": tries if k == 0 else []}
             cmds.append(f"{py} -c {shlex.quote(CHECK)} {shlex.quote(json.dumps(arg))}")
         errors = []
         for k, (h, r) in enumerate(zip(plan.rhosts, run_all(conns, cmds, timeout=60))):

@@ -5,9 +5,10 @@
     submit.py   submission through submitit (in-process, or from the warm submitter the CLI forks)
     status.py   what Slurm says about a job (squeue / scontrol / sacct -c), parsed purely
     backend.py  SlurmBackend: plan (= dry-run), preflight, start, refresh, cancel
+    nodespec.py what the launcher resolved for the nodes (slurm/spec-a<A>.json): they read, never re-derive
     node.py     the per-node task: master address and rendezvous, then the one torchrun command
     requeue.py  the end of an attempt on Slurm: requeue after USR2, or record the result (finalize)
     task.py     the node entry point (`python -m launchers.backends.slurm.task`) and submitit's NodeTask
 
-This package's __init__ imports nothing: a node's start-up imports only env, node and task.
+This package's __init__ imports nothing: a node's start-up imports only env, nodespec, node, requeue and task.
 """

@@ -29,7 +29,8 @@ from ...spec import JobSpec, redact_env
 from ..base import Backend, Plan
 from . import status as slurm_status
 from .env import SlurmEnv
-from .node import resolve_for_nodes, slurm_node_command, write_node_spec
+from .node import slurm_node_command
+from .nodespec import resolve_for_nodes, write_node_spec
 from .render import header_for, render_sbatch, slurm_options, srun_argv
 
 MASTER_SHOWN = "<first host of the allocation, resolved to its address on that host>"
@@ -101,7 +102,7 @@ class SlurmBackend(Backend):
         if SlurmEnv.read().in_allocation:
             return self._start_in_allocation(plan, rd)
         job_id = self._submit(plan, rd)
-        with open(layout.slurm_jobs(rd.path), "a", encoding="utf-8") as f:
+        with open(layout.path(rd.path, "slurm_jobs"), "a", encoding="utf-8") as f:
             f.write(f"{plan.attempt} {job_id}\n")
         rd.update_status(slurm_job_id=job_id)
         print(f"slurm job {job_id} queued; run dir {rd.path}", flush=True)
@@ -114,7 +115,7 @@ class SlurmBackend(Backend):
 
         spec = plan.spec
         req = slurm_submit.SubmitRequest(
-            folder=layout.slurm_dir(rd.path), script=plan.script, nodes=spec.nodes,
+            folder=layout.path(rd.path, "slurm"), script=plan.script, nodes=spec.nodes,
             max_requeues=slurm_options(spec)["max_requeues"], python=spec.python, run_dir=rd.path,
             attempt=plan.attempt, secret_env=secret_env(spec))
         warm = slurm_submit.take()
@@ -153,7 +154,7 @@ class SlurmBackend(Backend):
         env = SlurmEnv.read()
         rd.mark_running(plan.attempt, slurm_job_id=env.job_id, in_allocation=True)
         argv = srun_argv(plan.spec, run_id=plan.run_id, job_id=env.job_id, base_attempt=plan.attempt)
-        os.makedirs(layout.slurm_dir(rd.path), exist_ok=True)
+        os.makedirs(layout.path(rd.path, "slurm"), exist_ok=True)
         print(f"slurm job {env.job_id}: running in the current allocation; run dir {rd.path}", flush=True)
         interrupted: list[int] = []
         srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
@@ -184,7 +185,7 @@ class SlurmBackend(Backend):
         job_id = st.get("slurm_job_id") or last_job(rd)
         if not job_id or st.get("state") in TERMINAL or st.get("in_allocation"):
             return st          # (inside an allocation the launcher records the end itself)
-        job = slurm_status.query(job_id, layout.slurm_dir(rd.path))
+        job = slurm_status.query(job_id, layout.path(rd.path, "slurm"))
         state, reason = slurm_status.to_run_state(job)
         out = dict(st, slurm_job_id=job_id, slurm_state=job.state)
         if job.live:
@@ -260,7 +261,7 @@ def wait_gone(job_id: str) -> None:
 
 def last_job(rd: RunDir) -> str | None:
     try:
-        with open(layout.slurm_jobs(rd.path), encoding="utf-8") as f:
+        with open(layout.path(rd.path, "slurm_jobs"), encoding="utf-8") as f:
             lines = f.read().split()
         return lines[-1] if lines else None
     except OSError:

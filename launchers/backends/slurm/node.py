@@ -1,8 +1,8 @@
 """The per-node task of a Slurm run: one per allocated node (srun, one task per node).
 
 Node rank = SLURM_NODEID; attempt = base attempt + SLURM_RESTART_COUNT. The node reads what the launcher
-resolved (spec, run id, dist backend, the agent's stop settings, max requeues) from slurm/spec-a<A>.json --
-no yaml, no re-derivation. Node 0 (the first host of the allocation) resolves its own non-loopback address,
+resolved (spec, run id, dist backend, the agent's stop settings, max requeues) from slurm/spec-a<A>.json
+(nodespec) -- no yaml, no re-derivation. Node 0 (the first host of the allocation) resolves its own non-loopback address,
 binds a small beacon socket on it (proof that the address is local), chooses the port (--master-port, else
 derived from the Slurm job id, probed) and publishes both in slurm/master-<job>-<step>-r<restart>.json; the
 other nodes read it and check that the beacon answers before starting their agent, so an unreachable master
@@ -23,15 +23,16 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ... import layout, ports, procs
 from ...errors import LaunchError
-from ...rundir import RunDir, exit_fields, redacted_spec, spec_from_record
+from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
 from ...torchrun import NodeCommand, node_command
 from .env import NodelistError, SlurmEnv
+from .nodespec import load_node_spec
+from .requeue import after_stop
 
 MASTER_WAIT_S = 120.0      # other nodes wait this long for node 0 to publish the master address
 BEACON_WAIT_S = 60.0       # ... and this long for node 0's beacon to answer
@@ -39,43 +40,6 @@ BEACON_WAIT_S = 60.0       # ... and this long for node 0's beacon to answer
 
 class NodeError(Exception):
     """A node could not start its part of the job; recorded in status/node<K>.json."""
-
-
-# ------------------------------------------------------------------------------------------ the spec file
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """What a node needs, as the launcher resolved it."""
-    run_id: str
-    spec: JobSpec
-    dist_backend: str
-    agent_env: dict[str, str]
-    max_requeues: int
-
-
-def resolve_for_nodes(spec: JobSpec) -> dict[str, Any]:
-    """The launcher's resolution of what the nodes would otherwise re-derive."""
-    from ..base import dist_backend_for
-    from .render import allocation_env, slurm_options
-    so = slurm_options(spec)
-    return {"dist_backend": dist_backend_for(spec), "agent_env": allocation_env(so["signal_seconds"]),
-            "max_requeues": so["max_requeues"]}
-
-
-def write_node_spec(rd: RunDir, spec: JobSpec, run_id: str, base_attempt: int) -> None:
-    """The submission's spec as JSON next to its sbatch script (same content as run.yaml's, secrets ***)."""
-    layout.atomic_write(layout.node_spec(rd.path, base_attempt), json.dumps(
-        {"run_id": run_id, "spec": redacted_spec(spec), "resolved": resolve_for_nodes(spec)}, indent=1))
-
-
-def load_node_spec(rd: RunDir, base_attempt: int) -> NodeSpec:
-    """This submission's NodeSpec; run dirs from before the JSON file (or its `resolved`) resolve it here."""
-    d = layout.read_json(layout.node_spec(rd.path, base_attempt))
-    if d is None:
-        d = {"run_id": rd.run_id, "spec": rd.read_run_yaml()["spec"]}
-    spec = spec_from_record(d["spec"])
-    r = d.get("resolved") or resolve_for_nodes(spec)
-    return NodeSpec(d["run_id"], spec, r["dist_backend"], dict(r["agent_env"]), int(r["max_requeues"]))
 
 
 def slurm_node_command(spec: JobSpec, node: int, addr: str, port: Any, run_id: str, attempt: int, dist: str,
@@ -184,7 +148,7 @@ class NodeRun:
     def rendezvous(self, hosts: list[str]) -> tuple[str, int]:
         """Node 0 publishes the master address and port; the others read them and check they reach it."""
         spec, job = self.ns.spec, self.env.job_id
-        path = layout.rendezvous(self.rd.path, job, self.env.step_id, self.restart)
+        path = layout.path(self.rd.path, "rendezvous", job=job, step=self.env.step_id, restart=self.restart)
         if self.node == 0:
             addr = master_address(hosts[0], hosts[1] if len(hosts) > 1 else None, spec.nodes)
             beacon = Beacon(addr)
@@ -248,7 +212,6 @@ class NodeRun:
         self.rd.write_node_record(self.node, dict(self.base_rec, state="EXITED", stop_signals=sorted(set(self.stops)),
                                                   error=error, time=time.time(), **exit_fields(code)))
         if self.node == 0 and "SIGUSR2" in self.stops:
-            from .requeue import after_stop
             after_stop(self.rd, self.ns.spec, self.attempt, self.restart, self.env.job_id, self.in_allocation,
                        self.ns.max_requeues)
         return code

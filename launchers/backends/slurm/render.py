@@ -150,8 +150,8 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str) -> str:
     The layout is submitit's `_make_sbatch_string` for these parameters (sorted `#SBATCH` flags, USR2
     --signal, output in the submitit folder, `--open-mode=append`, srun line, teardown); the equivalence is
     a test (tests/test_slurm_render.py). Rendering it here keeps submitit's ~60 ms import off the launcher's
-    start-up; submitit itself submits the script (slurm_submit)."""
-    folder = layout.slurm_dir(spec.run_dir)
+    start-up; submitit itself submits the script (submit.py)."""
+    folder = layout.path(spec.run_dir, "slurm")
     params = {k: v for k, v in sbatch_parameters(spec).items() if v is not None}
     params.pop("stderr_to_stdout")                       # our scripts always merge stderr into stdout
     signal_delay_s = params.pop("signal_delay_s")
@@ -189,7 +189,7 @@ def allocation_env(signal_seconds: int) -> dict[str, str]:
 
 def srun_argv(spec: JobSpec, *, run_id: str, job_id: str, base_attempt: int) -> list[str]:
     """In-allocation mode: one node task per allocated node, in the current allocation."""
-    out = os.path.join(layout.slurm_dir(spec.run_dir), f"alloc-{job_id}-%s-%t.out")
+    out = os.path.join(layout.path(spec.run_dir, "slurm"), f"alloc-{job_id}-%s-%t.out")
     return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
             "--kill-on-bad-exit=0", f"--job-name=launch-{run_id}", f"--output={out}", "--open-mode=append",
             spec.python, "-u", "-m", NODE_ENTRY, "run", spec.run_dir,

@@ -16,6 +16,7 @@ from typing import Any
 from ...rundir import RunDir
 from ...spec import JobSpec
 from .env import SlurmEnv
+from .nodespec import load_node_spec
 
 PEERS_WAIT_S = 30.0        # node 0 waits this long for every node's record before requeueing
 DECIDED = ("REQUEUED", "FAILED", "CANCELLED", "COMPLETED")
@@ -65,7 +66,6 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
     (REQUEUED, FAILED after a stop). A USR2 that ended the step before node 0 could act on it (e.g. during
     start-up: srun status 128+12) is requeued from here. Returns 0 only if every node (so every rank)
     succeeded."""
-    from .node import load_node_spec
     rd = RunDir(run_dir)
     env = SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)

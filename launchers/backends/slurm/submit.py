@@ -32,7 +32,7 @@ class SubmitterGone(Exception):
 @dataclass(frozen=True)
 class SubmitRequest:
     """One submission, as the launcher hands it to submit() (in-process or over the warm submitter's pipe)."""
-    folder: str                 # submitit's folder (layout.slurm_dir of the run dir)
+    folder: str                 # submitit's folder (layout.path(run_dir, "slurm"))
     script: str                 # the plan's sbatch script, submitted verbatim
     nodes: int
     max_requeues: int

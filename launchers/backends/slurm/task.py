@@ -72,7 +72,7 @@ def submitit_task(run_dir: str, base_attempt: int) -> int:
         code, outcome = 1, ("error", traceback.format_exc())
         print(outcome[1], file=sys.stderr, flush=True)
     env = SlurmEnv.read()
-    path = os.path.join(layout.slurm_dir(run_dir), f"{env.submitit_job_id}_{env.procid}_result.pkl")
+    path = os.path.join(layout.path(run_dir, "slurm"), f"{env.submitit_job_id}_{env.procid}_result.pkl")
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
         pickle.dump(outcome, f)
