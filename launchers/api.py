@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from .backends.base import Backend
 from .errors import LaunchError
+from .jobenv import resolve_job_env
 from .rundir import TERMINAL, RunDir, new_run_id
 from .spec import JobSpec
 
@@ -30,27 +31,8 @@ def get_backend(name: str) -> Backend:
     raise LaunchError(f"backend {name!r} is not accepted; choose one of: local, ssh, slurm")
 
 
-def resolve_nccl(spec: JobSpec, out: TextIO) -> JobSpec:
-    """Apply --nccl-preset: its variables join the spec; any error finding stops the launch here."""
-    if not spec.nccl_preset:
-        return spec
-    from nccl_tuning.apply import resolve  # torch-free
-
-    try:
-        env, findings = resolve(spec.nccl_preset, run_dir=spec.run_dir)
-    except ValueError as e:
-        raise LaunchError(str(e).splitlines()[0]) from None
-    errors = [f for f in findings if f.severity == "error"]
-    for f in findings:
-        if f.severity != "error":
-            print(f"launch: nccl {f}", file=out)
-    if errors:
-        raise LaunchError(f"nccl preset {spec.nccl_preset!r} is invalid: {errors[0]}")
-    return spec.replace(nccl_env=tuple(env.items()))
-
-
 def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
-    spec = resolve_nccl(spec, sys.stderr)
+    spec = resolve_job_env(spec, sys.stderr)
     backend = get_backend(spec.backend)
     run_id = new_run_id(spec)
     plan = backend.plan(spec, run_id, attempt=0)
@@ -85,7 +67,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     spec = rd.spec().replace(**{k: v for k, v in changes.items() if v is not None})
     if program_args is not None:
         spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
-    spec = resolve_nccl(spec, sys.stderr)
+    spec = resolve_job_env(spec, sys.stderr)
     attempt = len(rd.read_run_yaml()["attempts"])
     plan = backend.plan(spec, rd.run_id, attempt=attempt)
     spec = plan.spec

@@ -60,6 +60,8 @@ COMMON: tuple[Opt, ...] = (
     Opt("run_dir", S, "Exact run directory (default: <runs root>/<name>-<time>).", in_profile=False),
     Opt("name", S, "Run name (default: from the program)."),
     Opt("env", (dict,), "K=V added to every worker's environment (repeatable).", kind="multi"),
+    Opt("forward_env", (list,), "Pass on the caller's variables matching GLOB, e.g. 'NCCL_*' (repeatable).",
+        kind="multi"),
     Opt("profile", S, "YAML profile; flags override its values.", in_profile=False),
     Opt("master_port", I, "Rendezvous port (default: derived from the run id)."),
     Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times."),

@@ -38,6 +38,7 @@ class JobSpec:
     dist_backend: str = "auto"
     python: str = field(default_factory=lambda: sys.executable)
     options: tuple[tuple[str, Any], ...] = ()   # backend-specific, declared in launchers.runopts
+    forward_env: tuple[str, ...] = ()           # globs of the caller's variables passed on (launchers.jobenv)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
 
     @property
@@ -59,6 +60,7 @@ class JobSpec:
         d["nccl_env"] = dict(self.nccl_env)
         d["options"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options}
         d["explicit"] = list(self.explicit)
+        d["forward_env"] = list(self.forward_env)
         return d
 
     @classmethod
@@ -74,6 +76,7 @@ class JobSpec:
         d["nccl_env"] = tuple((d.get("nccl_env") or {}).items())
         d["options"] = _freeze_options(d.get("options") or {})
         d["explicit"] = tuple(d.get("explicit") or ())
+        d["forward_env"] = tuple(d.get("forward_env") or ())
         return cls(**d)
 
 
@@ -152,6 +155,21 @@ def parse_env(items: Any) -> dict[str, str]:
         if not _ENV_NAME.match(k):
             raise LaunchError(f"--env name {k!r} is not a valid variable name; expected [A-Za-z_][A-Za-z0-9_]*")
     return dict(pairs)
+
+
+_GLOB = re.compile(r"^[A-Za-z0-9_*?\[\]!]+$")
+
+
+def parse_forward_env(globs: list[Any]) -> tuple[str, ...]:
+    """--forward-env GLOB (repeatable): names of the caller's variables to pass on, e.g. 'NCCL_*'."""
+    out = []
+    for g in globs:
+        if not isinstance(g, str) or not _GLOB.match(g):
+            raise LaunchError(f"--forward-env {g!r} is not accepted; give a variable name or a glob of one, "
+                              "e.g. 'NCCL_*' or 'WANDB_API_KEY'")
+        if g not in out:
+            out.append(g)
+    return tuple(out)
 
 
 def parse_port(value: Any) -> int:
@@ -236,6 +254,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     env = parse_env(prof.get("env") or {})
     env.update(parse_env(flags.get("env") or ()))
 
+    forward = parse_forward_env(list(prof.get("forward_env") or ()) + list(flags.get("forward_env") or ()))
     words = list(program_words) or list(prof.get("program") or [])
     program, args = parse_program(words, check_local=True)
 
@@ -252,6 +271,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         master_port=port, max_restarts=max_restarts, dist_backend=dist,
         python=str(pick("python") or sys.executable), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
+        forward_env=forward,
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Mapping
 
 from . import layout
 from .spec import JobSpec, redact_env
@@ -73,3 +74,11 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         "PYTHONUNBUFFERED": "1",
     })
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()))
+
+
+def node_environ(inherited: Mapping[str, str], nc: NodeCommand) -> dict[str, str]:
+    """The environment a node's agent starts with: what it inherits, less the NCCL_* variables the job was not
+    given (the caller's are passed on only through --forward-env, validated: launchers.jobenv), plus the
+    node command's own."""
+    own = nc.env_dict
+    return {**{k: v for k, v in inherited.items() if not k.startswith("NCCL_") or k in own}, **own}

@@ -160,9 +160,10 @@ def _check_launch_args(backend, extra):
               help="Timed blocks per size (their spread is the noise estimate).")
 @click.option("--preset", default=None, help="NCCL preset(s) for the job, e.g. moe or moe,roce.")
 @click.option("--run-dir", default=None, help="Run directory (default: <runs root>/nccl-bench-...).")
+@click.option("--out", "out_dir", default=None, help="Also write results.csv into this directory.")
 def bench_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, launch_args,
-              repeats, preset, run_dir):
-    """Run nccl_tuning.bench through the launcher; results.csv lands in the run dir.
+              repeats, preset, run_dir, out_dir):
+    """Run nccl_tuning.bench through the launcher; results.csv lands in the run dir (and in --out DIR).
 
     Other options (e.g. --partition gpu --time 00:20:00, --hostfile hosts, --env K=V) go to
     `launch BACKEND`."""
@@ -175,6 +176,7 @@ def bench_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, 
             "nccl-bench-" + (preset or "none").replace(",", "+").replace("/", "_")))
         if os.path.exists(run_dir):
             raise NcclTuningError(f"--run-dir {run_dir} exists; results are never overwritten")
+        out_csv = _out_csv(out_dir)
         runner.dry_run(cfg, run_dir, preset)
     except NcclTuningError as e:
         _fail(e)
@@ -188,7 +190,22 @@ def bench_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, 
         click.echo(f"launch: error: the bench job failed (exit {code}); see: launch status "
                    f"{run_dir} ; launch logs {run_dir}", err=True)
         sys.exit(code or 1)
-    click.echo(f"results: {os.path.join(run_dir, 'results.csv')}")
+    if out_csv:
+        os.makedirs(os.path.dirname(out_csv), exist_ok=True)
+        R.write_csv(out_csv, rows)
+    click.echo(f"results: {out_csv or os.path.join(run_dir, 'results.csv')}")
+
+
+def _out_csv(out_dir):
+    """--out DIR -> DIR/results.csv; an existing results.csv there is never overwritten."""
+    if out_dir is None:
+        return None
+    path = os.path.join(os.path.abspath(out_dir), "results.csv")
+    if os.path.exists(path):
+        raise NcclTuningError(f"--out {out_dir}: {path} exists; results are never overwritten")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise NcclTuningError(f"--out {out_dir} is not a directory")
+    return path
 
 
 @nccl.command("sweep", context_settings=PASS)

@@ -12,6 +12,7 @@ from ..follow import follow_in_thread
 from ..ports import choose_port
 from ..rundir import TERMINAL, RunDir, exit_fields
 from ..spec import JobSpec
+from ..torchrun import node_environ
 from .base import Backend, Plan, dist_backend_for, node_commands
 
 MASTER = "127.0.0.1"
@@ -39,7 +40,7 @@ class LocalBackend(Backend):
         try:
             for nc in plan.nodes:
                 log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
-                agents.append(procs.start_session(nc.argv, {**os.environ, **nc.env_dict}, log))
+                agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
             codes = self._watch(agents, interrupted)
             if interrupted or any(c not in (0, None) for c in codes):
                 procs.terminate_run(plan.run_id, agents, grace=self.grace)

@@ -29,7 +29,7 @@ from ... import layout, ports, procs
 from ...errors import LaunchError
 from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
-from ...torchrun import NodeCommand, node_command
+from ...torchrun import NodeCommand, node_command, node_environ
 from .env import NodelistError, SlurmEnv
 from .nodespec import load_node_spec
 from .requeue import after_stop
@@ -181,7 +181,7 @@ class NodeRun:
             raise NodeError(f"stopped by {self.stops[0]} before starting")
         log = self.rd.start_agent_log(self.node, self.attempt, nc.shell(),
                                       f"{socket.gethostname()} | slurm job {self.env.job_id}")
-        agent = procs.start_session(nc.argv, {**os.environ, **nc.env_dict}, log)
+        agent = procs.start_session(nc.argv, node_environ(os.environ, nc), log)
         if self.node == 0:           # bookkeeping while the agent imports torch (off the start-up path)
             self.record_attempt(addr, port, hosts[:self.ns.spec.nodes])
             self.rd.update_status(state="RUNNING", attempt=self.attempt, nodes={}, first_failure=None, reason=None,

@@ -1,0 +1,69 @@
+"""The NCCL environment a job gets, whatever set it, resolved and validated once before anything starts.
+
+Sources, lowest first: the preset(s) (--nccl-preset), the caller's variables forwarded by --forward-env GLOB,
+the job's own env (profile `env`, then --env). The NCCL_* variables of the result are checked with
+nccl_tuning's validator (NCCL's own parsers, per version): an error aborts the launch on every backend
+(nothing is created or started), warnings are printed once. The caller's exported NCCL_* that are not
+forwarded are named once: the job does not get them on any backend (the local and Slurm nodes drop them
+from the environment they inherit; see torchrun.node_environ).
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+from typing import Mapping, TextIO
+
+from .errors import LaunchError
+from .spec import JobSpec
+
+
+def forwarded(spec: JobSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's variables that match a --forward-env glob (the job's own env wins over them)."""
+    own = dict(spec.env)
+    return {k: v for k, v in sorted(environ.items())
+            if k not in own and any(fnmatch.fnmatchcase(k, g) for g in spec.forward_env)}
+
+
+def resolve_preset(spec: JobSpec) -> tuple[dict[str, str], list]:
+    if not spec.nccl_preset:
+        return {}, []
+    from nccl_tuning.apply import resolve  # torch-free
+    try:
+        return resolve(spec.nccl_preset, run_dir=spec.run_dir)
+    except ValueError as e:
+        raise LaunchError(str(e).splitlines()[0]) from None
+
+
+def sources(spec: JobSpec, preset: dict[str, str], fwd: dict[str, str]) -> dict[str, str]:
+    out = {k: f"preset {spec.nccl_preset}" for k in preset}
+    out.update({k: "forwarded from your environment" for k in fwd})
+    out.update({k: "--env / profile env" for k, _ in spec.env})
+    return out
+
+
+def resolve_job_env(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = None) -> JobSpec:
+    """The spec with its preset variables and forwarded variables in place, every NCCL_* one validated."""
+    environ = os.environ if environ is None else environ
+    preset, findings = resolve_preset(spec)
+    fwd = forwarded(spec, environ)
+    env = {**fwd, **dict(spec.env)}
+    nccl = {k: v for k, v in {**preset, **env}.items() if k.startswith("NCCL_")}
+    if nccl:
+        from nccl_tuning.validate import validate_env  # torch-free
+        try:
+            findings = findings + validate_env(nccl)
+        except ValueError as e:
+            raise LaunchError(str(e).splitlines()[0]) from None
+    where = sources(spec, preset, fwd)
+    seen = set()
+    for f in findings:
+        if f.severity == "error":
+            raise LaunchError(f"{f.variable}={f.value!r} ({where.get(f.variable, 'preset')}): {f.message}")
+        if str(f) not in seen:
+            seen.add(str(f))
+            print(f"launch: nccl {f}", file=out)
+    left = sorted(k for k in environ if k.startswith("NCCL_") and k not in fwd and k not in env and k not in preset)
+    if left:
+        print(f"launch: note: {', '.join(left)} set here {'is' if len(left) == 1 else 'are'} not forwarded to "
+              "the job (add --forward-env 'NCCL_*' to forward and validate them)", file=out)
+    return spec.replace(nccl_env=tuple(preset.items()), env=tuple(env.items()))
