@@ -111,7 +111,8 @@ def parse_list_prefixed(value: str, prefixes, elems, start: list[int]):
     """parseList since 2.24 (2.24.3 src/graph/tuning.cc:53): entries by strtok(';'); each entry
     split by strtok(':') into prefix and list (no list -> the prefix is the list, allowed only when
     the entry starts the string); '^' -> listed 0, others 1. Returns (list, problem) where problem
-    is None or (kind, token): kind 'first-prefix' | 'element' | 'prefix' (init fails)."""
+    is None or (kind, token): kind 'first-prefix' | 'element' | 'prefix' (init fails) | 'crash'
+    (the first entry has only ':' characters: NCCL reads elemList[0] through a NULL pointer)."""
     out = list(start)
     nel = len(elems)
     for pos, entry in strtok(value, ";"):
@@ -122,6 +123,8 @@ def parse_list_prefixed(value: str, prefixes, elems, start: list[int]):
             if pos != 0:
                 return out, ("first-prefix", entry)
             elem_list, prefix = prefix, None
+        if elem_list is None:             # first entry made only of ':': elemList[0] on NULL
+            return out, ("crash", entry)
         unset = elem_list.startswith("^")
         if unset:
             elem_list = elem_list[1:]

@@ -57,6 +57,7 @@ CITES = {
     "first_prefix": _c(T, 'WARN("All entries except the first must have a prefix', v2_24_3=67,
                        v2_27_7=70, v2_30_7=73),
     "fulltoken_check": _c(T, "if (fullToken != fullStr) {", v2_24_3=63, v2_27_7=66, v2_30_7=69),
+    "elemlist_null": _c(T, "if (elemList[0] == '^') {", v2_24_3=75, v2_27_7=79, v2_30_7=82),
     "ll128_default": _c(T, "protoEnable", v2_18_6=246, v2_21_5=270, v2_23_4=289,
                         v2_24_3=352, v2_27_7=389, v2_30_7=446),
     "ll128_platform": _c(T, "if (pEnable == 2 && p == NCCL_PROTO_LL128) {", v2_18_6=282,

@@ -82,6 +82,11 @@ def parse_list(var: str, value: str, tag) -> ParsedList:
                    f"leading ';' counts: {cite('fulltoken_check', tag)}); NCCL {vstr(tag)} fails "
                    f"communicator init ('All entries except the first must have a prefix', "
                    f"{cite('first_prefix', tag)})")
+        elif what == "crash":
+            msg = (f"its first entry {tok!r} is made only of ':': NCCL {vstr(tag)} takes the prefix "
+                   f"as the list, finds none, and reads elemList[0] through a NULL pointer "
+                   f"({cite('elemlist_null', tag)}): the process crashes (SIGSEGV) at "
+                   f"communicator init")
         elif what == "prefix":
             msg = (f"{tok!r} is not a collective (accepted prefixes: "
                    f"{', '.join(f.lower() for f in FUNCS)}; case-insensitive); NCCL {vstr(tag)} "

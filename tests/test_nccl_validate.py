@@ -28,6 +28,10 @@ RULES = [
     ({"NCCL_PROTO": "shm"}, "2.24.3", [(E, "NCCL_PROTO")], f"nccl-2.24.3/{TUNING}:99"),
     ({"NCCL_ALGO": ";ring"}, "2.30.7", [(E, "NCCL_ALGO")], f"nccl-2.30.7/{TUNING}:69"),
     ({"NCCL_ALGO": ";ring"}, "2.24.3", [(E, "NCCL_ALGO")], f"nccl-2.24.3/{TUNING}:67"),
+    ({"NCCL_ALGO": ":"}, "2.30.7", [(E, "NCCL_ALGO")], f"nccl-2.30.7/{TUNING}:82"),   # SIGSEGV
+    ({"NCCL_PROTO": "::;simple"}, "2.24.3", [(E, "NCCL_PROTO")], f"nccl-2.24.3/{TUNING}:75"),
+    ({"NCCL_PROTO": "simple;:"}, "2.24.3", [(E, "NCCL_PROTO")], f"nccl-2.24.3/{TUNING}:67"),
+    ({"NCCL_ALGO": ":"}, "2.23.4", [(W, "NCCL_ALGO"), (W, "NCCL_ALGO"), (W, "NCCL_ALGO")], None),
     ({"NCCL_ALGO": "ring,,tree"}, "2.30.7", [(W, "NCCL_ALGO")], None),
     ({"NCCL_ALGO": ",ring"}, "2.24.3", [(W, "NCCL_ALGO")], None),
     ({"NCCL_ALGO": "ring;"}, "2.27.7", [(W, "NCCL_ALGO")], None),
