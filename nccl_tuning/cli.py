@@ -249,23 +249,51 @@ def sweep_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, 
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--out", default=None, help="Write the rows as a results.csv (never overwrites).")
 @click.option("--preset", "label", default=None, help="Label the rows (adds a preset column).")
-def import_cmd(files, out, label):
-    """Read nccl-tests output (all_reduce_perf & co, text) into bench rows; print the table."""
+@click.option("--op", default=None, help="Collective, when neither the text nor the file name "
+              "says it (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce).")
+def import_cmd(files, out, label, op):
+    """Read nccl-tests output (all_reduce_perf & co, text) into bench rows; print the table.
+
+    Every table of a file is one run (a `run` column); a row that is cut or mixed with other
+    output is reported as one error line and the command exits 1 (nothing written with --out)."""
     from . import nccltests
     from . import results as R
+    rows, errors = [], []
     try:
-        rows = []
         for path in files:
-            rows += nccltests.parse_file(path)
+            runs = nccltests.parse_runs_file(path, op)
+            for run in runs:
+                errors += run.errors
+                if run.rows:
+                    click.echo(R.format_table(run.rows, f"imported from {path}, run {run.index} "
+                                              f"(table at line {run.line})"), nl=False)
+                    click.echo(_avg_line(run))
+                rows += run.rows
+        if not rows:
+            raise NcclTuningError(f"{', '.join(files)}: no complete nccl-tests row"
+                                  + (f" ({errors[0]})" if errors else ""))
+        for e in errors:
+            click.echo(f"launch: error: {e}", err=True)
+        if errors:
+            if out:
+                click.echo(f"launch: error: {out} not written: {len(errors)} row(s) could not be "
+                           f"read", err=True)
+            sys.exit(1)
         if out:
-            cols = R.COLUMNS
+            cols = ("run", *R.COLUMNS)
             if label:
                 rows = [{**r, "preset": label} for r in rows]
                 cols = ("preset", *cols)
             R.write_csv(out, rows, cols)
     except NcclTuningError as e:
         _fail(e)
-    click.echo(R.format_table(rows, "imported from " + ", ".join(files)), nl=False)
+
+
+def _avg_line(run) -> str:
+    said = f"; the file says {run.printed_avg:g}" if run.printed_avg is not None else ""
+    return (f"# run {run.index}: {len(run.rows)} row(s), average bus bandwidth "
+            f"{run.avg_busbw:.6g} GB/s (mean of out-of-place and in-place, as nccl-tests "
+            f"computes it{said})")
 
 
 @nccl.command("infolog")

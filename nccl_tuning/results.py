@@ -65,19 +65,41 @@ def format_table(rows: list[dict], title: str = "") -> str:
         first = block[0]
         lines += ["#", f"# {op}  ({first.get('backend') or '?'}, {first['ranks']} ranks)",
                   f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>7} {'root':>7} "
-                  f"{'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}",
+                  f"{_time_label(block):>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}",
                   f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>7} {'':>7} "
                   f"{'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"]
         for r in block:
             count = r.get("count") if r.get("count") not in (None, "") else r["bytes"] // 4
             lines.append(f"{r['bytes']:>12} {count:>13} {_dtype(r):>9} {_REDOP.get(op, 'none'):>7} "
                          f"{_ROOT.get(op, '-1'):>7} {r['time_us']:>8.2f} {r['algbw_gbps']:>7.2f} "
-                         f"{r['busbw_gbps']:>7.2f} {r['wrong']:>6}")
-        avg = sum(r["busbw_gbps"] for r in block) / len(block)
-        lines.append(f"# Avg bus bandwidth    : {avg:.6g}")
-    bad = sum(int(r.get("wrong") or 0) for r in rows)
-    lines.append(f"# Out of bounds values : {bad} {'OK' if bad == 0 else 'WRONG'}")
+                         f"{r['busbw_gbps']:>7.2f} {_wrong(r):>6}")
+        lines.append(f"# Avg bus bandwidth    : {avg_busbw(block):.6g}")
+    lines.append(f"# Out of bounds values : {out_of_bounds(rows)}")
     return "\n".join(lines) + "\n"
+
+
+def avg_busbw(rows) -> float:
+    """As nccl-tests' footer (src/common.cu v2.13.3:538-539, 995): the mean busbw over every
+    timed result, out-of-place and in-place (rows from an import carry inplace_busbw)."""
+    vals = [v for r in rows for v in (r["busbw_gbps"], r.get("inplace_busbw")) if v is not None]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def out_of_bounds(rows) -> str:
+    """'0 OK', 'N WRONG', or 'N/A (not checked)' when no row was checked (nccl-tests -c 0)."""
+    checked = [r for r in rows if r.get("wrong") not in (None, "")]
+    if not checked:
+        return "N/A (not checked)"
+    bad = sum(int(r["wrong"]) for r in checked)
+    return f"{bad} {'OK' if bad == 0 else 'WRONG'}"
+
+
+def _wrong(r: dict) -> str:
+    return "N/A" if r.get("wrong") in (None, "") else str(r["wrong"])
+
+
+def _time_label(rows) -> str:
+    return "cputime" if rows and all(r.get("time_kind") == "cputime" for r in rows) else "time"
 
 
 def _dtype(r: dict) -> str:
