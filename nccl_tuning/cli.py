@@ -99,7 +99,10 @@ def check_cmd(preset, env_items, env_file, nccl_version, production, preset_dirs
     for f in findings:
         click.echo(str(f))
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "note")}
-    click.echo(f"checked {len(env)} variable(s) with NCCL {vstr(version)} rules: "
+    from .ncclsrc import rules_tag
+    tag = vstr(rules_tag(version)[0])
+    rules = f"NCCL {vstr(version)}" + ("" if tag == vstr(version) else f" (source copy {tag})")
+    click.echo(f"checked {len(env)} variable(s) with {rules} rules: "
                f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['note']} note(s)")
     if has_errors(findings):
         sys.exit(1)

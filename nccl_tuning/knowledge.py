@@ -1,21 +1,13 @@
-"""NCCL facts as data: names per version, token sets, per-collective support, value specs.
+"""NCCL facts as data: variable names, removed names, classes, PyTorch names, name version gates,
+documented value ranges for the variables whose reading code is not among the NCCL source copies.
 
 Sources: the data files in nccl_tuning/data/ (copied from NCCL 2.30.7's sources and its env docs:
-every NCCL_* name read, removed names, the "Debugging" and "System configuration" classes), and
-NCCL's parsers as read from its sources:
-  * NCCL_ALGO / NCCL_PROTO: tokens compared with strcasecmp (case-insensitive), comma-separated,
-    a leading '^' inverts the list. Up to 2.23 an unknown token is silently ignored (so
-    NCCL_PROTO=shm enables *no* protocol and the first collective fails with "no algorithm/protocol
-    available"); from 2.24 an unknown token fails communicator init ("Unrecognized element token")
-    and the value may be per collective: "allreduce:tree,ring;allgather:ring" (every entry except
-    the first must carry a prefix; the prefix is a collective name, also case-insensitive).
-  * integers: strtoll(str, NULL, 0): base prefix 0x / 0 (octal), trailing garbage is dropped
-    silently ("4M" becomes 4), overflow falls back to the default.
-  * NCCL_DEBUG: strcasecmp, so "info" works (assumption stated: NCCL's debug.cc uses strcasecmp).
-  * NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL: strcmp against the path names (case-SENSITIVE: "nvl" is
-    silently ignored), or a legacy number.
-Version gates that are not in the data files come from NCCL release notes as remembered; each is
-marked in the tables below, and a name without a known gate is assumed to exist in every version.
+every NCCL_* name read, removed names, the "Debugging" and "System configuration" classes).
+Everything NCCL's parsers decide (NCCL_ALGO/PROTO, integers, NCCL_NTHREADS, channels, BUFFSIZE,
+NCCL_DEBUG/_SUBSYS, path levels) is read from the source copies per tag: see ncclsrc.py (facts
+with file:line), cmodel.py (the C parsers in Python) and srcchecks.py.
+The version gates in NAME_SINCE are not in the copies: they come from NCCL release notes as
+remembered, and a name without a known gate is assumed to exist in every version.
 """
 from __future__ import annotations
 
@@ -26,9 +18,6 @@ from importlib import resources
 from .errors import NcclTuningError
 
 NEWEST = (2, 30, 7)   # the version the name list was taken from
-OLDEST = (2, 12, 0)   # the oldest version these rules describe
-PER_COLLECTIVE_SINCE = (2, 24, 0)   # "allreduce:tree;allgather:ring" syntax
-STRICT_TOKENS_SINCE = (2, 24, 0)    # unknown ALGO/PROTO token fails init (before: silently ignored)
 
 
 def _lines(name: str) -> list[str]:
@@ -80,7 +69,7 @@ TORCH_NAMES = frozenset({
     "TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_DISTRIBUTED_DEBUG",
 })
 
-# Names added after OLDEST (first version that reads them; release notes, as remembered).
+# Names added after NCCL 2.12 (first version that reads them; release notes, as remembered).
 NAME_SINCE = {
     "NCCL_NVLS_ENABLE": (2, 17, 0), "NCCL_NVLS_NCHANNELS": (2, 17, 0),
     "NCCL_CUMEM_ENABLE": (2, 18, 0), "NCCL_NVLSTREE_MAX_CHUNKSIZE": (2, 18, 0),
@@ -97,42 +86,6 @@ NAME_SINCE = {
     "NCCL_P2P_PCI_CHUNKSIZE": (2, 14, 0), "NCCL_RUNTIME_CONNECT": (2, 22, 0),
     "NCCL_LOCAL_REGISTER": (2, 19, 0), "NCCL_IB_ECE_ENABLE": (2, 23, 0),
 }
-
-# Canonical algorithm / protocol names (as NCCL prints them) and the version that added them.
-ALGORITHMS = {"Tree": (2, 4, 0), "Ring": (2, 0, 0), "CollNetDirect": (2, 12, 0),
-              "CollNetChain": (2, 12, 0), "NVLS": (2, 17, 0), "NVLSTree": (2, 18, 0),
-              "PAT": (2, 23, 0)}
-PROTOCOLS = {"LL": (2, 0, 0), "LL128": (2, 5, 0), "Simple": (2, 0, 0)}
-ALGO_PROTOCOLS = {"Tree": {"LL", "LL128", "Simple"}, "Ring": {"LL", "LL128", "Simple"},
-                  "CollNetDirect": {"Simple"}, "CollNetChain": {"Simple"}, "NVLS": {"Simple"},
-                  "NVLSTree": {"Simple"}, "PAT": {"Simple"}}
-
-# Collectives NCCL_ALGO/NCCL_PROTO apply to (prefix names of the per-collective syntax), with the
-# algorithms each supports and since when (the collective gained the algorithm in that version).
-COLLECTIVES = {
-    "Broadcast": {"Ring": (2, 0, 0)},
-    "Reduce": {"Ring": (2, 0, 0)},
-    "AllGather": {"Ring": (2, 0, 0), "NVLS": (2, 19, 0), "CollNetDirect": (2, 19, 0),
-                  "PAT": (2, 23, 0)},
-    "ReduceScatter": {"Ring": (2, 0, 0), "NVLS": (2, 19, 0), "CollNetDirect": (2, 19, 0),
-                      "PAT": (2, 23, 0)},
-    "AllReduce": {"Ring": (2, 0, 0), "Tree": (2, 4, 0), "CollNetDirect": (2, 12, 0),
-                  "CollNetChain": (2, 12, 0), "NVLS": (2, 17, 0), "NVLSTree": (2, 18, 0)},
-}
-# Operations that go through send/recv: NCCL_ALGO and NCCL_PROTO's algorithm part do not apply.
-P2P_OPERATIONS = ("all_to_all", "send/recv", "scatter", "gather")
-
-DEBUG_LEVELS = {"VERSION": (2, 0, 0), "WARN": (2, 0, 0), "INFO": (2, 0, 0), "TRACE": (2, 0, 0),
-                "ABORT": (2, 23, 0)}
-DEBUG_SUBSYS = {"INIT": (2, 0, 0), "COLL": (2, 0, 0), "P2P": (2, 0, 0), "SHM": (2, 0, 0),
-                "NET": (2, 0, 0), "GRAPH": (2, 0, 0), "TUNING": (2, 0, 0), "ENV": (2, 0, 0),
-                "ALLOC": (2, 0, 0), "CALL": (2, 0, 0), "PROXY": (2, 12, 0), "NVLS": (2, 17, 0),
-                "BOOTSTRAP": (2, 19, 0), "REG": (2, 19, 0), "PROFILE": (2, 23, 0),
-                "RAS": (2, 24, 0), "ALL": (2, 0, 0)}
-# NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL: documented values; others NCCL matches but does not document.
-PATH_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
-PATH_LEVELS_INTERNAL = ("NVB", "C2C", "PXN", "P2C")
-
 
 @dataclass(frozen=True)
 class Spec:
@@ -171,16 +124,7 @@ SPECS: dict[str, Spec] = {
     "NCCL_IB_PCI_RELAXED_ORDERING": Spec("int", 0, 2),
     "NCCL_CROSS_NIC": Spec("int", 0, 2, default=2),
     "NCCL_P2P_PXN_LEVEL": Spec("int", 0, 2),
-    "NCCL_NTHREADS": Spec("int", choices=(64, 128, 256, 512)),
-    "NCCL_BUFFSIZE": Spec("int", 1, None, default=4194304, pow2=True, unit="bytes"),
-    "NCCL_LL_BUFFSIZE": Spec("int", 1, None, unit="bytes"),
-    "NCCL_LL128_BUFFSIZE": Spec("int", 1, None, unit="bytes"),
-    "NCCL_P2P_NET_CHUNKSIZE": Spec("int", 1, None, default=131072, pow2=True, unit="bytes"),
-    "NCCL_P2P_NVL_CHUNKSIZE": Spec("int", 1, None, default=524288, pow2=True, unit="bytes"),
-    "NCCL_P2P_PCI_CHUNKSIZE": Spec("int", 1, None, default=131072, pow2=True, unit="bytes"),
-    "NCCL_MIN_NCHANNELS": Spec("int", 1, 64), "NCCL_MAX_NCHANNELS": Spec("int", 1, 64),
     "NCCL_MIN_CTAS": Spec("int", 1, 64), "NCCL_MAX_CTAS": Spec("int", 1, 64),
-    "NCCL_NCHANNELS_PER_NET_PEER": Spec("int", 1, 64, default=2),
     "NCCL_IB_QPS_PER_CONNECTION": Spec("int", 1, 128, default=1),
     "NCCL_IB_TIMEOUT": Spec("int", 1, 31),
     "NCCL_IB_RETRY_CNT": Spec("int", 0, 7, default=7),
@@ -192,11 +136,9 @@ SPECS: dict[str, Spec] = {
     "NCCL_SOCKET_NTHREADS": Spec("int", 1, 16), "NCCL_NSOCKS_PERTHREAD": Spec("int", 1, 64),
     "NCCL_CGA_CLUSTER_SIZE": Spec("int", 0, 8),
     "NCCL_COLLNET_NODE_THRESHOLD": Spec("int", 1, None),
-    "NCCL_DEBUG": Spec("enum", choices=tuple(DEBUG_LEVELS), case_sensitive=False),
     "NCCL_LAUNCH_MODE": Spec("enum", choices=("PARALLEL", "GROUP")),
     "NCCL_SOCKET_FAMILY": Spec("enum", choices=("AF_INET", "AF_INET6")),
     "NCCL_IB_ADDR_FAMILY": Spec("enum", choices=("AF_INET", "AF_INET6")),
-    "NCCL_P2P_LEVEL": Spec("level"), "NCCL_NET_GDR_LEVEL": Spec("level"),
 }
 
 # Values of NCCL_NET that NCCL itself provides (anything else names a plugin).
