@@ -146,7 +146,7 @@ def debug(value: str, tag) -> list:
 def subsys(value: str, tag) -> list:
     """debug_subsys_strtok (unknown names skipped) / debug_subsys_param + bitset_reject (2.30)."""
     names = debug_subsys(tag)
-    opts = [(n, 1 << i) for i, n in enumerate(names)]
+    opts = [(n, (1 << 64) - 1 if n == "ALL" else 1 << i) for i, n in enumerate(names)]
     body = value[1:] if value.startswith("^") else value
     if tag >= (2, 30, 7):
         if cmodel.bitset30(value, opts) is None:
@@ -154,17 +154,22 @@ def subsys(value: str, tag) -> list:
                    not any(cmodel.iequals30(n, t.strip()) for n in names)]
             return [("warning", f"ignored: {', '.join(repr(b) for b in bad)} is not a subsystem of "
                      f"NCCL {vstr(tag)}, and one bad name rejects the whole value "
-                     f"({cite('bitset_reject', tag)}, {cite('debug_subsys_param', tag)}): NCCL "
-                     f"will use its default INIT,BOOTSTRAP,ENV (accepted: {', '.join(names)}; "
-                     f"case-insensitive; '^' first excludes)")]
-        return []
-    bad = [t for _, t in cmodel.strtok(body, ",")
-           if not any(cmodel.strcasecmp_eq(t, n) for n in names)]
-    if bad:
-        return [("warning", f"ignored: {', '.join(repr(b) for b in bad)} is not a subsystem of "
-                 f"NCCL {vstr(tag)}; NCCL skips it and uses the others "
-                 f"({cite('debug_subsys_strtok', tag)}; accepted: {', '.join(names)}; "
-                 f"case-insensitive, no spaces; '^' first excludes)")]
+                     f"({cite('bitset_reject', tag)}): none of it is applied; the parameter's "
+                     f"default is INIT,BOOTSTRAP,ENV ({cite('debug_subsys_param', tag)}) "
+                     f"(accepted: {', '.join(names)}; case-insensitive; '^' first excludes)")]
+        mask = cmodel.bitset30(value, opts)
+    else:
+        bad = [t for _, t in cmodel.strtok(body, ",")
+               if not any(cmodel.strcasecmp_eq(t, n) for n in names)]
+        if bad:
+            return [("warning", f"ignored: {', '.join(repr(b) for b in bad)} is not a subsystem of "
+                     f"NCCL {vstr(tag)}; NCCL skips it and uses the others "
+                     f"({cite('debug_subsys_strtok', tag)}; accepted: {', '.join(names)}; "
+                     f"case-insensitive, no spaces; '^' first excludes)")]
+        mask = cmodel.debug_subsys_old(value, opts)
+    if mask == 0:
+        src = cite("debug_subsys_param" if tag >= (2, 30, 7) else "debug_subsys_strtok", tag)
+        return [("warning", f"selects no subsystem: NCCL will print no INFO line at all ({src})")]
     return []
 
 

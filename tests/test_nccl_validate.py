@@ -137,6 +137,9 @@ RULES = [
     ({"NCCL_DEBUG_SUBSYS": "INIT,foo"}, "2.30.7", [(W, "NCCL_DEBUG_SUBSYS")],
      "nccl-2.30.7/src/include/param/parser_bitset.h:51"),
     ({"NCCL_DEBUG_SUBSYS": "ALLOC_HOST"}, "2.27.7", [(W, "NCCL_DEBUG_SUBSYS")], None),
+    ({"NCCL_DEBUG_SUBSYS": ""}, "2.27.7", [(W, "NCCL_DEBUG_SUBSYS")], "nccl-2.27.7/src/debug.cc:73"),
+    ({"NCCL_DEBUG_SUBSYS": "^ALL"}, "2.30.7", [(W, "NCCL_DEBUG_SUBSYS")], "nccl-2.30.7/src/debug.cc:55"),
+    ({"NCCL_DEBUG_SUBSYS": ","}, "2.30.7", [(W, "NCCL_DEBUG_SUBSYS")], None),
     # path levels: strcmp (case-sensitive), legacy numbers, names per tag, P2P_DISABLE=1 wins
     ({"NCCL_P2P_LEVEL": "nvl"}, "2.30.7", [(W, "NCCL_P2P_LEVEL")], "nccl-2.30.7/src/graph/paths.cc:259"),
     ({"NCCL_P2P_LEVEL": "NVL"}, "2.30.7", [(W, "NCCL_P2P_LEVEL")], None),      # debugging class
