@@ -206,5 +206,22 @@ def wait_(run, timeout):
     sys.exit(api.wait(run, timeout=timeout))
 
 
+def _doctor_options(fn):
+    """`launch doctor`'s options, generated from their declarations (launchers.doctor.options)."""
+    from .doctor.options import OPTIONS
+    for o in reversed(OPTIONS):
+        fn = _click_option(o)(fn)
+    return fn
+
+
+@main.command()
+@_doctor_options
+@_errors
+def doctor(**kw):
+    """Check nodes before a long job: --local, --hosts/--hostfile (SSH) or --slurm; exit 1 if a check fails."""
+    from .doctor.main import run
+    sys.exit(run(kw))
+
+
 if __name__ == "__main__":
     main()

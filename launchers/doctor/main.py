@@ -1,0 +1,112 @@
+"""`launch doctor`'s flow: settle the input (bad input: one line, exit 2, nothing run), probe every node of the
+target and the submitting side at once, judge, print."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+from typing import TextIO
+
+from .. import layout, ports
+from ..errors import LaunchError
+from ..spec import parse_env, parse_port, positive_int
+from .checks import Context
+from .options import from_cli
+from .report import as_json, failures, render, verdict
+from .targets import reference, run_local, run_slurm, run_ssh
+
+TARGETS = "--local, --hosts h1,h2 or --hostfile FILE (SSH), or --slurm [--partition P --nodes N]"
+DEFAULT_TIMEOUT, SLURM_NODES = 30.0, 2
+
+
+def target_of(opts: dict) -> str:
+    given = [t for t, on in (("local", opts.get("local")), ("slurm", opts.get("slurm")),
+                             ("ssh", opts.get("hosts") or opts.get("hostfile"))) if on]
+    if not given:
+        raise LaunchError(f"launch doctor needs a target: {TARGETS}")
+    if len(given) > 1:
+        raise LaunchError(f"launch doctor takes one target, got {' and '.join(given)}; accepted: {TARGETS}")
+    return given[0]
+
+
+def ssh_hosts(opts: dict, nodes: int | None):
+    from ..hostfile import hosts_from_options, resolve
+    from ..sshconn import SSHSettings
+    for key in ("known_hosts", "identity"):
+        if opts.get(key) and not os.path.isfile(opts[key]):
+            raise LaunchError(f"--{key.replace('_', '-')} {opts[key]!r} does not exist")
+    t = opts.get("connect_timeout")
+    if t is not None and not 0 < t <= 600:
+        raise LaunchError(f"--connect-timeout {t!r} is not accepted; expected seconds in (0, 600]")
+    entries = hosts_from_options(opts)
+    if nodes is not None and nodes > len(entries):
+        raise LaunchError(f"--nodes {nodes} is more than the {len(entries)} hosts given")
+    settings = SSHSettings(ssh_config=opts.get("ssh_config"), known_hosts=opts.get("known_hosts"),
+                           identity=opts.get("identity"), timeout=t)
+    return resolve(entries[:nodes or len(entries)], settings.ssh_config), settings
+
+
+def settle(opts: dict) -> dict:
+    """Every input checked before anything runs; the settings of this doctor run."""
+    target = target_of(opts)
+    nodes = positive_int("--nodes", opts["nodes"]) if "nodes" in opts else None
+    timeout = opts.get("timeout", DEFAULT_TIMEOUT)
+    if not 0 < timeout <= 600:
+        raise LaunchError(f"--timeout {timeout!r} is not accepted; expected seconds in (0, 600]")
+    s = dict(target=target, timeout=timeout, env=parse_env(opts.get("env") or ()),
+             gpus=positive_int("--gpus-per-node", opts["gpus_per_node"]) if "gpus_per_node" in opts else None,
+             python=opts.get("python") or sys.executable, root=layout.runs_root(opts.get("run_root")),
+             token=secrets.token_hex(8), hosts=None, settings=None)
+    s["port"] = parse_port(opts["master_port"]) if "master_port" in opts else \
+        ports.derive_port("launch-doctor:" + s["token"])
+    if target == "local":
+        if nodes not in (None, 1):
+            raise LaunchError(f"--nodes {nodes} is not accepted with --local; the local target is this one machine")
+        s["nodes"] = 1
+    elif target == "slurm":
+        s["nodes"] = nodes or SLURM_NODES
+    else:
+        s["hosts"], s["settings"] = ssh_hosts(opts, nodes)
+        s["nodes"] = len(s["hosts"])
+    if opts.get("collective") and s["nodes"] < 2:
+        raise LaunchError(f"--collective needs at least 2 nodes; the {target} target has {s['nodes']}")
+    return s
+
+
+def probe_all(s: dict, opts: dict) -> list:
+    base = {"token": s["token"], "root": s["root"], "cwd": os.getcwd(), "port": s["port"], "nnodes": s["nodes"],
+            "timeout": s["timeout"], "collective": bool(opts.get("collective")), "mb": 1}
+    if s["target"] == "local":
+        return run_local(s["python"], base, s["timeout"] + 120)
+    if s["target"] == "slurm":
+        return run_slurm(s["python"], base, dict(opts, gpus_per_node=s["gpus"]), s["nodes"], s["timeout"])
+    return run_ssh(s["hosts"], s["settings"], s["python"], base, s["timeout"])
+
+
+def run(raw: dict, out: TextIO = sys.stdout) -> int:
+    """`launch doctor` with the CLI's raw option values; returns the exit code."""
+    t0 = time.monotonic()
+    opts = from_cli(raw)
+    s = settle(opts)
+    ref: dict = {}
+    th = threading.Thread(target=lambda: ref.update(reference(120, os.getcwd(), s["root"])), daemon=True)
+    th.start()
+    runs = probe_all(s, opts)
+    th.join(150)
+    first = runs[0].result or {}
+    master = s["hosts"][0].hostname if s["hosts"] else ("127.0.0.1" if s["target"] == "local" else runs[0].host)
+    ctx = Context(ref=ref, first=first, master=master, port=s["port"], gpus_per_node=s["gpus"],
+                  require_gpus=bool(opts.get("require_gpus")), shared_required=opts.get("shared_storage") is not False,
+                  env=s["env"], collective=bool(opts.get("collective")), medians={})
+    rows = verdict(runs, ctx)
+    wall = time.monotonic() - t0
+    head = {"target": s["target"], "nodes": s["nodes"], "master": f"{master}:{s['port']}", "run_root": s["root"]}
+    if opts.get("json"):
+        out.write(json.dumps(as_json(rows, head, ref, wall), indent=1) + "\n")
+    else:
+        out.write(render(rows, f"launch doctor: {s['target']}, {s['nodes']} node(s), master {master}:{s['port']}, "
+                               f"run root {s['root']}", ref, wall))
+    return 1 if failures(rows) else 0
