@@ -55,6 +55,13 @@ FILES = {                                   # what -> path inside the run dir ({
     "agent_log": "logs/node{node}/agent.log",
     "checkpoints": "checkpoints",           # step-<N>/ and `latest` (launchers.ckptptr), written by the job
     "metrics": "metrics.jsonl",             # written by the job (rank 0)
+    "progress": "progress/rank{rank}.json",             # the program's heartbeat (launchers.heartbeat)
+    "node_progress": "progress/node{node}.json",        # a node's view of its ranks (launchers.hang)
+    "hang": "hang/attempt{attempt}",                    # stacks and verdict of a detected hang
+    "hang_request": "hang/attempt{attempt}/request.json",
+    "hang_node": "hang/attempt{attempt}/node{node}.json",
+    "hang_stack": "hang/attempt{attempt}/rank{rank}.txt",
+    "hang_verdict": "hang/attempt{attempt}/verdict.json",
     "slurm": "slurm",                       # submitit's folder: sbatch output, pickles, the files below
     "slurm_jobs": "slurm/jobs",             # "<attempt> <job id>" per submission
     "node_spec": "slurm/spec-a{attempt}.json",                  # what the launcher resolved for the nodes

@@ -168,6 +168,11 @@ def run(node: int, pid_file: str, argv: list[str], grace: float = GRACE, stream:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(rec, f)
     os.replace(tmp, pid_file)
+    monitor = None
+    if os.environ.get("LAUNCH_HANG_TIMEOUT"):          # this host's half of hang detection (launchers.hang)
+        from .hang.watch import NodeMonitor
+        monitor = NodeMonitor(run_dir, run_id, int(os.environ.get("LAUNCH_ATTEMPT", "0")), nodes=[node])
+        monitor.start()
     try:
         while agent.poll() is None and not got:
             if stream:
@@ -182,6 +187,8 @@ def run(node: int, pid_file: str, argv: list[str], grace: float = GRACE, stream:
         elif node_pids(run_id, node):                    # workers orphaned by an agent that died hard
             stop_node(run_id, node, grace=grace)
     finally:
+        if monitor:
+            monitor.stopped.set()
         try:
             os.unlink(pid_file)
         except OSError:

@@ -213,9 +213,10 @@ class RunDir:
         """The end of an attempt, the same rule on every backend; returns the launcher's exit code.
 
         stopped_by (a signal name): CANCELLED, exit 130. Every node 0: COMPLETED, 0. Otherwise FAILED, 1, with
-        first_failure(): the earliest failure in time among the failing rank records of the attempt and
-        `node_failures` ({node, exit_code, signal, time, reason[, host]}) of nodes that left no failing rank
-        record (a node that died, lost its connection or could not start)."""
+        first_failure the first stalled rank when a hang was detected in this attempt (status `hang`), else the
+        earliest failure in time among the failing rank records of the attempt and `node_failures` ({node,
+        exit_code, signal, time, reason[, host]}) of nodes that left no failing rank record (a node that died,
+        lost its connection or could not start)."""
         with self.lock():
             if stopped_by:
                 self.update_status(state="CANCELLED", nodes=nodes, first_failure=self.first_failure(attempt),
@@ -224,7 +225,11 @@ class RunDir:
             if nodes and all(c == 0 for c in nodes.values()) and not node_failures:
                 self.update_status(state="COMPLETED", nodes=nodes, first_failure=None, reason=None)
                 return 0
-            ff = self.decide_first_failure(attempt, node_failures, hosts)
+            hang = self.read_status().get("hang") or {}
+            if hang.get("attempt") == attempt and hang.get("stalled_ranks"):
+                ff, reason = hang_failure(hang), reason or hang_reason(hang)
+            else:
+                ff = self.decide_first_failure(attempt, node_failures, hosts)
             if ff is not None and ff.get("rank") is None:
                 reason = reason or ff.get("reason")
             self.update_status(state="FAILED", nodes=nodes, first_failure=ff, reason=reason)
@@ -279,6 +284,19 @@ class RunDir:
             return int(json.loads(lines[-1])["step"]) if lines else None
         except (OSError, ValueError, KeyError, IndexError):
             return None
+
+
+def hang_failure(hang: dict[str, Any]) -> dict[str, Any]:
+    rank = hang["stalled_ranks"][0]
+    info = (hang.get("ranks") or {}).get(str(rank), {})
+    return {"node": info.get("node"), "rank": rank, "exit_code": None, "signal": None, "time": hang.get("since"),
+            "reason": f"hang: {info.get('why', 'stalled')}"}
+
+
+def hang_reason(hang: dict[str, Any]) -> str:
+    return (f"hang: no rank advanced for {hang.get('timeout', 0):g} s; stalled rank(s) "
+            f"{', '.join(map(str, hang['stalled_ranks']))}, waiting {len(hang.get('waiting_ranks', []))}; "
+            f"stacks in {hang.get('dir')}")
 
 
 def list_runs(root: str | None = None) -> list[RunDir]:

@@ -39,6 +39,7 @@ class JobSpec:
     python: str = field(default_factory=lambda: sys.executable)
     options: tuple[tuple[str, Any], ...] = ()   # backend-specific, declared in launchers.runopts
     forward_env: tuple[str, ...] = ()           # globs of the caller's variables passed on (launchers.jobenv)
+    hang_timeout: float | None = None           # seconds without progress of any rank = a hang (launchers.hang)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
 
     @property
@@ -172,6 +173,17 @@ def parse_forward_env(globs: list[Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_seconds(what: str, value: Any) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        v = float(str(value).strip()) if not isinstance(value, bool) else -1.0
+    except ValueError:
+        v = -1.0
+    if not 0 < v < float("inf"):
+        raise LaunchError(f"{what} {value!r} is not accepted; give a number of seconds > 0 (e.g. 300)")
+    return v
+
+
 def parse_port(value: Any) -> int:
     try:
         port = int(str(value), 10)
@@ -250,6 +262,8 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     dist = check_choice("--dist-backend", str(pick("dist_backend", "auto")), DIST_BACKENDS)
     port = pick("master_port")
     port = parse_port(port) if port is not None else None
+    hang = pick("hang_timeout")
+    hang = parse_seconds("--hang-timeout", hang) if hang is not None else None
 
     env = parse_env(prof.get("env") or {})
     env.update(parse_env(flags.get("env") or ()))
@@ -271,7 +285,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         master_port=port, max_restarts=max_restarts, dist_backend=dist,
         python=str(pick("python") or sys.executable), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
-        forward_env=forward,
+        forward_env=forward, hang_timeout=hang,
     )
 
 

@@ -73,6 +73,8 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         "LAUNCH_DIST_BACKEND": dist_backend,
         "PYTHONUNBUFFERED": "1",
     })
+    if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
+        env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()))
 
 

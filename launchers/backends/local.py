@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 from .. import procs
 from ..follow import follow_in_thread
+from ..hang.watch import LauncherWatch, describe
 from ..ports import choose_port
 from ..rundir import TERMINAL, RunDir, exit_fields
 from ..spec import JobSpec
@@ -36,16 +38,21 @@ class LocalBackend(Backend):
         old = {s: signal.signal(s, lambda signum, _f: interrupted.append(signum))
                for s in (signal.SIGINT, signal.SIGTERM)}
         agents: list[subprocess.Popen] = []
+        spec = plan.spec
+        watch = LauncherWatch(rd, plan.run_id, attempt, spec.hang_timeout, spec.nodes, spec.world_size,
+                              monitor_here=True) if spec.hang_timeout else None
         thread, stop = follow_in_thread(rd.path) if self.stream else (None, None)
         try:
             for nc in plan.nodes:
                 log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
                 agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
-            codes = self._watch(agents, interrupted)
-            if interrupted or any(c not in (0, None) for c in codes):
+            codes = self._watch(agents, interrupted, watch)
+            if interrupted or any(c not in (0, None) for c in codes) or (watch and watch.coord.verdict):
                 procs.terminate_run(plan.run_id, agents, grace=self.grace)
                 codes = [a.poll() for a in agents]
         finally:
+            if watch:
+                watch.close()
             if stop is not None:
                 stop.set()
                 thread.join(timeout=5)
@@ -57,11 +64,14 @@ class LocalBackend(Backend):
                                  node_failures=failures)
 
     @staticmethod
-    def _watch(agents: list[subprocess.Popen], interrupted: list[int]) -> list[int | None]:
-        """Wait until every agent exits, one fails, or we are interrupted."""
+    def _watch(agents: list[subprocess.Popen], interrupted: list[int], watch: LauncherWatch | None) -> list[int | None]:
+        """Wait until every agent exits, one fails, a hang is decided, or we are interrupted."""
         while not interrupted:
             codes = [a.poll() for a in agents]
             if any(c not in (0, None) for c in codes) or all(c is not None for c in codes):
+                return codes
+            if watch and (verdict := watch.poll()):
+                print(f"launch: {describe(verdict)}", file=sys.stderr, flush=True)
                 return codes
             time.sleep(0.05)
         return [a.poll() for a in agents]

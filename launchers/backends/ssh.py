@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import layout, ports, procs
 from ..errors import LaunchError
+from ..hang import watch as hang_watch
 from ..hostfile import ResolvedHost, hosts_from_options, resolve
 from ..remote import CHECK, GRACE, REACH
 from ..rundir import TERMINAL, RunDir
@@ -109,6 +110,9 @@ class SSHBackend(Backend):
         spec = spec.replace(nodes=nodes, gpus_per_node=gpn, explicit=("nodes", "gpus_per_node"))
         rhosts = resolve(entries, settings.ssh_config)
         node_dir = spec.run_dir
+        if opts.get("shared_storage") is False and spec.hang_timeout:
+            raise LaunchError("--hang-timeout needs the run dir on shared storage (the hosts' progress meets "
+                              "there); it is not accepted with --no-shared-storage")
         if opts.get("shared_storage") is False:
             node_dir = os.path.join(opts.get("staging_dir") or STAGING_ROOT, run_id)
         master = rhosts[0].hostname
@@ -217,17 +221,12 @@ class SSHBackend(Backend):
 
         pool = ThreadPoolExecutor(max_workers=n)
         futs = [pool.submit(run_node, k) for k in range(n)]
-        failed: int | None = None
+        spec = plan.spec
+        watch = hang_watch.LauncherWatch(rd, plan.run_id, plan.attempt, spec.hang_timeout, n, spec.world_size,
+                              monitor_here=False) if spec.hang_timeout else None
         try:
-            pending = set(futs)
-            while pending and not interrupted:
-                _, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-                bad = sorted((t, k) for k, (t, code, _err) in ended.items() if code != 0)
-                if bad:
-                    failed = bad[0][1]
-                    break
+            pending, why = self._wait_nodes(set(futs), ended, interrupted, watch)
             if pending:
-                why = "interrupted" if interrupted else f"node {failed} failed"
                 print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
                 self._stop(plan, conns, [k for k in range(n) if k not in ended])
                 wait(pending, timeout=self.grace + 10)
@@ -243,6 +242,18 @@ class SSHBackend(Backend):
             self._collect(plan, conns, rd)
         close_all(conns)
         return self._finish(plan, rd, ended, interrupted)
+
+    @staticmethod
+    def _wait_nodes(pending: set, ended: dict, interrupted: list[int], watch: hang_watch.LauncherWatch | None) -> tuple[set, str]:
+        """Until every node ended, one failed, a hang was decided or we are interrupted: (pending, why)."""
+        while pending and not interrupted:
+            _, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+            bad = sorted((t, k) for k, (t, code, _err) in ended.items() if code != 0)
+            if bad:
+                return pending, f"node {bad[0][1]} failed"
+            if watch and (verdict := watch.poll()):
+                return pending, hang_watch.describe(verdict)
+        return pending, "interrupted"
 
     def _finish(self, plan: SSHPlan, rd: RunDir, ended, interrupted) -> int:
         n = len(plan.rhosts)

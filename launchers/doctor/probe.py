@@ -164,13 +164,13 @@ def client_side():
         except OSError as e:
             err = e.strerror or first_line(e); time.sleep(0.2); continue
         try:
-            got = recv(c, 3)
+            got = recv(c, 2)
         except (OSError, ValueError):
             got = None
         if not got or got.get("token") != A["token"]:
             err = "another program answers on that port"; c.close(); c = None; break
     R["reach"] = None if c else err
-    R["shared"] = read_probe(pf, 0 if c else A.get("shared_wait", 5))
+    R["shared"] = read_probe(pf, 0 if c else A.get("shared_wait", 2))
     if not c:
         return False
     try:
@@ -230,7 +230,7 @@ def main():
         if th is not None:
             th.join()
         elif A["expect"] and "port_taken" in R:   # the others look for the probe file without us
-            time.sleep(min(A["timeout"], A.get("shared_wait", 5) + 3))
+            time.sleep(min(A["timeout"], A.get("shared_wait", 2) + 4))
         go = R["peers"].get("_go", not A["expect"] and "port_taken" not in R and "torch" in R)
         for p in [pf] + R.pop("made")[::-1]:     # leave nothing behind, not even a root we made
             try:

@@ -182,6 +182,7 @@ class NodeRun:
         log = self.rd.start_agent_log(self.node, self.attempt, nc.shell(),
                                       f"{socket.gethostname()} | slurm job {self.env.job_id}")
         agent = procs.start_session(nc.argv, node_environ(os.environ, nc), log)
+        self.watch_hangs(agent.pid)
         if self.node == 0:           # bookkeeping while the agent imports torch (off the start-up path)
             self.record_attempt(addr, port, hosts[:self.ns.spec.nodes])
             self.rd.update_status(state="RUNNING", attempt=self.attempt, nodes={}, first_failure=None, reason=None,
@@ -189,6 +190,25 @@ class NodeRun:
         self.rd.write_node_record(self.node, dict(self.base_rec, state="RUNNING", master=f"{addr}:{port}",
                                                   agent_pid=agent.pid, time=time.time()))
         return agent.wait()
+
+    def watch_hangs(self, agent_pid: int) -> None:
+        """--hang-timeout: this node's monitor (it stops the node's processes once a hang is decided) and, on
+        node 0, the run's coordinator."""
+        spec = self.ns.spec
+        if not spec.hang_timeout:
+            return
+        from ...hang.watch import Coordinator, NodeMonitor
+        from ...remote import stop_node
+
+        def stop(verdict: dict) -> None:
+            print(f"launch: node {self.node}: a hang was decided (stalled rank(s) "
+                  f"{verdict['stalled_ranks']}); stopping this node", file=sys.stderr, flush=True)
+            stop_node(self.ns.run_id, self.node, grace=5.0, agent_pid=agent_pid)
+
+        NodeMonitor(self.rd.path, self.ns.run_id, self.attempt, nodes=[self.node], on_verdict=stop).start()
+        if self.node == 0:
+            coord = Coordinator(self.rd, self.attempt, spec.hang_timeout, spec.nodes, spec.world_size)
+            threading.Thread(target=coordinate, args=(coord,), daemon=True, name="launch-hang-coordinator").start()
 
     def record_attempt(self, addr: str, port: int, hosts: list[str]) -> None:
         """run.yaml: node 0 is its only writer while the job runs (the launcher wrote it before submitting)."""
@@ -215,6 +235,12 @@ class NodeRun:
             after_stop(self.rd, self.ns.spec, self.attempt, self.restart, self.env.job_id, self.in_allocation,
                        self.ns.max_requeues)
         return code
+
+
+def coordinate(coord) -> None:
+    from ...hang.watch import INTERVAL_S
+    while coord.check(time.time()) is None:
+        time.sleep(INTERVAL_S)
 
 
 def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> int:

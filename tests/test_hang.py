@@ -1,0 +1,145 @@
+"""Hang detection (--hang-timeout) with real processes: a rank SIGSTOPped or asleep outside any collective is
+named stalled, the ranks waiting for it in all_reduce are named waiting, stacks are in the run dir, the run
+ends and nothing is left. Local here; SSH and Slurm at the end (the dev clusters)."""
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, read_json, require_cluster, run_launch
+from launchers import procs
+from launchers.hang.stacks import classify, main_thread
+from launchers.hang.watch import decide
+
+TIMEOUT = 10
+SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
+SSH_OPTS = ["--ssh-config", str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts")]
+
+DUMP = """Process 11: python -u w.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 11 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:3252)
+    wrapper (torch/distributed/c10d_logger.py:83)
+    <module> (w.py:30)
+Thread 12 (idle): "Thread-1"
+    wait (threading.py:320)
+"""
+
+
+def test_stack_rules():
+    assert main_thread(DUMP) == ["all_reduce (torch/distributed/distributed_c10d.py:3252)",
+                                 "wrapper (torch/distributed/c10d_logger.py:83)", "<module> (w.py:30)"]
+    assert classify("S", DUMP, True)[0] == "waiting"
+    assert classify("T", DUMP, True) == ("stalled", "process stopped (state T: SIGSTOP or a debugger)")
+    elsewhere = DUMP.replace("all_reduce (torch/distributed/distributed_c10d.py:3252)", "load (data.py:9)")
+    elsewhere = elsewhere.replace("wrapper (torch/distributed/c10d_logger.py:83)", "next (data.py:20)")
+    assert classify("S", elsewhere, True) == ("stalled", "stack elsewhere: load (data.py:9)")
+
+
+def test_decide_behind_in_steps_and_all_waiting():
+    w = {"class": "waiting", "why": "in all_reduce", "node": 0}
+    v = decide({0: dict(w, step=7), 1: dict(w, step=6), 2: dict(w, step=7)}, 3, 1.0, 5, "/d", 0)
+    assert v["stalled_ranks"] == [1] and v["waiting_ranks"] == [0, 2] and "behind" in v["ranks"]["1"]["why"]
+    v = decide({0: dict(w, step=7), 1: dict(w, step=7)}, 2, 1.0, 5, "/d", 0)
+    assert v["stalled_ranks"] == [0, 1] and "mismatched collectives" in v["ranks"]["0"]["why"]
+    v = decide({0: dict(w, step=None)}, 2, 1.0, 5, "/d", 0)
+    assert v["stalled_ranks"] == [1] and v["ranks"]["1"]["why"] == "no answer from its node"
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "nan", "inf"])
+def test_bad_hang_timeout(workdir, value):
+    p = run_launch("local", "--hang-timeout", value, "--run-dir", "runs/b", "--", "hang_worker.py")
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"launch: error: --hang-timeout {value!r} is not accepted; give a number of seconds > 0 (e.g. 300)"]
+    assert not (workdir / "runs").exists()
+
+
+def hung_at(run_dir):
+    for log in Path(run_dir, "logs").glob("node*/rank*.log"):
+        for ln in log.read_text().splitlines():
+            if ln.startswith("HANGING "):
+                return float(ln.split(" at ")[1])
+    raise AssertionError("no rank hung")
+
+
+def check_hang(run_dir, stalled, world, launcher_end):
+    st = read_json(f"{run_dir}/status.json")
+    assert st["state"] == "FAILED", st
+    hang = st["hang"]
+    assert hang["stalled_ranks"] == [stalled] and hang["waiting_ranks"] == [r for r in range(world) if r != stalled]
+    assert st["first_failure"]["rank"] == stalled and st["first_failure"]["reason"].startswith("hang: ")
+    for r in range(world):
+        text = Path(hang["dir"], f"rank{r}.txt").read_text()
+        assert f"# rank {r} pid" in text and ("Thread" in text), text     # a real py-spy stack
+    # ended within the timeout + 15 s of the moment the rank hung (the acceptance bound)
+    assert launcher_end - hung_at(run_dir) < TIMEOUT + 15
+    run_id = yaml.safe_load(Path(run_dir, "run.yaml").read_text())["run_id"]
+    assert procs.tagged_pids(run_id) == []
+    return st
+
+
+@pytest.mark.parametrize("mode", ["stop", "sleep"])
+def test_local_stalled_rank_is_named_and_the_run_stopped(workdir, mode):
+    p = run_launch("local", "--nodes", "2", "--gpus-per-node", "2", "--hang-timeout", str(TIMEOUT),
+                   "--env", "TEST_HANG_RANK=2", "--env", "TEST_HANG_STEP=4", "--env", f"TEST_HANG_MODE={mode}",
+                   "--run-dir", "runs/h", "--", "hang_worker.py", timeout=180)
+    end = time.time()
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "launch: hang: no rank advanced for 10 s; stalled: rank 2" in p.stderr
+    st = check_hang("runs/h", 2, 4, end)
+    why = st["hang"]["ranks"]["2"]["why"]
+    assert why.startswith("process stopped") if mode == "stop" else why.startswith("stack elsewhere")
+    assert all("all_reduce" in st["hang"]["ranks"][str(r)]["why"] for r in (0, 1, 3))
+
+
+def test_local_program_without_heartbeat_silent_phase_is_not_a_hang_but_a_stop_is(workdir):
+    """Progress from the log and CPU time alone: a silent start shorter than the timeout passes, then a
+    SIGSTOPped rank is found."""
+    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--hang-timeout", str(TIMEOUT),
+                   "--env", "TEST_HEARTBEAT=0", "--env", f"TEST_SILENT_S={TIMEOUT - 4}", "--env", "TEST_HANG_RANK=1",
+                   "--env", "TEST_HANG_STEP=30", "--run-dir", "runs/n", "--", "hang_worker.py", timeout=180)
+    end = time.time()
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "STEP 29" in Path("runs/n/logs/node0/rank0.log").read_text()     # got past the silent phase
+    check_hang("runs/n", 1, 2, end)
+    assert not Path("runs/n/progress/rank0.json").exists()
+
+
+def test_local_without_a_hang_completes_under_a_timeout(workdir):
+    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--hang-timeout", "5",
+                   "--env", "TEST_STEPS=10", "--run-dir", "runs/ok", "--", "hang_worker.py", timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    st = read_json("runs/ok/status.json")
+    assert st["state"] == "COMPLETED" and "hang" not in st
+    assert json.loads(Path("runs/ok/progress/rank1.json").read_text())["step"] == 9
+
+
+@pytest.mark.ssh
+def test_ssh_stalled_rank_on_a_host(workdir):
+    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the SSH test hosts", st.returncode == 0, "make ssh-up")
+    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", *SSH_OPTS, "--hang-timeout", str(TIMEOUT),
+                   "--env", "TEST_HANG_RANK=2", "--env", "TEST_HANG_STEP=4", "--run-dir", "runs/s", "--",
+                   "hang_worker.py", timeout=240)
+    end = time.time()
+    assert p.returncode == 1, p.stderr[-2000:]
+    st = check_hang("runs/s", 2, 3, end)
+    assert st["first_failure"]["node"] == 2
+
+
+@pytest.mark.slurm
+def test_slurm_stalled_rank_on_a_node(workdir):
+    st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--hang-timeout", str(TIMEOUT),
+                   "--env", "TEST_HANG_RANK=1", "--env", "TEST_HANG_STEP=4", "--run-dir", "runs/q", "--wait",
+                   "--", "hang_worker.py", timeout=300)
+    end = time.time()
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    st = check_hang("runs/q", 1, 2, end)
+    assert st["first_failure"]["node"] == 1
