@@ -304,7 +304,7 @@ def gen_names(rng, names, n, sep=","):
 
 @pytest.mark.parametrize("tag", S.TAGS, ids=S.vstr)
 @pytest.mark.parametrize("var", ["algo", "proto"])
-def test_parse_list_matches_c(binaries, tag, var, capsys):
+def test_parse_list_matches_c(binaries, tag, var):
     rng = random.Random(f"{SEED}{tag}{var}")
     elems = S.algorithms(tag) if var == "algo" else S.PROTOS
     values = gen_lists(rng, elems, [f.lower() for f in S.FUNCS], N)

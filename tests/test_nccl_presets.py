@@ -201,3 +201,14 @@ def test_module_entry_point_and_no_torch():
 def test_validate_matches_resolve_for_combined():
     env, findings = A.resolve("moe,roce")
     assert [str(f) for f in findings] == [str(f) for f in validate(env)]
+
+
+@pytest.mark.parametrize("tag", ["2.21.5", "2.23.4", "2.24.3", "2.27.7", "2.30.7"])
+def test_moe_reason_holds_per_source_tag(tag):
+    """The moe chunk is not clamped (init.cc chunk_clamp: chunk x NCCL_STEPS <= default BUFFSIZE)
+    and nothing in moe switches off an automatic NCCL choice, in every tag 2.21-2.30."""
+    fs = validate(P.load("moe").env(), tag, production=False)
+    assert not has_errors(fs)
+    assert not any("clamps" in f.message or "automatic" in f.message for f in fs), fs
+    fs = validate({**P.load("moe").env(), "NCCL_NCHANNELS_PER_NET_PEER": "4"}, tag)
+    assert any("automatic per-peer channel count" in f.message for f in fs)

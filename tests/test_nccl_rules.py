@@ -92,7 +92,7 @@ def test_paths_and_params_equal_the_source(tag):
                         src).group(1)
     assert {"2": "2", "-1": "auto", "NCCL_CONFIG_UNDEF_INT": "auto"}[default] == \
         S.per_peer_default(tag)
-    assert f"#define DEFAULT_BUFFSIZE (1 << 22)" in init and S.DEFAULT_BUFFSIZE == 1 << 22
+    assert "#define DEFAULT_BUFFSIZE (1 << 22)" in init and S.DEFAULT_BUFFSIZE == 1 << 22
     assert 'NCCL_PARAM(P2pNetChunkSize, "P2P_NET_CHUNKSIZE", (1 << 17))' in init
 
 
