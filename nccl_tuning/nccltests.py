@@ -4,7 +4,8 @@ NCCL_DEBUG=INFO logs. Torch-free.
 nccl-tests (format: nccl-tests src/common.cu, v2.13.3 and v2.19.6 in ../shared/reference): a table
 is found by its header line (`size  count  type  redop  root  time  algbw  busbw  #wrong  time ...`,
 with or without the leading '#', old layouts with `error` and no `root` too); lines may carry an
-mpirun --tag-output prefix (`[1,0]<stdout>:`) or an srun --label prefix (`0: `). Every table in a
+mpirun --tag-output prefix (`[1,0]<stdout>:`), an mpiexec -prepend-rank prefix (`[0] `) or
+an srun --label prefix (`0: `). Every table in a
 file is one run (rows get `run` = 1, 2, ...); several `# nThread` banners before one table mean
 processes printing at the same time (nccl-tests started once per process without MPI): refused.
 The first time/algbw/busbw group is out-of-place (the row's values); the second, in-place, is kept
@@ -40,7 +41,7 @@ DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16"
           "int64": "int64", "uint64": "uint64", "int": "int32"}
 _BIN_RE = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(sorted(BINARIES, key=len, reverse=True))
                      + r")_perf(?![A-Za-z0-9])")
-_TAG_RE = re.compile(r"^(?:\[\d+,\d+\]<(?:stdout|stderr)>:|\d+: )")
+_TAG_RE = re.compile(r"^(?:\[\d+,\d+\]<(?:stdout|stderr)>:|\[\d+\] |\d+: )")
 _RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group|Pid|on)\b")
 _THREADS_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _NUM_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")

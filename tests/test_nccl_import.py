@@ -133,3 +133,12 @@ def test_import_command_refusal_is_one_line_exit_2():
     res = CliRunner().invoke(nccl, ["import", str(REAL / "concurrent_runs.txt")])
     assert res.exit_code == 2 and res.output.count("\n") == 1
     assert res.output.startswith("launch: error: ") and "nThread" in res.output
+
+
+@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "[0] ", "0: ", ""])
+def test_each_launcher_prefix_gives_the_same_rows(prefix):
+    """The tagged fixture re-prefixed the way mpiexec -prepend-rank and srun --label tag lines."""
+    lines = (REAL / "tagged_output.txt").read_text().splitlines()[1:]
+    text = "\n".join(prefix + ln[len("[1,0]<stdout>:"):] for ln in lines)
+    rows = nccltests.parse(text, op="all_reduce")
+    assert [(r["bytes"], r["time_us"]) for r in rows] == [(8, 12.9), (16, 12.88), (32, 22.25)]
