@@ -62,13 +62,13 @@ def test_local_passes_and_leaves_nothing_behind(tmp_path):
 
 def test_local_held_port_and_required_gpus_fail_with_what_to_do(tmp_path):
     """A port this test holds: the failure names this process as the holder. --require-gpus on a machine
-    without GPUs fails (on a GPU machine it must pass the same check)."""
+    without GPUs fails (on a GPU machine it must pass the same check). A bad NCCL_ALGO in --env fails."""
     with socket.socket() as s:
         s.bind(("", 0))
         s.listen()
         port = s.getsockname()[1]
         p = run_launch("doctor", "--local", "--master-port", str(port), "--require-gpus", "--run-root",
-                       str(tmp_path), cwd=tmp_path, timeout=240)
+                       str(tmp_path), "--env", "NCCL_ALGO=nonsense", cwd=tmp_path, timeout=240)
     assert p.returncode == 1, (p.stdout, p.stderr)
     fails = [ln for ln in p.stdout.splitlines() if ln.startswith("FAIL ")]
     port_line = next(ln for ln in fails if " port: " in ln)
@@ -77,6 +77,8 @@ def test_local_held_port_and_required_gpus_fail_with_what_to_do(tmp_path):
     gpu_lines = [ln for ln in fails if " gpus: " in ln]
     assert len(gpu_lines) == (0 if "GPUs (CPU only)" not in p.stdout else 1), p.stdout
     assert all("--require-gpus wants 1" in ln and "->" in ln for ln in gpu_lines)
+    (nccl_line,) = [ln for ln in fails if " nccl_env: " in ln]     # validate_env's verdict on --env
+    assert "NCCL_ALGO=nonsense" in nccl_line and "Unrecognized element token" in nccl_line
     assert p.stdout.rstrip().splitlines()[-1].startswith("doctor: ")
 
 

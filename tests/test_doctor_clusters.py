@@ -87,10 +87,10 @@ def test_ssh_hidden_torch_held_port_node_local_root_each_fail_naming_node_and_ca
     st, fails = statuses(rep), rep["failures"]
     torch_fails = [f for f in fails if " torch: " in f]
     assert [k for (k, name), s in st.items() if name == "torch" and s == "fail"] == [2]
-    assert torch_fails[0].startswith("FAIL node 2 (sshhost3 ") and "cannot import torch" in torch_fails[0]
+    assert torch_fails[0].startswith("FAIL node 2 [sshhost3 ") and "cannot import torch" in torch_fails[0]
     assert "ModuleNotFoundError" in torch_fails[0] and "-> install torch==" in torch_fails[0]
     port_fail = next(f for f in fails if " port: " in f)
-    assert port_fail.startswith("FAIL node 0 (sshhost1 ") and f"master port {port} is in use" in port_fail
+    assert port_fail.startswith("FAIL node 0 [sshhost1 ") and f"master port {port} is in use" in port_fail
     assert "held by pid" in port_fail
     assert [k for (k, name), s in st.items() if name == "shared" and s == "fail"] == [1, 2, 3]
     assert all("not shared" in f and "written on node 0 (sshhost1" in f for f in fails if " shared: " in f)
@@ -113,8 +113,8 @@ def test_unknown_host_key_and_dead_host_are_named_within_the_connect_timeout(tmp
     st = statuses(rep)
     assert st[(0, "reachable")] == "ok" and st[(0, "torch")] == "ok"
     fails = rep["failures"]
-    assert any(f.startswith("FAIL node 1 (sshhost2 ") and "host key unknown" in f for f in fails), fails
-    assert any(f.startswith("FAIL node 2 (10.216.0.99") and "unreachable" in f for f in fails), fails
+    assert any(f.startswith("FAIL node 1 [sshhost2 ") and "host key unknown" in f for f in fails), fails
+    assert any(f.startswith("FAIL node 2 [10.216.0.99") and "unreachable" in f for f in fails), fails
     assert kh.read_text() == before                        # never auto-accepted
     assert wall < 60, wall
 

@@ -82,7 +82,7 @@ def failures(rows: list[dict], statuses=("fail",)) -> list[str]:
         for name, ch in row["checks"].items():
             if ch.status in statuses:
                 what = "FAIL" if ch.status == "fail" else "WARN"
-                out.append(f"{what} node {row['node']} ({row['host']}) {name}: {ch.why}" + (f" -> {ch.fix}" if ch.fix else ""))
+                out.append(f"{what} node {row['node']} [{row['host']}] {name}: {ch.why}" + (f" -> {ch.fix}" if ch.fix else ""))
     return out
 
 
@@ -95,9 +95,9 @@ def render(rows: list[dict], head: str, ref: dict, wall: float) -> str:
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(t, widths)).rstrip() for t in table]
     bad, warn = failures(rows), failures(rows, ("warn",))
     lines += bad + warn
-    nodes = len(rows)
-    lines.append(f"doctor: {len(bad)} check(s) failed on {len({ln.split(' (')[0] for ln in bad})} of {nodes} node(s) "
-                 f"in {wall:.1f} s" if bad else f"doctor: every check passed on {nodes} node(s) in {wall:.1f} s")
+    sick = sum(any(ch.status == "fail" for ch in r["checks"].values()) for r in rows)
+    lines.append(f"doctor: {len(bad)} check(s) failed on {sick} of {len(rows)} node(s) in {wall:.1f} s" if bad
+                 else f"doctor: every check passed on {len(rows)} node(s) in {wall:.1f} s")
     return "\n".join(lines) + "\n"
 
 
