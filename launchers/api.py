@@ -116,7 +116,10 @@ def cancel(path: str) -> None:
     get_backend(rd.read_run_yaml()["spec"]["backend"]).cancel(rd)
 
 
-def status(path: str) -> dict[str, Any]:
+def status(path: str, ranks: bool = False) -> dict[str, Any]:
+    """status.json as the backend refreshes it, plus what explains it: the NCCL refusals in the rank logs and,
+    with ranks, per-rank progress (explain.rank_rows)."""
+    from . import explain
     rd = RunDir.open(path)
     data = rd.read_run_yaml()
     st = get_backend(data["spec"]["backend"]).refresh(rd)
@@ -124,11 +127,15 @@ def status(path: str) -> dict[str, Any]:
     st = dict(st)
     st.update(run_dir=rd.path, run_id=data["run_id"], backend=spec["backend"],
               shape=f"{spec['nodes']}x{spec['gpus_per_node']}", last_step=rd.last_step(),
-              latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]))
+              latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
+              nccl_refusals=explain.nccl_refusals(rd))
+    if ranks:
+        st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0))
     return st
 
 
 def format_status(st: dict[str, Any]) -> str:
+    from . import explain
     lines = [f"run:        {st['run_dir']}", f"backend:    {st['backend']}  shape {st['shape']}",
              f"state:      {st['state']}" + (f"  ({st['reason']})" if st.get("reason") else ""),
              f"attempt:    {st.get('attempt', 0)} of {st['attempts']} recorded"]
@@ -139,8 +146,16 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append("nodes:      " + "  ".join(f"node{k}={v}" for k, v in sorted(nodes.items(), key=lambda kv: int(kv[0]))))
     if st.get("first_failure"):
         lines.append(f"first failure: {_describe_failure(st['first_failure'])}")
+    if st.get("hang"):
+        lines.append(explain.format_hang(st["hang"]))
+    if st.get("surviving_pids"):
+        lines.append(f"still alive: pids {', '.join(map(str, st['surviving_pids']))} (`launch cancel "
+                     f"{st['run_dir']}` ends them)")
     lines.append(f"last step:  {st['last_step'] if st['last_step'] is not None else '-'}")
     lines.append(f"checkpoint: {st['latest_checkpoint'] or '-'}")
+    lines += [f"nccl:       {line}" for line in st.get("nccl_refusals", [])]
+    if st.get("ranks") is not None:
+        lines += explain.format_ranks(st["ranks"])
     return "\n".join(lines)
 
 

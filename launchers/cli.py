@@ -144,13 +144,14 @@ def resume(run, nodes, gpus_per_node, max_restarts, dry_run, program_args):
 @main.command()
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--ranks", is_flag=True, help="Per rank: last step, age of its last progress, step time, straggler.")
 @_errors
-def status(run, as_json):
-    """State, per-node exit codes, first failure and last step of RUN."""
+def status(run, as_json, ranks):
+    """State, per-node exit codes, first failure, hang, NCCL refusals and last step of RUN."""
     import json
 
     from . import api
-    st = api.status(run)
+    st = api.status(run, ranks=ranks)
     click.echo(json.dumps(st, indent=1, sort_keys=True, default=str) if as_json else api.format_status(st))
 
 

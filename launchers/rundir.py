@@ -172,6 +172,24 @@ class RunDir:
         from . import procs
         return procs.record_alive((st if st is not None else self.read_status()).get("launcher") or {})
 
+    def check_launcher(self) -> dict[str, Any]:
+        """status.json; a RUNNING/PENDING run whose launcher (recorded on this host) is dead is corrected to
+        FAILED ("launcher died"), with the run's processes still alive here listed (`launch cancel` ends them)."""
+        from . import procs
+        st = self.read_status()
+        rec = st.get("launcher") or {}
+        if st.get("state") not in ("RUNNING", "PENDING") or not rec or rec.get("host") != socket.gethostname() \
+                or self.launcher_alive(st):
+            return st
+        with self.lock():
+            cur = self.read_status()
+            if cur.get("state") not in ("RUNNING", "PENDING") or cur.get("launcher") != rec:
+                return cur
+            alive = procs.tagged_pids(self.run_id)
+            return self.update_status(state="FAILED", surviving_pids=alive, reason=f"launcher died (pid {rec.get('pid')}"
+                                      f" on {rec.get('host')} ended without recording the end: killed?)"
+                                      + (f"; {len(alive)} process(es) of the run still alive" if alive else ""))
+
     # ------------------------------------------------------------------ per-rank and per-node records
     def write_rank_record(self, rec: dict[str, Any]) -> None:
         layout.atomic_write(layout.path(self.path, "rank_record", rank=rec["rank"]), json.dumps(rec), durable=False)

@@ -92,6 +92,8 @@ def test_local_stalled_rank_is_named_and_the_run_stopped(workdir, mode):
     assert p.returncode == 1, p.stderr[-2000:]
     assert "launch: hang: no rank advanced for 10 s; stalled: rank 2" in p.stderr
     st = check_hang("runs/h", 2, 4, end)
+    shown = run_launch("status", "runs/h", check=True).stdout
+    assert "hang:       stalled 2 (" in shown and "waiting 0, 1, 3" in shown
     why = st["hang"]["ranks"]["2"]["why"]
     assert why.startswith("process stopped") if mode == "stop" else why.startswith("stack elsewhere")
     assert all("all_reduce" in st["hang"]["ranks"][str(r)]["why"] for r in (0, 1, 3))

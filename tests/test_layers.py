@@ -15,7 +15,7 @@ LAYERS = {
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang"),
     2: ("launchers.backends",),
-    3: ("launchers.api", "launchers.jobenv", "launchers.doctor"),
+    3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor"),
     4: ("launchers.cli", "launchers.entry", "launchers.slurmnode"),
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API

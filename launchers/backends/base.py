@@ -64,8 +64,9 @@ class Backend:
         raise NotImplementedError
 
     def refresh(self, rd: RunDir) -> dict[str, Any]:
-        """Current status (backends with a scheduler ask it); default: status.json as written."""
-        return rd.read_status()
+        """Current status (backends with a scheduler ask it); default: status.json as written, corrected when
+        the launcher that runs it died."""
+        return rd.check_launcher()
 
     def active(self, rd: RunDir) -> bool:
         """Whether some attempt of the run may still be running (resume refuses then)."""

@@ -76,14 +76,6 @@ class LocalBackend(Backend):
             time.sleep(0.05)
         return [a.poll() for a in agents]
 
-    def refresh(self, rd: RunDir) -> dict:
-        """status.json, except that a RUNNING run whose launcher is gone (killed) is reported as FAILED."""
-        st = rd.read_status()
-        if st.get("state") in ("RUNNING", "PENDING") and not rd.launcher_alive(st) \
-                and (st.get("launcher") or {}).get("host") == procs.self_record()["host"]:
-            st = dict(st, state="FAILED", reason="the launcher exited without recording the end (killed?)")
-        return st
-
     def active(self, rd: RunDir) -> bool:
         return rd.launcher_alive() or bool(procs.tagged_pids(rd.run_id))
 

@@ -183,8 +183,10 @@ class SlurmBackend(Backend):
     def refresh(self, rd: RunDir) -> dict[str, Any]:
         st = rd.read_status()
         job_id = st.get("slurm_job_id") or last_job(rd)
-        if not job_id or st.get("state") in TERMINAL or st.get("in_allocation"):
-            return st          # (inside an allocation the launcher records the end itself)
+        if st.get("in_allocation"):
+            return rd.check_launcher()      # inside an allocation the launcher records the end itself
+        if not job_id or st.get("state") in TERMINAL:
+            return st
         job = slurm_status.query(job_id, layout.path(rd.path, "slurm"))
         state, reason = slurm_status.to_run_state(job)
         out = dict(st, slurm_job_id=job_id, slurm_state=job.state)
