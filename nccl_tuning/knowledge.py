@@ -28,7 +28,6 @@ def _lines(name: str) -> list[str]:
 NAMES = frozenset(_lines("nccl_env_names_2.30.7.txt"))           # all read by NCCL 2.30.7
 REMOVED = frozenset(_lines("nccl_env_removed.txt"))               # ignored by current NCCL
 DEBUGGING_CLASS = frozenset(_lines("env_debugging_section.txt"))  # "use with caution" class
-SYSTEM_CLASS = frozenset(_lines("env_system_config_section.txt"))
 
 # Removed names -> what replaced them.
 REPLACEMENTS = {

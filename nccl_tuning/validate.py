@@ -16,12 +16,10 @@ import difflib
 from dataclasses import dataclass
 
 from . import srcchecks, tokens
-from .errors import NcclTuningError
 from .knowledge import (BUILTIN_NETS, DEBUGGING_CLASS, NAME_SINCE, NAMES, NEWEST, NOT_NCCL,
                         REMOVED, REPLACEMENTS, SPECS, TORCH_NAMES, parse_int, parse_version, vstr)
 from .ncclsrc import cite, rules_tag
 
-SEVERITIES = ("error", "warning", "note")
 
 
 @dataclass(frozen=True)
@@ -265,8 +263,3 @@ def _list_effects(env, tag) -> list[Finding]:
             f"with 'no algorithm/protocol available' ({cite('no_algorithm', tag)})")))
     return out
 
-
-def check_severity(sev: str) -> str:
-    if sev not in SEVERITIES:
-        raise NcclTuningError(f"severity {sev!r} is not one of {', '.join(SEVERITIES)}")
-    return sev
