@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from . import layout
 from .backends.base import Backend
 from .errors import LaunchError
 from .jobenv import resolve_job_env
@@ -42,13 +43,15 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
         return 0
     backend.preflight(plan)
     rd = RunDir.create(spec, run_id, plan.record())
-    _make_nccl_dirs(spec)
+    _make_nccl_dirs(spec, plan.dist_backend)
     print(f"launch: run dir {rd.path}", file=sys.stderr)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
 
 
-def _make_nccl_dirs(spec: JobSpec) -> None:
+def _make_nccl_dirs(spec: JobSpec, dist_backend: str) -> None:
     """NCCL does not create the directories of its dump/debug files; make those inside the run dir."""
+    if dist_backend == "nccl":
+        os.makedirs(layout.path(spec.run_dir, "nccl"), exist_ok=True)     # the flight recorder's dumps
     if not spec.nccl_env:
         return
     from nccl_tuning.apply import required_dirs
@@ -76,7 +79,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         return 0
     backend.preflight(plan)
     rd.add_attempt(spec, plan.record())
-    _make_nccl_dirs(spec)
+    _make_nccl_dirs(spec, plan.dist_backend)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
 
 

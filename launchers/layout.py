@@ -57,6 +57,8 @@ FILES = {                                   # what -> path inside the run dir ({
     "metrics": "metrics.jsonl",             # written by the job (rank 0)
     "progress": "progress/rank{rank}.json",             # the program's heartbeat (launchers.heartbeat)
     "node_progress": "progress/node{node}.json",        # a node's view of its ranks (launchers.hang)
+    "nccl": "nccl",                                     # NCCL's and PyTorch's dumps (--dist-backend nccl)
+    "nccl_flight": "nccl/flight_rank_",                 # the flight recorder's dump, per rank (+ rank number)
     "hang": "hang/attempt{attempt}",                    # stacks and verdict of a detected hang
     "hang_request": "hang/attempt{attempt}/request.json",
     "hang_node": "hang/attempt{attempt}/node{node}.json",

@@ -43,6 +43,14 @@ def resolve_dist_backend(choice: str, cuda_available: bool) -> str:
     return "nccl" if cuda_available else "gloo"
 
 
+def flight_recorder(run_dir: str) -> dict[str, str]:
+    """PyTorch's NCCL flight recorder, on by default with --dist-backend nccl: the last 2000 collectives per rank
+    are kept in memory (cheap) and dumped into <run dir>/nccl/ when a collective times out, naming what each
+    rank was waiting in. Off: --env TORCH_FR_BUFFER_SIZE=0."""
+    return {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+            "TORCH_FR_DUMP_TEMP_FILE": layout.path(run_dir, "nccl_flight")}
+
+
 def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port: int, run_id: str,
                  attempt: int, dist_backend: str = "gloo") -> NodeCommand:
     argv = (
@@ -59,6 +67,8 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         *spec.program, *spec.program_args,
     )
     env: dict[str, str] = {"OMP_NUM_THREADS": "1"}
+    if dist_backend == "nccl":
+        env.update(flight_recorder(spec.run_dir))
     env.update(dict(spec.nccl_env))
     env.update(dict(spec.env))           # the user's --env wins over presets and defaults
     env.update({

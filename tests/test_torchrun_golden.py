@@ -43,3 +43,21 @@ def test_port_derivation_stable_and_in_range():
     ports = {derive_port(f"run-{i}") for i in range(500)}
     assert all(20000 <= p < 60000 for p in ports) and len(ports) > 450
     assert derive_port("abc") == derive_port("abc")
+
+
+def test_nccl_runs_get_the_flight_recorder_unless_turned_off():
+    nc = node_command(spec(), node_rank=0, master_addr="h", master_port=20001, run_id="i", attempt=0,
+                      dist_backend="nccl")
+    env = nc.env_dict
+    assert (env["TORCH_FR_BUFFER_SIZE"], env["TORCH_NCCL_DUMP_ON_TIMEOUT"]) == ("2000", "1")
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == "/shared/runs/r1/nccl/flight_rank_"
+    off = node_command(spec(env=(("TORCH_FR_BUFFER_SIZE", "0"),)), node_rank=0, master_addr="h", master_port=20001,
+                       run_id="i", attempt=0, dist_backend="nccl")
+    assert off.env_dict["TORCH_FR_BUFFER_SIZE"] == "0"
+    gloo = node_command(spec(), node_rank=0, master_addr="h", master_port=20001, run_id="i", attempt=0)
+    assert not any(k.startswith("TORCH_FR") for k in gloo.env_dict)
+
+
+def test_hang_timeout_reaches_the_node_monitors():
+    nc = node_command(spec(hang_timeout=20.0), node_rank=0, master_addr="h", master_port=20001, run_id="i", attempt=0)
+    assert nc.env_dict["LAUNCH_HANG_TIMEOUT"] == "20"
