@@ -2,6 +2,8 @@
 launchers.runopts, reused as they are) and its own. The CLI generates its click options from OPTIONS."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..runopts import BACKEND_OPTIONS, COMMON, Opt
 
 B, S = (bool,), (str,)
@@ -22,9 +24,22 @@ OWN: tuple[Opt, ...] = (
     Opt("json", B, "Machine-readable output.", kind="flag"),
 )
 
+# what a shared option means for doctor, where launch's words do not fit
+HELP = {
+    "nodes": "Nodes to check (SSH: the first N hosts, default all; Slurm: default 2; local: 1).",
+    "master_port": "Master port to check on node 0 (default: one derived like launch's).",
+    "env": "K=V your job adds (repeatable); checked with the nodes' NCCL_* env.",
+    "gpus_per_node": "GPUs each node must see when it has any (default 1).",
+}
+
+
+def _doctor_help(o: Opt) -> Opt:
+    return replace(o, help=HELP[o.key]) if o.key in HELP else o
+
+
 OPTIONS: tuple[Opt, ...] = (
-    *(o for o in COMMON if o.key in SHARED_COMMON),
-    *BACKEND_OPTIONS["ssh"],
+    *(_doctor_help(o) for o in COMMON if o.key in SHARED_COMMON),
+    *(o for o in BACKEND_OPTIONS["ssh"] if o.key != "staging_dir"),
     *(o for o in BACKEND_OPTIONS["slurm"] if o.key in SHARED_SLURM),
     *OWN,
 )

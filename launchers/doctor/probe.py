@@ -44,7 +44,9 @@ def facts():
             R["gpus"] = 0; R["gpus_error"] = "nvidia-smi: " + first_line(e)
     else:
         R["gpus"] = torch.cuda.device_count() if R.get("cuda") else 0
-    R["nvidia_smi"] = bool(smi); R["cuda_visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    R["nvidia_smi"] = bool(smi); R["cuda_visible"] = cv = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if smi and cv is not None:             # what a job here may use, not what the machine has
+        R["gpus"] = min(R["gpus"], len([d for d in cv.split(",") if d.strip()]))
     d = A.get("root") or "/"
     while not os.path.exists(d) and os.path.dirname(d) != d:
         d = os.path.dirname(d)
