@@ -10,13 +10,14 @@ PYTEST_ARGS ?=
 .PHONY: venv demo test test-fast bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
 
 # torch is pinned to the CPU build on local disk; never an open range (it would pull a multi-GB CUDA build).
-$(STAMP): requirements.txt requirements-deepspeed.txt setup.cfg pyproject.toml
+$(STAMP): requirements.txt requirements-deepspeed.txt requirements-frameworks.txt setup.cfg pyproject.toml
 	command -v c++ >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q build-essential || \
 	  { apt-get update -q && apt-get install -y -q build-essential; }; }   # DeepSpeed's CPU op; NCCL parser tests
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements.txt
 	$(BIN)/pip install -q --no-build-isolation --no-deps -r requirements-deepspeed.txt
+	$(BIN)/pip install -q --no-deps -r requirements-frameworks.txt   # Lightning, Accelerate (docs/FRAMEWORKS.md)
 	$(BIN)/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	$(BIN)/python -m compileall -q launchers workloads nccl_tuning >/dev/null   # editable installs get no bytecode
 	$(BIN)/python -m workloads.common.dsops   # prebuild DeepSpeed's CPU op once (~75 s) into .venv/torch_extensions
