@@ -137,3 +137,15 @@ def test_slurm_bad_partition_is_one_line(tmp_path):
     assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
     (line,) = p.stderr.strip().splitlines()
     assert line.startswith("launch: error: the doctor job did not start") and "partition" in line.lower()
+
+
+@pytest.mark.slurm
+def test_slurm_missing_python_is_named_per_node(tmp_path):
+    slurm_up()
+    code, rep, _ = doctor("--slurm", "--nodes", "2", "--python", str(tmp_path / "nopython"), "--run-root",
+                          str(tmp_path / "r"))
+    assert code == 1
+    assert sorted(n["host"] for n in rep["nodes"]) == ["lnode1", "lnode2"]
+    fails = rep["failures"]
+    assert len(fails) == 2 and all(" python: " in f and "nopython' not found there" in f for f in fails), fails
+    assert all("-> give --python" in f for f in fails)

@@ -8,6 +8,7 @@ this python in a subprocess (the launcher never imports torch).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -98,7 +99,7 @@ def last_line(text: str) -> str:
 
 def why_no_result(python: str, code: int | None, err: str) -> str:
     if code == 127:
-        return f"python {python!r} not found there (give --python)"
+        return f"python {python!r} not found there"
     return last_line(err) or f"the probe exited {code} without a result"
 
 
@@ -124,23 +125,34 @@ def run_slurm(python: str, base: dict, opts: dict, nodes: int, timeout: float) -
         argv += ["--gpus-per-node", str(opts["gpus_per_node"])]
     args = dict(base, slurm=True, master=None, expect=nodes - 1)
     lines, code, err = run_process(argv + probe_argv(python, args), timeout + SLURM_QUEUE_WAIT + 120)
-    per: dict[int, list] = {}
-    for at, ln in lines.lines:
-        task, sep, rest = ln.partition(": ")
-        if sep and task.strip().isdigit():
-            per.setdefault(int(task), []).append((at, rest))
-    if not per:
+    per, per_err = by_task(lines.lines), by_task([(0.0, ln) for ln in err.splitlines()])
+    if not per and not per_err:
         raise LaunchError(f"the doctor job did not start: {last_line(err) or f'srun exited {code}'}")
     out = []
     for k in range(nodes):
         n = NodeRun(k, f"node {k}")
         n.take(per.get(k, []))
-        if n.result is None:
-            n.error = why_no_result(python, code, err)
-        else:
+        if n.result is not None:
             n.host = n.result.get("host", n.host)
+            out.append(n)
+            continue
+        said = " ".join(ln.strip() for _, ln in per_err.get(k, []))
+        host = re.search(r"slurmstepd-([^:\s]+):", said)
+        n.host = host.group(1) if host else n.host
+        n.error = (f"python {python!r} not found there ({said})" if "execve" in said else
+                   said or why_no_result(python, code, err))
         out.append(n)
     return out
+
+
+def by_task(lines: list[tuple[float, str]]) -> dict[int, list[tuple[float, str]]]:
+    """srun --label lines ("K: text") by task K; unlabelled lines (srun's own) are left out."""
+    per: dict[int, list] = {}
+    for at, ln in lines:
+        task, sep, rest = ln.partition(": ")
+        if sep and task.strip().isdigit():
+            per.setdefault(int(task), []).append((at, rest))
+    return per
 
 
 def run_ssh(hosts, settings, python: str, base: dict, timeout: float) -> list[NodeRun]:
