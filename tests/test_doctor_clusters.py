@@ -99,19 +99,39 @@ def test_ssh_hidden_torch_held_port_node_local_root_each_fail_naming_node_and_ca
 
 
 @pytest.mark.ssh
+def test_missing_python_on_one_host_is_named_without_waiting_for_it(tmp_path):
+    """sshhost2's --python does not exist: named there, and node 0 hears at once that it will not come
+    (else node 0 would wait for it until --timeout 40)."""
+    ssh_up()
+    py = tmp_path / "py"
+    py.write_text(f'#!/bin/sh\nif [ "$(hostname)" = sshhost2 ]; then exec {tmp_path}/nopython "$@"; fi\n'
+                  f'exec {sys.executable} "$@"\n')
+    py.chmod(0o755)
+    code, rep, wall = doctor("--hostfile", str(STATE / "hostfile"), *SSH, "--python", str(py), "--timeout", "40",
+                             "--run-root", str(tmp_path / "r"))
+    assert code == 1
+    (fail,) = rep["failures"]
+    assert fail.startswith("FAIL node 1 [sshhost2 ") and " python: " in fail and "not found there" in fail
+    assert "nopython" in fail and "-> give --python" in fail
+    assert all(statuses(rep)[(k, "master")] == "ok" for k in (2, 3))
+    assert wall < 40, wall
+
+
+@pytest.mark.ssh
 def test_unknown_host_key_and_dead_host_are_named_within_the_connect_timeout(tmp_path):
     """known_hosts without sshhost2's key: refused, never accepted; 10.216.0.99 (no host there) is named
-    after the 2 s connect timeout while sshhost1 is still checked."""
+    within the 5 s connect timeout (the SSH handshake of a loaded 2-core machine needs more than 2 s at
+    times) while sshhost1 is still checked."""
     ssh_up()
     kh = tmp_path / "known_hosts"
     kh.write_text("".join(ln for ln in (STATE / "known_hosts").read_text().splitlines(True)
                           if not ln.startswith("sshhost2,")))
     before = kh.read_text()
     code, rep, wall = doctor("--hosts", "sshhost1,sshhost2,10.216.0.99", "--ssh-config", str(STATE / "ssh_config"),
-                             "--known-hosts", str(kh), "--connect-timeout", "2", "--run-root", str(tmp_path / "r"))
+                             "--known-hosts", str(kh), "--connect-timeout", "5", "--run-root", str(tmp_path / "r"))
     assert code == 1
     st = statuses(rep)
-    assert st[(0, "reachable")] == "ok" and st[(0, "torch")] == "ok"
+    assert st[(0, "reachable")] == "ok" and st[(0, "torch")] == "ok", rep["failures"]
     fails = rep["failures"]
     assert any(f.startswith("FAIL node 1 [sshhost2 ") and "host key unknown" in f for f in fails), fails
     assert any(f.startswith("FAIL node 2 [10.216.0.99") and "unreachable" in f for f in fails), fails

@@ -112,7 +112,7 @@ def master_port(run: NodeRun, c: Context) -> Check:
     if taken:
         by = f" (held by {taken['holder']})" if taken.get("holder") else ""
         return Check("fail", "in use!", f"master port {c.port} is in use on {run.host}{by}",
-                     f"stop that process or give a free --master-port")
+                     "stop that process or give a free --master-port")
     return ok(f"{c.port} free")
 
 
@@ -124,6 +124,8 @@ def reach(run: NodeRun, c: Context, master_run: NodeRun | None) -> Check:
         return skip("n/a (node 0 down)")
     if master_run.result.get("port_taken"):
         return skip("n/a (port in use)")
+    if "reach" not in r:
+        return skip("not checked")
     if r.get("reach"):
         return Check("fail", "no!", f"cannot reach the master at {c.master}:{c.port} ({r['reach']})",
                      "MASTER_ADDR must be node 0's address as the nodes see it, and the port open between nodes")
@@ -138,6 +140,8 @@ def shared(run: NodeRun, c: Context, master_run: NodeRun | None) -> Check:
         return ok("written")
     if master_run is None or master_run.result is None or master_run.result.get("root_error"):
         return skip("n/a")
+    if "shared" not in r:
+        return skip("not checked")
     if r.get("shared"):
         return ok("yes")
     pf = master_run.result.get("probe_file", "the probe file")

@@ -220,6 +220,8 @@ def main():
         hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", "")],
                                capture_output=True, text=True, timeout=30).stdout.split()
         A["master"] = A.get("master") or (hosts[0] if hosts else None)
+        if not A["master"]:
+            R["reach"] = "cannot tell node 0's address (scontrol show hostnames $SLURM_JOB_NODELIST failed)"
     R["node"] = A.get("node")
     if A.get("facts_only"):
         facts(); return
@@ -249,4 +251,26 @@ def main():
 
 main()
 print("DOCTOR " + json.dumps(R), flush=True)
+'''
+
+# Run on node 0 for a node whose probe could not start (its python is missing): reports it gone, so node 0
+# stops waiting for it at once instead of at the timeout.
+GONE = r'''
+import json, socket, sys, time
+a = json.loads(sys.argv[1]); end = time.time() + 10
+try:
+    while True:                       # node 0's probe may not be listening yet
+        try:
+            c = socket.create_connection(("127.0.0.1", a["port"]), timeout=3); break
+        except ConnectionRefusedError:
+            if time.time() > end:
+                raise
+            time.sleep(0.1)
+    c.settimeout(3)
+    if json.loads(c.recv(4096)).get("token") == a["token"]:
+        c.sendall((json.dumps({"node": a["node"], "gone": True}) + "\n").encode())
+        c.settimeout(a["wait"]); c.recv(4096)
+    c.close()
+except (OSError, ValueError):
+    pass
 '''

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..errors import LaunchError
-from .probe import PROBE
+from .probe import GONE, PROBE
 
 SLURM_QUEUE_WAIT = 120      # seconds srun may wait for the nodes (--immediate) before doctor gives up
 
@@ -99,7 +99,8 @@ def last_line(text: str) -> str:
 
 def why_no_result(python: str, code: int | None, err: str) -> str:
     if code == 127:
-        return f"python {python!r} not found there"
+        said = last_line(err)
+        return f"python {python!r} not found there" + (f" ({said})" if said else "")
     return last_line(err) or f"the probe exited {code} without a result"
 
 
@@ -178,23 +179,33 @@ def run_ssh(hosts, settings, python: str, base: dict, timeout: float) -> list[No
     if len(live) < len(hosts):
         args["collective"] = False
 
-    def probe(k: int) -> None:
-        sink, err = Lines(), Lines()
-        cmd = " ".join(shlex.quote(w) for w in probe_argv(python, dict(args, node=k)))
-        try:
-            r = conns[k].run(cmd, hide=False, warn=True, in_stream=False, out_stream=sink, err_stream=err,
-                             timeout=timeout + 150)
-            code = r.exited
-        except Exception as e:  # noqa: BLE001
-            runs[k].error, runs[k].reached = describe(e, hosts[k], settings), False
-            return
-        runs[k].take(sink.lines + ([(time.time(), sink.buf)] if sink.buf else []))
-        if runs[k].result is None:
-            runs[k].error = why_no_result(python, code, "\n".join(ln for _, ln in err.lines) + err.buf)
-
     try:
         with ThreadPoolExecutor(max_workers=max(1, len(live))) as ex:
-            list(ex.map(probe, live))
+            list(ex.map(lambda k: ssh_probe(conns, k, runs, hosts, settings, python, dict(args, node=k), timeout),
+                        live))
     finally:
         close_all(conns)
     return runs
+
+
+def ssh_probe(conns, k: int, runs: list[NodeRun], hosts, settings, python: str, args: dict, timeout: float) -> None:
+    """The probe on host k; when it cannot start there, node 0 (waiting for it) hears that it is gone."""
+    from ..sshconn import describe
+
+    sink, err = Lines(), Lines()
+    cmd = " ".join(shlex.quote(w) for w in probe_argv(python, args))
+    try:
+        r = conns[k].run(cmd, hide=False, warn=True, in_stream=False, out_stream=sink, err_stream=err,
+                         timeout=timeout + 150)
+        runs[k].take(sink.lines + ([(time.time(), sink.buf)] if sink.buf else []))
+        if runs[k].result is None:
+            runs[k].error = why_no_result(python, r.exited, "\n".join(ln for _, ln in err.lines) + err.buf)
+    except Exception as e:  # noqa: BLE001 - the connection dropped: a one-line reason naming the host
+        runs[k].error, runs[k].reached = describe(e, hosts[k], settings), False
+    if runs[k].result is None and k and args.get("master"):
+        gone = {"port": args["port"], "token": args["token"], "node": k, "wait": timeout + 30}
+        try:
+            conns[0].run(" ".join(shlex.quote(w) for w in [python, "-c", GONE, json.dumps(gone)]), hide=True,
+                         warn=True, in_stream=False, timeout=timeout + 60)
+        except Exception:  # noqa: BLE001 - node 0 then waits for it until the timeout
+            pass
