@@ -37,8 +37,34 @@ def _errors(fn):
     return wrapper
 
 
+def usage_exit(e: click.UsageError) -> None:
+    """click's usage errors (unknown option, bad value, missing argument) in the one-line form, exit 2."""
+    path = e.ctx.command_path if e.ctx else "launch"
+    msg = " ".join(e.format_message().split()).rstrip(".")
+    if isinstance(e, click.NoSuchOption) and e.ctx:
+        msg += "; accepted: " + ", ".join(sorted({o for p in e.ctx.command.get_params(e.ctx) for o in p.opts
+                                                  if o.startswith("-")}))
+    elif e.ctx and isinstance(e.ctx.command, click.Group) and msg.startswith("No such command"):
+        msg += "; accepted: " + ", ".join(e.ctx.command.list_commands(e.ctx))
+    click.echo(f"launch: error: {path}: {msg} (see `{path} --help`)", err=True)
+    sys.exit(2)
+
+
 class LazyGroup(click.Group):
-    """Subcommands from other packages are imported only when used (keeps `launch --help` fast)."""
+    """Subcommands from other packages are imported only when used (keeps `launch --help` fast); click's usage
+    errors, here and in every subcommand, are printed in the project's one-line form (usage_exit)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            usage_exit(e)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            usage_exit(e)
 
     lazy = {"nccl": ("nccl_tuning.cli", "nccl", "NCCL presets: list, show, check; collective bench and sweep.")}
 
@@ -166,8 +192,9 @@ def logs(run, rank, follow):
     from .follow import follower
     from .rundir import TERMINAL, RunDir
     rd = RunDir.open(run)
-    if rank is not None and not any(r == rank for _, r, _ in rd.rank_logs()):
-        raise LaunchError(f"rank {rank} has no log in {rd.path}")
+    ranks = sorted({r for _, r, _ in rd.rank_logs()})
+    if rank is not None and rank not in ranks:
+        raise LaunchError(f"--rank {rank} has no log in {rd.path}; accepted: {', '.join(map(str, ranks)) or 'none yet'}")
     tail = follower(rd.path, rank=rank, prefix=rank is None)
     if follow:
         tail.follow(lambda: api.status(run)["state"] in TERMINAL)

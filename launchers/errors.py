@@ -5,3 +5,15 @@ class LaunchError(Exception):
     """Bad input or a failed precondition; the CLI prints it on one line and exits 2."""
 
     exit_code = 2
+
+
+def brief(value: object, limit: int = 60) -> str:
+    """repr(value) cut to `limit` characters: a message names a bad value without printing all of it (a long
+    path, a YAML alias bomb)."""
+    import reprlib
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = limit
+    r.maxlist = r.maxdict = r.maxtuple = r.maxset = 4
+    r.maxlevel = 2
+    text = r.repr(value)
+    return text if len(text) <= limit + 10 else text[:limit] + "..."

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .errors import LaunchError
+from .errors import LaunchError, brief
+from .spec import MAX_NODES, MAX_PER_NODE
 
 _NAME = re.compile(r"^[A-Za-z0-9_.%+-]+$")
 SYSTEM_SSH_CONFIG = "/etc/ssh/ssh_config"
@@ -54,23 +55,23 @@ def parse_host_word(word: str, where: str) -> tuple[str, str | None, int | None]
     if "@" in w:
         user, w = w.rsplit("@", 1)
         if not user or not re.match(r"^[A-Za-z0-9_.-]+$", user):
-            raise LaunchError(f"{where}: bad user in host {word!r}; expected [user@]host[:port]")
+            raise LaunchError(f"{where}: bad user in host {brief(word)}; expected [user@]host[:port]")
     port: int | None = None
     if w.startswith("["):
         m = re.match(r"^\[([0-9A-Fa-f:.]+)\](?::(.*))?$", w)
         if not m:
-            raise LaunchError(f"{where}: malformed host {word!r}; expected [user@]host[:port] or [v6addr]:port")
+            raise LaunchError(f"{where}: malformed host {brief(word)}; expected [user@]host[:port] or [v6addr]:port")
         w, p = m.group(1), m.group(2)
     elif w.count(":") == 1:
         w, p = w.split(":")
     else:
         p = None           # a name, or a bare IPv6 address (no port)
     if p is not None:
-        if not p.isdigit() or not 1 <= int(p) <= 65535:
-            raise LaunchError(f"{where}: bad port {p!r} in host {word!r}; accepted: 1-65535")
+        if not (p.isascii() and p.isdigit() and len(p) < 10) or not 1 <= int(p) <= 65535:
+            raise LaunchError(f"{where}: bad port {brief(p)} in host {brief(word)}; accepted: 1-65535")
         port = int(p)
     if not w or (":" not in w and not _NAME.match(w)):
-        raise LaunchError(f"{where}: malformed host {word!r}; expected [user@]host[:port]")
+        raise LaunchError(f"{where}: malformed host {brief(word)}; expected [user@]host[:port]")
     return w, user, port
 
 
@@ -88,13 +89,16 @@ def parse_hostfile_text(text: str, source: str) -> list[HostEntry]:
         for extra in words[1:]:
             key, eq, val = extra.partition("=")
             if key != "slots" or not eq:
-                raise LaunchError(f"{where}: unknown field {extra!r}; accepted: slots=N")
+                raise LaunchError(f"{where}: unknown field {brief(extra)}; accepted: slots=N")
             if slots is not None:
                 raise LaunchError(f"{where}: slots given twice")
-            if not val.isdigit() or int(val) < 1:
-                raise LaunchError(f"{where}: malformed {extra!r}; expected slots=N with an integer N >= 1")
+            if not (val.isascii() and val.isdigit() and len(val) < 10) or not 1 <= int(val) <= MAX_PER_NODE:
+                raise LaunchError(f"{where}: malformed {brief(extra)}; expected slots=N with an integer N "
+                                  f"1-{MAX_PER_NODE}")
             slots = int(val)
         entries.append(HostEntry(word=words[0], name=name, user=user, port=port, slots=slots, line=n))
+        if len(entries) > MAX_NODES:
+            raise LaunchError(f"{where}: more than {MAX_NODES} hosts; accepted: at most {MAX_NODES}")
     if not entries:
         raise LaunchError(f"{source} lists no hosts; expected one `host [slots=N]` per line")
     _no_duplicates(entries, source)
@@ -107,8 +111,11 @@ def read_hostfile(path: str) -> list[HostEntry]:
             text = f.read()
     except FileNotFoundError:
         raise LaunchError(f"hostfile {path!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise LaunchError(f"hostfile {path!r} cannot be read: {e}") from None
+    except UnicodeDecodeError as e:
+        raise LaunchError(f"hostfile {path!r} is not UTF-8 (byte {e.start}); expected lines `host [slots=N]`") from None
+    except OSError as e:
+        raise LaunchError(f"hostfile {path!r} cannot be read ({e.strerror}); expected a file of lines "
+                          "`host [slots=N]`") from None
     return parse_hostfile_text(text, f"hostfile {path!r}")
 
 

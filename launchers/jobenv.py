@@ -55,10 +55,11 @@ def resolve_job_env(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | Non
         except ValueError as e:
             raise LaunchError(str(e).splitlines()[0]) from None
     where = sources(spec, preset, fwd)
-    seen = set()
-    for f in findings:
+    for f in findings:           # an error first and alone: bad input is one line, before any warning
         if f.severity == "error":
             raise LaunchError(f"{f.variable}={f.value!r} ({where.get(f.variable, 'preset')}): {f.message}")
+    seen = set()
+    for f in findings:
         if str(f) not in seen:
             seen.add(str(f))
             print(f"launch: nccl {f}", file=out)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import time
 
-from .errors import LaunchError
+from .errors import LaunchError, brief
+from .runopts import BACKENDS
 
 RUN_YAML = "run.yaml"
 STATUS = "status.json"
@@ -31,13 +32,52 @@ def choose_run_dir(run_dir: str | None, name: str, root: str | None = None) -> s
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = os.path.join(runs_root(root), f"{name}-{stamp}-{os.urandom(2).hex()}")
-    if os.path.exists(path):
+    if os.path.lexists(path):
         raise LaunchError(f"run dir {path!r} already exists; use `launch resume {path}` or another --run-dir")
+    check_creatable(path)
     return path
+
+
+def check_creatable(path: str) -> None:
+    """A run dir can be made at `path`: names within the file system's limits, the nearest existing parent a
+    directory you may write on a writable file system. Raises LaunchError naming the path and what is accepted."""
+    accepted = "give --run-dir (or $LAUNCH_RUNS_ROOT) in a directory you can write"
+    parent = path
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    limit = os.pathconf(parent, "PC_NAME_MAX") if os.path.isdir(parent) else 255
+    longest = max(len(os.fsencode(c)) for c in path.split(os.sep))
+    if longest > limit or len(os.fsencode(path)) >= 4096:
+        raise LaunchError(f"run dir {brief(path)} is too long ({longest} bytes in one name, {len(path)} in all); "
+                          f"accepted: names of at most {limit} bytes, paths under 4096")
+    if path != parent and not os.path.isdir(parent):
+        raise LaunchError(f"run dir {brief(path)} cannot be created: {brief(parent)} is not a directory; {accepted}")
+    if os.statvfs(parent).f_flag & os.ST_RDONLY:
+        raise LaunchError(f"run dir {brief(path)} cannot be created: {brief(parent)} is on a read-only file system; "
+                          f"{accepted}")
+    if path != parent and not os.access(parent, os.W_OK | os.X_OK):
+        raise LaunchError(f"run dir {brief(path)} cannot be created: {brief(parent)} is not writable by you; {accepted}")
 
 
 def is_run_dir(run_dir: str) -> bool:
     return os.path.isfile(os.path.join(run_dir, RUN_YAML))
+
+
+def record_problem(data: object) -> str | None:
+    """Why a loaded run.yaml (or the exception reading it) is not a launcher's record; None when it is one."""
+    if isinstance(data, BaseException):
+        return f"cannot be read ({brief(str(data).splitlines()[0] if str(data) else type(data).__name__)})"
+    if not isinstance(data, dict):
+        return f"is not a mapping (got {type(data).__name__})"
+    spec = data.get("spec")
+    if not isinstance(data.get("run_id"), str) or not isinstance(data.get("attempts"), list) or not data["attempts"]:
+        return "lacks run_id or attempts"
+    if not isinstance(spec, dict) or spec.get("backend") not in BACKENDS \
+            or not isinstance(spec.get("program"), list) or not all(isinstance(spec.get(k), str) for k in ("run_dir", "name")):
+        return "has no spec with a backend, a program, a run_dir and a name"
+    if not all(isinstance(spec.get(k), int) and not isinstance(spec.get(k), bool) for k in ("nodes", "gpus_per_node")):
+        return "has a spec without integer nodes and gpus_per_node"
+    return None
 
 
 # ------------------------------------------------------------------------------------------ paths

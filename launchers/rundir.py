@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from . import __version__, layout
 from .ckptptr import read_latest
-from .errors import LaunchError
+from .errors import LaunchError, brief
 from .spec import JobSpec, redact_env
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
@@ -58,10 +58,25 @@ class RunDir:
             os.mkdir(spec.run_dir)
         except FileExistsError:
             raise LaunchError(f"run dir {spec.run_dir!r} already exists; use `launch resume`") from None
+        except OSError as e:
+            raise LaunchError(f"run dir {brief(spec.run_dir)} cannot be created ({e.strerror}); give --run-dir "
+                              "in a directory you can write") from None
         rd = cls(spec.run_dir)
+        try:
+            rd.write_new(spec, run_id, plan)
+        except OSError as e:          # nothing was started: leave nothing behind
+            import shutil
+            shutil.rmtree(spec.run_dir, ignore_errors=True)
+            raise LaunchError(f"run dir {brief(spec.run_dir)} cannot be written ({e.strerror}); "
+                              "give --run-dir on a writable file system with free space") from None
+        return rd
+
+    def write_new(self, spec: JobSpec, run_id: str, plan: dict[str, Any]) -> None:
+        """The new run dir's layout, status.json and then run.yaml (what makes it a run dir, last)."""
         for sub in ("logs", "checkpoints", "records"):
-            os.makedirs(layout.path(rd.path, sub), exist_ok=True)
-        rd.write_run_yaml({
+            os.makedirs(layout.path(self.path, sub), exist_ok=True)
+        self.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None)
+        self.write_run_yaml({
             "run_id": run_id,
             "created": now(),
             "versions": {"launchers": __version__, "python": "%d.%d.%d" % sys.version_info[:3],
@@ -69,15 +84,19 @@ class RunDir:
             "spec": redacted_spec(spec),
             "attempts": [dict(plan, attempt=0, started=now())],
         })
-        rd.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None)
-        return rd
 
     @classmethod
     def open(cls, path: str) -> "RunDir":
         path = os.path.abspath(path)
         if not layout.is_run_dir(path):
-            raise LaunchError(f"{path!r} is not a run dir (no run.yaml)")
-        return cls(path)
+            raise LaunchError(f"{path!r} is not a run dir (no run.yaml); give a directory made by `launch` "
+                              "(see `launch list`)")
+        rd = cls(path)
+        rd.read_run_yaml()
+        if layout.read_json(rd.status_path) is None:
+            raise LaunchError(f"{path!r} is not a usable run dir: status.json is missing or not a JSON object; "
+                              "accepted: a run dir made by `launch`")
+        return rd
 
     # ------------------------------------------------------------------ run.yaml
     @property
@@ -86,8 +105,16 @@ class RunDir:
 
     def read_run_yaml(self) -> dict[str, Any]:
         import yaml      # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
-        with open(self.run_yaml_path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
+        try:
+            with open(self.run_yaml_path, encoding="utf-8") as f:
+                data = yaml.safe_load(f)
+        except (OSError, ValueError, yaml.YAMLError) as e:     # UnicodeDecodeError is a ValueError
+            data = e
+        why = layout.record_problem(data)
+        if why:
+            raise LaunchError(f"{self.path!r} is not a usable run dir: run.yaml {why}; accepted: a run.yaml "
+                              "written by `launch` (run_id, spec, attempts)")
+        return data
 
     def write_run_yaml(self, data: dict[str, Any]) -> None:
         import yaml

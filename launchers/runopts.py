@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import LaunchError
+from .errors import LaunchError, brief
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,13 @@ class Opt:
         if self.kind == "flag":
             return self.cli_value
         if self.kind == "list":
-            return [w for w in str(raw).split(",") if w]
+            return str(raw).split(",")          # an empty item stays: the option's parser refuses it
         if self.kind in ("int", "float"):
             conv = int if self.kind == "int" else float
             try:
                 return conv(str(raw).strip())
             except ValueError:
-                raise LaunchError(f"{self.cli_flag} {raw!r} is not accepted; give "
+                raise LaunchError(f"{self.cli_flag} {brief(raw)} is not accepted; give "
                                   f"{'an integer' if self.kind == 'int' else 'a number'}") from None
         return raw
 
@@ -49,7 +49,7 @@ class Opt:
         numeric = any(t in (int, float) for t in self.types)
         if not isinstance(value, self.types) or (isinstance(value, bool) and numeric and bool not in self.types):
             names = " or ".join(t.__name__ for t in self.types)
-            raise LaunchError(f"{where}: {self.key} has a value of the wrong type: {value!r}; expected {names}")
+            raise LaunchError(f"{where}: {self.key} has a value of the wrong type: {brief(value)}; expected {names}")
 
 
 S, I, B, L = (str,), (int,), (bool,), (list,)

@@ -13,13 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import layout
-from .errors import LaunchError
-from .runopts import BACKEND_OPTIONS, BACKENDS, PROFILE_KEYS
+from .errors import LaunchError, brief
+from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+MAX_NODES = 65536                   # --nodes, the hosts of a hostfile
+MAX_PER_NODE = 1024                 # --gpus-per-node, a hostfile's slots=
+MAX_NAME = 200                      # --name: a run dir's name adds -<time>-<random> (NAME_MAX is 255)
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -95,21 +98,27 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 def load_profile(path: str) -> dict[str, Any]:
     """Read a YAML profile with yaml.safe_load; unknown keys and python tags are errors."""
     import yaml          # here, not at the top: the nodes of a Slurm job import this module on their start-up path
+    expected = "a UTF-8 YAML mapping of profile keys"
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
     except FileNotFoundError:
         raise LaunchError(f"profile {path!r} does not exist") from None
+    except UnicodeDecodeError as e:
+        raise LaunchError(f"profile {path!r} is not UTF-8 (byte {e.start}); expected {expected}") from None
+    except OSError as e:
+        raise LaunchError(f"profile {path!r} cannot be read ({e.strerror}); expected a file: {expected}") from None
     except yaml.YAMLError as e:
         first = str(e).strip().splitlines()[0]
         raise LaunchError(f"profile {path!r} is not valid YAML (safe subset only): {first}") from None
     if data is None:
-        return {}
+        raise LaunchError(f"profile {path!r} is empty; expected {expected}, e.g. `nodes: 2`")
     if not isinstance(data, dict):
         raise LaunchError(f"profile {path!r} must be a mapping of keys, got {type(data).__name__}")
     for key in data:
         if key not in PROFILE_KEYS:
-            raise LaunchError(f"profile {path!r}: unknown key {key!r}; accepted: {', '.join(PROFILE_KEYS)}")
+            raise LaunchError(f"profile {path!r}: unknown key {brief(key)}; accepted: {', '.join(PROFILE_KEYS)}")
+    check_profile_types(data, f"profile {path!r}")
     for backend in BACKENDS:
         sub = data.get(backend)
         if sub is None:
@@ -120,20 +129,33 @@ def load_profile(path: str) -> dict[str, Any]:
             opt = next((o for o in BACKEND_OPTIONS[backend] if o.key == key), None)
             if opt is None:
                 accepted = ", ".join(o.key for o in BACKEND_OPTIONS[backend]) or "(none)"
-                raise LaunchError(f"profile {path!r}: unknown key {backend}.{key!r}; accepted: {accepted}")
+                raise LaunchError(f"profile {path!r}: unknown key {backend}.{brief(key)}; accepted: {accepted}")
             opt.check(val, f"profile {path!r}: {backend}")
     return data
 
 
-def positive_int(what: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool):
-        raise LaunchError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    try:
-        n = int(str(value), 10)
-    except ValueError:
-        raise LaunchError(f"{what} must be an integer >= {minimum}, got {value!r}") from None
-    if n < minimum:
-        raise LaunchError(f"{what} must be an integer >= {minimum}, got {value!r}")
+def check_profile_types(data: Mapping[str, Any], where: str) -> None:
+    """The common keys have the types declared in launchers.runopts; `program` is a list of words."""
+    for o in COMMON:
+        if o.in_profile and data.get(o.key) is not None:
+            o.check(data[o.key], where)
+    prog, root = data.get("program"), data.get("runs_root")
+    if prog is not None and (not isinstance(prog, list) or not all(isinstance(w, str) for w in prog)):
+        raise LaunchError(f"{where}: program has a value of the wrong type: {brief(prog)}; expected a list of "
+                          "words, e.g. [train.py, --lr, '3e-4'] or [-m, workloads.convnet]")
+    if root is not None and not isinstance(root, str):
+        raise LaunchError(f"{where}: runs_root has a value of the wrong type: {brief(root)}; expected str")
+
+
+def positive_int(what: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
+    """An integer (a CLI string of digits only: ' 2' and '+2' are refused) in [minimum, maximum]."""
+    accepted = f"an integer {minimum}-{maximum}" if maximum is not None else f"an integer >= {minimum}"
+    text = str(value)
+    if isinstance(value, bool) or not re.fullmatch(r"-?[0-9]+", text) or len(text) > 30:
+        raise LaunchError(f"{what} {brief(value)} is not accepted; give {accepted}")
+    n = int(text, 10)
+    if n < minimum or (maximum is not None and n > maximum):
+        raise LaunchError(f"{what} {brief(value)} is out of range; give {accepted}")
     return n
 
 
@@ -143,18 +165,18 @@ def parse_env(items: Any) -> dict[str, str]:
         pairs = [(str(k), v) for k, v in items.items()]
         for k, v in pairs:
             if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-                raise LaunchError(f"env value of {k} must be a string, got {v!r}")
+                raise LaunchError(f"env value of {k} must be a string, got {brief(v)}")
         pairs = [(k, str(v)) for k, v in pairs]
     else:
         pairs = []
         for item in items:
             if "=" not in item:
-                raise LaunchError(f"--env {item!r} is malformed; expected NAME=VALUE")
+                raise LaunchError(f"--env {brief(item)} is malformed; expected NAME=VALUE")
             k, v = item.split("=", 1)
             pairs.append((k, v))
     for k, _ in pairs:
         if not _ENV_NAME.match(k):
-            raise LaunchError(f"--env name {k!r} is not a valid variable name; expected [A-Za-z_][A-Za-z0-9_]*")
+            raise LaunchError(f"--env name {brief(k)} is not a valid variable name; expected [A-Za-z_][A-Za-z0-9_]*")
     return dict(pairs)
 
 
@@ -239,10 +261,31 @@ def check_choice(what: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def check_name(name: str) -> str:
-    if not _NAME.match(name):
-        raise LaunchError(f"--name {name!r} is not accepted; use letters, digits, '.', '_' and '-'")
+def check_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME.match(name) or len(name) > MAX_NAME:
+        raise LaunchError(f"--name {brief(name)} is not accepted; give 1-{MAX_NAME} letters, digits, '.', '_' "
+                          "and '-', starting with a letter or digit")
     return name
+
+
+def check_python(python: str, backend: str) -> str:
+    """--python: on this machine (local) an executable file or a command on PATH; elsewhere not checkable here."""
+    import shutil
+    if not python or "\n" in python:
+        raise LaunchError(f"--python {brief(python)} is not accepted; give an interpreter path, e.g. /usr/bin/python3")
+    if backend == "local" and not (shutil.which(python) if os.sep not in python
+                                   else os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise LaunchError(f"--python {brief(python)} is not an executable file here; give an existing Python "
+                          f"interpreter (default: {sys.executable})")
+    return python
+
+
+def check_program_words(backend: str, words: list[str]) -> None:
+    """A first word like `--nodez` is a mistyped option of launch (click passes unknown options on)."""
+    if words and words[0].startswith("--"):
+        flags = ", ".join(sorted(f for f in cli_flags(backend) if f.startswith("--")))
+        raise LaunchError(f"unknown option {brief(words[0])} of `launch {backend}`; accepted: {flags} "
+                          "(the program goes after `--`)")
 
 
 def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str], profile: str | None = None) -> JobSpec:
@@ -256,8 +299,8 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
             return v
         return prof.get(key, default)
 
-    nodes = positive_int("--nodes", pick("nodes", 1))
-    gpn = positive_int("--gpus-per-node", pick("gpus_per_node", 1))
+    nodes = positive_int("--nodes", pick("nodes", 1), maximum=MAX_NODES)
+    gpn = positive_int("--gpus-per-node", pick("gpus_per_node", 1), maximum=MAX_PER_NODE)
     max_restarts = positive_int("--max-restarts", pick("max_restarts", 0), minimum=0)
     dist = check_choice("--dist-backend", str(pick("dist_backend", "auto")), DIST_BACKENDS)
     port = pick("master_port")
@@ -270,6 +313,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
 
     forward = parse_forward_env(list(prof.get("forward_env") or ()) + list(flags.get("forward_env") or ()))
     words = list(program_words) or list(prof.get("program") or [])
+    check_program_words(backend, words)
     program, args = parse_program(words, check_local=True)
 
     opts = dict(prof.get(backend) or {})
@@ -277,13 +321,13 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         if v is not None and v != ():
             opts[k] = v
 
-    name = check_name(pick("name") or default_name(program))
+    name = check_name(default_name(program) if pick("name") is None else pick("name"))
     run_dir = layout.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"))
     return JobSpec(
         backend=backend, nodes=nodes, gpus_per_node=gpn, program=program, program_args=args,
         run_dir=run_dir, name=name, env=tuple(env.items()), nccl_preset=str(pick("nccl_preset", "") or ""),
         master_port=port, max_restarts=max_restarts, dist_backend=dist,
-        python=str(pick("python") or sys.executable), options=_freeze_options(opts),
+        python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
         forward_env=forward, hang_timeout=hang,
     )
@@ -291,4 +335,4 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
 
 def default_name(program: tuple[str, ...]) -> str:
     base = program[1].rsplit(".", 1)[-1] if program[0] == "-m" else os.path.splitext(os.path.basename(program[0]))[0]
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", base) or "job"
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", base).lstrip("._-")[:MAX_NAME] or "job"

@@ -1,0 +1,253 @@
+"""Issue 13 item 4: every refused input in one table -- CLI flags, profiles, hostfiles, NCCL values, workload
+flags, run names and run dirs, and the verbs on things that are not (usable) run dirs.
+
+Each case runs the real `launch` (or a workload's own CLI) in a scratch cwd and asserts: exit code 2, exactly
+one stderr line `launch: error: ...` (the workloads: `<prog>: error: ...`) naming the offending value and what
+is accepted, no traceback, nothing on stdout (no dry-run rendered), nothing started (the program would create
+./STARTED) and the scratch directory untouched: no run dir created, a run dir given to a verb unchanged.
+Nothing here needs a cluster: a local case fails before anything starts, SSH and Slurm cases use --dry-run (a
+refused one renders nothing and connects nowhere).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import LAUNCH, ROOT, run_launch
+
+MARKER = "import pathlib\npathlib.Path('STARTED').write_text('started')\n"
+SEED = ["--env", "NCCL_ALGO=ring", "--env", "NCCL_PROTO=shm", "--env", "NCCL_SHM_DISABLE=0"]  # ../shared/seeds
+LONG = "a" * 5000
+BOMB = "env:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(   # 9**9 leaves if expanded
+    f"  {c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+HOSTS_5000_DUP = "".join(f"h{k}\n" for k in range(1, 5000)) + "h1\n"
+HOSTS_5000_BAD_LAST = "".join(f"h{k} slots=1\n" for k in range(1, 5000)) + "h5000 slots=0\n"
+RO_MOUNT = 'mount -t tmpfs -o ro tmpfs ro && exec "$0" "$@"'     # a read-only file system in a mount namespace
+
+
+@dataclass
+class Case:
+    id: str
+    argv: list[str]                       # launch's arguments (or the whole command when cmd is set)
+    needles: tuple[str, ...]              # what the one error line must name: the value and what is accepted
+    files: dict = field(default_factory=dict)   # scratch files: path -> str | bytes | None (a directory)
+    cmd: str = "launch"                   # launch | workload | ro (launch under a read-only mount)
+    prefix: str = "launch: error: "
+    run_copy: dict = field(default_factory=dict)  # copies of a real run dir: name -> {file: new text | None (removed)}
+
+
+def local(*flags, program=("marker.py",)):
+    return ["local", "--run-dir", "runs/x", *flags, "--", *program]
+
+
+def prof(text, *flags, backend="local"):
+    extra = ["--dry-run"] if backend != "local" else []
+    return {"argv": [backend, "--profile", "p.yaml", "--run-dir", "runs/x", *extra, *flags, "--", "marker.py"],
+            "files": {"p.yaml": text}}
+
+
+def ssh_hf(text, *flags):
+    return {"argv": ["ssh", "--hostfile", "hf", "--ssh-config", "/dev/null", "--run-dir", "runs/x", "--dry-run", *flags,
+                     "--", "marker.py"], "files": {"hf": text}}
+
+
+def slurm(*flags):
+    return ["slurm", "--run-dir", "runs/x", "--dry-run", *flags, "--", "marker.py"]
+
+
+CASES = [
+    # ---------------------------------------------------------------- CLI flags
+    Case("nodes-0", local("--nodes", "0"), ("--nodes '0'", "1-65536")),
+    Case("nodes-space", local("--nodes", " 2"), ("--nodes ' 2'", "an integer")),
+    Case("nodes-word", local("--nodes", "two"), ("'two'", "an integer")),
+    Case("nodes-float", local("--nodes", "1.5"), ("'1.5'", "an integer")),
+    Case("nodes-huge", local("--nodes", "99999999999999999999"), ("99999999999999999999", "1-65536")),
+    Case("gpn-0", local("--gpus-per-node", "0"), ("--gpus-per-node '0'", "1-1024")),
+    Case("gpn-huge", local("--gpus-per-node", "5000"), ("'5000'", "1-1024")),
+    Case("max-restarts-neg", local("--max-restarts", "-1"), ("'-1'", ">= 0")),
+    Case("port-low", local("--master-port", "80"), ("'80'", "1024-65535")),
+    Case("port-word", local("--master-port", "abc"), ("'abc'", "1024-65535")),
+    Case("dist-mpi", local("--dist-backend", "mpi"), ("'mpi'", "auto, gloo, nccl")),
+    Case("env-no-eq", local("--env", "NOEQUALS"), ("'NOEQUALS'", "NAME=VALUE")),
+    Case("env-bad-name", local("--env", "1A=x"), ("'1A'", "[A-Za-z_]")),
+    Case("forward-env-space", local("--forward-env", "a b"), ("'a b'", "NCCL_*")),
+    Case("hang-timeout-nan", local("--hang-timeout", "nan"), ("'nan'", "seconds > 0")),
+    Case("name-empty", local("--name", ""), ("--name ''", "letters, digits")),
+    Case("name-slash", local("--name", "a/b"), ("'a/b'", "letters, digits")),
+    Case("name-5000", ["local", "--name", LONG, "--", "marker.py"], ("--name 'aaa", "1-200")),
+    Case("run-dir-5000", ["local", "--run-dir", LONG, "--", "marker.py"], ("run dir", "too long", "at most 255 bytes")),
+    Case("run-dir-under-file", ["local", "--run-dir", "afile/run", "--", "marker.py"], ("afile", "not a directory"),
+         files={"afile": "x"}),
+    Case("run-dir-read-only-fs", ["local", "--run-dir", "ro/run", "--", "marker.py"], ("ro/run", "read-only file system",
+         "directory you can write"), files={"ro": None}, cmd="ro"),
+    Case("python-missing", local("--python", "/nonexistent/python3"), ("'/nonexistent/python3'", "interpreter")),
+    Case("unknown-flag", ["local", "--nodez", "2", "--", "marker.py"], ("'--nodez'", "accepted: ", "--nodes")),
+    Case("program-missing", local(program=()), ("missing program", "-- train.py")),
+    Case("program-no-file", local(program=("nope.py",)), ("'nope.py'", "does not exist")),
+    Case("program-no-module", local(program=("-m", "no_such_module_xyz")), ("'no_such_module_xyz'", "cannot be found")),
+    Case("nccl-preset-unknown", local("--nccl-preset", "nosuch"), ("'nosuch'", "known: ")),
+    Case("connect-timeout-word", ["ssh", "--hosts", "a", "--connect-timeout", "abc", "--dry-run", "--", "marker.py"],
+         ("--connect-timeout 'abc'", "a number")),
+    Case("slurm-time", slurm("--time", "abc"), ("'abc'", "04:00:00")),
+    Case("slurm-cpus", slurm("--cpus-per-task", "x"), ("'x'", "an integer")),
+    Case("slurm-partition-empty", slurm("--partition", ""), ("--partition ''", "non-empty")),
+    Case("status-click-int", ["logs", "--rank", "x", "."], ("'--rank'", "'x'", "integer")),
+    Case("status-unknown-option", ["status", "--bogus", "."], ("'--bogus'", "accepted: ", "--json")),
+    Case("unknown-command", ["frob"], ("'frob'", "accepted: ", "local")),
+    # ---------------------------------------------------------------- NCCL values (NCCL's own parsers decide)
+    Case("nccl-typo", local("--env", "NCCL_PROTOO=x"), ("NCCL_PROTOO", "did you mean NCCL_PROTO")),
+    Case("nccl-timeout", local("--env", "NCCL_TIMEOUT=5"), ("NCCL_TIMEOUT", "not read by NCCL", "init_process_group")),
+    Case("nccl-seed-preset", local(*SEED), ("NCCL_PROTO='shm'", "LL, LL128, Simple")),
+    Case("nccl-proto-seed", local("--env", "NCCL_PROTO=shm"), ("'shm'", "LL, LL128, Simple")),
+    Case("nccl-algo-bogus", local("--env", "NCCL_ALGO=bogus"), ("'bogus'", "accepted")),
+    Case("nccl-profile-env", prof("env: {NCCL_PROTOO: x}\n")["argv"], ("NCCL_PROTOO", "NCCL_PROTO"),
+         files=prof("env: {NCCL_PROTOO: x}\n")["files"]),
+    # ---------------------------------------------------------------- profiles
+    Case("profile-unknown-key", **prof("nodez: 2\n"), needles=("'nodez'", "accepted: ")),
+    Case("profile-unknown-backend-key", **prof("slurm: {partishun: gpu}\n"), needles=("partishun", "accepted: ")),
+    Case("profile-nodes-str", **prof("nodes: two\n"), needles=("'two'", "expected int")),
+    Case("profile-nodes-bool", **prof("nodes: true\n"), needles=("True", "expected int")),
+    Case("profile-python-list", **prof("python: [python3, -u]\n"), needles=("python", "['python3', '-u']",
+                                                                            "expected str")),
+    Case("profile-program-str", **prof("program: train.py\n"), needles=("'train.py'", "list of words")),
+    Case("profile-env-list", **prof("env: [A=1]\n"), needles=("['A=1']", "expected dict")),
+    Case("profile-python-object", **prof("nodes: !!python/object/apply:os.system ['touch STARTED']\n"),
+         needles=("not valid YAML", "safe subset")),
+    Case("profile-python-name", **prof("python: !!python/name:os.system\n"), needles=("not valid YAML",)),
+    Case("profile-alias-bomb", **prof(BOMB + "nodes: *i\n"), needles=("nodes", "[[[", "expected int")),
+    Case("profile-empty", **prof(""), needles=("p.yaml", "is empty", "nodes: 2")),
+    Case("profile-directory", ["local", "--profile", "pdir", "--", "marker.py"], ("'pdir'", "expected a file"),
+         files={"pdir": None}),
+    Case("profile-not-utf8", **prof(b"name: \xff\xfe\n"), needles=("not UTF-8", "UTF-8 YAML mapping")),
+    Case("profile-list", **prof("- a\n- b\n"), needles=("mapping", "list")),
+    Case("profile-missing", ["local", "--profile", "nope.yaml", "--", "marker.py"], ("'nope.yaml'", "does not exist")),
+    Case("profile-ssh-type", **prof("ssh: {connect_timeout: soon}\n", "--hosts", "a", backend="ssh"),
+         needles=("'soon'", "expected int or float")),
+    # ---------------------------------------------------------------- hostfiles and --hosts
+    Case("hostfile-duplicate", **ssh_hf("a\nb\na\n"), needles=("'a'", "listed twice", "one node")),
+    Case("hostfile-slots-0", **ssh_hf("a slots=0\n"), needles=("'slots=0'", "1-1024")),
+    Case("hostfile-slots-abc", **ssh_hf("a slots=abc\n"), needles=("'slots=abc'", "1-1024")),
+    Case("hostfile-slots-huge", **ssh_hf("a slots=99999999999999999999\n"), needles=("99999999999999999999", "1-1024")),
+    Case("hostfile-slots-fullwidth", **ssh_hf("a slots=\uff12\n"), needles=("slots=\uff12", "1-1024")),
+    Case("hostfile-5000-dup", **ssh_hf(HOSTS_5000_DUP), needles=("'h1'", "lines 1 and 5000")),
+    Case("hostfile-5000-bad-last", **ssh_hf(HOSTS_5000_BAD_LAST), needles=("line 5000", "'slots=0'")),
+    Case("hostfile-unicode", **ssh_hf("h\u00f4st slots=2\n"), needles=("'h\u00f4st'", "[user@]host[:port]")),
+    Case("hostfile-unknown-field", **ssh_hf("a slot=2\n"), needles=("'slot=2'", "accepted: slots=N")),
+    Case("hostfile-empty", **ssh_hf("# nothing\n"), needles=("lists no hosts", "host [slots=N]")),
+    Case("hostfile-not-utf8", **ssh_hf(b"h\xff\n"), needles=("not UTF-8", "host [slots=N]")),
+    Case("hostfile-port-5000-digits", **ssh_hf("a:" + "9" * 5000 + "\n"), needles=("bad port", "1-65535")),
+    Case("hosts-empty-name", ["ssh", "--hosts", "a,,b", "--dry-run", "--", "marker.py"], ("'a,,b'", "host1,host2")),
+    Case("hosts-and-hostfile", ["ssh", "--hosts", "a", "--hostfile", "hf", "--dry-run", "--", "marker.py"],
+         ("--hosts or --hostfile",), files={"hf": "a\n"}),
+    Case("ssh-more-nodes-than-hosts", ["ssh", "--hosts", "a,b", "--nodes", "3", "--dry-run", "--", "marker.py"],
+         ("--nodes 3", "2 hosts")),
+    # ---------------------------------------------------------------- workload flags (the workload's own CLI)
+    Case("workload-epochs", ["convnet", "--epochs", "abc", "--run-dir", "runs/w"], ("'abc'", "positive integer"),
+         cmd="workload", prefix="convnet: error: "),
+    Case("workload-lr", ["convnet", "--lr", "-1", "--run-dir", "runs/w"], ("'-1'", "positive number"),
+         cmd="workload", prefix="convnet: error: "),
+    Case("workload-dataset", ["convnet", "--dataset", "imagenet", "--run-dir", "runs/w"], ("'imagenet'", "digits"),
+         cmd="workload", prefix="convnet: error: "),
+    Case("workload-crash-rank", ["convnet", "--crash-at-step", "3", "--crash-rank", "5", "--run-dir", "runs/w"],
+         ("--crash-rank 5", "0..0"), cmd="workload", prefix="convnet: error: "),
+    # ---------------------------------------------------------------- verbs on paths that are not run dirs
+    *[Case(f"{verb}-plain-dir", [verb, "plain"], ("plain", "not a run dir", "made by `launch`"), files={"plain": None})
+      for verb in ("status", "logs", "resume", "cancel")],
+    Case("status-missing-path", ["status", "nowhere"], ("nowhere", "not a run dir")),
+    Case("wait-on-file", ["wait", "afile"], ("afile", "not a run dir"), files={"afile": "x"}),
+    *[Case(f"{verb}-garbage-run-yaml", [verb, "bad"], ("bad", "run.yaml cannot be read", "written by `launch`"),
+           run_copy={"bad": {"run.yaml": "spec: [unclosed\n"}}) for verb in ("status", "logs", "resume", "cancel")],
+    Case("status-run-yaml-list", ["status", "bad"], ("run.yaml is not a mapping", "written by `launch`"),
+         run_copy={"bad": {"run.yaml": "- 1\n- 2\n"}}),
+    Case("status-run-yaml-python-tag", ["status", "bad"], ("run.yaml cannot be read", "could not determine"),
+         run_copy={"bad": {"run.yaml": "run_id: !!python/object/apply:os.system ['touch STARTED']\n"}}),
+    Case("status-run-yaml-no-spec", ["status", "bad"], ("has no spec", "written by `launch`"),
+         run_copy={"bad": {"run.yaml": "run_id: x\nattempts: [{}]\nspec: {backend: local}\n"}}),
+    Case("status-run-yaml-not-utf8", ["status", "bad"], ("run.yaml cannot be read", "utf-8"),
+         run_copy={"bad": {"run.yaml": b"\xff\xfe\n"}}),
+    *[Case(f"{verb}-no-status-json", [verb, "bad"], ("bad", "status.json is missing", "made by `launch`"),
+           run_copy={"bad": {"status.json": None}}) for verb in ("status", "resume", "cancel")],
+    Case("status-garbage-status-json", ["status", "bad"], ("status.json", "not a JSON object"),
+         run_copy={"bad": {"status.json": "[1, 2"}}),
+    Case("logs-rank-absent", ["logs", "--rank", "99", "ok"], ("--rank 99", "accepted: 0")),
+]
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """One real (tiny) local run, copied by the cases that need a run dir."""
+    d = tmp_path_factory.mktemp("realrun")
+    (d / "marker.py").write_text(MARKER)
+    p = run_launch("local", "--run-dir", "runs/ok", "--", "marker.py", cwd=d, timeout=180)
+    assert p.returncode == 0, p.stderr
+    return d / "runs" / "ok"
+
+
+def write_files(base: Path, files: dict) -> None:
+    for rel, content in files.items():
+        target = base / rel
+        if content is None:
+            target.mkdir(parents=True, exist_ok=True)
+        elif isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content, encoding="utf-8")
+
+
+def snapshot(base: Path) -> dict[str, str]:
+    """Every path under base with its kind, mode and content hash (directories: their listing)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in dirnames + filenames:
+            p = Path(dirpath, name)
+            st = p.lstat()
+            data = p.read_bytes() if p.is_file() else "\n".join(sorted(os.listdir(p))).encode()
+            out[str(p.relative_to(base))] = f"{st.st_mode:o} {hashlib.sha256(data).hexdigest()}"
+    return out
+
+
+def command(case: Case) -> list[str]:
+    if case.cmd == "workload":
+        return [sys.executable, "-m", f"workloads.{case.argv[0]}", *case.argv[1:]]
+    if case.cmd == "ro":
+        return ["unshare", "-rm", "sh", "-c", RO_MOUNT, LAUNCH, *case.argv]
+    return [LAUNCH, *case.argv]
+
+
+def test_at_least_40_cases():
+    assert len(CASES) >= 40 and len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_refused(case: Case, tmp_path, real_run):
+    (tmp_path / "marker.py").write_text(MARKER)
+    write_files(tmp_path, case.files)
+    for name, changes in case.run_copy.items():
+        shutil.copytree(real_run, tmp_path / name)
+        for rel, text in changes.items():
+            if text is None:
+                (tmp_path / name / rel).unlink()
+            else:
+                write_files(tmp_path / name, {rel: text})
+    if "ok" in case.argv:
+        shutil.copytree(real_run, tmp_path / "ok")
+    before = snapshot(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAUNCH_RUNS_ROOT": str(tmp_path / "runs")}
+    env = {k: v for k, v in env.items() if not k.startswith("NCCL_")}
+    p = subprocess.run(command(case), cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    assert "Traceback" not in p.stderr and len(lines) == 1 and lines[0].startswith(case.prefix), p.stderr[-3000:]
+    for needle in case.needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert len(lines[0]) < 1200, lines[0]                       # a long value is named, not printed whole
+    assert p.stdout == "", p.stdout[-2000:]                     # no dry-run rendered, nothing reported
+    assert not (tmp_path / "STARTED").exists()                  # the program never ran
+    assert snapshot(tmp_path) == before                         # no run dir created, a given one untouched
