@@ -94,7 +94,7 @@ def _strip_program(program: tuple[str, ...], words: tuple[str, ...]) -> tuple[st
 
 def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:
     code = backend.start(plan, rd)
-    while backend.owns_restarts and code not in (0, 130) and restarts_left > 0:
+    while backend.owns_restarts and code == 1 and restarts_left > 0:
         restarts_left -= 1
         ff = rd.read_status().get("first_failure")
         print(f"launch: attempt {plan.attempt} failed ({_describe_failure(ff)}); restarting from "
@@ -103,7 +103,23 @@ def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_le
         plan = backend.plan(spec, rd.run_id, attempt=attempt)
         rd.add_attempt(spec, plan.record())
         code = backend.start(plan, rd)
+    if backend.owns_restarts or rd.read_status().get("state") in TERMINAL:
+        print(end_line(rd.read_status()), file=sys.stderr, flush=True)
     return code
+
+
+def end_line(st: dict[str, Any]) -> str:
+    """`launch: run COMPLETED | FAILED (rank 2 on node 1, exit code 3) | CANCELLED (by launch cancel) |
+    INTERRUPTED (Ctrl-C)`: the one line every backend ends with."""
+    state, reason = st.get("state"), st.get("reason") or ""
+    if state == "FAILED":
+        what = _describe_failure(st["first_failure"]) if st.get("first_failure") else reason or "no rank recorded a failure"
+        return f"launch: run FAILED ({what})"
+    if state == "CANCELLED" and st.get("stopped_by") == "SIGINT":
+        return f"launch: run INTERRUPTED ({reason or 'Ctrl-C'})"
+    if state == "CANCELLED":
+        return f"launch: run CANCELLED ({reason or 'stopped'})"
+    return f"launch: run {state}"
 
 
 def _describe_failure(ff: dict | None) -> str:
@@ -168,6 +184,7 @@ def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:
     while True:
         st = status(path)
         if st["state"] in TERMINAL:
+            print(end_line(st), file=sys.stderr, flush=True)
             return 0 if st["state"] == "COMPLETED" else 1
         if deadline is not None and time.monotonic() > deadline:
             raise LaunchError(f"run {path!r} still {st['state']} after {timeout} s")

@@ -11,7 +11,7 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 TAG = "LAUNCH_RUN_ID"
 
@@ -90,32 +90,37 @@ def signal_groups(pgids: Iterable[int], sig: int) -> None:
             pass
 
 
-def terminate_run(run_id: str, procs: Iterable[subprocess.Popen] = (), grace: float = 5.0) -> list[int]:
-    """SIGTERM the agents' groups and every tagged process, SIGKILL what remains after `grace` seconds.
-
-    Returns the pids that had to be killed with SIGKILL.
-    """
-    procs = list(procs)
-    groups = {p.pid for p in procs if p.poll() is None}
-    signal_groups(groups, signal.SIGTERM)
+def agent_pids(run_id: str) -> list[int]:
+    """The torchrun agents of a run on this machine (found by tag and command line)."""
+    out = []
     for pid in tagged_pids(run_id):
-        kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        for p in procs:
-            p.poll()
-        if not tagged_pids(run_id) and all(p.poll() is not None for p in procs):
-            return []
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"torch.distributed.run" in f.read():
+                    out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def stop_run(run_id: str, agents: Iterable[int], sig: int = signal.SIGTERM, wait_s: float = 0.0,
+             urgent: Callable[[], bool] = lambda: False) -> list[int]:
+    """Stop a run the way programs expect: one `sig` to each agent pid (it passes it once to each rank wrapper,
+    which passes it once to its program and gives it the stop grace), wait up to wait_s for the agents to end
+    (unless urgent() says otherwise: a second Ctrl-C), then SIGKILL whatever still carries the run's tag -- the
+    sweep is the last resort, never a first signal. Returns the pids that had to be killed."""
+    agents = list(agents)
+    for pid in agents:
+        kill(pid, sig)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not urgent() and any(alive(p) for p in agents):
         time.sleep(0.05)
-    signal_groups(groups, signal.SIGKILL)
+    settle = time.monotonic() + (2.0 if wait_s and not urgent() else 0.0)    # wrappers writing their records
+    while tagged_pids(run_id) and time.monotonic() < settle and not urgent():
+        time.sleep(0.05)
     killed = tagged_pids(run_id)
     for pid in killed:
         kill(pid, signal.SIGKILL)
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
     return killed
 
 

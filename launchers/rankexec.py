@@ -1,9 +1,15 @@
 """Per-rank wrapper that torchrun starts: `python -m launchers.rankexec -- <program> <args...>`.
 
 It appends the rank's stdout/stderr to <run dir>/logs/node<K>/rank<R>.log after a header line naming the
-attempt, runs the program as a child (which dies with the wrapper: PR_SET_PDEATHSIG), forwards the
-signals a scheduler or the agent sends, and records how the rank ended in status/rank<R>.json.
-Stdlib only: it costs a few milliseconds per rank.
+attempt, runs the program as a child in its own process group (it dies with the wrapper: PR_SET_PDEATHSIG),
+passes stop signals on and records how the rank ended in status/rank<R>.json. Stdlib only: it costs a few
+milliseconds per rank.
+
+Stop signals (issue: a program must get each stop exactly once): the agent's stop reaches only this wrapper
+(the program is in another process group), which passes each kind of signal on once. A signal that a Slurm
+step daemon sent to every process of the step (it reached the program directly) is not passed on again.
+After SIGINT/SIGTERM/SIGHUP the program has LAUNCH_STOP_GRACE seconds (default 30) to end; then it is killed
+and the record says so (`killed_after_grace`). USR1/USR2 (checkpoint requests) start no grace.
 """
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ import time
 from . import layout
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+GRACE_STARTERS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+DEFAULT_GRACE_S = 30.0
 
 
 def _die_with_parent() -> None:
@@ -34,6 +42,8 @@ def _spawn(argv: list[str], fd: int) -> int:
         return pid
     try:                                   # the child: nothing here may return into the wrapper's code
         _die_with_parent()
+        os.setpgid(0, 0)                    # its own group: the agent's killpg of the wrapper's group skips it
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(fd, 1)
@@ -44,6 +54,46 @@ def _spawn(argv: list[str], fd: int) -> int:
     except BaseException as e:  # noqa: BLE001
         os.write(2, f"launch rankexec: cannot start {sys.executable}: {e}\n".encode())
     os._exit(127)
+
+
+def broadcast(sender: int) -> bool:
+    """Whether a signal came from a Slurm step daemon, which signals every process of the step: the program
+    got it directly then."""
+    try:
+        with open(f"/proc/{sender}/comm", "rb") as f:
+            return f.read().strip() == b"slurmstepd"
+    except OSError:
+        return False
+
+
+def supervise(pid: int, grace: float) -> tuple[int, float | None]:
+    """Wait for the program, passing each kind of stop signal on once; (exit code, grace if it was killed)."""
+    waited = {*FORWARDED, signal.SIGCHLD}
+    delivered: set[int] = set()
+    deadline = None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), None
+        left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+        info = signal.sigtimedwait(waited, left)
+        if info is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                _, status = os.waitpid(pid, 0)
+                return os.waitstatus_to_exitcode(status), grace
+            continue
+        sig = info.si_signo
+        if sig == signal.SIGCHLD or sig in delivered:
+            continue
+        delivered.update(GRACE_STARTERS if sig in GRACE_STARTERS else (sig,))     # one stop, whatever its kind
+        if not broadcast(info.si_pid):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if sig in GRACE_STARTERS and deadline is None:
+            deadline = time.monotonic() + grace
 
 
 def main(argv: list[str]) -> int:
@@ -63,33 +113,19 @@ def main(argv: list[str]) -> int:
               f"{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     os.write(fd, header.encode())
 
-    # Handlers go in before the child exists: a signal that comes while it starts is passed on after.
-    child: list[int] = []
-    pending: list[int] = []
-
-    def forward(signum, _frame):
-        if not child:
-            pending.append(signum)
-            return
-        try:
-            os.kill(child[0], signum)
-        except ProcessLookupError:
-            pass
-
-    for s in FORWARDED:
-        signal.signal(s, forward)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     pid = _spawn(argv, fd)
-    child.append(pid)
     os.close(fd)
-    for signum in pending:
-        os.kill(pid, signum)
-    _, status = os.waitpid(pid, 0)        # retried across the forwarding handler (PEP 475)
-    code = os.waitstatus_to_exitcode(status)
+    code, killed = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S))
     from .rundir import RunDir, exit_fields      # only now: nothing but os/signal/sys/time before the program
-    RunDir(run_dir).write_rank_record(dict(rank=rank, node=node, attempt=attempt, time=time.time(), pid=pid,
-                                           **exit_fields(code)))
+    rec = dict(rank=rank, node=node, attempt=attempt, time=time.time(), pid=pid, **exit_fields(code))
+    if killed:
+        rec["killed_after_grace"] = killed
+    RunDir(run_dir).write_rank_record(rec)
     if code < 0:  # die the same way, so torchrun reports the signal
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.kill(os.getpid(), -code)
     return code
 

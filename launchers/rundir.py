@@ -192,8 +192,8 @@ class RunDir:
         """The start of an attempt run by this process (local, SSH, in a Slurm allocation): its liveness record
         lets `status`/`cancel` tell a live launcher from a killed one."""
         from . import procs
-        self.update_status(state="RUNNING", attempt=attempt, nodes={}, first_failure=None,
-                           launcher=procs.self_record(), **extra)
+        self.update_status(state="RUNNING", attempt=attempt, nodes={}, first_failure=None, reason=None,
+                           cancel_requested=None, hang=None, surviving_pids=None, stopped_by=None, launcher=procs.self_record(), **extra)
 
     def launcher_alive(self, st: dict[str, Any] | None = None) -> bool:
         from . import procs
@@ -253,32 +253,48 @@ class RunDir:
 
     # ------------------------------------------------------------------ the end of an attempt
     def record_outcome(self, attempt: int, nodes: dict[str, int | None], *, stopped_by: str | None = None,
-                       node_failures: list[dict[str, Any]] = (), reason: str | None = None,
-                       hosts: list[str] | None = None) -> int:
+                       stopped_at: float | None = None, node_failures: list[dict[str, Any]] = (),
+                       reason: str | None = None, hosts: list[str] | None = None) -> int:
         """The end of an attempt, the same rule on every backend; returns the launcher's exit code.
 
-        stopped_by (a signal name): CANCELLED, exit 130. Every node 0: COMPLETED, 0. Otherwise FAILED, 1, with
-        first_failure the first stalled rank when a hang was detected in this attempt (status `hang`), else the
-        earliest failure in time among the failing rank records of the attempt and `node_failures` ({node,
-        exit_code, signal, time, reason[, host]}) of nodes that left no failing rank record (a node that died,
-        lost its connection or could not start)."""
+        stopped_by (the signal the launcher got): CANCELLED, exit 130 (SIGINT: Ctrl-C) or 143 (SIGTERM: `launch
+        cancel`, kill), with a first failure only for a rank that failed before the stop (stopped_at). Every node
+        0: COMPLETED, 0. Otherwise FAILED, 1, with first_failure the first stalled rank when a hang was detected
+        in this attempt (status `hang`), else the earliest failure in time among the failing rank records of the
+        attempt and `node_failures` ({node, exit_code, signal, time, reason[, host]}) of nodes that left no
+        failing rank record (a node that died, lost its connection or could not start). Ranks killed after the
+        stop grace are named in the reason."""
         with self.lock():
+            st = self.read_status()
+            killed = self.killed_after_grace(attempt)
             if stopped_by:
-                self.update_status(state="CANCELLED", nodes=nodes, first_failure=self.first_failure(attempt),
-                                   reason=reason or f"launcher got {stopped_by}")
-                return 130
+                ff = self.first_failure(attempt)
+                if ff is not None and (stopped_at is None or ff["time"] >= stopped_at):
+                    ff = None
+                how = "by launch cancel" if st.get("cancel_requested") else \
+                    ("Ctrl-C" if stopped_by == "SIGINT" else f"by {stopped_by}")
+                self.update_status(state="CANCELLED", nodes=nodes, first_failure=ff, stopped_by=stopped_by,
+                                   reason=join(reason or how, killed))
+                return 130 if stopped_by == "SIGINT" else 143
             if nodes and all(c == 0 for c in nodes.values()) and not node_failures:
                 self.update_status(state="COMPLETED", nodes=nodes, first_failure=None, reason=None)
                 return 0
-            hang = self.read_status().get("hang") or {}
+            hang = st.get("hang") or {}
             if hang.get("attempt") == attempt and hang.get("stalled_ranks"):
                 ff, reason = hang_failure(hang), reason or hang_reason(hang)
             else:
                 ff = self.decide_first_failure(attempt, node_failures, hosts)
             if ff is not None and ff.get("rank") is None:
                 reason = reason or ff.get("reason")
-            self.update_status(state="FAILED", nodes=nodes, first_failure=ff, reason=reason)
+            self.update_status(state="FAILED", nodes=nodes, first_failure=ff, reason=join(reason, killed))
             return 1
+
+    def killed_after_grace(self, attempt: int) -> str | None:
+        recs = [r for r in self.rank_exits(attempt) if r.get("killed_after_grace")]
+        if not recs:
+            return None
+        ranks = ", ".join(str(r["rank"]) for r in sorted(recs, key=lambda r: r["rank"]))
+        return f"rank{'s' if len(recs) > 1 else ''} {ranks} did not stop within {recs[0]['killed_after_grace']:g} s; killed"
 
     def decide_first_failure(self, attempt: int, node_failures: list[dict[str, Any]] = (),
                              hosts: list[str] | None = None) -> dict[str, Any] | None:
@@ -329,6 +345,10 @@ class RunDir:
             return int(json.loads(lines[-1])["step"]) if lines else None
         except (OSError, ValueError, KeyError, IndexError):
             return None
+
+
+def join(*parts: str | None) -> str | None:
+    return "; ".join(p for p in parts if p) or None
 
 
 def hang_failure(hang: dict[str, Any]) -> dict[str, Any]:

@@ -65,6 +65,8 @@ COMMON: tuple[Opt, ...] = (
     Opt("profile", S, "YAML profile; flags override its values.", in_profile=False),
     Opt("master_port", I, "Rendezvous port (default: derived from the run id)."),
     Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times."),
+    Opt("stop_grace", (int, float), "Seconds a program has to end after Ctrl-C / launch cancel before it is "
+        "killed (default 30, like torchrun)."),
     Opt("hang_timeout", (int, float), "Seconds without progress of any rank that make a hang: stacks are "
         "captured, the stalled rank named, the run stopped (default: off)."),
     Opt("dist_backend", S, "auto (nccl on CUDA, else gloo), gloo or nccl."),

@@ -43,6 +43,7 @@ class JobSpec:
     options: tuple[tuple[str, Any], ...] = ()   # backend-specific, declared in launchers.runopts
     forward_env: tuple[str, ...] = ()           # globs of the caller's variables passed on (launchers.jobenv)
     hang_timeout: float | None = None           # seconds without progress of any rank = a hang (launchers.hang)
+    stop_grace: float = 30.0                    # seconds a stopped program has before SIGKILL (launchers.rankexec)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
 
     @property
@@ -307,6 +308,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     port = parse_port(port) if port is not None else None
     hang = pick("hang_timeout")
     hang = parse_seconds("--hang-timeout", hang) if hang is not None else None
+    grace = parse_seconds("--stop-grace", pick("stop_grace", 30))
 
     env = parse_env(prof.get("env") or {})
     env.update(parse_env(flags.get("env") or ()))
@@ -329,7 +331,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         master_port=port, max_restarts=max_restarts, dist_backend=dist,
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
-        forward_env=forward, hang_timeout=hang,
+        forward_env=forward, hang_timeout=hang, stop_grace=grace,
     )
 
 

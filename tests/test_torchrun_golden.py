@@ -27,7 +27,8 @@ def test_node_command_golden():
         ("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29123"), ("NODE_RANK", "1"), ("NNODES", "2"),
         ("LAUNCH_RUN_DIR", "/shared/runs/r1"), ("LAUNCH_RUN_ID", "r1-abcd"),
         ("LAUNCH_CHECKPOINT_DIR", "/shared/runs/r1/checkpoints"), ("LAUNCH_ATTEMPT", "2"),
-        ("LAUNCH_DIST_BACKEND", "gloo"), ("PYTHONUNBUFFERED", "1"))
+        ("LAUNCH_DIST_BACKEND", "gloo"), ("PYTHONUNBUFFERED", "1"), ("LAUNCH_STOP_GRACE", "30"),
+        ("PET_SHUTDOWN_TIMEOUT", "40"))
     assert nc.shell().startswith("env OMP_NUM_THREADS=4 NCCL_BUFFSIZE=8388608 FOO=bar MASTER_ADDR=10.0.0.1 ")
     assert nc.shell().endswith("-m workloads.convnet --epochs 2 'a b'")
 
@@ -61,3 +62,8 @@ def test_nccl_runs_get_the_flight_recorder_unless_turned_off():
 def test_hang_timeout_reaches_the_node_monitors():
     nc = node_command(spec(hang_timeout=20.0), node_rank=0, master_addr="h", master_port=20001, run_id="i", attempt=0)
     assert nc.env_dict["LAUNCH_HANG_TIMEOUT"] == "20"
+
+
+def test_stop_grace_reaches_the_rank_wrapper_and_the_agent_waits_longer():
+    nc = node_command(spec(stop_grace=8.5), node_rank=0, master_addr="h", master_port=20001, run_id="i", attempt=0)
+    assert (nc.env_dict["LAUNCH_STOP_GRACE"], nc.env_dict["PET_SHUTDOWN_TIMEOUT"]) == ("8.5", "18")

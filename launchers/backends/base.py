@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,3 +89,40 @@ def cuda_here() -> bool:
 
 def dist_backend_for(spec: JobSpec) -> str:
     return resolve_dist_backend(spec.dist_backend, cuda_here())
+
+
+class Interrupts:
+    """The launcher's own SIGINT (Ctrl-C) / SIGTERM (`launch cancel`, kill) while it runs an attempt: the first
+    asks for a graceful stop (that one signal goes to every program), a second one for killing now."""
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+        self.at: float | None = None
+        self.old: dict = {}
+
+    def __enter__(self) -> "Interrupts":
+        self.old = {s: signal.signal(s, self.handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+    def handler(self, signum: int, _frame) -> None:
+        self.got.append(signum)
+        if len(self.got) == 1:
+            self.at = time.time()
+            os.write(sys.stderr.fileno(), f"launch: got {signal.Signals(signum).name}: stopping every rank (the "
+                     "programs get it once, then the stop grace; Ctrl-C again to kill now)\n".encode())
+
+    @property
+    def signal(self) -> int | None:
+        return self.got[0] if self.got else None
+
+    def urgent(self) -> bool:
+        return len(self.got) >= 2
+
+
+def node_exit(code: int | None) -> int | None:
+    """A node's exit as every backend reports it: the exit code, or 128 + N when signal N ended it."""
+    return None if code is None else (128 - code if code < 0 else code)

@@ -15,14 +15,13 @@ from ..ports import choose_port
 from ..rundir import TERMINAL, RunDir, exit_fields
 from ..spec import JobSpec
 from ..torchrun import node_environ
-from .base import Backend, Plan, dist_backend_for, node_commands
+from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands, node_exit
 
 MASTER = "127.0.0.1"
 
 
 class LocalBackend(Backend):
     name = "local"
-    grace = 5.0
     stream = True          # print prefixed rank output while the job runs
 
     def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
@@ -32,62 +31,68 @@ class LocalBackend(Backend):
                     dist_backend=dist, nodes=node_commands(spec, run_id, attempt, MASTER, port, dist))
 
     def start(self, plan: Plan, rd: RunDir) -> int:
-        attempt = plan.attempt
+        attempt, spec = plan.attempt, plan.spec
         rd.mark_running(attempt)
-        interrupted: list[int] = []
-        old = {s: signal.signal(s, lambda signum, _f: interrupted.append(signum))
-               for s in (signal.SIGINT, signal.SIGTERM)}
         agents: list[subprocess.Popen] = []
-        spec = plan.spec
         watch = LauncherWatch(rd, plan.run_id, attempt, spec.hang_timeout, spec.nodes, spec.world_size,
                               monitor_here=True) if spec.hang_timeout else None
         thread, stop = follow_in_thread(rd.path) if self.stream else (None, None)
-        try:
-            for nc in plan.nodes:
-                log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
-                agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
-            codes = self._watch(agents, interrupted, watch)
-            if interrupted or any(c not in (0, None) for c in codes) or (watch and watch.coord.verdict):
-                procs.terminate_run(plan.run_id, agents, grace=self.grace)
-                codes = [a.poll() for a in agents]
-        finally:
-            if watch:
-                watch.close()
-            if stop is not None:
-                stop.set()
-                thread.join(timeout=5)
-            for s, h in old.items():
-                signal.signal(s, h)
-        stopped = signal.Signals(interrupted[0]).name if interrupted else None
+        with Interrupts() as intr:
+            try:
+                for nc in plan.nodes:
+                    log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
+                    agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
+                codes, hung = self._watch(agents, intr, watch)
+                if intr.got or hung or any(c not in (0, None) for c in codes):
+                    wait = 0.0 if hung or intr.urgent() else spec.stop_grace + 15
+                    procs.stop_run(plan.run_id, [a.pid for a in agents], intr.signal or signal.SIGTERM, wait,
+                                   intr.urgent)
+                    codes = [reap(a) for a in agents]
+            finally:
+                if watch:
+                    watch.close()
+                if stop is not None:
+                    stop.set()
+                    thread.join(timeout=5)
         failures = [dict(node=k, time=time.time(), **exit_fields(c)) for k, c in enumerate(codes) if c not in (0, None)]
-        return rd.record_outcome(attempt, {str(k): c for k, c in enumerate(codes)}, stopped_by=stopped,
-                                 node_failures=failures)
+        return rd.record_outcome(attempt, {str(k): node_exit(c) for k, c in enumerate(codes)}, node_failures=failures,
+                                 stopped_by=signal.Signals(intr.signal).name if intr.got else None, stopped_at=intr.at)
 
     @staticmethod
-    def _watch(agents: list[subprocess.Popen], interrupted: list[int], watch: LauncherWatch | None) -> list[int | None]:
-        """Wait until every agent exits, one fails, a hang is decided, or we are interrupted."""
-        while not interrupted:
+    def _watch(agents: list[subprocess.Popen], intr: Interrupts, watch: LauncherWatch | None) -> tuple[list, bool]:
+        """Wait until every agent exits, one fails, a hang is decided, or we are interrupted: (codes, hung)."""
+        while not intr.got:
             codes = [a.poll() for a in agents]
             if any(c not in (0, None) for c in codes) or all(c is not None for c in codes):
-                return codes
+                return codes, False
             if watch and (verdict := watch.poll()):
                 print(f"launch: {describe(verdict)}", file=sys.stderr, flush=True)
-                return codes
+                return codes, True
             time.sleep(0.05)
-        return [a.poll() for a in agents]
+        return [a.poll() for a in agents], False
 
     def active(self, rd: RunDir) -> bool:
         return rd.launcher_alive() or bool(procs.tagged_pids(rd.run_id))
 
     def cancel(self, rd: RunDir) -> None:
-        st = rd.read_status()
+        """SIGTERM to the launcher, which stops its run gracefully and records it; without a live launcher the
+        same stop is done from here (one SIGTERM to each agent, the grace, then the sweep)."""
+        st = rd.update_status(cancel_requested=True)
+        grace = rd.spec().stop_grace
         if rd.launcher_alive(st):
             pid = st["launcher"]["pid"]
-            os.kill(pid, signal.SIGTERM)      # the launcher tears its nodes down and records CANCELLED
-            deadline = time.monotonic() + 15
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace + 30
             while procs.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-        procs.terminate_run(rd.run_id)
+        procs.stop_run(rd.run_id, procs.agent_pids(rd.run_id), signal.SIGTERM, grace + 15)
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
-                rd.update_status(state="CANCELLED", reason="launch cancel")
+                rd.update_status(state="CANCELLED", reason="by launch cancel", first_failure=None)
+
+
+def reap(agent: subprocess.Popen) -> int | None:
+    try:
+        return agent.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
