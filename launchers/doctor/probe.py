@@ -4,8 +4,8 @@
 It prints `DOCTOR-T <epoch>` first (the submitting side stamps its arrival: clock skew), then one line
 `DOCTOR <json>`: versions (python, torch, launchers, NCCL when CUDA exists), GPUs (nvidia-smi; none = CPU
 only), free disk under the run root, /dev/shm, the open-file limit, the NCCL_* / TORCH_NCCL_* environment.
-Node 0 writes `<root>/.launch-doctor-<token>`, binds the master port (when it is taken, its holder
-is named from /proc) and serves every other node: a node connects to MASTER:port, must read
+Node 0 writes `<root>/.launch-doctor-<token>`, then (after its imports) binds the master port (when it is
+taken, its holder is named from /proc) and serves every other node: a node connects to MASTER:port, must read
 the token, then reads the probe file (shared storage) and reports back. With `collective`, once every node
 has reported, they run all_reduce, all_to_all and node-0-to-node-k transfers (torch.distributed, gloo on
 CPU) on the same port and print their bus bandwidths (nccl-tests' busbw factors).
@@ -17,7 +17,7 @@ import json, os, resource, shutil, socket, subprocess, sys, threading, time
 print("DOCTOR-T %.6f" % time.time(), flush=True)
 A = json.loads(sys.argv[1]); R = {"host": socket.gethostname(), "python": sys.version.split()[0],
                                  "executable": sys.executable}
-T0 = time.time(); FACTS = threading.Event()
+T0 = time.time()
 
 def first_line(e):
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -108,7 +108,6 @@ def serve(srv, expect, out, deadline):
             out[str(rep.get("node"))] = dict(rep, addr=addr)
         except (OSError, ValueError):
             pass
-    FACTS.wait(deadline + 60 - time.time())
     go = len(conns) == expect and all(r.get("torch") for r in out.values()) and "torch" in R
     for c, _ in conns:
         try:
@@ -118,7 +117,7 @@ def serve(srv, expect, out, deadline):
         c.close()
     out["_go"] = go
 
-def master_side():
+def write_probe():
     R["probe_file"] = pf = os.path.join(A["root"], ".launch-doctor-" + A["token"])
     d, R["made"] = A["root"], []
     while not os.path.exists(d) and os.path.dirname(d) != d:
@@ -129,6 +128,10 @@ def master_side():
             f.write(A["token"])
     except OSError as e:
         R["root_error"] = "cannot write %s: %s" % (pf, e.strerror or e)
+    return pf
+
+def listen():
+    """Node 0, after its imports (an import holds the GIL for seconds: the token must go out at once)."""
     srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         srv.bind(("", A["port"])); srv.listen(128)
@@ -139,10 +142,10 @@ def master_side():
     if srv is None or not A["expect"]:
         if srv is not None:
             srv.close()
-        return None, pf
+        return None
     th = threading.Thread(target=serve, args=(srv, A["expect"], R["peers"], T0 + A["timeout"]), daemon=True)
     th.start()
-    return th, pf
+    return th
 
 def read_probe(pf, wait):
     end = time.time() + wait
@@ -225,12 +228,11 @@ def main():
     R["node"] = A.get("node")
     if A.get("facts_only"):
         facts(); return
-    th = pf = None
-    if A["node"] == 0:
-        th, pf = master_side()
-    facts(); FACTS.set()
+    pf = write_probe() if A["node"] == 0 else None
+    facts()
     go = False
     if A["node"] == 0:
+        th = listen()
         if th is not None:
             th.join()
         elif A["expect"] and "port_taken" in R:   # the others look for the probe file without us
@@ -257,7 +259,7 @@ print("DOCTOR " + json.dumps(R), flush=True)
 # stops waiting for it at once instead of at the timeout.
 GONE = r'''
 import json, socket, sys, time
-a = json.loads(sys.argv[1]); end = time.time() + 10
+a = json.loads(sys.argv[1]); end = time.time() + a["wait"]
 try:
     while True:                       # node 0's probe may not be listening yet
         try:
