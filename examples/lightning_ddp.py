@@ -1,0 +1,115 @@
+"""PyTorch Lightning DDP under `launch` (recipe: docs/FRAMEWORKS.md).
+
+    launch local --nodes 2 --gpus-per-node 2 -- examples/lightning_ddp.py --max-steps 8
+
+A BoringModel-like job (a Linear layer on generated data, nothing downloaded). The launcher starts every
+process with torchrun, so Lightning must not spawn any: `devices` and `num_nodes` come from torchrun's
+LOCAL_WORLD_SIZE and the launcher's NNODES, and Lightning's TorchElasticEnvironment takes RANK/WORLD_SIZE/
+MASTER_ADDR from the environment. Everything it writes goes into the run directory:
+  default_root_dir = $LAUNCH_RUN_DIR        -> lightning_logs/version_<N>/ there, never ./lightning_logs
+  checkpoints      = $LAUNCH_CHECKPOINT_DIR  -> step-<N>.ckpt, and `latest` naming the newest complete one
+  metrics.jsonl    = rank 0, one {step, loss} line per step (what `launch status` reads as the last step)
+A resumed attempt (LAUNCH_ATTEMPT > 0) continues from `checkpoints/latest`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies import DDPStrategy
+
+from launchers.ckptptr import read_latest, write_latest
+
+
+class BoringModel(L.LightningModule):
+    def __init__(self, lr: float, step_sleep: float):
+        super().__init__()
+        self.layer = torch.nn.Linear(32, 2)
+        self.lr, self.step_sleep = lr, step_sleep
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("loss", loss)
+        if self.step_sleep:
+            time.sleep(self.step_sleep)          # lets a test stop the job mid-training
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class LatestCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint that moves `checkpoints/latest` once a step's file is complete (Lightning writes it on
+    global rank 0 and then holds every rank at a barrier, so after super() the file is whole)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        name = f"step-{trainer.global_step:08d}.ckpt"
+        if trainer.is_global_zero and os.path.exists(os.path.join(self.dirpath, name)) \
+                and read_latest(self.dirpath) != name:
+            write_latest(self.dirpath, name)
+
+
+class Report(Callback):
+    """One REPORT line per rank (what the world looks like from inside) and rank 0's metrics.jsonl."""
+
+    def __init__(self, run_dir: str):
+        self.metrics = os.path.join(run_dir, "metrics.jsonl")
+
+    def on_train_start(self, trainer, pl_module):
+        total = trainer.strategy.reduce(torch.tensor(float(trainer.global_rank + 1)), reduce_op="sum")
+        rec = {"framework": "lightning", "rank": trainer.global_rank, "world": trainer.world_size,
+               "dist_world": torch.distributed.get_world_size(), "node_rank": trainer.node_rank,
+               "local_rank": trainer.local_rank, "sum": float(total), "start_step": trainer.global_step,
+               "root_dir": trainer.default_root_dir, "cwd": os.getcwd()}
+        print("REPORT " + json.dumps(rec), flush=True)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.is_global_zero:
+            with open(self.metrics, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": trainer.global_step, "loss": float(outputs["loss"])}) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="lightning_ddp")
+    ap.add_argument("--max-steps", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--checkpoint-every", type=int, default=4)
+    ap.add_argument("--step-sleep", type=float, default=0.0)
+    args = ap.parse_args()
+    run_dir = os.environ.get("LAUNCH_RUN_DIR", os.path.abspath("lightning_run"))   # outside launch: ./lightning_run
+    ckpt_dir = os.environ.get("LAUNCH_CHECKPOINT_DIR", os.path.join(run_dir, "checkpoints"))
+    cuda = torch.cuda.is_available()
+    backend = os.environ.get("LAUNCH_DIST_BACKEND", "nccl" if cuda else "gloo")
+
+    L.seed_everything(0, verbose=False)
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(256, 32, generator=g), torch.randn(256, 2, generator=g))
+    trainer = L.Trainer(
+        accelerator="gpu" if cuda else "cpu",
+        devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),      # processes on this node (torchrun's)
+        num_nodes=int(os.environ.get("NNODES", "1")),              # nodes (the launcher's)
+        strategy=DDPStrategy(process_group_backend=backend),
+        default_root_dir=run_dir,                                 # lightning_logs/ here, not in the cwd
+        max_steps=args.max_steps, log_every_n_steps=1,
+        callbacks=[Report(run_dir), LatestCheckpoint(dirpath=ckpt_dir, filename="step-{step:08d}",
+                                                     auto_insert_metric_name=False, save_top_k=-1,
+                                                     every_n_train_steps=args.checkpoint_every)],
+        enable_progress_bar=False, enable_model_summary=False)
+    latest = read_latest(ckpt_dir)
+    resume = os.path.join(ckpt_dir, latest) if latest and int(os.environ.get("LAUNCH_ATTEMPT", "0")) > 0 else None
+    trainer.fit(BoringModel(args.lr, args.step_sleep), DataLoader(data, batch_size=args.batch_size), ckpt_path=resume)
+    print(f"DONE rank {trainer.global_rank} step {trainer.global_step}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

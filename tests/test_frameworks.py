@@ -1,0 +1,145 @@
+"""The frameworks people run under a launcher (docs/FRAMEWORKS.md): examples/lightning_ddp.py (PyTorch
+Lightning), examples/accelerate_ddp.py (HF Accelerate) and examples/ddp_tutorial.py (the PyTorch DDP
+tutorial's plain script with a `finally` cleanup), started exactly as the recipes say: 2 nodes x 2
+processes on `launch local`, 2 hosts x 1 on the real SSH test hosts. Each rank prints one REPORT line with
+the world it sees from inside the framework; every file a program writes must be in the run dir, none in
+the caller's cwd."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import LAUNCH, ROOT, assert_ranks_refused, rank_lines, read_json, require_cluster, run_launch
+from launchers import procs
+
+EX = ROOT / "examples"
+STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
+SSH_OPTS = ["--ssh-config", str(STATE / "ssh_config"), "--known-hosts", str(STATE / "known_hosts")]
+
+# name -> (launch options of the recipe, program and args: few steps)
+PROGRAMS = {
+    "lightning": ([], ["lightning_ddp.py", "--max-steps", "4", "--checkpoint-every", "2"]),
+    "accelerate": (["--env", "ACCELERATE_USE_CPU=1"], ["accelerate_ddp.py", "--max-steps", "4", "--checkpoint-every", "2"]),
+    "ddp": ([], ["ddp_tutorial.py", "--steps", "4", "--cleanup-seconds", "1"]),
+}
+
+
+def files(name: str, world: int) -> list[str]:
+    """What each program must leave in the run dir."""
+    if name == "lightning":
+        return ["lightning_logs/version_0/hparams.yaml", "checkpoints/step-00000002.ckpt", "checkpoints/step-00000004.ckpt"]
+    if name == "accelerate":
+        return ["checkpoints/step-00000002/model.safetensors", "checkpoints/step-00000004/optimizer.bin"] + \
+            [f"checkpoints/step-00000004/random_states_{r}.pkl" for r in range(world)]
+    return ["checkpoints/step-00000004/model.pt"] + [f"cleanup/rank{r}.done" for r in range(world)]
+
+
+LATEST = {"lightning": "step-00000004.ckpt", "accelerate": "step-00000004", "ddp": "step-00000004"}
+
+
+def reports(run_dir):
+    return sorted((json.loads(ln[len("REPORT "):]) for ln in rank_lines(run_dir, "REPORT ")), key=lambda r: r["rank"])
+
+
+def run_id_of(run_dir):
+    return yaml.safe_load(Path(run_dir, "run.yaml").read_text())["run_id"]
+
+
+def check_run(workdir: Path, before: set, name: str, run: str, nodes: int, per_node: int) -> None:
+    world = nodes * per_node
+    reps = reports(run)
+    assert [r["rank"] for r in reps] == list(range(world)), reps          # every rank reported, once
+    assert all(r["framework"] == name and r["world"] == world for r in reps), reps
+    assert {r["sum"] for r in reps} == {world * (world + 1) / 2}           # one process group, all of them in it
+    assert [r["node_rank"] for r in reps] == [k for k in range(nodes) for _ in range(per_node)]
+    assert [r["local_rank"] for r in reps] == list(range(per_node)) * nodes
+    st = read_json(Path(run, "status.json"))
+    assert st["state"] == "COMPLETED" and st["first_failure"] is None, st
+    assert len(rank_lines(run, "DONE rank ")) == world
+    for f in files(name, world):
+        assert (workdir / run / f).is_file(), f
+    assert (workdir / run / "checkpoints/latest").read_text().strip() == LATEST[name]
+    assert json.loads((workdir / run / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4
+    out = run_launch("status", run, check=True).stdout
+    assert f"checkpoint: {LATEST[name]}" in out and "last step:  4" in out, out
+    assert set(os.listdir(workdir)) == before | {"runs"}                   # nothing in the caller's cwd
+    assert procs.tagged_pids(run_id_of(run)) == []
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_local_2x2(workdir, name):
+    opts, prog = PROGRAMS[name]
+    before = set(os.listdir(workdir))
+    p = run_launch("local", "--nodes", "2", "--gpus-per-node", "2", "--run-dir", f"runs/{name}", *opts, "--",
+                   str(EX / prog[0]), *prog[1:], timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    check_run(workdir, before, name, f"runs/{name}", 2, 2)
+
+
+def test_accelerate_without_cpu_flag_is_refused_not_a_false_pass(workdir):
+    """Without ACCELERATE_USE_CPU=1 every rank of a CPU run is its own single-process job (rank 0 of 1): the
+    example checks the world it sees against torchrun's WORLD_SIZE and exits 2, so the run FAILS."""
+    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/nf", "--",
+                   str(EX / "accelerate_ddp.py"), "--max-steps", "2", timeout=240)
+    assert p.returncode == 1, p.stderr[-3000:]
+    reps = reports("runs/nf")
+    assert reps and all(r["world"] == 1 and r["rank"] == 0 and r["distributed_type"] == "DistributedType.NO"
+                        for r in reps), reps
+    assert_ranks_refused("runs/nf", "accelerate_ddp: error:", "ACCELERATE_USE_CPU=1", 2)
+    assert read_json("runs/nf/status.json")["state"] == "FAILED"
+    assert not Path("runs/nf/checkpoints/latest").exists()
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_ssh_2_hosts(workdir, name):
+    st = subprocess.run([str(ROOT / "clusters/ssh-hosts.sh"), "status"], capture_output=True, text=True, timeout=60)
+    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (STATE / "known_hosts").exists(),
+                    "make ssh-up")
+    opts, prog = PROGRAMS[name]
+    before = set(os.listdir(workdir))
+    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2", *SSH_OPTS, "--run-dir", f"runs/{name}", *opts, "--",
+                   str(EX / prog[0]), *prog[1:], timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    check_run(workdir, before, name, f"runs/{name}", 2, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "cancel"])
+def test_ddp_finally_cleanup_completes_on_stop(workdir, how):
+    """Issue 13's real program: Ctrl-C -> every rank gets one SIGINT, `launch cancel` -> one SIGTERM; the
+    3-second `finally` cleanup completes on every rank (within the default 30 s stop grace), the run is
+    CANCELLED with no invented first failure and nothing of it is left running."""
+    proc = subprocess.Popen([LAUNCH, "local", "--nodes", "2", "--gpus-per-node", "2", "--run-dir", "runs/s", "--",
+                             str(EX / "ddp_tutorial.py"), "--steps", "100000", "--step-sleep", "0.05",
+                             "--cleanup-seconds", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(rank_lines("runs/s", "TRAINING rank")) < 4:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.3)
+        if how == "ctrl-c":
+            proc.send_signal(signal.SIGINT)
+        else:
+            run_launch("cancel", "runs/s", check=True, timeout=120)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    sig, code = ("SIGINT", 130) if how == "ctrl-c" else ("SIGTERM", 143)
+    assert proc.returncode == code, err[-3000:]
+    for r in range(4):
+        log = Path(f"runs/s/logs/node{r // 2}/rank{r}.log").read_text()
+        assert [ln.split(" at ")[0] for ln in log.splitlines() if ln.startswith("SIGNAL ")] == [f"SIGNAL {sig} rank {r}"], log
+        assert f"CLEANUP done rank {r} after 3 s" in log, log
+        assert Path(f"runs/s/cleanup/rank{r}.done").read_text().split()[1] == sig
+    st = read_json("runs/s/status.json")
+    assert st["state"] == "CANCELLED" and st["first_failure"] is None, st
+    assert procs.tagged_pids(run_id_of("runs/s")) == []
