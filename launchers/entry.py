@@ -18,6 +18,8 @@ def will_submit_to_slurm(argv: list[str]) -> bool:
 
 
 def main() -> None:
+    import os
+    os.umask(os.umask(0o022) | 0o002)      # the user's umask, but nothing a run writes is ever world-writable
     warm = will_submit_to_slurm(sys.argv)
     if warm:
         from .backends.slurm import submit as slurm_submit

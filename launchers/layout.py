@@ -42,6 +42,10 @@ def check_creatable(path: str) -> None:
     """A run dir can be made at `path`: names within the file system's limits, the nearest existing parent a
     directory you may write on a writable file system. Raises LaunchError naming the path and what is accepted."""
     accepted = "give --run-dir (or $LAUNCH_RUNS_ROOT) in a directory you can write"
+    bad = next((c for c in path if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:        # a newline would end an #SBATCH line of the script and start a command
+        raise LaunchError(f"run dir {brief(path)} contains the control character {bad!r}; accepted: a path "
+                          "without control characters (newline, tab, ...)")
     parent = path
     while not os.path.lexists(parent):
         parent = os.path.dirname(parent)

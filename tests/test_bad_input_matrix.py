@@ -83,6 +83,8 @@ CASES = [
     Case("name-slash", local("--name", "a/b"), ("'a/b'", "letters, digits")),
     Case("name-5000", ["local", "--name", LONG, "--", "marker.py"], ("--name 'aaa", "1-200")),
     Case("run-dir-5000", ["local", "--run-dir", LONG, "--", "marker.py"], ("run dir", "too long", "at most 255 bytes")),
+    Case("run-dir-newline", ["local", "--run-dir", "a\n$(touch STARTED)", "--", "marker.py"],
+         ("control character '\\n'", "without control characters")),
     Case("run-dir-under-file", ["local", "--run-dir", "afile/run", "--", "marker.py"], ("afile", "not a directory"),
          files={"afile": "x"}),
     Case("run-dir-read-only-fs", ["local", "--run-dir", "ro/run", "--", "marker.py"], ("ro/run", "read-only file system",
