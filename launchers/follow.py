@@ -1,4 +1,4 @@
-"""The one log tailer: every line of a rank log becomes "[nK rR] line" (and an agent.log line "[nK agent] line").
+"""The one log tailer: every line of a rank log becomes "[nK rR] line".
 
 Used by `launch logs [-f]`, by the local and Slurm backends while a job runs, and on every SSH host by
 launchers.remote (which streams its node's logs back over the connection). Stdlib + launchers.layout only.
@@ -74,13 +74,12 @@ def run_logs(run_dir: str, rank: int | None = None, prefix: bool = True) -> Sour
 
 
 def node_logs(run_dir: str, node: int) -> Source:
-    """One node's agent.log ("[nK agent] ") and rank logs ("[nK rR] "): what an SSH host streams back."""
+    """One node's rank logs ("[nK rR] "): what an SSH host streams back. The agent's own noise (c10d warnings,
+    its traceback on a stop) stays in agent.log, as on the other backends."""
     def sources():
         d = layout.path(run_dir, "node_logs", node=node)
         for name in sorted(os.listdir(d)) if os.path.isdir(d) else ():
-            if name == "agent.log":
-                yield f"[n{node} agent] ", os.path.join(d, name)
-            elif name.startswith("rank") and name.endswith(".log"):
+            if name.startswith("rank") and name.endswith(".log"):
                 yield f"[n{node} r{name[4:-4]}] ", os.path.join(d, name)
     return sources
 

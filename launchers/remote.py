@@ -3,14 +3,14 @@
   python -m launchers.remote run --node K --pid-file P -- <torchrun argv...>
       Run by sshd on a pty, with the node's environment (LAUNCH_RUN_ID, LAUNCH_RUN_DIR, NODE_RANK...).
       Starts the torchrun agent in its own session, output to logs/node<K>/agent.log, writes the pid
-      file, streams this node's agent and rank logs to stdout ("[nK rR] line"), and on SIGHUP (the
-      launcher's connection dropped), SIGINT or SIGTERM stops the agent and every process of this node
-      (SIGTERM, SIGKILL after the grace period). Exits with the agent's exit code.
-  python -m launchers.remote kill RUN_ID --node K [--pid-file P] [--grace S]
-      The launcher's reaper (failure, Ctrl-C, `launch cancel`): SIGTERM to the agent's process group
-      (from the pid file, only if that pid is still ours) and to every process whose environment holds
-      LAUNCH_RUN_ID=RUN_ID and NODE_RANK=K (torchrun starts workers in new sessions), SIGKILL after
-      the grace period, then a final sweep. Prints one JSON line {host, before, forced, after}.
+      file, streams this node's agent and rank logs to stdout ("[nK rR] line"), runs this node's hang
+      monitor (LAUNCH_HANG_TIMEOUT), and on SIGHUP (the launcher's connection dropped), SIGINT or SIGTERM
+      stops the node (stop_node). Exits with the agent's exit code (128 + N for signal N).
+  python -m launchers.remote kill RUN_ID --node K [--pid-file P] [--signal SIGINT|SIGTERM|SIGKILL] [--wait S]
+      The launcher's stop (failure, Ctrl-C, `launch cancel`): one signal to the node's agent (from the pid
+      file, only if that pid is still ours), which passes it on once to each rank; up to S seconds for the
+      node to end (the programs' stop grace); then SIGKILL to every process whose environment holds
+      LAUNCH_RUN_ID=RUN_ID and NODE_RANK=K (the sweep). Prints one JSON line {host, before, forced, after}.
 Processes are found by their exact environment tag in /proc, never by a name pattern.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 from . import layout, procs
 from .follow import LogTail, node_logs
 
-GRACE = 5.0
+STOP_WAIT_S = 45.0        # the default stop grace (30 s) + the agent's margin + slack
 
 # Preflight check, sent inline (`python -c CHECK JSON`): works before we know `launchers` is importable there.
 CHECK = r'''
@@ -116,7 +116,7 @@ def node_pids(run_id: str, node: int) -> list[int]:
     return [p for p in out if p != os.getpid()]
 
 
-def _read_pidfile(path: str | None) -> dict:
+def read_pidfile(path: str | None) -> dict:
     try:
         with open(path or "", encoding="utf-8") as f:
             return json.load(f)
@@ -124,23 +124,24 @@ def _read_pidfile(path: str | None) -> dict:
         return {}
 
 
-def stop_node(run_id: str, node: int, pid_file: str | None = None, grace: float = GRACE,
-              agent_pid: int | None = None) -> dict:
-    """SIGTERM the agent's group and every process of this node, SIGKILL after `grace`, sweep again."""
-    rec = _read_pidfile(pid_file)
+def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = signal.SIGTERM,
+              wait_s: float = STOP_WAIT_S, agent_pid: int | None = None) -> dict:
+    """One `sig` to the node's agent (it passes the stop on once to each rank wrapper, which gives its program
+    the stop grace), wait up to wait_s for the node's processes to end, then SIGKILL what is left (the sweep)."""
+    rec = read_pidfile(pid_file)
     if agent_pid is None and rec.get("agent") and procs.start_ticks(rec["agent"]) == rec.get("agent_start"):
         agent_pid = rec["agent"]
     before = node_pids(run_id, node)
-    if agent_pid:
-        procs.signal_groups([agent_pid], signal.SIGTERM)
-    for pid in before:
-        procs.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
+    if agent_pid and sig != signal.SIGKILL:
+        procs.kill(agent_pid, sig)
+    elif sig != signal.SIGKILL:          # no agent left: the rank wrappers pass it on (once) themselves
+        for pid in before:
+            if sample_is_wrapper(pid):
+                procs.kill(pid, sig)
+    deadline = time.monotonic() + (wait_s if sig != signal.SIGKILL else 0)
     while node_pids(run_id, node) and time.monotonic() < deadline:
         time.sleep(0.05)
     forced = node_pids(run_id, node)
-    if agent_pid:
-        procs.signal_groups([agent_pid], signal.SIGKILL)
     for pid in forced:
         procs.kill(pid, signal.SIGKILL)
     end = time.monotonic() + 3
@@ -149,7 +150,20 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, grace: float 
     return {"host": socket.gethostname(), "before": before, "forced": forced, "after": node_pids(run_id, node)}
 
 
-def run(node: int, pid_file: str, argv: list[str], grace: float = GRACE, stream: bool = True) -> int:
+def sample_is_wrapper(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"launchers.rankexec" in f.read()
+    except OSError:
+        return False
+
+
+def stop_wait() -> float:
+    """How long a stopped node may take: the programs' stop grace, the agent's margin and some slack."""
+    return float(os.environ.get("LAUNCH_STOP_GRACE") or 30) + 15
+
+
+def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
     run_id = os.environ[procs.TAG]
     run_dir = os.environ["LAUNCH_RUN_DIR"]
     log = layout.path(run_dir, "agent_log", node=node)
@@ -182,10 +196,11 @@ def run(node: int, pid_file: str, argv: list[str], grace: float = GRACE, stream:
         if got:
             code = 128 + got[0]
             signal.signal(signal.SIGHUP, signal.SIG_IGN)   # the pty may be gone: never die half-way
-            stop_node(run_id, node, grace=grace, agent_pid=agent.pid)
+            stop_node(run_id, node, sig=signal.SIGTERM if got[0] == signal.SIGHUP else got[0], wait_s=stop_wait(),
+                      agent_pid=agent.pid)
             agent.wait()
         elif node_pids(run_id, node):                    # workers orphaned by an agent that died hard
-            stop_node(run_id, node, grace=grace)
+            stop_node(run_id, node, wait_s=stop_wait())
     finally:
         if monitor:
             monitor.stopped.set()
@@ -207,21 +222,21 @@ def main(argv: list[str]) -> int:
     r = sub.add_parser("run")
     r.add_argument("--node", type=int, required=True)
     r.add_argument("--pid-file", required=True)
-    r.add_argument("--grace", type=float, default=GRACE)
     r.add_argument("--no-stream", action="store_true")
     r.add_argument("argv", nargs=argparse.REMAINDER)
     k = sub.add_parser("kill")
     k.add_argument("run_id")
     k.add_argument("--node", type=int, required=True)
     k.add_argument("--pid-file", default=None)
-    k.add_argument("--grace", type=float, default=GRACE)
+    k.add_argument("--signal", default="SIGTERM", choices=("SIGINT", "SIGTERM", "SIGKILL"))
+    k.add_argument("--wait", type=float, default=STOP_WAIT_S)
     a = p.parse_args(argv)
     if a.cmd == "run":
         cmd = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
         if not cmd:
             p.error("run needs the agent command after --")
-        return run(a.node, a.pid_file, cmd, a.grace, stream=not a.no_stream)
-    print(json.dumps(stop_node(a.run_id, a.node, a.pid_file, a.grace)), flush=True)
+        return run(a.node, a.pid_file, cmd, stream=not a.no_stream)
+    print(json.dumps(stop_node(a.run_id, a.node, a.pid_file, signal.Signals[a.signal], a.wait)), flush=True)
     return 0
 
 

@@ -77,7 +77,7 @@ class LocalBackend(Backend):
     def cancel(self, rd: RunDir) -> None:
         """SIGTERM to the launcher, which stops its run gracefully and records it; without a live launcher the
         same stop is done from here (one SIGTERM to each agent, the grace, then the sweep)."""
-        st = rd.update_status(cancel_requested=True)
+        st = rd.update_status(cancel_requested=True, cancel_at=time.time())
         grace = rd.spec().stop_grace
         if rd.launcher_alive(st):
             pid = st["launcher"]["pid"]

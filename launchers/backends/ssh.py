@@ -26,11 +26,11 @@ from .. import layout, ports, procs
 from ..errors import LaunchError
 from ..hang import watch as hang_watch
 from ..hostfile import ResolvedHost, hosts_from_options, resolve
-from ..remote import CHECK, GRACE, REACH
+from ..remote import CHECK, REACH
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec, redact_env
 from ..sshconn import Prefixed, SSHSettings, close_all, connect_all, describe, make_connection, run_all
-from .base import Backend, Plan, dist_backend_for, node_commands
+from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands
 
 STAGING_ROOT = "/tmp/launch-staging"
 
@@ -86,7 +86,6 @@ def _settings(opts: dict[str, Any]) -> SSHSettings:
 
 class SSHBackend(Backend):
     name = "ssh"
-    grace = GRACE
 
     def __init__(self) -> None:
         self._ready: tuple[int, list] | None = None      # (id(plan), connections) after preflight
@@ -202,8 +201,6 @@ class SSHBackend(Backend):
         conns = self._ready[1]
         self._ready = None
         rd.mark_running(plan.attempt, hosts=plan.hosts)
-        interrupted: list[int] = []
-        old = {s: signal.signal(s, lambda signum, _f: interrupted.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
         n = len(conns)
         ended: dict[int, tuple[float, int | None, str | None]] = {}     # node -> (time, exit code, error)
 
@@ -223,39 +220,45 @@ class SSHBackend(Backend):
         futs = [pool.submit(run_node, k) for k in range(n)]
         spec = plan.spec
         watch = hang_watch.LauncherWatch(rd, plan.run_id, plan.attempt, spec.hang_timeout, n, spec.world_size,
-                              monitor_here=False) if spec.hang_timeout else None
-        try:
-            pending, why = self._wait_nodes(set(futs), ended, interrupted, watch)
-            if pending:
-                print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
-                self._stop(plan, conns, [k for k in range(n) if k not in ended])
-                wait(pending, timeout=self.grace + 10)
-                if any(not f.done() for f in futs):
-                    close_all(conns)                # dropping the pty SIGHUPs the host agents
-                    wait(futs, timeout=10)
-            self._stop(plan, conns, range(n), final=True)
-        finally:
-            pool.shutdown(wait=False)
-            for s, h in old.items():
-                signal.signal(s, h)
+                                         monitor_here=False) if spec.hang_timeout else None
+        with Interrupts() as intr:
+            try:
+                pending, why = self._wait_nodes(set(futs), ended, intr, watch)
+                if pending:
+                    print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
+                    hung = watch is not None and watch.coord.verdict is not None
+                    self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],
+                                       signal.SIGKILL if hung else (intr.signal or signal.SIGTERM))
+                self._stop(plan, conns, range(n), signal.SIGKILL, final=True)     # leftovers only (the sweep)
+            finally:
+                pool.shutdown(wait=False)
         if plan.staged:
             self._collect(plan, conns, rd)
         close_all(conns)
-        return self._finish(plan, rd, ended, interrupted)
+        return self._finish(plan, rd, ended, intr)
+
+    def _stop_pending(self, plan: SSHPlan, conns, futs, nodes: list[int], sig: int) -> None:
+        """The nodes still running get one `sig` (through their agents), then the stop grace."""
+        wait_s = plan.spec.stop_grace + 15
+        self._stop(plan, conns, nodes, sig, wait_s)
+        wait(futs, timeout=10 if sig == signal.SIGKILL else wait_s + 10)
+        if any(not f.done() for f in futs):
+            close_all(conns)                # dropping the pty SIGHUPs the host agents
+            wait(futs, timeout=10)
 
     @staticmethod
-    def _wait_nodes(pending: set, ended: dict, interrupted: list[int], watch: hang_watch.LauncherWatch | None) -> tuple[set, str]:
+    def _wait_nodes(pending: set, ended: dict, intr: Interrupts, watch: hang_watch.LauncherWatch | None) -> tuple[set, str]:
         """Until every node ended, one failed, a hang was decided or we are interrupted: (pending, why)."""
-        while pending and not interrupted:
+        while pending and not intr.got:
             _, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
             bad = sorted((t, k) for k, (t, code, _err) in ended.items() if code != 0)
             if bad:
                 return pending, f"node {bad[0][1]} failed"
             if watch and (verdict := watch.poll()):
                 return pending, hang_watch.describe(verdict)
-        return pending, "interrupted"
+        return pending, f"got {signal.Signals(intr.signal).name}" if intr.got else "interrupted"
 
-    def _finish(self, plan: SSHPlan, rd: RunDir, ended, interrupted) -> int:
+    def _finish(self, plan: SSHPlan, rd: RunDir, ended, intr: Interrupts) -> int:
         n = len(plan.rhosts)
         nodes = {str(k): ended.get(k, (0, None, None))[1] for k in range(n)}
         failures = [{"node": k, "exit_code": code, "signal": None, "time": t, "host": plan.rhosts[k].entry.word,
@@ -263,8 +266,8 @@ class SSHBackend(Backend):
                     for k, (t, code, err) in sorted(ended.items()) if code != 0]
         failures += [{"node": k, "time": time.time(), "host": plan.rhosts[k].entry.word, "reason": "did not finish"}
                      for k in range(n) if k not in ended]
-        stopped = signal.Signals(interrupted[0]).name if interrupted else None
-        code = rd.record_outcome(plan.attempt, nodes, stopped_by=stopped, node_failures=failures,
+        stopped = signal.Signals(intr.signal).name if intr.got else None
+        code = rd.record_outcome(plan.attempt, nodes, stopped_by=stopped, stopped_at=intr.at, node_failures=failures,
                                  hosts=[h.entry.word for h in plan.rhosts])
         ff = rd.read_status().get("first_failure") or {}
         if code == 1 and ff.get("node") is not None:
@@ -275,19 +278,24 @@ class SSHBackend(Backend):
         return code
 
     # ------------------------------------------------------------------ stopping and sweeping
-    def _kill_line(self, plan: SSHPlan, k: int) -> str:
+    @staticmethod
+    def _kill_line(plan: SSHPlan, k: int, sig: int, wait_s: float) -> str:
         return (f"cd {shlex.quote(plan.cwd)} 2>/dev/null; {shlex.quote(plan.spec.python)} -m launchers.remote kill "
-                f"{shlex.quote(plan.run_id)} --node {k} --pid-file {shlex.quote(plan.pid_file(k))} --grace {self.grace:g}")
+                f"{shlex.quote(plan.run_id)} --node {k} --pid-file {shlex.quote(plan.pid_file(k))} "
+                f"--signal {signal.Signals(sig).name} --wait {wait_s:g}")
 
-    def _stop(self, plan: SSHPlan, conns, nodes, final: bool = False) -> None:
-        """`launchers.remote kill` on each host (over the open connection, else a fresh one), in parallel."""
+    def _stop(self, plan: SSHPlan, conns, nodes, sig: int = signal.SIGTERM, wait_s: float = 0.0,
+              final: bool = False) -> None:
+        """`launchers.remote kill` on each host (over the open connection, else a fresh one), in parallel: one
+        `sig` to the node's agent, up to wait_s for the node to end, then the sweep."""
         nodes = list(nodes)
 
         def one(k: int) -> None:
             for attempt in range(2):
                 try:
                     c = conns[k] if attempt == 0 else make_connection(plan.rhosts[k], plan.settings)
-                    r = c.run(self._kill_line(plan, k), hide=True, warn=True, in_stream=False, timeout=self.grace + 30)
+                    r = c.run(self._kill_line(plan, k, sig, wait_s), hide=True, warn=True, in_stream=False,
+                              timeout=wait_s + 30)
                     rec = json.loads(r.stdout.strip().splitlines()[-1])
                     if rec.get("forced") or (final and rec.get("before")):
                         print(f"launch: node {k} ({plan.rhosts[k].entry.name}): stopped {rec['before']}, "
@@ -322,19 +330,23 @@ class SSHBackend(Backend):
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, rd: RunDir) -> None:
-        st = rd.read_status()
+        """SIGTERM to the launcher, which stops its nodes gracefully and records it; without a live launcher the
+        same stop is done from here, host by host."""
+        st = rd.update_status(cancel_requested=True, cancel_at=time.time())
+        spec = rd.spec()
         if rd.launcher_alive(st):
             pid = st["launcher"]["pid"]
-            os.kill(pid, signal.SIGTERM)      # the launcher stops its nodes and records CANCELLED
-            deadline = time.monotonic() + self.grace + 30
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + spec.stop_grace + 45
             while procs.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
         data = rd.read_run_yaml()
-        plan = self.plan(rd.spec(), data["run_id"], attempt=len(data["attempts"]) - 1)
-        self._stop(plan, [make_connection(h, plan.settings) for h in plan.rhosts], range(len(plan.rhosts)), final=True)
+        plan = self.plan(spec, data["run_id"], attempt=len(data["attempts"]) - 1)
+        self._stop(plan, [make_connection(h, plan.settings) for h in plan.rhosts], range(len(plan.rhosts)),
+                   signal.SIGTERM, spec.stop_grace + 15, final=True)
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
-                rd.update_status(state="CANCELLED", reason="launch cancel")
+                rd.update_status(state="CANCELLED", reason="by launch cancel", first_failure=None)
 
 
 _out_lock = threading.Lock()

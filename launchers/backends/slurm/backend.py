@@ -97,7 +97,8 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------ start
     def start(self, plan: Plan, rd: RunDir) -> int:
-        rd.update_status(state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None)
+        rd.update_status(state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None,
+                         cancel_requested=None, hang=None, stopped_by=None)
         write_node_spec(rd, plan.spec, plan.run_id, plan.attempt)
         if SlurmEnv.read().in_allocation:
             return self._start_in_allocation(plan, rd)
@@ -209,19 +210,22 @@ class SlurmBackend(Backend):
                                     slurm_state=job.state)
 
     def cancel(self, rd: RunDir) -> None:
-        st = rd.read_status()
+        """One SIGTERM to every process of the job's steps (`scancel --signal=TERM`: each program gets it once,
+        from Slurm), --stop-grace for them to end and the batch side to record CANCELLED, then scancel."""
+        st = rd.update_status(cancel_requested=True, cancel_at=time.time())
         job_id = st.get("slurm_job_id") or last_job(rd)
         if st.get("in_allocation"):
             self._cancel_in_allocation(rd, st, job_id)
         elif job_id:
-            p = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60)
-            if p.returncode != 0 and "already completing or completed" not in p.stderr \
-                    and "Invalid job id" not in p.stderr:
-                raise LaunchError(f"scancel {job_id} failed: {one_line(p.stderr)}")
-            wait_gone(job_id)
+            scancel(job_id, "--signal=TERM")
+            try:
+                wait_gone(job_id, rd.spec().stop_grace + 15)
+            except LaunchError:
+                scancel(job_id)
+                wait_gone(job_id)
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
-                rd.update_status(state="CANCELLED", reason=f"launch cancel (scancel {job_id})")
+                rd.update_status(state="CANCELLED", reason=f"by launch cancel (scancel {job_id})", first_failure=None)
 
     def _cancel_in_allocation(self, rd: RunDir, st: dict[str, Any], job_id: str | None) -> None:
         if rd.launcher_alive(st):
@@ -249,16 +253,22 @@ def check_partition(part: str | None) -> None:
         raise LaunchError(f"--partition {part!r} is unknown to Slurm; partitions: {', '.join(known) or '(none)'}")
 
 
-def wait_gone(job_id: str) -> None:
+def scancel(job_id: str, *flags: str) -> None:
+    p = subprocess.run(["scancel", *flags, job_id], capture_output=True, text=True, timeout=60)
+    if p.returncode != 0 and "already completing or completed" not in p.stderr and "Invalid job id" not in p.stderr:
+        raise LaunchError(f"scancel {job_id} failed: {one_line(p.stderr)}")
+
+
+def wait_gone(job_id: str, wait_s: float = CANCEL_WAIT_S) -> None:
     """Until squeue no longer lists the job as pending, running or completing (all its tasks are gone)."""
-    deadline = time.monotonic() + CANCEL_WAIT_S
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         p = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
         states = p.stdout.split()
         if p.returncode != 0 or not states or all(s not in slurm_status.LIVE for s in states):
             return
         time.sleep(0.2)
-    raise LaunchError(f"Slurm job {job_id} is still listed {CANCEL_WAIT_S:.0f} s after scancel")
+    raise LaunchError(f"Slurm job {job_id} is still listed {wait_s:.0f} s after scancel")
 
 
 def last_job(rd: RunDir) -> str | None:

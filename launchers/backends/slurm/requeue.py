@@ -77,7 +77,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         st = rd.read_status()
         if st.get("attempt") == attempt and st.get("state") in DECIDED:
             return 0 if st["state"] == "COMPLETED" else 1
-        usr2 = srun_status == 128 + signal.SIGUSR2 or any("SIGUSR2" in r.get("stop_signals", ()) for r in recs.values())
+        usr2 = not st.get("cancel_requested") and srun_status == 128 + signal.SIGUSR2 or any("SIGUSR2" in r.get("stop_signals", ()) for r in recs.values())
         missing = [k for k in range(ns.spec.nodes) if recs.get(k, {}).get("state") != "EXITED"]
         if usr2 and not in_allocation and (missing or any(c != 0 for c in nodes.values())):
             requeue_or_fail(rd, attempt, restart, env.job_id, ns.max_requeues, nodes)
@@ -88,5 +88,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         reason = f"node(s) {', '.join(map(str, missing))} recorded no exit" if missing else None
         if missing and not failures:
             failures = [{"node": k, "time": time.time(), "reason": reason} for k in missing]
-        code = rd.record_outcome(attempt, nodes, node_failures=failures, reason=reason)
+        cancelled = "SIGTERM" if st.get("cancel_requested") else None       # launch cancel: not a failure
+        code = rd.record_outcome(attempt, nodes, node_failures=failures, reason=None if cancelled else reason,
+                                 stopped_by=cancelled, stopped_at=st.get("cancel_at"))
         return 0 if code == 0 else 1

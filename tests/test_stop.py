@@ -1,0 +1,128 @@
+"""Stopping a job the way programs expect, on every backend: Ctrl-C -> each program gets exactly one SIGINT,
+`launch cancel` -> exactly one SIGTERM, then the stop grace (the program's `finally` completes), a program that
+ignores the stop is killed after --stop-grace and the status says so, a second Ctrl-C kills now; the run is
+CANCELLED (INTERRUPTED for Ctrl-C) with no invented first failure, one end line, exit 130 / 143, nothing left."""
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
+from launchers import procs
+
+SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
+SSH = ["ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"),
+       "--known-hosts", str(SSH_STATE / "known_hosts")]
+
+
+def rank_logs(run_dir):
+    return {int(p.stem[4:]): p.read_text() for p in Path(run_dir, "logs").glob("node*/rank*.log")}
+
+
+def start(backend_args, run_dir, *extra, world):
+    proc = subprocess.Popen([LAUNCH, *backend_args, *extra, "--run-dir", run_dir, "--", "stop_worker.py"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while sum("READY" in t for t in rank_logs(run_dir).values()) < world if Path(run_dir).exists() else True:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    return proc
+
+
+def check_stopped(run_dir, proc, sig_name, code, world, end, out):
+    assert proc.returncode == code, out[-3000:]
+    logs = rank_logs(run_dir)
+    assert sorted(logs) == list(range(world))
+    for r, text in logs.items():
+        got = [ln for ln in text.splitlines() if ln.startswith("GOT ")]
+        assert got == [f"GOT {sig_name}"], (r, got)             # exactly one signal, of the right kind
+        assert "CLEANUP DONE" in text, r                         # the finally block ran to its end
+    st = read_json(f"{run_dir}/status.json")
+    assert st["state"] == "CANCELLED" and st["first_failure"] is None, st
+    assert end in out.splitlines()
+    run_id = yaml.safe_load(Path(run_dir, "run.yaml").read_text())["run_id"]
+    assert procs.tagged_pids(run_id) == []
+    return st
+
+
+def test_local_ctrl_c_gives_each_program_one_sigint(workdir):
+    proc = start(["local", "--nodes", "2", "--gpus-per-node", "2"], "runs/i", "--env", "TEST_CLEANUP_S=3", world=4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    st = check_stopped("runs/i", proc, "SIGINT", 130, 4, "launch: run INTERRUPTED (Ctrl-C)", err)
+    assert st["stopped_by"] == "SIGINT"
+
+
+def test_local_cancel_gives_each_program_one_sigterm(workdir):
+    proc = start(["local", "--nodes", "1", "--gpus-per-node", "2"], "runs/t", "--env", "TEST_CLEANUP_S=3", world=2)
+    assert run_launch("cancel", "runs/t").returncode == 0
+    out, err = proc.communicate(timeout=120)
+    st = check_stopped("runs/t", proc, "SIGTERM", 143, 2, "launch: run CANCELLED (by launch cancel)", err)
+    assert st["reason"] == "by launch cancel"
+
+
+def test_local_program_ignoring_the_stop_is_killed_after_the_grace(workdir):
+    proc = start(["local", "--nodes", "1", "--gpus-per-node", "2"], "runs/g", "--stop-grace", "3",
+                 "--env", "TEST_IGNORE=1", world=2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143
+    st = read_json("runs/g/status.json")
+    assert st["state"] == "CANCELLED" and st["reason"] == "by SIGTERM; ranks 0, 1 did not stop within 3 s; killed"
+    assert read_json("runs/g/status/rank0.json")["killed_after_grace"] == 3
+    assert "did not stop within 3 s; killed" in err
+
+
+def test_local_second_ctrl_c_kills_now(workdir):
+    proc = start(["local", "--nodes", "1", "--gpus-per-node", "2"], "runs/k", "--stop-grace", "120",
+                 "--env", "TEST_IGNORE=1", world=2)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(2)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 30 and proc.returncode == 130       # not the 120 s grace
+    run_id = yaml.safe_load(Path("runs/k/run.yaml").read_text())["run_id"]
+    assert procs.tagged_pids(run_id) == []
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("how", ["ctrl-c", "cancel"])
+def test_ssh_stop_gives_each_program_one_signal(workdir, how):
+    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the SSH test hosts", st.returncode == 0, "make ssh-up")
+    proc = start(SSH, "runs/s", "--env", "TEST_CLEANUP_S=3", world=2)
+    if how == "ctrl-c":
+        proc.send_signal(signal.SIGINT)
+    else:
+        assert run_launch("cancel", "runs/s", timeout=180).returncode == 0
+    out, err = proc.communicate(timeout=180)
+    if how == "ctrl-c":
+        check_stopped("runs/s", proc, "SIGINT", 130, 2, "launch: run INTERRUPTED (Ctrl-C)", err)
+    else:
+        check_stopped("runs/s", proc, "SIGTERM", 143, 2, "launch: run CANCELLED (by launch cancel)", err)
+
+
+@pytest.mark.slurm
+def test_slurm_cancel_gives_each_program_one_sigterm(workdir):
+    st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--env", "TEST_CLEANUP_S=2",
+                   "--run-dir", "runs/q", "--", "stop_worker.py")
+    assert p.returncode == 0, p.stderr
+    deadline = time.monotonic() + 120
+    while sum("READY" in t for t in rank_logs("runs/q").values()) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    assert run_launch("cancel", "runs/q", timeout=180).returncode == 0
+    for r, text in rank_logs("runs/q").items():
+        assert [ln for ln in text.splitlines() if ln.startswith("GOT ")] == ["GOT SIGTERM"], (r, text)
+        assert "CLEANUP DONE" in text
+    st = read_json("runs/q/status.json")
+    assert st["state"] == "CANCELLED" and st["first_failure"] is None and "launch cancel" in st["reason"]
+    run_id = yaml.safe_load(Path("runs/q/run.yaml").read_text())["run_id"]
+    assert procs.tagged_pids(run_id) == []
