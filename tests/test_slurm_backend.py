@@ -301,3 +301,25 @@ def test_a_job_queued_before_the_move_still_runs(workdir):
     reps = records("runs/old")
     assert sorted(r["rank"] for r in reps) == [0, 1] and {r["world"] for r in reps} == {2}
     assert {r["sum"] for r in reps} == {3.0}
+
+
+def test_a_paused_controller_during_wait_is_no_verdict(workdir):
+    """slurmctld stopped (SIGSTOP) for 20 s while `launch wait` follows a job that finishes meanwhile: the
+    verdict stays honest (COMPLETED), never 'gone'."""
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--env", "TEST_SLEEP=6",
+                   "--run-dir", "runs/p", "--", "report.py")
+    assert p.returncode == 0, p.stderr
+    wait_for(lambda: len(rank_lines("runs/p", "sleeping")) == 2, 120, "2 sleeping ranks")
+    ctld = subprocess.run(["pgrep", "-x", "slurmctld"], capture_output=True, text=True).stdout.split()
+    assert ctld, "slurmctld not found"
+    waiter = subprocess.Popen([LAUNCH, "wait", "runs/p"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        subprocess.run(["kill", "-STOP", *ctld], check=True)
+        time.sleep(20)
+        assert waiter.poll() is None or waiter.returncode == 0, waiter.communicate()
+        assert read_json("runs/p/status.json")["state"] not in ("FAILED", "CANCELLED")
+    finally:
+        subprocess.run(["kill", "-CONT", *ctld])
+    out, err = waiter.communicate(timeout=180)
+    assert waiter.returncode == 0, out + err
+    assert read_json("runs/p/status.json")["state"] == "COMPLETED" and "launch: run COMPLETED" in err

@@ -53,6 +53,19 @@ def test_ask_order_and_gone():
     assert ss.ask_slurm("7", run).state == "GONE"
 
 
+def test_a_controller_that_does_not_answer_is_no_verdict():
+    down = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+    run, _ = runner({"scontrol": (1, down), "squeue": (1, down), "sacct": (0, "")})
+    job = ss.ask_slurm("7", run)
+    assert job.state == "UNKNOWN" and "Unable to contact" in job.reason and not job.live
+    run, _ = runner({"scontrol": (124, "scontrol did not answer within 15 s"), "squeue": (124, "x"),
+                     "sacct": (0, SACCT)})
+    assert ss.ask_slurm("7", run).state == "CANCELLED"           # the jobcomp log still knows the end
+    run, _ = runner({"scontrol": (1, "slurm_load_jobs error: Invalid job id specified"), "squeue": (0, ""),
+                     "sacct": (0, "")})
+    assert ss.ask_slurm("7", run).state == "GONE"               # an answer: Slurm does not know the job
+
+
 def test_query_is_rate_limited_and_caches_ended(tmp_path):
     t = [100.0]
     run, calls = runner({"scontrol": (0, SCONTROL_RUNNING)})

@@ -189,8 +189,10 @@ class SlurmBackend(Backend):
         if not job_id or st.get("state") in TERMINAL:
             return st
         job = slurm_status.query(job_id, layout.path(rd.path, "slurm"))
-        state, reason = slurm_status.to_run_state(job)
         out = dict(st, slurm_job_id=job_id, slurm_state=job.state)
+        if job.state == "UNKNOWN":       # a controller hiccup never turns into a verdict
+            return dict(out, reason=f"Slurm does not answer ({job.reason or 'no reply'}); status unknown, retrying")
+        state, reason = slurm_status.to_run_state(job)
         if job.live:
             if state != st.get("state") or not st.get("reason"):
                 out.update(state=state, reason=reason)
@@ -199,8 +201,11 @@ class SlurmBackend(Backend):
         attempt = st.get("attempt", 0)
         recs = rd.node_records(nnodes, attempt)
         nodes = {str(k): r.get("exit_code") for k, r in sorted(recs.items())}
-        if state == "COMPLETED" and not (len(recs) == nnodes and all(r.get("exit_code") == 0 for r in recs.values())):
+        all_ok = len(recs) == nnodes and all(r.get("exit_code") == 0 for r in recs.values())
+        if state == "COMPLETED" and not all_ok:
             state, reason = "FAILED", f"Slurm job {job_id} COMPLETED but not every node recorded exit code 0"
+        elif job.state == "GONE" and all_ok:        # the nodes' own records win over an absent scheduler
+            state, reason = "COMPLETED", None
         with rd.lock():
             cur = rd.read_status()
             if cur.get("state") in TERMINAL:

@@ -1,6 +1,7 @@
 """What Slurm says about a job, without slurmdbd: squeue (live), scontrol (live and recently finished),
 `sacct -c` (the jobcomp log: finished jobs only). Calls are rate-limited per run through a small cache
-file in <run dir>/slurm/, and a job that none of them knows is reported as GONE, never as UNKNOWN.
+file in <run dir>/slurm/. A job that none of them knows is GONE; when the controller does not answer at all
+(down, paused, timing out) the job is UNKNOWN -- never a verdict.
 
 Parsing is pure (tested with recorded output); `query()` is the only function that runs commands.
 """
@@ -91,11 +92,23 @@ Runner = Callable[[list[str]], "tuple[int, str]"]
 
 
 def _run(argv: list[str]) -> tuple[int, str]:
+    """(exit status, stdout) -- stderr instead of stdout when the command failed; 124 when it timed out."""
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=CMD_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return 127, ""
-    return p.returncode, p.stdout
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]} did not answer within {CMD_TIMEOUT_S:.0f} s"
+    except OSError as e:
+        return 127, str(e)
+    return p.returncode, p.stdout if p.returncode == 0 else (p.stderr or p.stdout)
+
+
+NO_CONTROLLER = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
+                 "Connection refused", "Communication connection failure", "did not answer")
+
+
+def unanswered(rc: int, out: str) -> bool:
+    """A failed Slurm command that says nothing about the job (controller down, paused, timed out)."""
+    return rc in (124, 127) or (rc != 0 and any(m in out for m in NO_CONTROLLER))
 
 
 def ask_slurm(job_id: str, run: Runner = _run) -> SlurmJob:
@@ -103,15 +116,20 @@ def ask_slurm(job_id: str, run: Runner = _run) -> SlurmJob:
     none of them knows the job."""
     rc, out = run(["scontrol", "show", "job", "-o", job_id])
     job = parse_scontrol(out, job_id) if rc == 0 else None
+    silent = unanswered(rc, out)
     if job is None:
         rc, out = run(["squeue", "-h", "-j", job_id, "-o", "%i|%T|%r|%N"])
         job = parse_squeue(out, job_id) if rc == 0 else None
+        silent = silent and unanswered(rc, out)
     if job is not None:
         return job
+    why = " ".join(out.split())[:200]
     rc, out = run(["sacct", "-c", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList"])
     acct = parse_sacct(out, job_id) if rc == 0 else None
     if acct is not None and acct.state in ENDED:
         return acct
+    if silent:          # the controller did not answer: no verdict from silence
+        return SlurmJob(job_id, "UNKNOWN", "none", reason=why or "no reply")
     return SlurmJob(job_id, "GONE", "none")
 
 
