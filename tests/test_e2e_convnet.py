@@ -35,6 +35,8 @@ def test_learns_checkpoints_and_resume_continues(workdir):
     assert final["accuracy"] <= read_json("runs/a/final.json")["accuracy"] + 0.05
     st = run_launch("status", "runs/a", check=True).stdout
     assert "COMPLETED" in st and "last step:  50" in st
+    ranks = json.loads(run_launch("status", "runs/a", "--ranks", "--json", check=True).stdout)["ranks"]
+    assert [r["step"] for r in ranks] == [50] * 4          # every rank's heartbeat (workloads call it per step)
 
 
 def test_crash_and_resume_is_bit_exact(workdir):

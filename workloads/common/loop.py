@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from launchers import heartbeat
+
 from .checkpoint import Checkpointer, ModelOptimState, PickledState, seed_all
 from .data import resumable_loader, steps_per_epoch
 from .faults import FaultInjector
@@ -208,6 +210,7 @@ class Training:
         self.step += 1
         self.fault.maybe(self.step, "mid")
         steps.step()
+        heartbeat.step(self.step)          # progress for `launch status --ranks` and --hang-timeout
         self.offset += self.env.world_size * len(yb)
         if self.step % self.args.log_every == 0 or self.step == self.total:
             self.record_step(loss, logits, yb)
