@@ -203,7 +203,7 @@ class NodeRun:
         def stop(verdict: dict) -> None:
             print(f"launch: node {self.node}: a hang was decided (stalled rank(s) "
                   f"{verdict['stalled_ranks']}); stopping this node", file=sys.stderr, flush=True)
-            stop_node(self.ns.run_id, self.node, grace=5.0, agent_pid=agent_pid)
+            stop_node(self.ns.run_id, self.node, sig=signal.SIGKILL, agent_pid=agent_pid)
 
         NodeMonitor(self.rd.path, self.ns.run_id, self.attempt, nodes=[self.node], on_verdict=stop).start()
         if self.node == 0:

@@ -1,0 +1,97 @@
+"""Hang detection: latency from the moment a rank hangs (SIGSTOP) to the end of the run, against --hang-timeout,
+per backend (local always; SSH and Slurm when the dev clusters are up), and the cost of launchers.heartbeat on a
+training step measured side by side (the same step loop with and without heartbeat.step)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchlib import ROOT, compile_project, figure, interleaved, median
+
+TIMEOUT = 10
+LAUNCH = os.path.join(os.path.dirname(sys.executable), "launch")
+SSH = ["ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", "/run/launch-ssh-hosts/ssh_config",
+       "--known-hosts", "/run/launch-ssh-hosts/known_hosts"]
+
+
+def hung_at(run_dir: str) -> float:
+    for dirpath, _, files in os.walk(os.path.join(run_dir, "logs")):
+        for f in files:
+            with open(os.path.join(dirpath, f)) as fh:
+                for ln in fh:
+                    if ln.startswith("HANGING "):
+                        return float(ln.split(" at ")[1])
+    raise RuntimeError("no rank hung")
+
+
+def latency(backend: list[str], tmp: str, i: int) -> float:
+    run_dir = os.path.join(tmp, f"h{i}")
+    extra = ["--wait", "--time", "10"] if backend[0] == "slurm" else []
+    subprocess.run([LAUNCH, *backend, "--nodes", "2", "--gpus-per-node", "1", "--hang-timeout", str(TIMEOUT), *extra,
+                    "--env", "TEST_HANG_RANK=1", "--env", "TEST_HANG_STEP=3", "--run-dir", run_dir, "--",
+                    os.path.join(ROOT, "tests", "data", "hang_worker.py")], capture_output=True, timeout=300, cwd=tmp)
+    return time.time() - hung_at(run_dir)
+
+
+def heartbeat_cost(rounds: int = 7, steps: int = 1000) -> None:
+    """A small CPU training step (a 256x256 matmul + SGD) against the same step plus heartbeat.step, interleaved
+    round by round in one process (the machine's noise hits both alike)."""
+    code = f"""
+import os, sys, time, tempfile
+os.environ["LAUNCH_RUN_DIR"] = tempfile.mkdtemp()
+import torch
+from launchers import heartbeat
+torch.manual_seed(0); w = torch.randn(256, 256, requires_grad=True); x = torch.randn(64, 256)
+opt = torch.optim.SGD([w], lr=1e-3)
+def run(beat):
+    t0 = time.perf_counter()
+    for s in range({steps}):
+        loss = (x @ w).square().mean(); opt.zero_grad(); loss.backward(); opt.step()
+        if beat: heartbeat.step(s)
+    return (time.perf_counter() - t0) / {steps} * 1e6
+run(True); run(False)
+a, b = [], []
+for r in range({rounds}):
+    for beat in ((True, False) if r % 2 else (False, True)):
+        (a if beat else b).append(run(beat))
+t0 = time.perf_counter()
+for s in range(20000):
+    heartbeat.step(s)
+call = (time.perf_counter() - t0) / 20000 * 1e6
+a.sort(); b.sort()
+print(a[len(a) // 2], b[len(b) // 2], call)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    with_hb, without, call = float(out[0]), float(out[1]), float(out[2])
+    figure("heartbeat: training step with / without", with_hb, without, "<= 1.02 (noisy: see the next line)",
+           unit="us")
+    figure("heartbeat: one call / the step alone", call, without, "<= 0.01", unit="us")
+
+
+def main() -> None:
+    compile_project()
+    heartbeat_cost()
+    backends = {"local": ["local"]}
+    if subprocess.run([os.path.join(ROOT, "clusters", "ssh-hosts.sh"), "status"], capture_output=True).returncode == 0:
+        backends["ssh"] = SSH
+    if shutil.which("sbatch") and subprocess.run([os.path.join(ROOT, "slurm", "dev-cluster.sh"), "status"],
+                                                 capture_output=True).returncode == 0:
+        backends["slurm"] = ["slurm"]
+    tmp = tempfile.mkdtemp(prefix="bench-hang-")
+    counter = iter(range(10_000))
+    res = interleaved({k: (lambda b=b: latency(b, tmp, next(counter))) for k, b in backends.items()}, rounds=2, warmup=0)
+    for k, v in res.items():
+        figure(f"hang: end of run after a SIGSTOP, {k}", median(v), TIMEOUT, f"<= {(TIMEOUT + 15) / TIMEOUT:.2f} "
+               f"(timeout + 15 s)", unit="s")
+    for k in ("ssh", "slurm"):
+        if k not in backends:
+            print(f"hang: {k}: the dev cluster is not up (make clusters-up); not measured", flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
