@@ -164,6 +164,7 @@ def stop_wait() -> float:
 
 
 def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
+    os.umask(os.umask(0) | 0o002)                  # never world-writable, whatever the host's login umask
     run_id = os.environ[procs.TAG]
     run_dir = os.environ["LAUNCH_RUN_DIR"]
     log = layout.path(run_dir, "agent_log", node=node)

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 from . import __version__, layout
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
+from .hang.verdict import hang_failure, hang_reason
 from .spec import JobSpec, redact_env
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
@@ -349,19 +350,6 @@ class RunDir:
 
 def join(*parts: str | None) -> str | None:
     return "; ".join(p for p in parts if p) or None
-
-
-def hang_failure(hang: dict[str, Any]) -> dict[str, Any]:
-    rank = hang["stalled_ranks"][0]
-    info = (hang.get("ranks") or {}).get(str(rank), {})
-    return {"node": info.get("node"), "rank": rank, "exit_code": None, "signal": None, "time": hang.get("since"),
-            "reason": f"hang: {info.get('why', 'stalled')}"}
-
-
-def hang_reason(hang: dict[str, Any]) -> str:
-    return (f"hang: no rank advanced for {hang.get('timeout', 0):g} s; stalled rank(s) "
-            f"{', '.join(map(str, hang['stalled_ranks']))}, waiting {len(hang.get('waiting_ranks', []))}; "
-            f"stacks in {hang.get('dir')}")
 
 
 def list_runs(root: str | None = None) -> list[RunDir]:
