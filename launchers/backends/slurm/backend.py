@@ -144,10 +144,7 @@ class SlurmBackend(Backend):
             print(f"launch: stopped following; the job keeps running (`launch cancel {rd.path}` stops it)",
                   file=sys.stderr)
             return 130
-        st = rd.read_status()
-        if st["state"] != "COMPLETED":
-            print(f"launch: run {st['state']}" + (f": {st['reason']}" if st.get("reason") else ""), file=sys.stderr)
-        return 0 if st["state"] == "COMPLETED" else 1
+        return 0 if rd.read_status()["state"] == "COMPLETED" else 1      # the end line: api._run_attempts
 
     def _start_in_allocation(self, plan: Plan, rd: RunDir) -> int:
         from ...follow import follow_in_thread
