@@ -194,7 +194,9 @@ def logs(run, rank, follow):
     rd = RunDir.open(run)
     ranks = sorted({r for _, r, _ in rd.rank_logs()})
     if rank is not None and rank not in ranks:
-        raise LaunchError(f"--rank {rank} has no log in {rd.path}; accepted: {', '.join(map(str, ranks)) or 'none yet'}")
+        spec = rd.spec()
+        raise LaunchError(f"--rank {rank} has no log in {rd.path} (world size {spec.world_size}: {spec.nodes} nodes x "
+                          f"{spec.gpus_per_node}); accepted: {', '.join(map(str, ranks)) or 'none yet'}")
     tail = follower(rd.path, rank=rank, prefix=rank is None)
     if follow:
         tail.follow(lambda: api.status(run)["state"] in TERMINAL)

@@ -51,3 +51,11 @@ def test_nccl_refusals_in_rank_logs_are_listed_once(workdir):
     st = json.loads(run_launch("status", "runs/n", "--json", check=True).stdout)
     assert len(st["nccl_refusals"]) == 1 and "Unrecognized element token" in st["nccl_refusals"][0]
     assert "nccl:       rank 0: " in run_launch("status", "runs/n", check=True).stdout
+
+
+def test_logs_of_a_rank_beyond_the_world_says_the_world_size(workdir):
+    run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--env", "TEST_STEPS=1", "--run-dir", "runs/w",
+               "--", "hang_worker.py", check=True, timeout=120)
+    p = run_launch("logs", "runs/w", "--rank", "7")
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"launch: error: --rank 7 has no log in {workdir}/runs/w (world size 2: 1 nodes x 2); accepted: 0, 1"]
