@@ -25,6 +25,7 @@ import time
 
 from . import layout, procs
 from .follow import LogTail, node_logs
+from .hang.sample import is_rank_wrapper
 
 STOP_WAIT_S = 45.0        # the default stop grace (30 s) + the agent's margin + slack
 
@@ -136,7 +137,7 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = si
         procs.kill(agent_pid, sig)
     elif sig != signal.SIGKILL:          # no agent left: the rank wrappers pass it on (once) themselves
         for pid in before:
-            if sample_is_wrapper(pid):
+            if is_rank_wrapper(pid):
                 procs.kill(pid, sig)
     deadline = time.monotonic() + (wait_s if sig != signal.SIGKILL else 0)
     while node_pids(run_id, node) and time.monotonic() < deadline:
@@ -148,14 +149,6 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = si
     while node_pids(run_id, node) and time.monotonic() < end:
         time.sleep(0.05)
     return {"host": socket.gethostname(), "before": before, "forced": forced, "after": node_pids(run_id, node)}
-
-
-def sample_is_wrapper(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"launchers.rankexec" in f.read()
-    except OSError:
-        return False
 
 
 def stop_wait() -> float:
