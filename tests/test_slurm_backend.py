@@ -323,3 +323,23 @@ def test_a_paused_controller_during_wait_is_no_verdict(workdir):
     out, err = waiter.communicate(timeout=180)
     assert waiter.returncode == 0, out + err
     assert read_json("runs/p/status.json")["state"] == "COMPLETED" and "launch: run COMPLETED" in err
+    settle_nodes(job_of("runs/p"))
+
+
+def settle_nodes(job: str) -> None:
+    """After a controller pause the nodes' end-of-job messages may be lost, leaving them COMPLETING for minutes:
+    wait for the job to leave the queue, then return stuck nodes to service (the tests after this one need
+    every node idle)."""
+    def queue_empty():
+        return subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip() == ""
+    deadline = time.monotonic() + 60
+    while not queue_empty() and time.monotonic() < deadline:
+        time.sleep(1)
+    for state in ("down", "resume"):
+        stuck = subprocess.run(["sinfo", "-h", "-N", "-t", "completing,down", "-o", "%N"], capture_output=True,
+                               text=True).stdout.split()
+        for node in sorted(set(stuck)):
+            subprocess.run(["scontrol", "update", f"nodename={node}", f"state={state}", "reason=test-settle"],
+                           capture_output=True)
+    wait_for(lambda: all(s in ("idle", "mix", "alloc") for s in subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True).stdout.split()), 60, "idle nodes")
