@@ -8,7 +8,7 @@ milliseconds per rank.
 Stop signals (issue: a program must get each stop exactly once): the agent's stop reaches only this wrapper
 (the program is in another process group), which passes each kind of signal on once. A signal that a Slurm
 step daemon sent to every process of the step (it reached the program directly) is not passed on again.
-After SIGINT/SIGTERM/SIGHUP the program has LAUNCH_STOP_GRACE seconds (default 30) to end; then it is killed
+After SIGINT/SIGTERM/SIGHUP/SIGQUIT the program has LAUNCH_STOP_GRACE seconds (default 30) to end; then it is killed
 and the record says so (`killed_after_grace`). USR1/USR2 (checkpoint requests) start no grace.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ import time
 
 from . import layout
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
-GRACE_STARTERS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT)
+GRACE_STARTERS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DEFAULT_GRACE_S = 30.0
 
 

@@ -45,8 +45,8 @@ class LocalBackend(Backend):
                 codes, hung = self._watch(agents, intr, watch)
                 if intr.got or hung or any(c not in (0, None) for c in codes):
                     wait = 0.0 if hung or intr.urgent() else spec.stop_grace + 15
-                    procs.stop_run(plan.run_id, [a.pid for a in agents], intr.signal or signal.SIGTERM, wait,
-                                   intr.urgent)
+                    procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],      # not a reaped pid
+                                   intr.signal or signal.SIGTERM, wait, intr.urgent)
                     codes = [reap(a) for a in agents]
             finally:
                 if watch:
