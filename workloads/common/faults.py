@@ -1,4 +1,5 @@
-"""Fault injection for tests: one chosen rank dies with os._exit(1) at a chosen step and phase.
+"""Fault injection for tests: one chosen rank dies with os._exit(1) at a chosen step and phase; --step-delay
+slows every step (a job long enough to kill, stop or cut mid-training, on any machine).
 
 The crash fires only in one attempt (LAUNCH_ATTEMPT == --crash-attempt, default 0) and not after an
 in-place torchrun restart, so the resumed run with the very same arguments trains through.
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 PHASES = ("mid", "pre_save", "save", "after_save")
 
 
 class FaultInjector:
-    def __init__(self, *, step: int | None, rank: int, phase: str, attempt: int, env) -> None:
-        self.step, self.phase = step, phase
+    def __init__(self, *, step: int | None, rank: int, phase: str, attempt: int, env, delay: float = 0.0) -> None:
+        self.step, self.phase, self.delay = step, phase, delay
         self.armed = (step is not None and env.rank == rank and env.attempt == attempt
                       and env.restart_count == 0)
         self.rank = env.rank
@@ -22,9 +24,11 @@ class FaultInjector:
     @classmethod
     def from_args(cls, args, env) -> "FaultInjector":
         return cls(step=args.crash_at_step, rank=args.crash_rank, phase=args.crash_phase,
-                   attempt=args.crash_attempt, env=env)
+                   attempt=args.crash_attempt, env=env, delay=getattr(args, "step_delay", 0.0))
 
     def maybe(self, step: int, phase: str) -> None:
+        if self.delay and phase == "mid":
+            time.sleep(self.delay)          # --step-delay: every step (the loop calls "mid" once per step)
         if self.armed and step == self.step and phase == self.phase:
             print(f"fault injection: rank {self.rank} exits with code 1 at step {step} ({phase})", flush=True)
             sys.stderr.flush()
