@@ -42,7 +42,8 @@ class LocalBackend(Backend):
                 for nc in plan.nodes:
                     log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
                     agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
-                codes, hung = self._watch(agents, intr, watch)
+                exited_at: dict[int, float] = {}      # node -> when its agent's exit was first seen
+                codes, hung = self._watch(agents, intr, watch, exited_at)
                 if intr.got or hung or any(c not in (0, None) for c in codes):
                     wait = 0.0 if hung or intr.urgent() else spec.stop_grace + 15
                     procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],      # not a reaped pid
@@ -54,15 +55,26 @@ class LocalBackend(Backend):
                 if stop is not None:
                     stop.set()
                     thread.join(timeout=5)
-        failures = [dict(node=k, time=time.time(), **exit_fields(c)) for k, c in enumerate(codes) if c not in (0, None)]
+        left = procs.stop_run(plan.run_id, [])   # a daemon the job double-forked outlives the agents: it ends too
+        if left:
+            print(f"launch: killed {len(left)} process(es) the job left running (pids {', '.join(map(str, left))})",
+                  file=sys.stderr, flush=True)
+        now = time.time()    # a node that ended in the stop ended after the one that made us stop
+        failures = [dict(node=k, time=exited_at.get(k, now), **exit_fields(c))
+                    for k, c in enumerate(codes) if c not in (0, None)]
         return rd.record_outcome(attempt, {str(k): node_exit(c) for k, c in enumerate(codes)}, node_failures=failures,
                                  stopped_by=signal.Signals(intr.signal).name if intr.got else None, stopped_at=intr.at)
 
     @staticmethod
-    def _watch(agents: list[subprocess.Popen], intr: Interrupts, watch: LauncherWatch | None) -> tuple[list, bool]:
-        """Wait until every agent exits, one fails, a hang is decided, or we are interrupted: (codes, hung)."""
+    def _watch(agents: list[subprocess.Popen], intr: Interrupts, watch: LauncherWatch | None,
+               exited_at: dict[int, float]) -> tuple[list, bool]:
+        """Wait until every agent exits, one fails, a hang is decided, or we are interrupted: (codes, hung);
+        exited_at gets the time each agent's exit was seen (the first failure is the earliest in time)."""
         while not intr.got:
             codes = [a.poll() for a in agents]
+            for k, c in enumerate(codes):
+                if c is not None:
+                    exited_at.setdefault(k, time.time())
             if any(c not in (0, None) for c in codes) or all(c is not None for c in codes):
                 return codes, False
             if watch and (verdict := watch.poll()):
