@@ -60,6 +60,9 @@ def _make_nccl_dirs(spec: JobSpec, dist_backend: str) -> None:
             os.makedirs(d, exist_ok=True)
 
 
+make_nccl_dirs = _make_nccl_dirs          # public: a Slurm sweep's array creates its run dirs itself
+
+
 def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,
            dry_run: bool = False, out: TextIO = sys.stdout) -> int:
     """A new attempt of the recorded spec (optionally a new shape or new program args)."""
@@ -131,6 +134,12 @@ def _describe_failure(ff: dict | None) -> str:
 
 
 def cancel(path: str) -> None:
+    from . import sweep
+    if sweep.is_sweep_dir(path) and not layout.is_run_dir(path):    # a sweep: each of its runs not yet ended
+        for d in sweep.member_dirs(path):
+            if status(d)["state"] not in TERMINAL:
+                cancel(d)
+        return
     rd = RunDir.open(path)
     get_backend(rd.read_run_yaml()["spec"]["backend"]).cancel(rd)
 
@@ -204,7 +213,8 @@ def list_runs(root: str | None = None) -> list[dict[str, Any]]:
         rows.append({"name": os.path.basename(rd.path), "backend": spec["backend"],
                      "shape": f"{spec['nodes']}x{spec['gpus_per_node']}", "state": st.get("state", "?"),
                      "age": _age(time.time() - os.path.getmtime(rd.run_yaml_path)), "path": rd.path})
-    return rows
+    from .sweep import group_rows
+    return group_rows(rows, layout.runs_root(root))      # a sweep's runs together, each row with its sweep
 
 
 def _age(seconds: float) -> str:

@@ -117,8 +117,12 @@ def _launch(backend: str, kw: dict) -> None:
     from .spec import build_spec
     common = {o.key: kw.pop(o.key) for o in COMMON}
     program, dry_run, profile = kw.pop("program"), common.pop("dry_run"), common.pop("profile")
+    sweep = common.pop("sweep")
     common["options"] = options_from_cli(backend, kw)
     spec = build_spec(backend, common, list(program), profile)
+    if sweep:                     # one run per combination (launchers.sweeprun)
+        from .sweeprun import submit_sweep
+        sys.exit(submit_sweep(spec, sweep, dry_run=dry_run))
     sys.exit(api.submit(spec, dry_run=dry_run))
 
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from . import __version__, layout
+from . import __version__, layout, sweep
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
@@ -359,6 +359,8 @@ def list_runs(root: str | None = None) -> list[RunDir]:
         p = os.path.join(base, name)
         if layout.is_run_dir(p):
             runs.append(RunDir(p))
+        elif sweep.is_sweep_dir(p):                   # a sweep's runs
+            runs += [RunDir(d) for d in sweep.member_dirs(p)]
     return sorted(runs, key=lambda r: os.path.getmtime(r.run_yaml_path), reverse=True)
 
 

@@ -73,6 +73,9 @@ COMMON: tuple[Opt, ...] = (
     Opt("nccl_preset", S, "NCCL preset(s), e.g. moe or moe,roce or ./mine.yaml."),
     Opt("python", S, "Python interpreter on the nodes (default: this one)."),
     Opt("dry_run", B, "Print exactly what would run; start nothing.", kind="flag", in_profile=False),
+    Opt("sweep", (list,), "KEY=V1,V2: one run per combination, each with `--KEY V` appended to its program "
+        "args, under one sweep dir (repeatable; Slurm: one job array, local/SSH: one after another).",
+        kind="multi", in_profile=False),
 )
 
 BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
@@ -100,6 +103,9 @@ BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt("signal_seconds", I, "USR2 this many seconds before the time limit (default 120).", kind="int"),
         Opt("max_requeues", I, "Requeues after preemption/timeout before FAILED (default 3).", kind="int"),
         Opt("wait", B, "Follow the job until it ends; exit with its result.", kind="flag"),
+        Opt("after", S, "RUN_DIR|JOBID[:afterok|afterany|afternotok]: start only after that run/job ends "
+            "(sbatch --dependency; default afterok).", in_profile=False),
+        Opt("max_parallel", I, "With --sweep: at most this many runs of the array at once.", kind="int"),
         Opt("sbatch_lines", L, "Extra #SBATCH lines (profile only).", flag=None),
         Opt("job_name", S, "Slurm job name (profile only; default: the run name).", flag=None),
     ),

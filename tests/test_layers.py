@@ -13,9 +13,11 @@ LAYERS = {
     0: ("launchers", "launchers.errors", "launchers.layout", "launchers.spec", "launchers.runopts",
         "launchers.ckptptr", "launchers.heartbeat"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
-        "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang"),
+        "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
+        "launchers.sweep"),
     2: ("launchers.backends",),
-    3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor"),
+    3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
+        "launchers.sweeprun"),
     4: ("launchers.cli", "launchers.entry", "launchers.slurmnode"),
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API

@@ -28,6 +28,7 @@ from ...rundir import TERMINAL, RunDir
 from ...spec import JobSpec, redact_env
 from ..base import Backend, Plan
 from . import status as slurm_status
+from .after import check_parent, resolve_after
 from .env import SlurmEnv
 from .node import slurm_node_command
 from .nodespec import resolve_for_nodes, write_node_spec
@@ -50,6 +51,10 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------ plan (= dry-run)
     def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
+        if spec.opts.get("max_parallel") is not None:
+            raise LaunchError(f"--max-parallel {spec.opts['max_parallel']} applies to a --sweep only (the runs of "
+                              "its job array at once); accepted: --max-parallel N together with --sweep KEY=V1,V2")
+        spec = resolve_after(spec, attempt)                  # --after RUN_DIR -> its job id (no Slurm call)
         resolved = resolve_for_nodes(spec)                   # bad options fail here, dry-run included
         env = SlurmEnv.read()
         if env.in_allocation and spec.nodes > env.num_nodes:
@@ -78,6 +83,7 @@ class SlurmBackend(Backend):
             return
         if not shutil.which("sbatch"):
             raise LaunchError("sbatch is not on PATH: Slurm is not installed here (--dry-run shows the script)")
+        check_parent(plan.spec)                              # --after: the job exists and can still be waited on
         p = subprocess.Popen(["sbatch", "--test-only"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         p.stdin.write(plan.script)
@@ -112,23 +118,10 @@ class SlurmBackend(Backend):
         return 0
 
     def _submit(self, plan: Plan, rd: RunDir) -> str:
-        from . import submit as slurm_submit
-
-        spec = plan.spec
-        req = slurm_submit.SubmitRequest(
-            folder=layout.path(rd.path, "slurm"), script=plan.script, nodes=spec.nodes,
-            max_requeues=slurm_options(spec)["max_requeues"], python=spec.python, run_dir=rd.path,
-            attempt=plan.attempt, secret_env=secret_env(spec))
-        warm = slurm_submit.take()
         try:
-            if warm is not None:
-                try:
-                    return warm.submit(req)
-                except slurm_submit.SubmitterGone:
-                    pass                                      # it never got the request: submit from here
-            return slurm_submit.submit(req)
-        except slurm_submit.SubmitError as e:
-            msg = one_line(str(e))
+            return submit_script(plan.spec, plan.script, rd.path, plan.attempt)
+        except SubmitFailed as e:
+            msg = str(e)
             if plan.attempt == 0:
                 shutil.rmtree(rd.path, ignore_errors=True)     # nothing ran: leave no run dir behind
             else:
@@ -241,6 +234,29 @@ class SlurmBackend(Backend):
         deadline = time.monotonic() + CANCEL_WAIT_S
         while procs.tagged_pids(rd.run_id) and time.monotonic() < deadline:
             time.sleep(0.2)
+
+
+class SubmitFailed(Exception):
+    """sbatch (through submitit) refused the script; the message is one line."""
+
+
+def submit_script(spec: JobSpec, script: str, run_dir: str, attempt: int) -> str:
+    """Submit `script` through submitit (the warm submitter when there is one) from run_dir/slurm; the job id."""
+    from . import submit as slurm_submit
+    req = slurm_submit.SubmitRequest(
+        folder=layout.path(run_dir, "slurm"), script=script, nodes=spec.nodes,
+        max_requeues=slurm_options(spec)["max_requeues"], python=spec.python, run_dir=run_dir,
+        attempt=attempt, secret_env=secret_env(spec))
+    warm = slurm_submit.take()
+    try:
+        if warm is not None:
+            try:
+                return warm.submit(req)
+            except slurm_submit.SubmitterGone:
+                pass                                      # it never got the request: submit from here
+        return slurm_submit.submit(req)
+    except slurm_submit.SubmitError as e:
+        raise SubmitFailed(one_line(str(e))) from None
 
 
 def check_partition(part: str | None) -> None:

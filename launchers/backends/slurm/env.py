@@ -23,6 +23,7 @@ class SlurmEnv:
     num_nodes: int              # SLURM_JOB_NUM_NODES (or SLURM_NNODES)
     restart_count: int          # SLURM_RESTART_COUNT: how often Slurm requeued the job
     step_id: str                # SLURM_STEP_ID
+    array_task_id: str = ""     # SLURM_ARRAY_TASK_ID: this task's index in a job array (a sweep's run number)
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None) -> "SlurmEnv":
@@ -31,7 +32,8 @@ class SlurmEnv:
                    node_id=_int(e.get("SLURM_NODEID")), procid=e.get("SLURM_PROCID", "0"),
                    nodelist=e.get("SLURM_JOB_NODELIST", ""),
                    num_nodes=_int(e.get("SLURM_JOB_NUM_NODES") or e.get("SLURM_NNODES"), 1),
-                   restart_count=_int(e.get("SLURM_RESTART_COUNT")), step_id=e.get("SLURM_STEP_ID", "0"))
+                   restart_count=_int(e.get("SLURM_RESTART_COUNT")), step_id=e.get("SLURM_STEP_ID", "0"),
+                   array_task_id=e.get("SLURM_ARRAY_TASK_ID", ""))
 
     @property
     def in_allocation(self) -> bool:

@@ -23,6 +23,9 @@ NODE_ENTRY = "launchers.backends.slurm.task"     # the node entry point (launche
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
 _FLAG = re.compile(r"^--([A-Za-z][A-Za-z0-9-]*)(?:[= ](.*))?$")
+AFTER_TYPES = ("afterok", "afterany", "afternotok")
+AFTER_ACCEPTED = "RUN_DIR|JOBID[:afterok|afterany|afternotok] (a Slurm run dir, or a job id like 1234 or 1234_5)"
+JOB_ID = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -66,6 +69,27 @@ def parse_sbatch_lines(lines: Any) -> dict[str, Any]:
         value = m.group(2)
         out[m.group(1).replace("-", "_")] = True if value is None else value.strip()
     return out
+
+
+def split_after(value: str) -> tuple[str, str]:
+    """--after VALUE -> (run dir or job id, dependency type); the type is afterok unless given."""
+    target, sep, kind = str(value).rpartition(":")
+    if sep and kind in AFTER_TYPES:
+        return target, kind
+    if sep and kind.startswith("after"):
+        raise LaunchError(f"--after {value!r}: dependency type {kind!r} is not accepted; accepted: {AFTER_ACCEPTED}")
+    return str(value), "afterok"
+
+
+def dependency(spec: JobSpec) -> str | None:
+    """sbatch --dependency from --after (resolved to a job id by the backend's plan), e.g. 'afterok:1234'."""
+    after = spec.opts.get("after")
+    if after is None:
+        return None
+    target, kind = split_after(after)
+    if not JOB_ID.match(target):
+        raise LaunchError(f"--after {after!r} is not a Slurm job id; accepted: {AFTER_ACCEPTED}")
+    return f"{kind}:{target}"
 
 
 def slurm_options(spec: JobSpec) -> dict[str, Any]:
@@ -121,20 +145,24 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     # without --time submitit would write its own default (5 minutes): leave the cluster's default instead
     params["time"] = (str(o["time"]) if so["timeout_min"] else "UNLIMITED") if "timeout_min" in so else None
     extra.setdefault("requeue", True)
+    if dependency(spec):
+        extra["dependency"] = dependency(spec)
     params["additional_parameters"] = extra
     return params
 
 
-def node_task_command(python: str, run_dir: str, base_attempt: int) -> str:
+def node_task_command(python: str, run_dir: str, base_attempt: int, array: bool = False) -> str:
     """What srun runs on every node: the node task submitit pickled (NodeTask(run dir, base attempt)), called
-    from its arguments so the node does not import submitit to unpickle it."""
+    from its arguments so the node does not import submitit to unpickle it. With array, run_dir is a sweep
+    dir and each array task runs the sweep's run number SLURM_ARRAY_TASK_ID."""
     words = (python, "-u", "-m", NODE_ENTRY, "task", run_dir, "--base-attempt", str(base_attempt))
-    return " ".join(shlex.quote(w) for w in words)
+    return " ".join(shlex.quote(w) for w in words + (("--array",) if array else ()))
 
 
-def finalize_command(python: str, run_dir: str, base_attempt: int) -> str:
+def finalize_command(python: str, run_dir: str, base_attempt: int, array: bool = False) -> str:
     """Batch-side last line: record the attempt's result (per-node exit codes, first failure)."""
     words = (python, "-m", NODE_ENTRY, "finalize", run_dir, "--base-attempt", str(base_attempt))
+    words += ("--array",) if array else ()
     return " ".join(shlex.quote(w) for w in words) + ' --srun-status "$?"'   # $?: srun's exit status
 
 
@@ -144,19 +172,23 @@ def sbatch_flag(key: str, value: Any) -> str:
     return f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={shlex.quote(str(value))}"
 
 
-def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str) -> str:
+def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple[int, int] | None = None) -> str:
     """The exact sbatch script `launch slurm` submits (and --dry-run prints).
 
     The layout is submitit's `_make_sbatch_string` for these parameters (sorted `#SBATCH` flags, USR2
     --signal, output in the submitit folder, `--open-mode=append`, srun line, teardown); the equivalence is
     a test (tests/test_slurm_render.py). Rendering it here keeps submitit's ~60 ms import off the launcher's
-    start-up; submitit itself submits the script (submit.py)."""
+    start-up; submitit itself submits the script (submit.py). array=(runs, at once): a job array of a sweep
+    (spec.run_dir is then the sweep dir), in submitit's array layout (`--array=0-N%P`, %A_%a outputs)."""
     folder = layout.path(spec.run_dir, "slurm")
     params = {k: v for k, v in sbatch_parameters(spec).items() if v is not None}
     params.pop("stderr_to_stdout")                       # our scripts always merge stderr into stdout
     signal_delay_s = params.pop("signal_delay_s")
     extra = params.pop("additional_parameters")
     stdout = os.path.join(folder, "%j_%t_log.out")
+    if array:
+        params["array"] = f"0-{array[0] - 1}%{min(array)}"
+        stdout = stdout.replace("%j", "%A_%a")
     params["signal"] = f"USR2@{signal_delay_s}"
     params["output"] = stdout.replace("%t", "0")
     params["open-mode"] = "append"
@@ -165,8 +197,8 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str) -> str:
     lines = ["#!/bin/bash", *[f"# {line}" if line else "#" for line in header.splitlines()], "", "# Parameters",
              *[sbatch_flag(k, params[k]) for k in sorted(params)],
              "", "# command", "export SUBMITIT_EXECUTOR=slurm",
-             f"{srun} {node_task_command(spec.python, spec.run_dir, base_attempt)}", "",
-             "", "# teardown", finalize_command(spec.python, spec.run_dir, base_attempt)]
+             f"{srun} {node_task_command(spec.python, spec.run_dir, base_attempt, bool(array))}", "",
+             "", "# teardown", finalize_command(spec.python, spec.run_dir, base_attempt, bool(array))]
     return "\n".join(lines) + "\n"
 
 

@@ -64,7 +64,8 @@ def parse_scontrol(out: str, job_id: str) -> SlurmJob | None:
             k, eq, v = word.partition("=")
             if eq and k not in fields:
                 fields[k] = v
-        if fields.get("JobId") == job_id and "JobState" in fields:
+        element = f"{fields.get('ArrayJobId')}_{fields.get('ArrayTaskId')}"    # an array task: 123_4
+        if job_id in (fields.get("JobId"), element) and "JobState" in fields:
             try:
                 restarts = int(fields.get("Restarts", "0"))
             except ValueError:

@@ -3,6 +3,7 @@
     python -m launchers.backends.slurm.task task RUN_DIR --base-attempt A   what srun runs on every node
     python -m launchers.backends.slurm.task run RUN_DIR --base-attempt A --in-allocation   (inside an allocation)
     python -m launchers.backends.slurm.task finalize RUN_DIR --base-attempt A --srun-status S   (batch side)
+    ... task|finalize SWEEP_DIR --array ...          a sweep's job array: the run dir is run SLURM_ARRAY_TASK_ID
     NodeTask(RUN_DIR, A)()                         what submitit pickles (the same call as `task`)
 
 `python -m launchers.slurmnode ...` (the entry point's old name, still in the scripts of jobs queued or
@@ -14,13 +15,13 @@ import os
 import sys
 from typing import Any
 
-from ... import layout
+from ... import layout, sweep
 from .env import SlurmEnv
 from .node import run_node
 from .requeue import finalize
 
 USAGE = ("usage: python -m launchers.backends.slurm.task {run,finalize,task} RUN_DIR [--base-attempt A] "
-         "[--in-allocation] [--srun-status S]")
+         "[--in-allocation] [--array] [--srun-status S]")
 
 
 def run_dir_of(path: str) -> str:
@@ -94,8 +95,8 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
         for a in it:
             if a in ("--base-attempt", "--srun-status"):
                 out[a[2:].replace("-", "_")] = int(next(it))
-            elif a == "--in-allocation":
-                out["in_allocation"] = True
+            elif a in ("--in-allocation", "--array"):
+                out[a[2:].replace("-", "_")] = True
             elif a.startswith("-"):
                 raise ValueError(a)
             else:
@@ -105,6 +106,8 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
     if len(pos) != 2 or pos[0] not in ("run", "finalize", "task"):
         usage_error(f"expected one of run/finalize/task and a directory, got {pos!r}")
     out["what"], out["run_dir"] = pos[0], run_dir_of(pos[1])
+    if out.get("array"):           # a sweep's array task: its own run of the sweep, by SLURM_ARRAY_TASK_ID
+        out["run_dir"] = sweep.array_run_dir(os.path.abspath(pos[1]), SlurmEnv.read().array_task_id)
     return out
 
 
