@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from . import layout
 from .backends.base import Backend
@@ -189,15 +189,44 @@ def format_status(st: dict[str, Any]) -> str:
 
 def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:
     """Follow until the run ends; 0 only if every rank succeeded."""
+    from .show import Progress
+    progress, rd = Progress(), RunDir.open(path)
+    try:        # on stderr: the state (Slurm's pending reason), each node as it starts
+        st = wait_status(path, interval, timeout,
+                         on_poll=lambda s: progress.run(s, rd.node_records(rd.spec().nodes, s.get("attempt", 0))))
+    except TimeoutError as e:
+        raise LaunchError(str(e)) from None
+    print(end_line(st), file=sys.stderr, flush=True)
+    return 0 if st["state"] == "COMPLETED" else 1
+
+
+def wait_status(path: str, interval: float = 2.0, timeout: float | None = None,
+                on_poll: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """status() once the run has ended; TimeoutError when it has not within `timeout` seconds. on_poll(status)
+    after each look (the CLI's progress lines)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         st = status(path)
+        if on_poll is not None:
+            on_poll(st)
         if st["state"] in TERMINAL:
-            print(end_line(st), file=sys.stderr, flush=True)
-            return 0 if st["state"] == "COMPLETED" else 1
+            return st
         if deadline is not None and time.monotonic() > deadline:
-            raise LaunchError(f"run {path!r} still {st['state']} after {timeout} s")
-        time.sleep(interval)
+            raise TimeoutError(f"run {path!r} still {st['state']} after {timeout} s")
+        time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+
+
+def log_tail(path: str, rank: int | None = None, out: TextIO | None = None):
+    """`launch logs`: a LogTail over the run's rank logs (one rank's, unprefixed); a rank without a log is
+    refused, naming the world size and the ranks that have one."""
+    from .follow import follower
+    rd = RunDir.open(path)
+    ranks = sorted({r for _, r, _ in rd.rank_logs()})
+    if rank is not None and rank not in ranks:
+        spec = rd.spec()
+        raise LaunchError(f"--rank {rank} has no log in {rd.path} (world size {spec.world_size}: {spec.nodes} nodes x "
+                          f"{spec.gpus_per_node}); accepted: {', '.join(map(str, ranks)) or 'none yet'}")
+    return follower(rd.path, rank=rank, out=out, prefix=rank is None)
 
 
 def list_runs(root: str | None = None) -> list[dict[str, Any]]:
@@ -210,7 +239,8 @@ def list_runs(root: str | None = None) -> list[dict[str, Any]]:
         except (OSError, ValueError, KeyError):
             continue
         spec = data["spec"]
-        rows.append({"name": os.path.basename(rd.path), "backend": spec["backend"],
+        inside = os.path.dirname(rd.path) == layout.runs_root(root)       # else from the runs index: its path
+        rows.append({"name": os.path.basename(rd.path) if inside else rd.path, "backend": spec["backend"],
                      "shape": f"{spec['nodes']}x{spec['gpus_per_node']}", "state": st.get("state", "?"),
                      "age": _age(time.time() - os.path.getmtime(rd.run_yaml_path)), "path": rd.path})
     from .sweep import group_rows

@@ -1,14 +1,16 @@
 """`launch`: click commands only (parse, call, print). Never imports torch."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import re
 import sys
 
 import click
 
 from . import __version__
 from .errors import LaunchError
-from .runopts import BACKEND_OPTIONS, COMMON, Opt, options_from_cli
+from .runopts import BACKEND_OPTIONS, COMMON, Opt, envvar, options_from_cli
 
 EXAMPLES = """
 \b
@@ -95,16 +97,17 @@ def main() -> None:
     """Start multi-node PyTorch (torchrun) jobs on this machine, SSH hosts or Slurm, with one run directory."""
 
 
-def _click_option(o: Opt):
+def _click_option(o: Opt, env: str | None = None):
     if o.kind == "flag":
         return click.option(o.cli_flag, o.key, is_flag=True, default=None, help=o.help or None)
-    return click.option(o.cli_flag, o.key, default=None, multiple=o.kind == "multi", help=o.help or None)
+    return click.option(o.cli_flag, o.key, default=None, multiple=o.kind == "multi", help=o.help or None,
+                        envvar=env, show_envvar=env is not None)
 
 
 def job_options(backend: str):
     """The common options and the backend's own, generated from their one declaration (launchers.runopts)."""
     def wrap(fn):
-        opts = [_click_option(o) for o in (*COMMON, *BACKEND_OPTIONS[backend]) if o.cli_flag]
+        opts = [_click_option(o, envvar(backend, o)) for o in (*COMMON, *BACKEND_OPTIONS[backend]) if o.cli_flag]
         opts.append(click.argument("program", nargs=-1, type=click.UNPROCESSED))
         for o in reversed(opts):
             fn = o(fn)
@@ -118,12 +121,29 @@ def _launch(backend: str, kw: dict) -> None:
     common = {o.key: kw.pop(o.key) for o in COMMON}
     program, dry_run, profile = kw.pop("program"), common.pop("dry_run"), common.pop("profile")
     sweep = common.pop("sweep")
-    common["options"] = options_from_cli(backend, kw)
-    spec = build_spec(backend, common, list(program), profile)
-    if sweep:                     # one run per combination (launchers.sweeprun)
-        from .sweeprun import submit_sweep
-        sys.exit(submit_sweep(spec, sweep, dry_run=dry_run))
-    sys.exit(api.submit(spec, dry_run=dry_run))
+    with _env_named(backend):     # a LAUNCH_* value refused (here or by the backend's preflight) is named
+        common["options"] = options_from_cli(backend, kw)
+        spec = build_spec(backend, common, list(program), profile)
+        if sweep:                     # one run per combination (launchers.sweeprun)
+            from .sweeprun import submit_sweep
+            sys.exit(submit_sweep(spec, sweep, dry_run=dry_run))
+        sys.exit(api.submit(spec, dry_run=dry_run))
+
+
+@contextlib.contextmanager
+def _env_named(backend: str):
+    """A bad value that came from a LAUNCH_* variable: the error names the variable next to its flag."""
+    ctx = click.get_current_context()
+    env = {o.cli_flag: envvar(backend, o) for o in (*COMMON, *BACKEND_OPTIONS[backend])
+           if o.cli_flag and ctx.get_parameter_source(o.key) == click.core.ParameterSource.ENVIRONMENT}
+    try:
+        yield
+    except LaunchError as e:
+        msg = str(e)
+        for flag, var in env.items():
+            if re.search(re.escape(flag) + r"\b(?!-)", msg):
+                msg = re.sub(re.escape(flag) + r"\b(?!-)", f"{flag} (from ${var})", msg, count=1)
+        raise LaunchError(msg) from None
 
 
 @main.command(context_settings=RUN_SETTINGS, epilog=EXAMPLES)
@@ -181,8 +201,12 @@ def status(run, as_json, ranks):
     import json
 
     from . import api
+    from . import show
     st = api.status(run, ranks=ranks)
-    click.echo(json.dumps(st, indent=1, sort_keys=True, default=str) if as_json else api.format_status(st))
+    if as_json:
+        click.echo(json.dumps(st, indent=1, sort_keys=True, default=str))
+    else:
+        show.status(api.format_status(st))       # a terminal: rich tables; otherwise the plain text
 
 
 @main.command()
@@ -193,15 +217,8 @@ def status(run, as_json, ranks):
 def logs(run, rank, follow):
     """Print RUN's per-rank logs, each line prefixed "[nK rR]"."""
     from . import api
-    from .follow import follower
-    from .rundir import TERMINAL, RunDir
-    rd = RunDir.open(run)
-    ranks = sorted({r for _, r, _ in rd.rank_logs()})
-    if rank is not None and rank not in ranks:
-        spec = rd.spec()
-        raise LaunchError(f"--rank {rank} has no log in {rd.path} (world size {spec.world_size}: {spec.nodes} nodes x "
-                          f"{spec.gpus_per_node}); accepted: {', '.join(map(str, ranks)) or 'none yet'}")
-    tail = follower(rd.path, rank=rank, prefix=rank is None)
+    from .rundir import TERMINAL
+    tail = api.log_tail(run, rank)
     if follow:
         tail.follow(lambda: api.status(run)["state"] in TERMINAL)
     else:
@@ -210,14 +227,18 @@ def logs(run, rank, follow):
 
 @main.command(name="list")
 @click.option("--root", default=None, help="Runs root (default $LAUNCH_RUNS_ROOT or ./runs).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (a list of objects).")
 @_errors
-def list_(root):
-    """Runs under the runs root, newest first."""
-    from . import api
+def list_(root, as_json):
+    """Runs under the runs root and runs made elsewhere with --run-dir (the runs index), newest first."""
+    from . import api, show
     rows = api.list_runs(root)
-    click.echo(f"{'NAME':40} {'BACKEND':8} {'SHAPE':6} {'STATE':10} AGE")
-    for r in rows:
-        click.echo(f"{r['name']:40} {r['backend']:8} {r['shape']:6} {r['state']:10} {r['age']}")
+    if as_json:
+        import json
+        click.echo(json.dumps(rows, indent=1))
+        return
+    show.table(("NAME", "BACKEND", "SHAPE", "STATE", "AGE"),
+               [(r["name"], r["backend"], r["shape"], r["state"], r["age"]) for r in rows])
 
 
 @main.command()
@@ -238,6 +259,15 @@ def wait_(run, timeout):
     """Follow RUN until it ends; exit 0 only if every rank succeeded."""
     from . import api
     sys.exit(api.wait(run, timeout=timeout))
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]), default="bash")
+def completion(shell):
+    """Print SHELL's completion script: `eval "$(launch completion bash)"` (or put it in your shell's rc)."""
+    from click.shell_completion import get_completion_class
+    comp = get_completion_class(shell)(main, {}, "launch", "_LAUNCH_COMPLETE")
+    click.echo(comp.source())
 
 
 def _doctor_options(fn):

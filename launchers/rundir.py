@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from . import __version__, layout, sweep
+from . import __version__, layout, runindex, sweep
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
@@ -70,6 +70,7 @@ class RunDir:
             shutil.rmtree(spec.run_dir, ignore_errors=True)
             raise LaunchError(f"run dir {brief(spec.run_dir)} cannot be written ({e.strerror}); "
                               "give --run-dir on a writable file system with free space") from None
+        runindex.note(rd.path)            # outside the runs root: `launch list` finds it through the index
         return rd
 
     def write_new(self, spec: JobSpec, run_id: str, plan: dict[str, Any]) -> None:
@@ -353,14 +354,11 @@ def join(*parts: str | None) -> str | None:
 
 
 def list_runs(root: str | None = None) -> list[RunDir]:
+    """The run dirs under the runs root and those in the runs index (made elsewhere), newest first."""
     base = layout.runs_root(root)
-    runs = []
-    for name in os.listdir(base) if os.path.isdir(base) else ():
-        p = os.path.join(base, name)
-        if layout.is_run_dir(p):
-            runs.append(RunDir(p))
-        elif sweep.is_sweep_dir(p):                   # a sweep's runs
-            runs += [RunDir(d) for d in sweep.member_dirs(p)]
+    found = [os.path.join(base, name) for name in (os.listdir(base) if os.path.isdir(base) else ())]
+    found += [d for p in found if sweep.is_sweep_dir(p) for d in sweep.member_dirs(p)]     # a sweep's runs
+    runs = [RunDir(p) for p in dict.fromkeys(found + runindex.paths()) if layout.is_run_dir(p)]
     return sorted(runs, key=lambda r: os.path.getmtime(r.run_yaml_path), reverse=True)
 
 

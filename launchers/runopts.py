@@ -115,6 +115,25 @@ BACKENDS = tuple(BACKEND_OPTIONS)
 PROFILE_KEYS = (*(o.key for o in COMMON if o.in_profile), "program", "runs_root", *BACKENDS)
 
 
+# LAUNCH_* environment defaults for the common flags: the variable acts as its flag when the flag is not given
+# (a flag wins; the variable wins over a profile's value). LAUNCH_<KEY> for a common option, LAUNCH_<BACKEND>_<KEY>
+# for a backend's. Not LAUNCH_STOP_GRACE / LAUNCH_HANG_TIMEOUT / LAUNCH_DIST_BACKEND: those are the workers' env.
+ENV_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "": ("nodes", "gpus_per_node", "profile", "nccl_preset", "python", "max_restarts"),
+    "ssh": ("hostfile", "ssh_config", "known_hosts", "identity", "connect_timeout"),
+    "slurm": ("partition", "account", "qos", "time", "constraint"),
+}
+
+
+def envvar(backend: str, o: Opt) -> str | None:
+    """The LAUNCH_* variable that gives option o's default for `launch BACKEND`, or None."""
+    if o in COMMON and o.key in ENV_DEFAULTS[""]:
+        return "LAUNCH_" + o.key.upper()
+    if o in BACKEND_OPTIONS.get(backend, ()) and o.key in ENV_DEFAULTS.get(backend, ()):
+        return f"LAUNCH_{backend.upper()}_{o.key.upper()}"
+    return None
+
+
 def backend_option(backend: str, key: str) -> Opt | None:
     return next((o for o in BACKEND_OPTIONS[backend] if o.key == key), None)
 

@@ -11,7 +11,7 @@ import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .errors import LaunchError
 from .hostfile import ResolvedHost, load_ssh_config
@@ -107,13 +107,18 @@ def close_all(conns) -> None:
             pass
 
 
-def run_all(conns, commands: Sequence[str], timeout: float | None = None) -> list:
-    """Run commands[i] on conns[i] in parallel (no pty, output captured); returns Results or exceptions."""
+def run_all(conns, commands: Sequence[str], timeout: float | None = None,
+            done: Callable[[int, Any], None] | None = None) -> list:
+    """Run commands[i] on conns[i] in parallel (no pty, output captured); returns Results or exceptions.
+    done(i, result) is called as each host's result comes (per-host progress)."""
     def one(i: int):
         try:
-            return conns[i].run(commands[i], hide=True, warn=True, in_stream=False, timeout=timeout)
+            r = conns[i].run(commands[i], hide=True, warn=True, in_stream=False, timeout=timeout)
         except Exception as e:  # noqa: BLE001
-            return e
+            r = e
+        if done is not None:
+            done(i, r)
+        return r
 
     with ThreadPoolExecutor(max_workers=max(1, len(conns))) as ex:
         return list(ex.map(one, range(len(conns))))

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LAUNCH = str(BIN / "launch")
 DATA = Path(__file__).resolve().parent / "data"
+# the runs index (launchers.runindex) of the runs the tests start: a scratch state dir, not ~/.local/state
+os.environ.setdefault("LAUNCH_STATE_DIR", tempfile.mkdtemp(prefix="launch-test-state-"))
 
 
 def run_launch(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 300, env: dict | None = None,

@@ -14,7 +14,7 @@ LAYERS = {
         "launchers.ckptptr", "launchers.heartbeat"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
-        "launchers.sweep"),
+        "launchers.show", "launchers.runindex", "launchers.sweep"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
         "launchers.sweeprun"),

@@ -248,6 +248,9 @@ def test_no_shared_storage_collects_logs_and_checkpoints(workdir):
     st = run_launch("status", "runs/n", check=True).stdout
     assert "COMPLETED" in st and "step-00000001" in st
     assert procs.tagged_pids(run_id) == []
+    done = sorted(ln.split(": ", 2)[1:] for ln in p.stderr.splitlines() if ln.startswith("launch: collect "))
+    assert [c for c, _ in done] == ["collect 1/4", "collect 2/4", "collect 3/4", "collect 4/4"], p.stderr
+    assert sorted(w for _, w in done) == [f"node {k} (sshhost{k + 1}) files copied" for k in range(4)], p.stderr
 
 
 def test_launch_cancel_stops_every_host(workdir):

@@ -28,6 +28,7 @@ from ..hang import watch as hang_watch
 from ..hostfile import ResolvedHost, hosts_from_options, resolve
 from ..remote import CHECK, REACH
 from ..rundir import TERMINAL, RunDir
+from ..show import counted
 from ..spec import JobSpec, redact_env
 from ..sshconn import Prefixed, SSHSettings, close_all, connect_all, describe, make_connection, run_all
 from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands
@@ -148,7 +149,10 @@ class SSHBackend(Backend):
                    "dirs": [layout.path(plan.node_dir, "node_logs", node=k)], "ports": tries if k == 0 else []}
             cmds.append(f"{py} -c {shlex.quote(CHECK)} {shlex.quote(json.dumps(arg))}")
         errors = []
-        for k, (h, r) in enumerate(zip(plan.rhosts, run_all(conns, cmds, timeout=60))):
+        say = counted("preflight", len(conns), terminal_only=True)     # a failure stays one line in a log
+        results = run_all(conns, cmds, timeout=60, done=lambda i, r: say(
+            f"host {plan.rhosts[i].label}", "checked" if getattr(r, "exited", None) == 0 else "failed"))
+        for k, (h, r) in enumerate(zip(plan.rhosts, results)):
             if isinstance(r, BaseException):
                 errors.append(describe(r, h, plan.settings))
                 continue
@@ -179,7 +183,10 @@ class SSHBackend(Backend):
         base = {"port": plan.master_port, "token": token, "timeout": t, "addr": plan.master_addr}
         cmds = [f"{py} -c {shlex.quote(REACH)} " + shlex.quote(json.dumps(
             dict(base, role="master" if k == 0 else "client", clients=len(conns) - 1))) for k in range(len(conns))]
-        results = run_all(conns, cmds, timeout=t + 30)
+        say = counted("reach", len(conns), terminal_only=True)     # a failure stays one line in a log
+        results = run_all(conns, cmds, timeout=t + 30, done=lambda i, r: say(
+            f"host {plan.rhosts[i].label}", "is the master" if i == 0 else
+            "reaches the master" if "REACHED" in getattr(r, "stdout", "") else "cannot reach the master"))
         bad = []
         for h, r in zip(plan.rhosts[1:], results[1:]):
             out = r.stdout.strip() if not isinstance(r, BaseException) else str(r)
@@ -323,8 +330,15 @@ class SSHBackend(Backend):
             _get_tree(sftp, plan.node_dir, rd.path)
             return None
 
+        say = counted("collect", len(conns))
+
+        def step(k: int) -> str | None:
+            err = one(k)
+            say(f"node {k} ({plan.rhosts[k].entry.name})", "files copied" if err is None else "failed")
+            return err
+
         with ThreadPoolExecutor(max_workers=len(conns)) as ex:
-            for k, err in enumerate(ex.map(one, range(len(conns)))):
+            for k, err in enumerate(ex.map(step, range(len(conns)))):
                 if err:
                     print(f"launch: could not collect node {k}'s files: {err}", file=sys.stderr, flush=True)
 

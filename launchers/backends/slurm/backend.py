@@ -131,8 +131,16 @@ class SlurmBackend(Backend):
     def follow(self, rd: RunDir) -> int:
         """--wait: stream the ranks' output until the run ends; 0 only if every rank succeeded."""
         from ...follow import follower
+        from ...show import Progress
+        progress, nnodes = Progress(), rd.spec().nodes
+
+        def done() -> bool:            # on stderr: the queue state and Slurm's reason, then each node as it starts
+            st = self.refresh(rd)
+            progress.run(st, rd.node_records(nnodes, st.get("attempt", 0)))
+            return st["state"] in TERMINAL
+
         try:
-            follower(rd.path).follow(lambda: self.refresh(rd)["state"] in TERMINAL, interval=0.5)
+            follower(rd.path).follow(done, interval=0.5)
         except KeyboardInterrupt:
             print(f"launch: stopped following; the job keeps running (`launch cancel {rd.path}` stops it)",
                   file=sys.stderr)
@@ -179,7 +187,7 @@ class SlurmBackend(Backend):
         if not job_id or st.get("state") in TERMINAL:
             return st
         job = slurm_status.query(job_id, layout.path(rd.path, "slurm"))
-        out = dict(st, slurm_job_id=job_id, slurm_state=job.state)
+        out = dict(st, slurm_job_id=job_id, slurm_state=job.state, slurm_reason=job.reason or None)
         if job.state == "UNKNOWN":       # a controller hiccup never turns into a verdict
             return dict(out, reason=f"Slurm does not answer ({job.reason or 'no reply'}); status unknown, retrying")
         state, reason = slurm_status.to_run_state(job)

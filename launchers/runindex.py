@@ -1,0 +1,91 @@
+"""The runs index: run dirs made outside the runs root (`--run-dir` elsewhere, a profile's runs_root), so
+that `launch list` finds them too.
+
+One small append-only file in the user's state directory: $LAUNCH_STATE_DIR, else $XDG_STATE_HOME/launchers,
+else ~/.local/state/launchers; one JSON line per run dir ({"path", "created"}). Appends and the pruning of
+run dirs that are gone take an flock on the file, so no entry is lost. The index is a convenience: failing
+to write it never fails a run. Stdlib + launchers.layout only.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from typing import Iterator
+
+from . import layout
+
+INDEX = "runs.jsonl"
+
+
+def state_dir() -> str:
+    d = os.environ.get("LAUNCH_STATE_DIR")
+    if d:
+        return os.path.abspath(d)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "launchers")
+
+
+def index_path() -> str:
+    return os.path.join(state_dir(), INDEX)
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """The index's lock (a file beside it: pruning replaces the index file itself)."""
+    os.makedirs(state_dir(), exist_ok=True)
+    with open(os.path.join(state_dir(), ".runs.lock"), "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def note(run_dir: str, root: str | None = None) -> bool:
+    """Record a new run dir when it is not directly under the runs root; True if it was recorded. An index
+    that cannot be written is skipped (the run is not affected)."""
+    run_dir = os.path.abspath(run_dir)
+    if os.path.dirname(run_dir) == layout.runs_root(root):
+        return False
+    line = json.dumps({"path": run_dir, "created": time.time()}) + "\n"
+    try:
+        with _locked(), open(index_path(), "a", encoding="utf-8") as f:
+            f.write(line)
+        return True
+    except OSError:
+        return False
+
+
+def _read() -> dict[str, str]:
+    """Indexed run dir -> its line (the first for a path; torn or foreign lines are skipped, never fatal)."""
+    try:
+        with open(index_path(), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        try:
+            p = json.loads(line)["path"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(p, str):
+            out.setdefault(p, line)
+    return out
+
+
+def paths() -> list[str]:
+    """The indexed run dirs that are still run dirs; entries whose run dir is gone are pruned from the file."""
+    listed = _read()
+    alive = [p for p in listed if layout.is_run_dir(p)]
+    if len(alive) < len(listed):
+        try:
+            with _locked():          # read again under the lock: an append since is kept
+                keep = [ln for p, ln in _read().items() if layout.is_run_dir(p)]
+                layout.atomic_write(index_path(), "".join(ln + "\n" for ln in keep), durable=False)
+        except OSError:
+            pass
+    return alive
