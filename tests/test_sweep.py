@@ -230,3 +230,20 @@ def test_status_knows_an_array_task_by_its_array_id():
     out = "JobId=6 ArrayJobId=5 ArrayTaskId=0 JobState=COMPLETED Reason=None Restarts=0 ExitCode=0:0 NodeList=n1\n"
     assert parse_scontrol(out, "5_0").state == "COMPLETED" and parse_scontrol(out, "6").state == "COMPLETED"
     assert parse_scontrol(out, "5_1") is None
+
+
+@pytest.mark.slurm
+def test_cancel_a_sweep_dir_cancels_every_run(workdir):
+    need_slurm()
+    run_launch("slurm", "--time", "5", "--stop-grace", "3", "--env", "TEST_SLEEP=300", "--sweep", "k=1,2",
+               "--max-parallel", "1", "--run-dir", "runs/sw", "--", "report.py", check=True)
+    rec = read_json(workdir / "runs/sw/sweep.json")
+    dirs, job = [r["run_dir"] for r in rec["runs"]], rec["slurm_array_job"]
+    deadline = time.monotonic() + 120
+    while not any("sleeping" in ln for ln in rank_lines(dirs[0], "sleeping")):      # task 0 runs, task 1 waits
+        assert time.monotonic() < deadline, "task 0 of the array did not start"
+        time.sleep(0.5)
+    run_launch("cancel", "runs/sw", check=True, timeout=200)
+    assert [read_json(Path(d, "status.json"))["state"] for d in dirs] == ["CANCELLED", "CANCELLED"]
+    q = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True, text=True, timeout=30).stdout.split()
+    assert not [j for j in q if j.split("_")[0] == job], q
