@@ -1,8 +1,9 @@
 """The one error type users see: a one-line message, a non-zero exit, nothing started."""
 
 
-class LaunchError(Exception):
-    """Bad input or a failed precondition; the CLI prints it on one line and exits 2."""
+class LaunchError(ValueError):
+    """Bad input or a failed precondition; the CLI prints it on one line and exits 2, the Python API raises it
+    (a ValueError: `except ValueError` catches a bad value whichever check found it)."""
 
     exit_code = 2
 

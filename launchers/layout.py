@@ -90,6 +90,7 @@ FILES = {                                   # what -> path inside the run dir ({
     "run_yaml": RUN_YAML,                   # resolved spec, per-node commands, versions, attempts
     "status": STATUS,                       # state, attempt, per-node exit codes, first failure
     "records": "status",                    # the per-rank and per-node exit records
+    "launcher_log": "launcher.log",         # a detached launcher's own output (the Python API: launchers.detach)
     "lock": "status/.lock",                 # held by every writer of status.json and the records
     "rank_record": "status/rank{rank}.json",
     "node_record": "status/node{node}.json",

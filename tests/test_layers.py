@@ -11,13 +11,13 @@ PACKAGES = ("launchers", "nccl_tuning", "workloads")
 # errors, layout, spec  <-  torchrun, rundir, procs  <-  backends  <-  api  <-  cli
 LAYERS = {
     0: ("launchers", "launchers.errors", "launchers.layout", "launchers.spec", "launchers.runopts",
-        "launchers.ckptptr", "launchers.heartbeat"),
+        "launchers.ckptptr", "launchers.heartbeat", "launchers.request"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.show", "launchers.runindex", "launchers.sweep"),
     2: ("launchers.backends",),
-    3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
-        "launchers.sweeprun"),
+    3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor", "launchers.client",
+        "launchers.detach", "launchers.sweeprun"),
     4: ("launchers.cli", "launchers.entry", "launchers.slurmnode"),
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API

@@ -1,0 +1,135 @@
+"""The Python API's JobSpec: what a caller asks for, field for field the flags of `launch BACKEND`.
+
+`JobSpec(backend="slurm", nodes=4, gpus_per_node=8, program=("train.py", "--lr", "3e-4"), slurm={"partition":
+"gpu"})` checks the types of its fields at once (TypeError naming the field); `resolve()` turns it into the
+recorded spec (launchers.spec.JobSpec) through the CLI's own code (spec.build_spec), so a bad value raises the
+CLI's LaunchError (a ValueError) in the CLI's words. Stdlib + launchers.spec/runopts only.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from . import spec as specmod
+from .errors import LaunchError, brief
+from .runopts import BACKEND_OPTIONS, BACKENDS
+
+_INT, _NUM, _STR = (int,), (int, float), (str, os.PathLike)
+_TYPES: dict[str, tuple[tuple[type, ...], str]] = {   # optional fields: accepted types, how the message says it
+    "nodes": (_INT, "an int"), "gpus_per_node": (_INT, "an int"), "master_port": (_INT, "an int"),
+    "max_restarts": (_INT, "an int"), "stop_grace": (_NUM, "a number of seconds"),
+    "hang_timeout": (_NUM, "a number of seconds"), "name": ((str,), "a str"), "run_dir": (_STR, "a path"),
+    "runs_root": (_STR, "a path"), "profile": (_STR, "a path"), "python": (_STR, "a path or command"),
+    "dist_backend": ((str,), "a str"), "nccl_preset": ((str,), "a str"),
+}
+NOT_IN_API = {"wait": "submit never blocks; use run.wait()"}     # backend options the API refuses
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """One job as the Python API takes it; None (the default) = not given, as when a flag is left out."""
+    backend: str
+    program: Sequence[str] = ()       # the words after `--`: ("train.py", "--lr", "3e-4") or ("-m", "pkg.mod")
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    name: str | None = None
+    run_dir: str | os.PathLike | None = None
+    runs_root: str | os.PathLike | None = None
+    env: Mapping[str, str] | None = None
+    forward_env: Sequence[str] = ()
+    master_port: int | None = None
+    max_restarts: int | None = None
+    stop_grace: float | None = None
+    hang_timeout: float | None = None
+    dist_backend: str | None = None
+    nccl_preset: str | None = None
+    python: str | os.PathLike | None = None
+    profile: str | os.PathLike | None = None
+    local: Mapping[str, Any] | None = None
+    ssh: Mapping[str, Any] | None = None
+    slurm: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.backend, str):
+            raise TypeError(f"JobSpec.backend must be a str, got {_what(self.backend)}")
+        specmod.check_choice("JobSpec.backend", self.backend, BACKENDS)
+        for name, (types, said) in _TYPES.items():
+            _check_type(name, getattr(self, name), types, said)
+        object.__setattr__(self, "program", _words("program", self.program))
+        object.__setattr__(self, "forward_env", _words("forward_env", self.forward_env))
+        if not self.program and self.profile is None:
+            raise LaunchError("JobSpec.program is empty; give the program and its arguments, e.g. "
+                              "('train.py', '--lr', '3e-4') or ('-m', 'workloads.convnet')")
+        if self.env is not None:
+            if not isinstance(self.env, Mapping):
+                raise TypeError(f"JobSpec.env must be a mapping of str to str, got {_what(self.env)}")
+            for k, v in self.env.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    raise TypeError(f"JobSpec.env[{k!r}] must map a str to a str, got {_what(v)}")
+            object.__setattr__(self, "env", dict(self.env))
+        for b in BACKENDS:
+            object.__setattr__(self, b, _backend_options(self, b))
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The options of this spec's backend (its `local=`/`ssh=`/`slurm=` mapping)."""
+        return dict(getattr(self, self.backend) or {})
+
+    def flags(self) -> dict[str, Any]:
+        """The flags mapping spec.build_spec takes (what the CLI hands it), None = not given."""
+        out: dict[str, Any] = {k: (os.fspath(v) if isinstance(v, os.PathLike) else v)
+                               for k, v in ((n, getattr(self, n)) for n in _TYPES) if k != "profile"}
+        out.update(env=self.env or {}, forward_env=self.forward_env, options=self.options)
+        return out
+
+    def resolve(self) -> specmod.JobSpec:
+        """The recorded spec, by the CLI's code: defaults and the profile layered, values checked, the program
+        found (relative to the cwd), the run dir chosen (not created). Raises LaunchError (a ValueError)."""
+        profile = os.fspath(self.profile) if self.profile is not None else None
+        return specmod.build_spec(self.backend, self.flags(), list(self.program), profile)
+
+
+def _what(value: Any) -> str:
+    return f"{type(value).__name__} {brief(value)}"
+
+
+def _check_type(name: str, value: Any, types: tuple[type, ...], said: str) -> None:
+    if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+        raise TypeError(f"JobSpec.{name} must be {said} (or None), got {_what(value)}")
+
+
+def _words(name: str, value: Any) -> tuple[str, ...]:
+    """A sequence of str (a tuple or a list; a lone str is refused: it would be split into letters)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) \
+            or not all(isinstance(w, str) for w in value):
+        raise TypeError(f"JobSpec.{name} must be a tuple or list of str, e.g. ('train.py', '--lr', '3e-4'), "
+                        f"got {_what(value)}")
+    return tuple(value)
+
+
+def _backend_options(js: JobSpec, backend: str) -> dict[str, Any] | None:
+    """`slurm={...}` etc.: only the spec's own backend's, each key one of its options, of the declared type."""
+    given = getattr(js, backend)
+    if given is None:
+        return None
+    if not isinstance(given, Mapping):
+        raise TypeError(f"JobSpec.{backend} must be a mapping of option to value, got {_what(given)}")
+    if backend != js.backend and given:
+        raise LaunchError(f"JobSpec.{backend} is given but the backend is {js.backend!r}; give "
+                          f"{js.backend}={{...}} for its options")
+    out = {}
+    accepted = ", ".join(o.key for o in BACKEND_OPTIONS[backend] if o.key not in NOT_IN_API) or "(none)"
+    for key, value in given.items():
+        opt = next((o for o in BACKEND_OPTIONS[backend] if o.key == key), None)
+        if opt is None or key in NOT_IN_API:
+            why = f" ({NOT_IN_API[key]})" if key in NOT_IN_API else ""
+            raise LaunchError(f"JobSpec.{backend} option {brief(key)} is not accepted{why}; accepted: {accepted}")
+        if isinstance(value, tuple) and list in opt.types:
+            value = list(value)
+        numeric = any(t in (int, float) for t in opt.types)
+        if not isinstance(value, opt.types) or (isinstance(value, bool) and numeric and bool not in opt.types):
+            names = " or ".join(t.__name__ for t in opt.types)
+            raise TypeError(f"JobSpec.{backend}[{key!r}] must be {names}, got {_what(value)}")
+        out[key] = value
+    return out
