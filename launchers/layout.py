@@ -9,6 +9,7 @@ anything the job wrote.
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -89,8 +90,8 @@ def record_problem(data: object) -> str | None:
 FILES = {                                   # what -> path inside the run dir ({fields} filled in by path())
     "run_yaml": RUN_YAML,                   # resolved spec, per-node commands, versions, attempts
     "status": STATUS,                       # state, attempt, per-node exit codes, first failure
-    "records": "status",                    # the per-rank and per-node exit records
     "launcher_log": "launcher.log",         # a detached launcher's own output (the Python API: launchers.detach)
+    "records": "status",                    # the per-rank and per-node exit records
     "lock": "status/.lock",                 # held by every writer of status.json and the records
     "rank_record": "status/rank{rank}.json",
     "node_record": "status/node{node}.json",
@@ -146,12 +147,21 @@ def atomic_write(path: str, text: str, durable: bool = True) -> None:
     """Replace path at once: readers (on any node) see the old file or the new one, never a part."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        if os.path.exists(tmp):         # a full disk: leave no empty temporary behind
+            os.unlink(tmp)
+        raise
+
+
+def disk_full(e: OSError) -> bool:
+    return e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def read_json(path: str) -> dict | None:

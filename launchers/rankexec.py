@@ -121,7 +121,10 @@ def main(argv: list[str]) -> int:
     rec = dict(rank=rank, node=node, attempt=attempt, time=time.time(), pid=pid, **exit_fields(code))
     if killed:
         rec["killed_after_grace"] = killed
-    RunDir(run_dir).write_rank_record(rec)
+    try:
+        RunDir(run_dir).write_rank_record(rec)
+    except OSError as e:                         # a full disk: say so, keep the program's exit status
+        os.write(2, f"launch rankexec: cannot write the exit record of rank {rank}: {e}\n".encode())
     if code < 0:  # die the same way, so torchrun reports the signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(-code, signal.SIG_DFL)

@@ -187,7 +187,13 @@ class RunDir:
             st = layout.read_json(self.status_path) or {}
             st.update(fields)
             st["updated"] = now()
-            layout.atomic_write(self.status_path, json.dumps(st, indent=1, sort_keys=True) + "\n")
+            try:
+                layout.atomic_write(self.status_path, json.dumps(st, indent=1, sort_keys=True) + "\n")
+            except OSError as e:         # the run goes on (or ends with its honest code) without the record
+                if not layout.disk_full(e):
+                    raise
+                print(f"launch: disk full: cannot write {self.status_path} ({e.strerror}); not recorded: "
+                      f"state {st.get('state')}", file=sys.stderr, flush=True)
             return st
 
     def mark_running(self, attempt: int, **extra: Any) -> None:

@@ -25,9 +25,11 @@ Not for use before the first optimizer step: get_state_dict initialises the opti
 """
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import random
+import shutil
 import time
 
 import numpy as np
@@ -39,6 +41,22 @@ from launchers.ckptptr import read_latest, write_latest
 # torch.distributed.checkpoint costs ~1.7 s to import (DTensor, dynamo); it is imported at the first
 # save/load, so training starts sooner. The wrappers below satisfy DCP's runtime-checkable Stateful
 # protocol (state_dict + load_state_dict) without importing it.
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether a failed write ran out of space (ENOSPC/EDQUOT), however DCP wrapped it (its
+    CheckpointException keeps each rank's exception in `failures`)."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        todo += [e.__cause__, e.__context__, *(f[0] for f in (getattr(e, "failures", None) or {}).values()
+                                                if isinstance(f, tuple) and f)]
+    return False
 
 
 def step_name(step: int) -> str:
@@ -190,7 +208,12 @@ class Checkpointer:
         t0 = time.perf_counter()
         name, path, state = self._prepare(step, states, progress)
         writer, planner = self._writer_planner(path)
-        dcp.save(state, storage_writer=writer, planner=planner)
+        try:
+            dcp.save(state, storage_writer=writer, planner=planner)
+        except BaseException as e:
+            if disk_full(e):
+                self._disk_full(path)
+            raise
         self._commit(step, name)
         self.save_seconds += time.perf_counter() - t0
         return name
@@ -304,6 +327,14 @@ class Checkpointer:
             set_rng_state(pickle.loads(mine))
         self.last_saved_step = progress["step"]
         return progress, restored
+
+    def _disk_full(self, path: str) -> None:
+        """A save that ran out of space (every rank's write has returned: DCP reports on all ranks): rank 0
+        removes the partial step directory (never `latest`; the space lets the error be logged); exit 1."""
+        if self.env.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+        raise SystemExit(f"disk full: the checkpoint {path} could not be written (no space left on device); "
+                         f"removed; checkpoints/latest still names {read_latest(self.dir)}")
 
     def _fault(self, step: int, phase: str) -> None:
         if self.fault is not None:
