@@ -1,5 +1,6 @@
-"""workloads.deepspeed_zero through `launch local`: ZeRO-2 at 2 ranks learns, checkpoints, resumes;
-bad input is refused by every rank with one line; ds_config resolution (pure logic)."""
+"""workloads.deepspeed_zero through `launch local`: ZeRO-2 at 2 ranks learns, checkpoints, resumes (a
+damaged checkpoint at another world size: one line naming it); bad input is refused by every rank with
+one line; ds_config resolution (pure logic)."""
 import json
 import subprocess
 import sys
@@ -53,10 +54,21 @@ def test_zero2_learns_checkpoints_and_resumes(workdir):
     assert read_json("runs/ds/final.json")["step"] == 30
     assert "resumed from step-00000020 (step 20" in (workdir / "runs/ds/logs/node0/rank0.log").read_text()
     assert (ck / "latest").read_text().strip() == "step-00000030"
-    # another world size: a clear error on every rank, not a hang or a silent restart
+    # another world size reshards (tests/test_workload_deepspeed_reshard.py); a damaged shard cannot be
+    # converted: one line on every rank naming the checkpoint, not a hang, a traceback or a silent restart
+    step = ck / "step-00000030"
+    shard = next(step.glob("*zero_pp_rank_1_mp_rank_00_optim_states.pt"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    before = {p.name: p.read_bytes() for p in step.iterdir()}
     w = run_launch("resume", "runs/ds", "--nodes", "1", "--gpus-per-node", "1", "--", *ARGS, "--max-steps", "40")
     assert w.returncode != 0
-    assert "was written by 2 ranks and this attempt has 1" in (workdir / "runs/ds/logs/node0/rank0.log").read_text()
+    log0 = (workdir / "runs/ds/logs/node0/rank0.log").read_text().splitlines()
+    errs = [ln for ln in log0 if ln.startswith("error: checkpoint ")]
+    assert len(errs) == 1 and errs[0].startswith(f"error: checkpoint {step} cannot be converted to DeepSpeed's "
+                                                 "universal format"), log0[-20:]
+    assert errs[0].endswith("resume at its own world size (2 ranks)") and "step 35/" not in "\n".join(log0)
+    assert {p.name: p.read_bytes() for p in step.iterdir()} == before
+    assert not (ck / "step-00000030-universal").exists() and (ck / "latest").read_text().strip() == "step-00000030"
 
 
 def test_forced_precision_names_the_checkpoint_files(workdir):

@@ -17,7 +17,10 @@ Training runs in the workloads' one loop (workloads.common.loop.fit) with the en
 at the next step, exit 0) as every workload.
 Checkpoints: engine.save_checkpoint into $LAUNCH_CHECKPOINT_DIR/step-<N>/ (DeepSpeed's own `latest`
 is not written); then rank 0 writes launch_meta.json and the atomic `latest` pointer. A run that
-finds `latest` resumes from it (same world size; otherwise a one-line error saying how to convert).
+finds `latest` resumes from it: exactly at the same world size; at another one (launch resume RUN --nodes N
+--gpus-per-node P) from DeepSpeed's universal format, converted once by rank 0 into `step-<N>-universal/`
+next to the original (workloads/common/dsuniversal.py). Keep the global batch (--batch-size x ranks) to
+continue the same trajectory.
 """
 from __future__ import annotations
 

@@ -7,8 +7,10 @@ agreed stop (USR2/SIGTERM -> checkpoint at the next step, exit 0, the next attem
 
 Checkpoints: engine.save_checkpoint into `<checkpoint dir>/step-<N>/` (DeepSpeed's own `latest` is not
 written), client state = progress + every rank's RNG state (gathered); then rank 0 writes launch_meta.json
-and the atomic `latest` pointer. A ZeRO checkpoint loads only at its own world size: another one is a
-one-line error on every rank, before anything is loaded.
+and the atomic `latest` pointer. A ZeRO checkpoint loads as is only at its own world size; at another one
+rank 0 first converts it to DeepSpeed's universal format next to it (workloads/common/dsuniversal.py) and
+every rank loads that (RNG re-seeded, data offset rounded, as the loop does for any resharded resume); a
+checkpoint that cannot be converted is a one-line error on every rank naming its path.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from launchers.ckptptr import read_latest, write_latest
 
 from .checkpoint import get_rng_state, set_rng_state, step_name
+from .dsuniversal import convert
 from .metrics import write_json_atomic
 
 META = "launch_meta.json"
@@ -53,7 +56,7 @@ class DeepSpeedSteps:
         return self.engine.get_lr()[0]
 
     def checkpointer(self, env, fault, log) -> "DeepSpeedCheckpointer":
-        return DeepSpeedCheckpointer(self.engine, env, fault=fault, meta=self.meta)
+        return DeepSpeedCheckpointer(self.engine, env, fault=fault, meta=self.meta, log=log)
 
     def states(self) -> dict:
         return {}                           # the engine saves model, optimizer and its own state itself
@@ -78,13 +81,16 @@ class DeepSpeedCheckpointer:
     """What fit() calls on a checkpointer, over engine.save_checkpoint / load_checkpoint (module doc).
     Periodic saves are synchronous: there is no save_async (--async-checkpoint is not offered)."""
 
-    def __init__(self, engine, env, *, fault, meta: dict) -> None:
+    def __init__(self, engine, env, *, fault, meta: dict, log=print) -> None:
         self.engine, self.env, self.dir, self.fault, self.meta = engine, env, env.checkpoint_dir, fault, meta
+        self.log = log
         self.last_saved_step: int | None = None
         self.save_seconds = 0.0
+        self.universal: str | None = None       # the universal checkpoint to load instead (resharding)
 
     def latest_name(self) -> str | None:
-        """`latest` as read by rank 0, broadcast; a world size other than the checkpoint's stops every rank."""
+        """`latest` as read by rank 0, broadcast. Written at another world size: rank 0 converts it to the
+        universal format (dsuniversal) while the others wait in the broadcast; a failure stops every rank."""
         box = [read_latest_meta(self.dir) if self.env.rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
         if isinstance(box[0], str):
@@ -92,25 +98,39 @@ class DeepSpeedCheckpointer:
         if box[0] is None:
             return None
         name, meta = box[0]
-        saved, W = meta["world_size"], self.env.world_size
-        if saved != W:
-            path = os.path.join(self.dir, name)
-            raise SystemExit(
-                f"error: checkpoint {name} was written by {saved} ranks and this attempt has {W}; "
-                f"DeepSpeed ZeRO checkpoints load only at their own world size: resume with {saved} "
-                f"ranks (launch resume RUN --nodes N --gpus-per-node P with N x P = {saved}); resharding "
-                f"needs DeepSpeed's universal format (python -m deepspeed.checkpoint.ds_to_universal --input_folder "
-                f"{path} --output_folder {path}-universal), which this workload does not load yet")
+        if meta["world_size"] != self.env.world_size:
+            self.universal = self.reshard(name, meta)
         return name
 
+    def reshard(self, name: str, meta: dict) -> str:
+        """The universal checkpoint's name for `name` (converted by rank 0 unless done before). Collective."""
+        box = [convert(self.dir, name, meta) if self.env.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        if isinstance(box[0], str):
+            raise SystemExit(f"error: {box[0]}")
+        target, seconds = box[0]
+        how = f"converted in {seconds:.1f}s" if seconds else "converted before, reused"
+        self.log(f"reshard: checkpoint {name} was written by {meta['world_size']} ranks, this attempt has "
+                 f"{self.env.world_size}: loading DeepSpeed universal checkpoint {target} ({how})")
+        return target
+
     def load(self, name: str, states: dict) -> tuple[dict, bool]:
-        """Engine state, progress and this rank's RNG (always restored: same world size). Collective."""
-        loaded, client = self.engine.load_checkpoint(self.dir, tag=name)
+        """Engine state and progress; this rank's RNG only at the same world size (else the loop re-seeds).
+        A resharded load reads the universal folder with the engine's `load_universal` switch on. Collective."""
+        tag = self.universal or name
+        cfg = self.engine._config                # DeepSpeed reads its load_universal switch at load time only
+        before, cfg.load_universal_checkpoint = cfg.load_universal_checkpoint, bool(self.universal)
+        try:
+            loaded, client = self.engine.load_checkpoint(self.dir, tag=tag)
+        finally:
+            cfg.load_universal_checkpoint = before
         if loaded is None:
-            raise SystemExit(f"error: DeepSpeed could not load checkpoint {os.path.join(self.dir, name)}")
+            raise SystemExit(f"error: DeepSpeed could not load checkpoint {os.path.join(self.dir, tag)}")
         progress = client["progress"]
-        set_rng_state(pickle.loads(client["rng"][self.env.rank]))
         self.last_saved_step = progress["step"]
+        if self.universal:
+            return progress, False
+        set_rng_state(pickle.loads(client["rng"][self.env.rank]))
         return progress, True
 
     def save(self, step: int, states: dict, progress: dict) -> str:
