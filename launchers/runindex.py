@@ -3,7 +3,7 @@ that `launch list` finds them too.
 
 One small append-only file in the user's state directory: $LAUNCH_STATE_DIR, else $XDG_STATE_HOME/launchers,
 else ~/.local/state/launchers; one JSON line per run dir ({"path", "created"}). Appends and the pruning of
-run dirs that are gone take an flock on the file, so no entry is lost. The index is a convenience: failing
+run dirs that are gone (an atomic replace) take an flock on a lock file beside it, so no entry is lost. The index is a convenience: failing
 to write it never fails a run. Stdlib + launchers.layout only.
 """
 from __future__ import annotations
@@ -45,10 +45,11 @@ def _locked() -> Iterator[None]:
 
 
 def note(run_dir: str, root: str | None = None) -> bool:
-    """Record a new run dir when it is not directly under the runs root; True if it was recorded. An index
-    that cannot be written is skipped (the run is not affected)."""
-    run_dir = os.path.abspath(run_dir)
-    if os.path.dirname(run_dir) == layout.runs_root(root):
+    """Record a new run dir made outside the runs root (`launch list` reads the root itself, a sweep's runs
+    inside it included); True if it was recorded. An index that cannot be written is skipped (the run is
+    not affected)."""
+    run_dir, base = os.path.abspath(run_dir), layout.runs_root(root)
+    if run_dir.startswith(base.rstrip(os.sep) + os.sep):
         return False
     line = json.dumps({"path": run_dir, "created": time.time()}) + "\n"
     try:

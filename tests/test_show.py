@@ -170,3 +170,35 @@ def test_ssh_preflight_per_host_progress_on_a_terminal(workdir, state):
         got = re.findall(rf"launch: {what} ([12])/2: host (sshhost[12])", shown)
         assert sorted(n for n, _ in got) == ["1", "2"] and sorted(h for _, h in got) == ["sshhost1", "sshhost2"], shown
     assert shown.index("launch: reach 2/2") < shown.index("hello from")
+
+
+def test_runs_index_rules_and_concurrent_appends_while_pruning(tmp_path, monkeypatch):
+    """Pure logic (no launch): only run dirs outside the root are indexed; appends from several processes while
+    another prunes lose nothing."""
+    from launchers import runindex
+    monkeypatch.setenv("LAUNCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("LAUNCH_RUNS_ROOT", str(tmp_path / "runs"))
+    assert not runindex.note(str(tmp_path / "runs" / "a"))                  # in the root
+    assert not runindex.note(str(tmp_path / "runs" / "sweep1" / "0-lr-1"))  # a sweep's run in the root
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "run.yaml").write_text("run_id: x\n")
+    assert runindex.note(str(live)) and runindex.note(str(tmp_path / "gone"))
+    with open(runindex.index_path(), "a") as f:
+        f.write("not json\n{\"path\": 3}\n")                             # torn/foreign lines: skipped
+    assert runindex.paths() == [str(live)]
+    code = ("import sys\nfrom launchers import runindex\n"
+            "for i in range(40):\n    runindex.note(f'{sys.argv[1]}/w{sys.argv[2]}-{i}')\n"
+            "    runindex.note(f'{sys.argv[1]}/gone-{i}')\n")
+    for i in range(3):                 # 3 writers x (40 live + 40 gone) while the parent prunes the gone ones
+        (tmp_path / f"w{i}").mkdir()
+        for j in range(40):
+            (tmp_path / f"w{i}" / f"w{i}-{j}").mkdir()
+            (tmp_path / f"w{i}" / f"w{i}-{j}" / "run.yaml").write_text("run_id: x\n")
+    runindex.note(str(tmp_path / "gone2"))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"w{i}"), str(i)], env=dict(os.environ))
+             for i in range(3)]
+    while any(p.poll() is None for p in procs):
+        runindex.paths()                            # prunes the gone ones under the lock, concurrently
+    assert all(p.returncode == 0 for p in procs)
+    assert len(runindex.paths()) == 1 + 120 and "gone" not in Path(runindex.index_path()).read_text()
