@@ -64,7 +64,8 @@ def status(text: str, out: TextIO | None = None) -> None:
         return
     from rich.table import Table
     lines = text.splitlines()
-    head = next((i for i, ln in enumerate(lines) if ln.split() and all(w.isupper() for w in ln.split())), len(lines))
+    head = next((i for i, ln in enumerate(lines) if len(ln.split()) > 2 and ln.split()[0].isupper() and ":" not in ln),
+                len(lines))
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")

@@ -82,8 +82,9 @@ def test_list_plain_tty_json_and_the_runs_index(workdir, tmp_path, state):
     lines = [ln for ln in shown.splitlines() if ln.strip()]
     assert code == 0 and "│" in shown and "NAME" in shown and str(outside) in shown, shown
     assert len({len(ln) for ln in lines}) == 1, lines          # a table: every line as wide as the others
-    code, shown = in_pty(["status", str(outside)], workdir, state)
+    code, shown = in_pty(["status", str(outside), "--ranks"], workdir, state)
     assert code == 0 and re.search(r"state\s+COMPLETED", shown) and "state:" not in shown, shown
+    assert re.search(r"│\s*0\s*│\s*0\s*│", shown) and "RANK" in shown, shown      # the per-rank table
 
     shutil.rmtree(outside)                   # a run dir that is gone drops out of the list and the index
     rows = json.loads(run_launch("list", "--json", env=state, check=True).stdout)
