@@ -230,7 +230,7 @@ def logs(run, rank, follow):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (a list of objects).")
 @_errors
 def list_(root, as_json):
-    """Runs under the runs root and runs made elsewhere with --run-dir (the runs index), newest first."""
+    """Runs, newest first: those under the runs root and, from the runs index, those made elsewhere."""
     from . import api, show
     rows = api.list_runs(root)
     if as_json:
@@ -264,7 +264,10 @@ def wait_(run, timeout):
 @main.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]), default="bash")
 def completion(shell):
-    """Print SHELL's completion script: `eval "$(launch completion bash)"` (or put it in your shell's rc)."""
+    """Print the shell's completion script (bash, zsh, fish).
+
+    Use: `eval "$(launch completion bash)"` in ~/.bashrc (click's `_LAUNCH_COMPLETE=bash_source launch` is the same).
+    """
     from click.shell_completion import get_completion_class
     comp = get_completion_class(shell)(main, {}, "launch", "_LAUNCH_COMPLETE")
     click.echo(comp.source())
