@@ -22,6 +22,7 @@ from common import (agent_pid, assert_latest_complete, convnet, fault_row, final
                     first_step_time, kill_orphans, orphans, rank_pid, run_id, seconds, status, wait_for,
                     wait_step)
 from conftest import LAUNCH, run_launch
+from launchers import procs
 
 BACKEND = "local"
 NODES = ["local", "--nodes", "2", "--gpus-per-node", "1"]
@@ -34,9 +35,9 @@ KILL_AT = 12                            # after the first checkpoint (step 10), 
 class Job:
     """One `launch local` run in the background, in its own session (Ctrl-C goes to its process group)."""
 
-    def __init__(self, wd: Path, name: str, *opts: str, prog: list[str] | None = None) -> None:
+    def __init__(self, wd: Path, name: str, *opts: str, prog: list[str] | None = None, out: str | None = None) -> None:
         self.run_dir = str(wd / "runs" / name)
-        self.out, self.err = wd / f"{name}.out", wd / f"{name}.err"
+        self.out, self.err = Path(out or wd / f"{name}.out"), wd / f"{name}.err"
         self.t0 = time.time()
         with open(self.out, "w") as o, open(self.err, "w") as e:
             self.proc = subprocess.Popen([LAUNCH, *NODES, *opts, "--run-dir", self.run_dir, "--",
@@ -208,6 +209,59 @@ def double_fork(wd, row, reference):
     assert not left, left
 
 
+def two_runs(wd, row, reference):
+    """Two runs on the same nodes at once; cancelling one leaves the other running to COMPLETED."""
+    a = Job(wd, "two-a")
+    b = Job(wd, "two-b", prog=[*TRAIN, "--step-delay", "0.6"])     # still running when a's stop is over
+    a.step(KILL_AT)
+    assert a.master_port() != b.master_port(), (a.master_port(), b.master_port())
+    t = time.time()
+    c = run_launch("cancel", a.run_dir, timeout=120)
+    st = finish_row(a, row, code=143, state="CANCELLED", fault_at=t)
+    other_alive = b.proc.poll() is None and bool(procs.tagged_pids(b.run_id))
+    rc = b.finish(timeout=180)
+    row["user_sees"] = f"{a.end_line()} / the other run: {b.end_line()}"
+    row["other_run_equal"] = final_sha(b.run_dir) == reference["sha"]    # the other run was not disturbed
+    assert c.returncode == 0 and st["reason"] == "by launch cancel", (c.stderr, st)
+    assert other_alive, "cancelling one run ended the other"
+    assert rc == 0 and status(b.run_dir)["state"] == "COMPLETED", b.err.read_text()[-2000:]
+    assert row["other_run_equal"]
+    left = orphans(b.run_id)
+    row["orphans"] += len(left)
+    assert not left, left
+
+
+def log_flood(wd, row, reference):
+    """A rank writes 200 MB of log quickly: no line lost, bounded slowdown against the same program writing to
+    /dev/null (bench/log_flood.py measures it side by side)."""
+    mb, res = 200, wd / "flood.txt"
+    p = subprocess.run([sys.executable, "-u", "flood_worker.py"], cwd=wd, stdout=subprocess.DEVNULL,
+                       env={**os.environ, "RANK": "1", "FLOOD_MB": str(mb), "FLOOD_RESULT": str(res)}, timeout=300)
+    assert p.returncode == 0
+    direct = float(res.read_text().split()[1])
+    job = Job(wd, "lf", "--env", f"FLOOD_MB={mb}", "--env", f"FLOOD_RESULT={res}", prog=["flood_worker.py"],
+              out=os.devnull)                   # the launcher streams it all too (to /dev/null here)
+    rc = job.finish(timeout=300)
+    n, ours = res.read_text().split()
+    n, ours = int(n), float(ours)
+    log = Path(job.run_dir, "logs", "node1", "rank1.log")
+    with open(log, "rb") as f:
+        lines = [ln for ln in f if ln[:1] == b"L"]
+    pad = b"x" * 88
+    lost = n - sum(1 for i, ln in enumerate(lines) if ln == b"L%09d %s\n" % (i, pad))
+    log.unlink()
+    ratio = ours / direct
+    row.update(exit_code=rc, flood_s=ours, direct_s=direct, slowdown=round(ratio, 2), lines_lost=lost,
+               user_sees=f"{job.end_line()}; {mb} MB logged in {ours:.1f} s vs {direct:.1f} s to /dev/null "
+                         f"(x{ratio:.1f}), {lost} of {n} lines lost")
+    left = orphans(job.run_id)
+    row["orphans"] = len(left)
+    assert rc == 0 and status(job.run_dir)["state"] == "COMPLETED", job.err.read_text()[-2000:]
+    assert lost == 0 and len(lines) == n, (lost, len(lines), n)
+    assert ours <= 10 * direct + 30, (ours, direct)          # generous: a rule, not a speed figure
+    assert not left, left
+
+
 def fill(path: Path, leave: int) -> Path:
     """Take all but `leave` bytes of the file system holding path (one preallocated file)."""
     vfs = os.statvfs(path)
@@ -279,6 +333,8 @@ FAULTS = [
     Fault("hung rank (SIGSTOP, --hang-timeout 15)", hung_rank, slow=True),
     Fault("program double-forks a daemon", double_fork),
     Fault("disk full while a checkpoint is written", disk_full),
+    Fault("two runs at once on the same nodes, one cancelled", two_runs, slow=True),
+    Fault("a rank writes 200 MB of log quickly", log_flood),
 ]
 
 
