@@ -40,8 +40,11 @@ def start(request: dict[str, Any], run_dir: str) -> int:
         proc = subprocess.Popen([sys.executable, "-m", "launchers.detach"], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True, text=True)
     try:
-        proc.stdin.write(json.dumps(dict(request, console=console, run_dir=run_dir)))
-        proc.stdin.close()
+        try:
+            proc.stdin.write(json.dumps(dict(request, console=console, run_dir=run_dir)))
+            proc.stdin.close()
+        except BrokenPipeError:       # it died at once (its console says why)
+            pass
         code = _until_started(proc, run_dir)
     except BaseException:           # Ctrl-C while starting: the launcher stops its run as on `launch cancel`
         proc.terminate()
