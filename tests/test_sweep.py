@@ -113,14 +113,6 @@ def test_bad_input_one_line_nothing_made(workdir, args, msg):
     assert not (workdir / "runs").exists()
 
 
-def test_after_a_local_run_is_refused(workdir):
-    d = workdir / "runs" / "loc"
-    run_launch("local", "--run-dir", str(d), "--", "report.py", check=True)
-    p = run_launch("slurm", "--after", str(d), "--run-dir", "runs/c", "--dry-run", "--", "report.py")
-    assert p.returncode == 2 and "is a local run, not a submitted Slurm run" in p.stderr, p.stderr
-    assert sorted(os.listdir(workdir / "runs")) == ["loc"]
-
-
 def test_dry_run_shows_every_run(workdir):
     env = {"PATH": "/nonexistent-bin", "SLURM_JOB_ID": ""}
     p = run_launch("slurm", "--nodes", "2", "--sweep", "lr=1,2", "--sweep", "seed=7,8", "--max-parallel", "3",
@@ -148,6 +140,9 @@ def test_local_sweep_of_two_one_after_another(workdir):
     starts = [os.path.getmtime(Path(d, "run.yaml")) for d in dirs]
     assert starts[1] >= read_json(Path(dirs[0], "status", "rank0.json"))["time"] - 1      # one after another
     assert_listed_together(workdir, "sw", 2)
+    p = run_launch("slurm", "--after", dirs[0], "--run-dir", "runs/c", "--dry-run", "--", "report.py")
+    assert p.returncode == 2 and "is a local run, not a submitted Slurm run" in p.stderr, p.stderr
+    assert sorted(os.listdir(workdir / "runs")) == ["sw"]
 
 
 STATE = {"LAUNCH_STATE_DIR": "state"}      # the runs index (when there is one) stays in the test's dir
