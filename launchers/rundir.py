@@ -90,6 +90,10 @@ class RunDir:
     @classmethod
     def open(cls, path: str) -> "RunDir":
         path = os.path.abspath(path)
+        if not layout.is_run_dir(path) and sweep.is_sweep_dir(path):
+            runs = [os.path.basename(d) for d in sweep.member_dirs(path)]
+            raise LaunchError(f"{path!r} is a sweep dir, not a run dir; give one of its runs: "
+                              f"{', '.join(runs[:5]) or '(none yet)'}{' ...' if len(runs) > 5 else ''}")
         if not layout.is_run_dir(path):
             raise LaunchError(f"{path!r} is not a run dir (no run.yaml); give a directory made by `launch` "
                               "(see `launch list`)")
