@@ -37,6 +37,16 @@ dist.destroy_process_group()
 """
 
 
+@pytest.fixture
+def started():
+    """Runs a test started: any still going when it ends (a failed assertion) is cancelled."""
+    out: list[Run] = []
+    yield out
+    for run in out:
+        if not run.status().done:
+            run.cancel()
+
+
 def until(pred, timeout, what):
     deadline = time.monotonic() + timeout
     while not pred():
@@ -54,11 +64,12 @@ def check_finished(run: Run, world: int) -> None:
     assert procs.tagged_pids(run.run_id) == []
 
 
-def test_local_submit_status_logs_cancel_resume_wait(workdir):
+def test_local_submit_status_logs_cancel_resume_wait(workdir, started):
     (workdir / "api_worker.py").write_text(WORKER)
     t0 = time.monotonic()
     run = submit(JobSpec(backend="local", nodes=2, gpus_per_node=1, program=("api_worker.py", "--sleep"),
                          run_dir="runs/l", stop_grace=5))
+    started.append(run)
     assert time.monotonic() - t0 < 60 and run.backend == "local" and run.path == str(workdir / "runs/l")
     assert run.status().state == "RUNNING"                       # returned once started, not at the end
     until(lambda: run.logs().count("sleeping") == 2, 120, "2 sleeping ranks")
@@ -89,22 +100,24 @@ def test_local_submit_status_logs_cancel_resume_wait(workdir):
 
 
 @pytest.mark.ssh
-def test_ssh_submit_status_logs_wait(workdir):
+def test_ssh_submit_status_logs_wait(workdir, started):
     st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
     require_cluster("the SSH test hosts", st.returncode == 0, "make ssh-up")
     run = submit(JobSpec(backend="ssh", program=("report.py", "a b"), env={"TEST_SLEEP": "4"}, run_dir="runs/s",
                          ssh=SSH))
+    started.append(run)
     assert run.backend == "ssh" and run.status().state == "RUNNING"
     check_finished(run, world=2)
     assert '"argv": ["a b"]' in run.logs(rank=1)
 
 
 @pytest.mark.slurm
-def test_slurm_submit_status_logs_wait(workdir):
+def test_slurm_submit_status_logs_wait(workdir, started):
     st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
     run = submit(JobSpec(backend="slurm", nodes=2, gpus_per_node=1, program=("report.py",),
                          env={"TEST_SLEEP": "6"}, run_dir="runs/sl", slurm={"time": "10"}))
+    started.append(run)
     first = run.status()
     assert first.state in ("PENDING", "RUNNING") and first.slurm_job_id, first.data    # submitted, not waited on
     until(lambda: run.status().state == "RUNNING", 600, "the job to run (the shared cluster may be busy)")
