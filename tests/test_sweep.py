@@ -244,3 +244,12 @@ def test_cancel_a_sweep_dir_cancels_every_run(workdir):
     assert [read_json(Path(d, "status.json"))["state"] for d in dirs] == ["CANCELLED", "CANCELLED"]
     q = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True, text=True, timeout=30).stdout.split()
     assert not [j for j in q if j.split("_")[0] == job], q
+
+
+def test_a_resumed_attempt_has_no_dependency(monkeypatch):
+    from launchers.backends.slurm.backend import SlurmBackend
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    sp = spec(after="77:afterany")
+    first, resumed = SlurmBackend().plan(sp, "r1", attempt=0), SlurmBackend().plan(sp, "r1", attempt=1)
+    assert "#SBATCH --dependency=afterany:77" in first.script and first.spec.opts["after"] == "77:afterany"
+    assert "--dependency" not in resumed.script and "after" not in resumed.spec.opts
