@@ -36,6 +36,7 @@ from .requeue import after_stop
 
 MASTER_WAIT_S = 120.0      # other nodes wait this long for node 0 to publish the master address
 BEACON_WAIT_S = 60.0       # ... and this long for node 0's beacon to answer
+PEER_GRACE_S = 5.0         # a node still running this long after another node failed is stopped (watch_peers)
 
 
 class NodeError(Exception):
@@ -136,6 +137,7 @@ class NodeRun:
         self.rd = RunDir(run_dir)
         self.ns = load_node_spec(self.rd, base_attempt)
         self.stops: list[str] = []
+        self.peer_failed: str | None = None
         self.base_rec = {"node": self.node, "attempt": self.attempt, "host": socket.gethostname(),
                          "pid": os.getpid(), "slurm_job_id": self.env.job_id, "slurm_restart": self.restart}
 
@@ -183,6 +185,7 @@ class NodeRun:
                                       f"{socket.gethostname()} | slurm job {self.env.job_id}")
         agent = procs.start_session(nc.argv, node_environ(os.environ, nc), log)
         self.watch_hangs(agent.pid)
+        threading.Thread(target=self.watch_peers, args=(agent,), daemon=True, name="launch-peer-watch").start()
         if self.node == 0:           # bookkeeping while the agent imports torch (off the start-up path)
             self.record_attempt(addr, port, hosts[:self.ns.spec.nodes])
             self.rd.update_status(state="RUNNING", attempt=self.attempt, nodes={}, first_failure=None, reason=None,
@@ -210,6 +213,47 @@ class NodeRun:
             coord = Coordinator(self.rd, self.attempt, spec.hang_timeout, spec.nodes, spec.world_size)
             threading.Thread(target=coordinate, args=(coord,), daemon=True, name="launch-hang-coordinator").start()
 
+    def watch_peers(self, agent) -> None:
+        """Another node of this attempt ended in failure without a stop signal (its agent died, its task
+        failed) while this agent still runs: its workers may already be gone (done, or stopped by that node's
+        sweep) and this agent would wait for the dead peer in torchrun's exit barrier (300 s). After
+        PEER_GRACE_S (the failure's own propagation first) this node is stopped like a cancel: the stop to
+        the agent, the programs' stop grace, then the sweep; an agent whose workers are all gone is killed."""
+        since = None
+        while agent.poll() is None and not self.stops:
+            failed = [k for k, r in self.rd.node_records(self.ns.spec.nodes, self.attempt).items()
+                      if k != self.node and r.get("state") == "EXITED" and not r.get("stop_signals")
+                      and r.get("slurm_job_id") == self.env.job_id and (r.get("exit_code") or r.get("signal"))]
+            since = (since or time.monotonic()) if failed else None
+            if since is not None and time.monotonic() - since >= PEER_GRACE_S:
+                self.peer_failed = f"node {failed[0]} ended in failure"
+                print(f"launch: node {self.node}: {self.peer_failed} while this node still runs; stopping it",
+                      file=sys.stderr, flush=True)
+                from ...remote import node_pids, stop_node
+                if [p for p in node_pids(self.ns.run_id, self.node) if p != agent.pid]:
+                    stop_node(self.ns.run_id, self.node, wait_s=self.ns.spec.stop_grace + 15, agent_pid=agent.pid)
+                else:        # only the agent is left, in the exit barrier: a C++ wait no signal handler interrupts
+                    procs.kill(agent.pid, signal.SIGKILL)
+                return
+            time.sleep(1.0)
+
+    def sweep(self) -> None:
+        """What still carries the run id on this node once its agent is gone -- the workers of an agent that
+        died hard, a daemon a program double-forked: Slurm's process tracking (proctrack/linuxproc follows
+        parents) loses both. Rank wrappers get the stop (their programs the stop grace), then the leftovers
+        are SIGKILLed; with no wrapper left there is nothing to wait for. After the node record, so the node
+        (not the ranks this stops) is the first failure when its agent died."""
+        from ...hang.sample import is_rank_wrapper
+        from ...remote import node_pids, stop_node
+        left = node_pids(self.ns.run_id, self.node)
+        if not left:
+            return
+        graceful = any(is_rank_wrapper(p) for p in left)
+        done = stop_node(self.ns.run_id, self.node, sig=signal.SIGTERM if graceful else signal.SIGKILL,
+                         wait_s=self.ns.spec.stop_grace + 15)
+        print(f"launch: node {self.node}: {len(left)} process(es) of the run outlived the agent; stopped "
+              f"(killed: {len(done['forced'])})", file=sys.stderr, flush=True)
+
     def record_attempt(self, addr: str, port: int, hosts: list[str]) -> None:
         """run.yaml: node 0 is its only writer while the job runs (the launcher wrote it before submitting)."""
         spec = self.ns.spec
@@ -230,7 +274,9 @@ class NodeRun:
             error, code = str(e), 1
             print(f"launch: node {self.node}: {error}", file=sys.stderr, flush=True)
         self.rd.write_node_record(self.node, dict(self.base_rec, state="EXITED", stop_signals=sorted(set(self.stops)),
-                                                  error=error, time=time.time(), **exit_fields(code)))
+                                                  error=error, time=time.time(), stopped_because=self.peer_failed,
+                                                  **exit_fields(code)))
+        self.sweep()
         if self.node == 0 and "SIGUSR2" in self.stops:
             after_stop(self.rd, self.ns.spec, self.attempt, self.restart, self.env.job_id, self.in_allocation,
                        self.ns.max_requeues)
