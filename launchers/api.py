@@ -128,7 +128,8 @@ def end_line(st: dict[str, Any]) -> str:
 def _describe_failure(ff: dict | None) -> str:
     if not ff:
         return "no rank recorded a failure"
-    how = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff.get('exit_code')}"
+    how = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff['exit_code']}" \
+        if ff.get("exit_code") is not None else ff.get("reason") or "no exit code"    # a hang, a lost host
     where = f"rank {ff['rank']} on node {ff['node']}" if ff.get("rank") is not None else f"node {ff.get('node')}"
     return f"{where}, {how}"
 

@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 
 from . import layout, procs
@@ -28,6 +29,8 @@ from .follow import LogTail, node_logs
 from .hang.sample import is_rank_wrapper
 
 STOP_WAIT_S = 45.0        # the default stop grace (30 s) + the agent's margin + slack
+HEARTBEAT = "@@launch-alive@@"   # `run` prints this line every HEARTBEAT_S to the launcher (never shown)
+HEARTBEAT_S = 1.0
 
 # Preflight check, sent inline (`python -c CHECK JSON`): works before we know `launchers` is importable there.
 CHECK = r'''
@@ -133,13 +136,15 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = si
     if agent_pid is None and rec.get("agent") and procs.start_ticks(rec["agent"]) == rec.get("agent_start"):
         agent_pid = rec["agent"]
     before = node_pids(run_id, node)
+    asked = []                           # who got the stop; nobody: leftovers (a daemon the program forked)
     if agent_pid and sig != signal.SIGKILL:
+        asked = [agent_pid]
         procs.kill(agent_pid, sig)
     elif sig != signal.SIGKILL:          # no agent left: the rank wrappers pass it on (once) themselves
-        for pid in before:
-            if is_rank_wrapper(pid):
-                procs.kill(pid, sig)
-    deadline = time.monotonic() + (wait_s if sig != signal.SIGKILL else 0)
+        asked = [pid for pid in before if is_rank_wrapper(pid)]
+        for pid in asked:
+            procs.kill(pid, sig)
+    deadline = time.monotonic() + (wait_s if asked else 0)     # are swept at once
     while node_pids(run_id, node) and time.monotonic() < deadline:
         time.sleep(0.05)
     forced = node_pids(run_id, node)
@@ -156,6 +161,37 @@ def stop_wait() -> float:
     return float(os.environ.get("LAUNCH_STOP_GRACE") or 30) + 15
 
 
+class _Shared:
+    """stdout shared by the log tail and the heartbeat: whole writes, one at a time."""
+
+    def __init__(self, out) -> None:
+        self.out, self.lock = out, threading.Lock()
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            self.out.write(text)
+            self.out.flush()
+
+    def flush(self) -> None:
+        pass
+
+
+def _heartbeat(out: _Shared) -> threading.Event:
+    """HEARTBEAT every HEARTBEAT_S until the event is set: the launcher's sign that this host and its agent
+    are alive (a cut network or a hung host goes silent; TCP keepalive would take minutes to notice)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                out.write(HEARTBEAT + "\n")
+            except (OSError, ValueError):     # the pty is gone: the launcher is, too
+                return
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    return stop
+
+
 def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
     os.umask(os.umask(0) | 0o002)                  # never world-writable, whatever the host's login umask
     run_id = os.environ[procs.TAG]
@@ -165,7 +201,7 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
     got: list[int] = []
     for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda signum, _f: got.append(signum))
-    tail = LogTail(node_logs(run_dir, node))
+    tail = LogTail(node_logs(run_dir, node), out=_Shared(sys.stdout))
     tail.skip_existing()
     with open(log, "a", encoding="utf-8") as f:
         f.write(layout.agent_header(os.environ.get("LAUNCH_ATTEMPT", "?"), node, socket.gethostname()))
@@ -181,6 +217,7 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
         from .hang.watch import NodeMonitor
         monitor = NodeMonitor(run_dir, run_id, int(os.environ.get("LAUNCH_ATTEMPT", "0")), nodes=[node])
         monitor.start()
+    beating = _heartbeat(tail.out) if stream else None
     try:
         while agent.poll() is None and not got:
             if stream:
@@ -196,6 +233,8 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
         elif node_pids(run_id, node):                    # workers orphaned by an agent that died hard
             stop_node(run_id, node, wait_s=stop_wait())
     finally:
+        if beating:
+            beating.set()
         if monitor:
             monitor.stopped.set()
         try:

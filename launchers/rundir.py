@@ -293,7 +293,7 @@ class RunDir:
                 return 0
             hang = st.get("hang") or {}
             if hang.get("attempt") == attempt and hang.get("stalled_ranks"):
-                ff, reason = hang_failure(hang), reason or hang_reason(hang)
+                ff, reason = hang_failure(hang, hosts), reason or hang_reason(hang)
             else:
                 ff = self.decide_first_failure(attempt, node_failures, hosts)
             if ff is not None and ff.get("rank") is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -124,17 +125,43 @@ def run_all(conns, commands: Sequence[str], timeout: float | None = None,
         return list(ex.map(one, range(len(conns))))
 
 
+LOST_S = 10.0         # a running host that sent nothing, not even its agent's heartbeat, this long is lost
+FIRST_WORD_S = 30.0   # the same before its first word (its python starting on a loaded host)
+
+
+class Silence:
+    """The launcher's side of the host agents' heartbeat (launchers.remote, every second) over each host's
+    Prefixed stream: a host silent past LOST_S is lost (a cut network, a hung host: TCP keepalive would take
+    minutes to tell), recorded in `ended` as k -> (last heard, None, reason) and its connection dropped."""
+
+    def __init__(self, streams: Sequence["Prefixed"], conns) -> None:
+        self.streams, self.conns, self.lost = streams, conns, set()
+
+    def check(self, ended: dict) -> None:
+        now = time.monotonic()
+        for k, s in enumerate(self.streams):
+            quiet = now - s.last
+            if k not in ended and quiet > (LOST_S if s.heard else FIRST_WORD_S):
+                self.lost.add(k)
+                ended[k] = (time.time() - quiet, None, f"lost: silent for {quiet:.0f} s (network cut or host hung)")
+                close_all([self.conns[k]])
+
+
 class Prefixed:
-    """A file-like out_stream: each remote line (pty: \\r\\n) printed as "[host] line", whole lines only."""
+    """A file-like out_stream: each remote line (pty: \\r\\n) printed as "[host] line", whole lines only.
+    `last`: when the host last sent anything (monotonic); lines equal to `skip` (a heartbeat) are not printed."""
 
     lock = threading.Lock()
 
-    def __init__(self, prefix: str, sink: Callable[[str], None]):
-        self.prefix, self.sink, self.buf = prefix, sink, ""
+    def __init__(self, prefix: str, sink: Callable[[str], None], skip: str | None = None):
+        self.prefix, self.sink, self.buf, self.skip = prefix, sink, "", skip
+        self.last, self.heard = time.monotonic(), False
 
     def write(self, s: str) -> None:
+        self.last, self.heard = time.monotonic(), True
         self.buf += s.replace("\r", "")
         *lines, self.buf = self.buf.split("\n")
+        lines = [ln for ln in lines if ln != self.skip]
         if lines:
             with self.lock:
                 self.sink("".join(f"{self.prefix}{ln}\n" for ln in lines))

@@ -183,37 +183,7 @@ def test_failing_rank_stops_every_node(workdir):
     assert procs.tagged_pids(run_id_of("runs/f")) == []
 
 
-def test_sigint_leaves_no_process_on_any_host(workdir):
-    proc = subprocess.Popen([LAUNCH, "ssh", "--hosts", HOSTS4, *OPTS,
-                             "--run-dir", "runs/c", "--env", "TEST_SLEEP=300", "--", "report.py"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_lines("runs/c", "sleeping", 4, proc)
-    run_id = run_id_of("runs/c")
-    assert len(procs.tagged_pids(run_id)) >= 4 * 4      # wrapper, agent, rankexec, program per host
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
-    assert procs.tagged_pids(run_id) == []
-    assert read_json("runs/c/status.json")["state"] == "CANCELLED"
-
-
-def test_host_dying_mid_run_names_it_and_stops_the_others(workdir):
-    proc = subprocess.Popen([LAUNCH, "ssh", "--hosts", HOSTS4, *OPTS,
-                             "--run-dir", "runs/d", "--env", "TEST_SLEEP=300", "--", "report.py"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_lines("runs/d", "sleeping", 4, proc)
-        subprocess.run([str(SCRIPT), "kill-host", "4"], check=True, capture_output=True, timeout=60)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        subprocess.run([str(SCRIPT), "revive-host", "4"], capture_output=True, timeout=120)
-    assert proc.returncode == 1, err[-3000:]
-    st = read_json("runs/d/status.json")
-    assert st["state"] == "FAILED" and st["first_failure"]["node"] == 3 and st["first_failure"]["host"] == "sshhost4"
-    assert "node 3 on sshhost4" in err
-    assert procs.tagged_pids(run_id_of("runs/d")) == []
+# Ctrl-C and a host dying mid-run (kill-host): rows of the fault suite, tests/faults/test_faults_ssh.py.
 
 
 CKPT_PROG = """import os, torch.distributed as dist

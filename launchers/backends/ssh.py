@@ -26,11 +26,11 @@ from .. import layout, ports, procs
 from ..errors import LaunchError
 from ..hang import watch as hang_watch
 from ..hostfile import ResolvedHost, hosts_from_options, resolve
-from ..remote import CHECK, REACH
+from ..remote import CHECK, HEARTBEAT, REACH
 from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import JobSpec, redact_env
-from ..sshconn import Prefixed, SSHSettings, close_all, connect_all, describe, make_connection, run_all
+from ..sshconn import Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, run_all
 from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands
 
 STAGING_ROOT = "/tmp/launch-staging"
@@ -210,16 +210,18 @@ class SSHBackend(Backend):
         rd.mark_running(plan.attempt, hosts=plan.hosts)
         n = len(conns)
         ended: dict[int, tuple[float, int | None, str | None]] = {}     # node -> (time, exit code, error)
+        outs = [Prefixed(f"[{h.entry.name}] ", _write, skip=HEARTBEAT) for h in plan.rhosts]
+        silence = Silence(outs, conns)
 
         def run_node(k: int) -> None:
-            out = Prefixed(f"[{plan.rhosts[k].entry.name}] ", _write)
+            out = outs[k]
             try:
                 r = conns[k].run(plan.remote_line(k, redact=False), pty=True, warn=True, in_stream=False,
                                  out_stream=out, err_stream=out)
-                ended[k] = (time.time(), r.exited if r.exited is not None and r.exited >= 0 else None,
-                            None if r.exited is not None and r.exited >= 0 else "connection lost")
+                ended.setdefault(k, (time.time(), r.exited if r.exited is not None and r.exited >= 0 else None,
+                                     None if r.exited is not None and r.exited >= 0 else "connection lost"))
             except Exception as e:  # noqa: BLE001 - the host died or the connection dropped
-                ended[k] = (time.time(), None, f"connection lost ({describe(e, plan.rhosts[k], plan.settings)})")
+                ended.setdefault(k, (time.time(), None, f"connection lost ({describe(e, plan.rhosts[k], plan.settings)})"))
             finally:
                 out.close()
 
@@ -230,13 +232,17 @@ class SSHBackend(Backend):
                                          monitor_here=False) if spec.hang_timeout else None
         with Interrupts() as intr:
             try:
-                pending, why = self._wait_nodes(set(futs), ended, intr, watch)
+                pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence)
                 if pending:
                     print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
                     hung = watch is not None and watch.coord.verdict is not None
                     self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],
                                        signal.SIGKILL if hung else (intr.signal or signal.SIGTERM))
-                self._stop(plan, conns, range(n), signal.SIGKILL, final=True)     # leftovers only (the sweep)
+                self._stop(plan, conns, [k for k in range(n) if k not in silence.lost], signal.SIGKILL, final=True)
+                for k in sorted(silence.lost):
+                    print(f"launch: node {k} ({plan.rhosts[k].label}) is lost, not swept: its processes stop when its sshd "
+                          "ends the session (ClientAliveInterval), or `launch cancel` the run once it is back",
+                          file=sys.stderr, flush=True)
             finally:
                 pool.shutdown(wait=False)
         if plan.staged:
@@ -254,13 +260,15 @@ class SSHBackend(Backend):
             wait(futs, timeout=10)
 
     @staticmethod
-    def _wait_nodes(pending: set, ended: dict, intr: Interrupts, watch: hang_watch.LauncherWatch | None) -> tuple[set, str]:
-        """Until every node ended, one failed, a hang was decided or we are interrupted: (pending, why)."""
+    def _wait_nodes(pending: set, ended: dict, intr: Interrupts, watch: hang_watch.LauncherWatch | None,
+                    silence: Silence) -> tuple[set, str]:
+        """Until every node ended, one failed or went silent, a hang was decided or we are interrupted."""
         while pending and not intr.got:
             _, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+            silence.check(ended)
             bad = sorted((t, k) for k, (t, code, _err) in ended.items() if code != 0)
             if bad:
-                return pending, f"node {bad[0][1]} failed"
+                return pending, f"node {bad[0][1]} failed" + (f" ({e})" if (e := ended[bad[0][1]][2]) else "")
             if watch and (verdict := watch.poll()):
                 return pending, hang_watch.describe(verdict)
         return pending, f"got {signal.Signals(intr.signal).name}" if intr.got else "interrupted"

@@ -4,11 +4,14 @@ from __future__ import annotations
 from typing import Any
 
 
-def hang_failure(hang: dict[str, Any]) -> dict[str, Any]:
+def hang_failure(hang: dict[str, Any], hosts: list[str] | None = None) -> dict[str, Any]:
     rank = hang["stalled_ranks"][0]
     info = (hang.get("ranks") or {}).get(str(rank), {})
-    return {"node": info.get("node"), "rank": rank, "exit_code": None, "signal": None, "time": hang.get("since"),
-            "reason": f"hang: {info.get('why', 'stalled')}"}
+    ff = {"node": info.get("node"), "rank": rank, "exit_code": None, "signal": None, "time": hang.get("since"),
+          "reason": f"hang: {info.get('why', 'stalled')}"}
+    if hosts and isinstance(ff["node"], int) and ff["node"] < len(hosts):     # named with its host, like the rest
+        ff["host"] = hosts[ff["node"]]
+    return ff
 
 
 def hang_reason(hang: dict[str, Any]) -> str:
