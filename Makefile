@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
+.PHONY: venv demo test test-fast reliability bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
 
 # torch is pinned to the CPU build on local disk; never an open range (it would pull a multi-GB CUDA build).
 $(STAMP): requirements.txt requirements-deepspeed.txt requirements-frameworks.txt setup.cfg pyproject.toml
@@ -34,6 +34,15 @@ test: venv
 	$(MAKE) clusters-up
 	set -o pipefail; CI=$${CI:-true} $(BIN)/pytest -q -ra $(PYTEST_ARGS) tests; rc=$$?; \
 	  $(MAKE) clusters-down; exit $$rc
+
+# The fault suite (tests/faults/, real local, SSH and Slurm clusters), then RELIABILITY.md generated from the rows
+# it recorded in a fresh directory (never written by hand); the table is written even when a fault fails.
+reliability: venv
+	$(MAKE) clusters-up
+	out=$$(mktemp -d /tmp/launch-faults.XXXXXX); \
+	  LAUNCH_FAULTS_OUT=$$out CI=$${CI:-true} $(BIN)/pytest -q -ra $(PYTEST_ARGS) tests/faults; rc=$$?; \
+	  $(MAKE) clusters-down; \
+	  $(BIN)/python tests/faults/record.py $$out RELIABILITY.md || rc=1; rm -rf $$out; exit $$rc
 
 # Pure logic and local-backend tests only (no clusters).
 test-fast: venv

@@ -4,8 +4,19 @@ from __future__ import annotations
 from typing import Any
 
 
+SURE = ("process stopped", "process gone", "behind")     # stalled for certain, not only a stack outside torch
+
+
+def first_stalled(hang: dict[str, Any]) -> int:
+    """The stalled rank to name first: one stopped, gone or behind before one whose stack is merely elsewhere
+    (a rank waiting in DDP's gradient all-reduce shows only autograd's backward in Python)."""
+    ranks, info = hang["stalled_ranks"], hang.get("ranks") or {}
+    sure = [r for r in ranks if str(info.get(str(r), {}).get("why", "")).startswith(SURE)]
+    return (sure or ranks)[0]
+
+
 def hang_failure(hang: dict[str, Any], hosts: list[str] | None = None) -> dict[str, Any]:
-    rank = hang["stalled_ranks"][0]
+    rank = first_stalled(hang)
     info = (hang.get("ranks") or {}).get(str(rank), {})
     ff = {"node": info.get("node"), "rank": rank, "exit_code": None, "signal": None, "time": hang.get("since"),
           "reason": f"hang: {info.get('why', 'stalled')}"}

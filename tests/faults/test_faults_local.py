@@ -174,8 +174,8 @@ def cancel(wd, row, reference):
 def hung_rank(wd, row, reference):
     job, t = inject(wd, "hg", lambda j: os.kill(rank_pid(j.run_id, 1), signal.SIGSTOP), "--hang-timeout", "15")
     st = finish_row(job, row, code=1, state="FAILED", fault_at=t)
-    assert ff(st)["rank"] == 1 and ff(st)["reason"].startswith("hang: "), st
-    assert st["hang"]["stalled_ranks"] == [1], st["hang"]
+    assert ff(st)["rank"] == 1 and ff(st)["reason"].startswith("hang: process stopped"), st
+    assert 1 in st["hang"]["stalled_ranks"], st["hang"]     # rank 0 waits in DDP's all-reduce (backward)
     resume_row(job, row, reference, t)
 
 
