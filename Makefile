@@ -37,11 +37,13 @@ test: venv
 
 # The fault suite (tests/faults/, real local, SSH and Slurm clusters), then RELIABILITY.md generated from the rows
 # it recorded in a fresh directory (never written by hand); the table is written even when a fault fails.
+# (SUBMAKE, not $(MAKE), in the long line: a line naming $(MAKE) runs even under `make -n`.)
+SUBMAKE := $(MAKE)
 reliability: venv
 	$(MAKE) clusters-up
 	out=$$(mktemp -d /tmp/launch-faults.XXXXXX); \
 	  LAUNCH_FAULTS_OUT=$$out CI=$${CI:-true} $(BIN)/pytest -q -ra $(PYTEST_ARGS) tests/faults; rc=$$?; \
-	  $(MAKE) clusters-down; \
+	  $(SUBMAKE) clusters-down; \
 	  $(BIN)/python tests/faults/record.py $$out RELIABILITY.md || rc=1; rm -rf $$out; exit $$rc
 
 # Pure logic and local-backend tests only (no clusters).
