@@ -27,7 +27,8 @@ CONVNET = ["-m", "workloads.convnet", "--dataset", "digits", "--seed", "7", "--b
 
 
 def convnet(max_steps: int, checkpoint_every: int, *extra: str) -> list[str]:
-    """The program part of a launch line (after `--`)."""
+    """The program part of a launch line (after `--`). Add "--step-delay", "0.25" (workloads' fault-injection flag:
+    every step sleeps; the result is unchanged) to make a run long enough to inject a fault mid-training."""
     return [*CONVNET, "--max-steps", str(max_steps), "--checkpoint-every", str(checkpoint_every), *extra]
 
 
