@@ -148,7 +148,8 @@ def _check_launch_args(backend, extra):
     from launchers.runopts import BACKENDS, cli_flags   # the one declaration of every backend's options
     if backend not in BACKENDS:
         return
-    ours = {"--nodes", "--gpus-per-node", "--run-dir", "--nccl-preset", "--dry-run"}
+    ours = {"--nodes", "--gpus-per-node", "--run-dir", "--nccl-preset", "--dry-run",
+            "--sweep", "--max-parallel", "--after"}     # a bench is one run (its results.csv), never a sweep
     known = cli_flags(backend) - ours - {"-h", "--help"}
     for a in extra:
         name = a.split("=", 1)[0]

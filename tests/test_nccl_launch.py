@@ -98,6 +98,8 @@ def test_sweep_end_to_end(tmp_path):
     (["bench", "--nodes", "0"], "--nodes '0'"),
     (["bench", "--bogus", "1"], "option '--bogus' is neither a bench option"),
     (["bench", "--nccl-preset", "moe"], "option '--nccl-preset' is neither"),
+    (["bench", "--sweep", "lr=1,2"], "option '--sweep' is neither"),        # a bench is one run, never a sweep
+    (["sweep", "--presets", "moe", "--out", "s", "--backend", "slurm", "--after", "7"], "option '--after' is neither"),
     (["sweep", "--presets", "default,bogus", "--out", "s"], "unknown NCCL preset 'bogus'"),
     (["sweep", "--presets", "moe", "--out", "s", "--max-bytes", "1Q"], "'1Q' is not a size"),
     (["sweep", "--presets", "moe", "--out", "s", "--workload", "sparse"], "--workload 'sparse'"),
