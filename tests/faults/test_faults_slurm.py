@@ -11,6 +11,7 @@ or by Slurm's requeue) ends with the uninterrupted run's param_sha256. Each row 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -19,10 +20,12 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+import yaml
 
 from common import (agent_pid, assert_latest_complete, convnet, fault_row, final_sha, first_failure_text,
-                    first_step_time, kill_orphans, metrics, orphans, rank_pid, run_id, seconds, wait_for, wait_step)
-from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
+                    first_step_time, kill_orphans, metrics, orphans, progress, rank_pid, run_id, seconds, wait_for)
+from common import status as read_status
+from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
 
 pytestmark = pytest.mark.slurm
 
@@ -50,6 +53,7 @@ class Ctx:
     ref: str
     row: dict
     t_launch: float = 0.0
+    attempt: int = 0
 
     @property
     def rid(self) -> str:
@@ -66,8 +70,14 @@ class Ctx:
             self.started()
 
     def started(self) -> None:
-        """Both ranks past step HIT of attempt 0; the cold start (launch -> first step) goes in the row."""
-        wait_step(self.run_dir, HIT, world=2, timeout=240)
+        """Both ranks past step HIT of the current attempt (another test's node fault may have requeued
+        attempt 0: self.attempt is the one struck); the cold start (launch -> first step) goes in the row."""
+        def past():
+            att = (read_status(self.run_dir) or {}).get("attempt", 0)
+            recs = progress(self.run_dir)
+            ok = all(recs.get(k, {}).get("attempt") == att and (recs[k].get("step") or 0) >= HIT for k in (0, 1))
+            return ok and (att, )
+        self.attempt = wait_for(past, 300, f"step {HIT} on both ranks of {self.run_dir}", 0.05)[0]
         self.row["cold_start_s"] = seconds(self.t_launch, first_step_time(self.run_dir, 0))
 
     def status(self) -> dict:
@@ -136,7 +146,7 @@ def sigkill_worker(ctx: Ctx) -> None:
     failed_on(ctx, st, rank=1, node=1)
     assert st["first_failure"].get("signal") == "SIGKILL", st
     ctx.row["user_sees"] = f"{ctx.row['end_line']}; exit 1; launch resume finishes"
-    ctx.resumed(t, attempt=1)
+    ctx.resumed(t, attempt=ctx.attempt + 1)
 
 
 def sigkill_agent(ctx: Ctx) -> None:
@@ -146,7 +156,7 @@ def sigkill_agent(ctx: Ctx) -> None:
     st = ctx.ended(t)
     failed_on(ctx, st, rank=None, node=1)
     ctx.row["user_sees"] = f"{ctx.row['end_line']}; exit 1; launch resume finishes"
-    ctx.resumed(t, attempt=1)
+    ctx.resumed(t, attempt=ctx.attempt + 1)
 
 
 def sigkill_launcher(ctx: Ctx) -> None:
@@ -180,11 +190,11 @@ def launch_cancel(ctx: Ctx) -> None:
     assert c.returncode == 0, c.stderr
     err = waiter.communicate(timeout=120)[1]
     st = ctx.ended(t)
-    ctx.row["exit_code"] = waiter.returncode                  # what the user's `launch wait` said
+    assert ctx.row["end_line"] == "launch: run CANCELLED (by launch cancel)" and ctx.row["end_line"] in err, err
     assert st["state"] == "CANCELLED" and st["first_failure"] is None and "launch cancel" in st["reason"], st
-    assert waiter.returncode == 143, err[-2000:]
-    ctx.row["user_sees"] = f"{(err.strip().splitlines() or [''])[-1]}; exit 143; launch resume finishes"
-    ctx.resumed(t, attempt=1)
+    assert waiter.returncode == ctx.row["exit_code"] == 1, err[-2000:]        # `launch wait`: 0 only if completed
+    ctx.row["user_sees"] = f"{ctx.row['end_line']}; launch wait exits 1; launch resume finishes"
+    ctx.resumed(t, attempt=ctx.attempt + 1)
 
 
 def scancel_by_hand(ctx: Ctx) -> None:
@@ -195,7 +205,7 @@ def scancel_by_hand(ctx: Ctx) -> None:
     assert st["state"] in ("CANCELLED", "FAILED") and ctx.row["exit_code"] != 0, st
     assert "scancel" in (st.get("reason") or "") or st["state"] == "CANCELLED", st
     ctx.row["user_sees"] = f"{ctx.row['end_line']}; exit {ctx.row['exit_code']}; launch resume finishes"
-    ctx.resumed(t, attempt=1)
+    ctx.resumed(t, attempt=ctx.attempt + 1)
 
 
 def hung_rank(ctx: Ctx) -> None:
@@ -206,7 +216,7 @@ def hung_rank(ctx: Ctx) -> None:
     failed_on(ctx, st, rank=1, node=1)
     assert st.get("hang") and 1 in st["hang"].get("stalled_ranks", []), st
     ctx.row["user_sees"] = f"{ctx.row['end_line']}; exit 1 ~10 s after the stop; launch resume finishes"
-    ctx.resumed(t, attempt=1)
+    ctx.resumed(t, attempt=ctx.attempt + 1)
 
 
 DAEMON_PROG = """import os, sys, time
@@ -245,12 +255,14 @@ def slurmd_killed(ctx: Ctx) -> None:
     try:
         subprocess.run([CLUSTER, "kill-node", dead.removeprefix("lnode")], check=True, capture_output=True)
         ctx.until(lambda s: s["state"] == "REQUEUED" or s.get("attempt", 0) >= 1, t, timeout=180)
-        ctx.resumed(t, attempt=1, by_hand=False)
+        ctx.resumed(t, attempt=ctx.attempt + 1, by_hand=False)
     finally:
         subprocess.run([CLUSTER, "up"], capture_output=True)       # slurmd back; ReturnToService=2 resumes it
         resume_nodes([dead])
     st = ctx.status()
-    assert st["state"] == "COMPLETED" and st["attempt"] == 1, st
+    assert st["state"] == "COMPLETED" and st["attempt"] >= ctx.attempt + 1, st
+    attempts = yaml.safe_load(Path(ctx.run_dir, "run.yaml").read_text())["attempts"]
+    assert attempts[-1]["slurm_restart"] >= 1 and dead not in attempts[-1]["hosts"], attempts
     ctx.row["exit_code"] = 0
     ctx.row["first_failure"] = f"node {dead}: NODE_FAIL (Slurm requeued)"
     ctx.row["user_sees"] = "RUNNING until Slurm's SlurmdTimeout, then REQUEUED, attempt 1 resumes; COMPLETED"
@@ -261,14 +273,130 @@ def preempted(ctx: Ctx) -> None:
     t = time.time()
     subprocess.run(["scancel", "--signal=USR2", ctx.jobs()[-1]], check=True)    # what a preemption notice sends
     ctx.until(lambda s: s["state"] == "REQUEUED" or s.get("attempt", 0) >= 1, t)
-    ctx.resumed(t, attempt=1, by_hand=False)
+    ctx.resumed(t, attempt=ctx.attempt + 1, by_hand=False)
     rank0 = Path(ctx.run_dir, "logs/node0/rank0.log").read_text()
     assert "preempted: checkpoint at step" in rank0 and "resumed from step-" in rank0
     ctx.row["exit_code"] = 0
     ctx.row["user_sees"] = "checkpoint at the signal, REQUEUED, attempt 1 resumes from it; COMPLETED"
 
 
+def time_limit(ctx: Ctx) -> None:
+    """--time 1 with USR2 50 s before the limit; attempt 0 would need ~80 s: Slurm warns (USR2), the program
+    checkpoints and exits, the job is requeued and attempt 1 finishes from the checkpoint (preempt_worker.py:
+    its own deterministic value stands in for param_sha256; one minute is Slurm's smallest --time)."""
+    steps = 160
+    ctx.t_launch = time.time()
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "1", "--signal-seconds", "50",
+                   "--max-requeues", "3", "--run-dir", ctx.run_dir, "--env", f"TEST_STEPS={steps}",
+                   "--env", "TEST_STEP_SLEEP=0.5", "--env", "TEST_STEP_SLEEP_LATER=0", "--wait",
+                   "--", "preempt_worker.py", timeout=400)
+    ctx.row["exit_code"] = p.returncode
+    ctx.row["end_line"] = (p.stderr.strip().splitlines() or [""])[-1]
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    st = read_json(f"{ctx.run_dir}/status.json")
+    assert st["state"] == "COMPLETED" and st["attempt"] >= 1, st
+    assert rank_lines(ctx.run_dir, "SIGNAL SIGUSR2") and rank_lines(ctx.run_dir, "START attempt 1")
+    final = read_json(f"{ctx.run_dir}/final.json")
+    latest = Path(ctx.run_dir, "checkpoints", "latest").read_text().strip()
+    assert final["resumed_from"] and Path(ctx.run_dir, "checkpoints", latest, "state.json").is_file(), final
+    ctx.row["resume_equal"] = final["value"] == expected_value(steps)
+    assert ctx.row["resume_equal"], final
+    ctx.no_orphans()
+    ctx.row["user_sees"] = "USR2 before the limit (the warning), checkpoint, REQUEUED, attempt 1 finishes; COMPLETED"
+
+
+def ctld_paused(pause_s: int) -> Callable[[Ctx], None]:
+    """slurmctld SIGSTOPped for pause_s while `launch wait` follows a job that finishes meanwhile: no verdict
+    while the controller does not answer (never 'gone'), COMPLETED once it does."""
+    def run(ctx: Ctx) -> None:
+        ctx.t_launch = time.time()
+        run_launch(*SLURM, "--env", "TEST_SLEEP=6", "--run-dir", ctx.run_dir, "--", "report.py", check=True)
+        wait_for(lambda: len(rank_lines(ctx.run_dir, "sleeping")) == 2, 240, "2 sleeping ranks", 0.2)
+        ctld = Path("/var/tmp/lsim/run/slurmctld.pid").read_text().split()
+        assert ctld and Path(f"/proc/{ctld[0]}/comm").read_text().strip() == "slurmctld", ctld
+        waiter = subprocess.Popen([LAUNCH, "wait", ctx.run_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        try:
+            subprocess.run(["kill", "-STOP", *ctld], check=True)
+            time.sleep(pause_s)
+            assert waiter.poll() is None or waiter.returncode == 0, waiter.communicate()
+            assert read_json(f"{ctx.run_dir}/status.json")["state"] not in ("FAILED", "CANCELLED")
+        finally:
+            subprocess.run(["kill", "-CONT", *ctld])
+        t = time.time()
+        out, err = waiter.communicate(timeout=240)
+        ctx.row["detection_s"] = round(time.time() - t, 2)       # controller back -> the verdict
+        ctx.row["exit_code"] = waiter.returncode
+        assert waiter.returncode == 0, out[-2000:] + err[-2000:]
+        assert read_json(f"{ctx.run_dir}/status.json")["state"] == "COMPLETED" and "launch: run COMPLETED" in err
+        settle_nodes(ctx.jobs()[-1])
+        ctx.no_orphans()
+        said = "'status unknown, retrying', then " if "unknown" in err else ""
+        ctx.row["user_sees"] = f"launch wait: {said}COMPLETED, exit 0 (the job ended during the pause)"
+    return run
+
+
+DS_STEPS = 600
+DS_ARGS = ["-m", "workloads.deepspeed_zero", "--zero-stage", "2", "--dataset", "digits", "--max-steps", str(DS_STEPS),
+           "--checkpoint-every", "200", "--seed", "5", "--log-every", "2"]
+
+
+def deepspeed_preempted(ctx: Ctx) -> None:
+    """The agreed stop reaches DeepSpeed through the one training loop: a preempted ZeRO-2 job writes a
+    checkpoint at the step it stopped on, is requeued, resumes from exactly that checkpoint and finishes."""
+    ctx.t_launch = time.time()
+    run_launch(*SLURM, "--run-dir", ctx.run_dir, "--", *DS_ARGS, check=True)
+    wait_for(lambda: any(m.get("step", 0) >= 10 for m in metrics(ctx.run_dir)), 300, "DeepSpeed step 10", 0.2)
+    ctx.row["cold_start_s"] = seconds(ctx.t_launch, first_step_time(ctx.run_dir, 0))
+    t = time.time()
+    subprocess.run(["scancel", "--signal=USR2", ctx.jobs()[-1]], check=True)
+    p = run_launch("wait", ctx.run_dir, "--timeout", "400", timeout=420)
+    ctx.row["exit_code"] = p.returncode
+    assert p.returncode == 0, run_launch("status", ctx.run_dir).stdout
+    st = read_json(f"{ctx.run_dir}/status.json")
+    assert st["state"] == "COMPLETED" and st["attempt"] >= 1, st
+    rank0 = Path(ctx.run_dir, "logs/node0/rank0.log").read_text()
+    stopped = [int(x) for x in re.findall(r"preempted: checkpoint at step (\d+) written", rank0)]
+    assert len(stopped) == 1 and 10 <= stopped[0] < DS_STEPS, rank0[-3000:]
+    name = f"step-{stopped[0]:08d}"
+    meta = read_json(f"{ctx.run_dir}/checkpoints/{name}/launch_meta.json")
+    assert meta["step"] == stopped[0] and meta["world_size"] == 2 and meta["zero_stage"] == 2
+    assert len(list(Path(ctx.run_dir, "checkpoints", name).glob("*zero_pp_rank_*_optim_states.pt"))) == 2
+    assert f"resumed from {name} (step {stopped[0]}," in rank0
+    m = metrics(ctx.run_dir)
+    assert max(x["step"] for x in m if x["attempt"] == 0) <= stopped[0] < min(x["step"] for x in m if x["attempt"] >= 1)
+    ctx.row["recovery_s"] = seconds(t, first_step_time(ctx.run_dir, min(x["attempt"] for x in m if x["attempt"] >= 1)))
+    final = read_json(f"{ctx.run_dir}/final.json")
+    assert final["step"] == DS_STEPS and final["attempt"] >= 1 and final["zero_stage"] == 2
+    assert Path(ctx.run_dir, "checkpoints/latest").read_text().strip() == f"step-{DS_STEPS:08d}"
+    ctx.no_orphans()
+    ctx.row["user_sees"] = f"checkpoint at step {stopped[0]} on the signal, REQUEUED, resumed from it; COMPLETED"
+
+
 # ------------------------------------------------------------------------------------------ helpers
+
+def expected_value(steps: int) -> int:
+    """preempt_worker.py's value after `steps` uninterrupted steps."""
+    v = 1
+    for s in range(steps):
+        v = (v * 31 + s) % 1000003
+    return v
+
+
+def settle_nodes(job: str) -> None:
+    """After a controller pause the nodes' end-of-job messages may be lost, leaving them COMPLETING for minutes:
+    wait for the job to leave the queue, then return stuck nodes to service (the tests after this one need
+    every node idle)."""
+    def queue_empty():
+        return subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip() == ""
+    deadline = time.monotonic() + 60
+    while not queue_empty() and time.monotonic() < deadline:
+        time.sleep(1)
+    stuck = subprocess.run(["sinfo", "-h", "-N", "-t", "completing,down", "-o", "%N"], capture_output=True,
+                           text=True).stdout.split()
+    if stuck:
+        resume_nodes(sorted(set(stuck)))
+
 
 def procs_with_arg(arg: str) -> list[int]:
     """Processes with `arg` as one argument (the launcher and its warm submitter carry the run dir)."""
@@ -311,6 +439,10 @@ FAULTS = [
     Fault("double-forked daemon", double_fork_daemon),
     Fault("slurmd killed", slurmd_killed, slow=True),
     Fault("preemption (USR2)", preempted),
+    Fault("time limit (--time 1, USR2 warning)", time_limit, slow=True),
+    Fault("slurmctld paused 20 s", ctld_paused(20), slow=True),
+    Fault("slurmctld paused 60 s", ctld_paused(60), slow=True),
+    Fault("DeepSpeed preempted (USR2)", deepspeed_preempted, slow=True),
 ]
 
 
