@@ -35,8 +35,9 @@ KILL_AT = 12                            # after the first checkpoint (step 10), 
 class Job:
     """One `launch local` run in the background, in its own session (Ctrl-C goes to its process group)."""
 
-    def __init__(self, wd: Path, name: str, *opts: str, prog: list[str] | None = None, out: str | None = None) -> None:
-        self.run_dir = str(wd / "runs" / name)
+    def __init__(self, wd: Path, name: str, *opts: str, prog: list[str] | None = None, out: str | None = None,
+                 runs: Path | None = None) -> None:
+        self.run_dir = str((runs or wd / "runs") / name)
         self.out, self.err = Path(out or wd / f"{name}.out"), wd / f"{name}.err"
         self.t0 = time.time()
         with open(self.out, "w") as o, open(self.err, "w") as e:
@@ -82,7 +83,7 @@ def finish_row(job: Job, row: dict, *, code: int, state: str, fault_at: float) -
     left = orphans(job.run_id)
     row["orphans"] = len(left)
     assert rc == code, (rc, job.err.read_text()[-3000:])
-    assert st["state"] == state, st
+    assert st["state"] == state, (st, job.err.read_text()[-3000:])
     assert not left, left
     assert_latest_complete(job.run_dir)
     return st
@@ -279,7 +280,7 @@ def disk_full(wd, row, reference):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], check=True)
     job = None
     try:
-        job = Job(mnt, "run")
+        job = Job(wd, "run", runs=mnt / "runs")          # the launcher's own output off the small disk
         job.step(KILL_AT)
         filler = fill(mnt, 150 * 1024)
         t = time.time()

@@ -59,6 +59,16 @@ def disk_full(exc: BaseException) -> bool:
     return False
 
 
+def no_space(path: str, floor: int = 1 << 20) -> bool:
+    """Whether the file system holding path has (almost) no space left: after a failed save, that is why
+    (torch.save's zip writer loses the errno: 'RuntimeError: ... unexpected pos')."""
+    try:
+        vfs = os.statvfs(path)
+    except OSError:
+        return False
+    return vfs.f_bavail * vfs.f_frsize < floor
+
+
 def step_name(step: int) -> str:
     return f"step-{step:08d}"
 
@@ -211,7 +221,7 @@ class Checkpointer:
         try:
             dcp.save(state, storage_writer=writer, planner=planner)
         except BaseException as e:
-            if disk_full(e):
+            if disk_full(e) or no_space(path):
                 self._disk_full(path)
             raise
         self._commit(step, name)
