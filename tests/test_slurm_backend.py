@@ -1,7 +1,8 @@
 """The Slurm backend on the real dev cluster (4 slurmd in network namespaces; `make slurm-up`).
 
 Small shapes on purpose (2 cores): 2 nodes x 1-2 processes, gloo. These tests fail, never skip, when the
-cluster is not up.
+cluster is not up. The faults (a node dying, the time limit, a paused controller, ...) are rows of the Slurm
+fault suite (tests/faults/test_faults_slurm.py).
 """
 import json
 import os
@@ -118,21 +119,6 @@ def test_preemption_checkpoint_requeue_resume(workdir):
     assert "Received 12 death signal" in Path("runs/p/logs/node0/agent.log").read_text()   # the agent forwarded USR2
 
 
-def test_timeout_signal_requeues_and_completes(workdir):
-    # --time 2 with USR2 60 s before the limit: Slurm itself signals (30-60 s in; its timer runs every ~30 s).
-    # Attempt 0 needs ~70 s, so it is always signalled; the resumed attempt 1 finishes in ~15 s.
-    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "2", "--signal-seconds", "60",
-                   "--max-requeues", "3", "--run-dir", "runs/t", "--env", "TEST_STEPS=120",
-                   "--env", "TEST_STEP_SLEEP=0.5", "--env", "TEST_STEP_SLEEP_LATER=0", "--wait",
-                   "--", "preempt_worker.py", timeout=400)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr
-    st = read_json("runs/t/status.json")
-    assert st["state"] == "COMPLETED" and st["attempt"] >= 1
-    final = read_json("runs/t/final.json")
-    assert final["value"] == expected_value(120) and final["resumed_from"]
-    assert rank_lines("runs/t", "SIGNAL SIGUSR2") and rank_lines("runs/t", "START attempt 1")
-
-
 def test_cancel_leaves_no_process_on_any_node(workdir):
     p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "2", "--time", "10", "--run-dir", "runs/c",
                    "--env", "TEST_SLEEP=300", "--", "report.py")
@@ -232,46 +218,6 @@ def test_4x8_fake_gres_sets_cuda_visible_devices(workdir):
     assert len({r["netns"] for r in reps}) == 4 and len({r["host"] for r in reps}) == 4
 
 
-NODE_DEATH_PROG = """import os, sys, time
-a, r = os.environ["LAUNCH_ATTEMPT"], os.environ["RANK"]
-open(os.path.join(os.environ["LAUNCH_RUN_DIR"], f"alive-a{a}-r{r}"), "w").close()
-print(f"rank {r} attempt {a} on {os.uname().nodename}", flush=True)
-if a == "0":
-    time.sleep(300)           # attempt 0 would run long: its node 1 dies under it
-"""
-
-
-@pytest.mark.slow
-def test_node_dying_mid_job_is_requeued_not_waited_on(workdir):
-    """kill-node: slurmd and every process of node 1's namespace SIGKILLed mid-job. Slurm marks the node DOWN
-    after SlurmdTimeout, fails the job (NODE_FAIL) and requeues it; the next attempt runs on live nodes and
-    `launch wait` returns its result -- the launcher never waits on the dead node."""
-    Path("prog.py").write_text(NODE_DEATH_PROG)
-    run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--run-dir", "runs/nf", "--",
-               "prog.py", check=True)
-    deadline = time.monotonic() + 120
-    while len(list(Path("runs/nf").glob("alive-a0-r*"))) < 2:
-        assert time.monotonic() < deadline, "attempt 0 did not start within 120 s"
-        time.sleep(0.2)
-    dead = read_json("runs/nf/status/node1.json")["host"]
-    cluster = str(ROOT / "slurm" / "dev-cluster.sh")
-    try:
-        subprocess.run([cluster, "kill-node", dead.removeprefix("lnode")], check=True, capture_output=True)
-        t0 = time.monotonic()
-        p = run_launch("wait", "runs/nf", timeout=300)
-        waited = time.monotonic() - t0
-    finally:
-        subprocess.run([cluster, "up"], check=True, capture_output=True)      # revive it for the other tests
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    st = status("runs/nf")
-    assert st["state"] == "COMPLETED" and st["attempt"] == 1, st
-    attempts = yaml.safe_load(Path("runs/nf/run.yaml").read_text())["attempts"]
-    assert len(attempts) == 2 and attempts[1]["slurm_restart"] == 1 and dead not in attempts[1]["hosts"], attempts
-    assert sorted(p.name for p in Path("runs/nf").glob("alive-a1-r*")) == ["alive-a1-r0", "alive-a1-r1"]
-    assert not procs.tagged_pids(run_id_of("runs/nf")), "processes of the run are left"
-    assert waited < 240, f"launch wait took {waited:.0f} s"
-
-
 def test_a_job_queued_before_the_move_still_runs(workdir):
     """Jobs queued (or requeued) before the Slurm code moved carry `python -m launchers.slurmnode task RUN/slurm`
     and `... slurmnode finalize RUN`, and a node spec without `resolved`: the shim and the fallback run them."""
@@ -301,45 +247,3 @@ def test_a_job_queued_before_the_move_still_runs(workdir):
     reps = records("runs/old")
     assert sorted(r["rank"] for r in reps) == [0, 1] and {r["world"] for r in reps} == {2}
     assert {r["sum"] for r in reps} == {3.0}
-
-
-def test_a_paused_controller_during_wait_is_no_verdict(workdir):
-    """slurmctld stopped (SIGSTOP) for 20 s while `launch wait` follows a job that finishes meanwhile: the
-    verdict stays honest (COMPLETED), never 'gone'."""
-    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--env", "TEST_SLEEP=6",
-                   "--run-dir", "runs/p", "--", "report.py")
-    assert p.returncode == 0, p.stderr
-    wait_for(lambda: len(rank_lines("runs/p", "sleeping")) == 2, 120, "2 sleeping ranks")
-    ctld = subprocess.run(["pgrep", "-x", "slurmctld"], capture_output=True, text=True).stdout.split()
-    assert ctld, "slurmctld not found"
-    waiter = subprocess.Popen([LAUNCH, "wait", "runs/p"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        subprocess.run(["kill", "-STOP", *ctld], check=True)
-        time.sleep(20)
-        assert waiter.poll() is None or waiter.returncode == 0, waiter.communicate()
-        assert read_json("runs/p/status.json")["state"] not in ("FAILED", "CANCELLED")
-    finally:
-        subprocess.run(["kill", "-CONT", *ctld])
-    out, err = waiter.communicate(timeout=180)
-    assert waiter.returncode == 0, out + err
-    assert read_json("runs/p/status.json")["state"] == "COMPLETED" and "launch: run COMPLETED" in err
-    settle_nodes(job_of("runs/p"))
-
-
-def settle_nodes(job: str) -> None:
-    """After a controller pause the nodes' end-of-job messages may be lost, leaving them COMPLETING for minutes:
-    wait for the job to leave the queue, then return stuck nodes to service (the tests after this one need
-    every node idle)."""
-    def queue_empty():
-        return subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip() == ""
-    deadline = time.monotonic() + 60
-    while not queue_empty() and time.monotonic() < deadline:
-        time.sleep(1)
-    for state in ("down", "resume"):
-        stuck = subprocess.run(["sinfo", "-h", "-N", "-t", "completing,down", "-o", "%N"], capture_output=True,
-                               text=True).stdout.split()
-        for node in sorted(set(stuck)):
-            subprocess.run(["scontrol", "update", f"nodename={node}", f"state={state}", "reason=test-settle"],
-                           capture_output=True)
-    wait_for(lambda: all(s in ("idle", "mix", "alloc") for s in subprocess.run(
-        ["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True).stdout.split()), 60, "idle nodes")
