@@ -146,6 +146,8 @@ class Run:
     rc: int | None = None
     other: "Run | None" = None
     ref_sha: str = ""
+    canceller: subprocess.Popen | None = None
+    ended: float = 0.0
 
     def err(self) -> str:
         return Path(f"{self.out}.err").read_text()
@@ -191,7 +193,10 @@ def wait_end(r: Run, timeout: float = 180) -> None:
     if r.proc.poll() is None:
         r.proc.kill()
         raise AssertionError(f"the launcher did not end within {timeout} s: {r.err()[-3000:]}")
-    r.rc = r.proc.returncode
+    r.rc, r.ended = r.proc.returncode, time.time()
+    if r.canceller:
+        _, err = r.canceller.communicate(timeout=180)
+        assert r.canceller.returncode == 0, err
     if r.detected is None and named(r):
         r.detected = time.time()
 
@@ -219,8 +224,9 @@ def ctrl_c(r: Run) -> None:
 
 
 def cancel(r: Run) -> None:
-    p = run_launch("cancel", r.run_dir, timeout=180)
-    assert p.returncode == 0, p.stderr
+    """`launch cancel` in the background: it returns once the launcher ended; the detection is measured meanwhile."""
+    r.canceller = subprocess.Popen([LAUNCH, "cancel", r.run_dir], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True)
 
 
 def kill_launcher(r: Run) -> None:
@@ -351,6 +357,7 @@ def test_fault(f: Fault, workdir, reference):
                 left = orphans_after(r.run_id, f.settle_s) if r.run_id else {}
                 row["orphans"] = sum(len(v) for v in left.values())
         row["detection_s"] = round(r.detected - r.t_fault, 1) if r.detected else None
+        row["launcher_end_s"] = round(r.ended - r.t_fault, 1)        # fault -> the launcher exited
         st, row["first_failure"] = check_end(f, r)
         assert not left, left
         assert row["detection_s"] is not None and row["detection_s"] <= f.detect_bound, row
