@@ -172,6 +172,7 @@ def sigkill_launcher(ctx: Ctx) -> None:
     t = time.time()
     assert ctx.status()["state"] == "RUNNING"
     st = ctx.ended(t, timeout=240)
+    ctx.row["detection_s"] = None          # nothing to detect: the job goes on (ended() timed its completion)
     assert st["state"] == "COMPLETED" and ctx.row["exit_code"] == 0 and st["first_failure"] is None, st
     left = procs_with_arg(ctx.run_dir)
     ctx.row["orphans"] += len(left)
