@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from . import layout
-from .backends.base import Backend
+from .backends.base import Backend, verdict_code
 from .errors import LaunchError
 from .jobenv import resolve_job_env
 from .rundir import TERMINAL, RunDir, new_run_id
@@ -189,7 +189,7 @@ def format_status(st: dict[str, Any]) -> str:
 
 
 def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:
-    """Follow until the run ends; 0 only if every rank succeeded."""
+    """Follow until the run ends; the launcher's exit code for its verdict (backends.base.verdict_code)."""
     from .show import Progress
     progress, rd = Progress(), RunDir.open(path)
     try:        # on stderr: the state (Slurm's pending reason), each node as it starts
@@ -198,7 +198,7 @@ def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:
     except TimeoutError as e:
         raise LaunchError(str(e)) from None
     print(end_line(st), file=sys.stderr, flush=True)
-    return 0 if st["state"] == "COMPLETED" else 1
+    return verdict_code(st)
 
 
 def wait_status(path: str, interval: float = 2.0, timeout: float | None = None,

@@ -55,6 +55,7 @@ def test_local_ctrl_c_gives_each_program_one_sigint(workdir):
     out, err = proc.communicate(timeout=120)
     st = check_stopped("runs/i", proc, "SIGINT", 130, 4, "launch: run INTERRUPTED (Ctrl-C)", err)
     assert st["stopped_by"] == "SIGINT"
+    assert run_launch("wait", "runs/i").returncode == 130       # `launch wait` exits with the launcher's code
 
 
 def test_local_cancel_gives_each_program_one_sigterm(workdir):
@@ -63,6 +64,7 @@ def test_local_cancel_gives_each_program_one_sigterm(workdir):
     out, err = proc.communicate(timeout=120)
     st = check_stopped("runs/t", proc, "SIGTERM", 143, 2, "launch: run CANCELLED (by launch cancel)", err)
     assert st["reason"] == "by launch cancel"
+    assert run_launch("wait", "runs/t").returncode == 143
 
 
 def test_local_program_ignoring_the_stop_is_killed_after_the_grace(workdir):
@@ -124,5 +126,6 @@ def test_slurm_cancel_gives_each_program_one_sigterm(workdir):
         assert "CLEANUP DONE" in text
     st = read_json("runs/q/status.json")
     assert st["state"] == "CANCELLED" and st["first_failure"] is None and "launch cancel" in st["reason"]
+    assert run_launch("wait", "runs/q").returncode == 143
     run_id = yaml.safe_load(Path("runs/q/run.yaml").read_text())["run_id"]
     assert procs.tagged_pids(run_id) == []

@@ -18,6 +18,17 @@ from ..spec import JobSpec
 from ..torchrun import NodeCommand, node_command, resolve_dist_backend
 
 
+def verdict_code(st: dict[str, Any]) -> int:
+    """The exit code of a run's verdict, the launcher's own rule (RunDir.record_outcome) for a run followed from
+    outside it (`launch wait`, `launch slurm --wait`): 0 COMPLETED, 130 CANCELLED by Ctrl-C, 143 CANCELLED
+    otherwise (launch cancel, scancel, SIGTERM), 1 anything else."""
+    if st.get("state") == "COMPLETED":
+        return 0
+    if st.get("state") == "CANCELLED":
+        return 130 if st.get("stopped_by") == "SIGINT" else 143
+    return 1
+
+
 @dataclass
 class Plan:
     spec: JobSpec

@@ -193,8 +193,8 @@ def launch_cancel(ctx: Ctx) -> None:
     st = ctx.ended(t)
     assert ctx.row["end_line"] == "launch: run CANCELLED (by launch cancel)" and ctx.row["end_line"] in err, err
     assert st["state"] == "CANCELLED" and st["first_failure"] is None and "launch cancel" in st["reason"], st
-    assert waiter.returncode == ctx.row["exit_code"] == 1, err[-2000:]        # `launch wait`: 0 only if completed
-    ctx.row["user_sees"] = f"{ctx.row['end_line']}; launch wait exits 1; launch resume finishes"
+    assert waiter.returncode == ctx.row["exit_code"] == 143, err[-2000:]   # `launch wait`: the launcher's codes
+    ctx.row["user_sees"] = f"{ctx.row['end_line']}; launch wait exits 143; launch resume finishes"
     ctx.resumed(t, attempt=ctx.attempt + 1)
 
 
@@ -203,7 +203,7 @@ def scancel_by_hand(ctx: Ctx) -> None:
     t = time.time()
     subprocess.run(["scancel", ctx.jobs()[-1]], check=True)
     st = ctx.ended(t)
-    assert st["state"] in ("CANCELLED", "FAILED") and ctx.row["exit_code"] != 0, st
+    assert (st["state"], ctx.row["exit_code"]) in (("CANCELLED", 143), ("FAILED", 1)), (st, ctx.row)
     assert "scancel" in (st.get("reason") or "") or st["state"] == "CANCELLED", st
     ctx.row["user_sees"] = f"{ctx.row['end_line']}; exit {ctx.row['exit_code']}; launch resume finishes"
     ctx.resumed(t, attempt=ctx.attempt + 1)

@@ -26,7 +26,7 @@ from ... import __version__, layout, procs
 from ...errors import LaunchError
 from ...rundir import TERMINAL, RunDir
 from ...spec import JobSpec, redact_env
-from ..base import Backend, Plan
+from ..base import Backend, Plan, verdict_code
 from . import status as slurm_status
 from .after import check_parent, resolve_after
 from .env import SlurmEnv
@@ -145,7 +145,7 @@ class SlurmBackend(Backend):
             print(f"launch: stopped following; the job keeps running (`launch cancel {rd.path}` stops it)",
                   file=sys.stderr)
             return 130
-        return 0 if rd.read_status()["state"] == "COMPLETED" else 1      # the end line: api._run_attempts
+        return verdict_code(rd.read_status())      # the end line: api._run_attempts
 
     def _start_in_allocation(self, plan: Plan, rd: RunDir) -> int:
         from ...follow import follow_in_thread
