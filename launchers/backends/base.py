@@ -134,6 +134,12 @@ class Interrupts:
         return len(self.got) >= 2
 
 
+def node_code_fields(code: int | None) -> dict[str, Any]:
+    """A node code of the convention below (a remote agent's exit) as a record's exit_code/signal fields."""
+    name = {int(s): s.name for s in signal.Signals}.get(code - 128) if code is not None and code > 128 else None
+    return {"exit_code": None, "signal": name} if name else {"exit_code": code, "signal": None}
+
+
 def node_exit(code: int | None) -> int | None:
     """A node's exit as every backend reports it: the exit code, or 128 + N when signal N ended it."""
     return None if code is None else (128 - code if code < 0 else code)

@@ -31,7 +31,7 @@ from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import JobSpec, redact_env
 from ..sshconn import Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, run_all
-from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands
+from .base import Backend, Interrupts, Plan, dist_backend_for, node_code_fields, node_commands
 
 STAGING_ROOT = "/tmp/launch-staging"
 
@@ -276,7 +276,7 @@ class SSHBackend(Backend):
     def _finish(self, plan: SSHPlan, rd: RunDir, ended, intr: Interrupts) -> int:
         n = len(plan.rhosts)
         nodes = {str(k): ended.get(k, (0, None, None))[1] for k in range(n)}
-        failures = [{"node": k, "exit_code": code, "signal": None, "time": t, "host": plan.rhosts[k].entry.word,
+        failures = [{"node": k, **node_code_fields(code), "time": t, "host": plan.rhosts[k].entry.word,
                      "reason": err or f"node exited {code}"}
                     for k, (t, code, err) in sorted(ended.items()) if code != 0]
         failures += [{"node": k, "time": time.time(), "host": plan.rhosts[k].entry.word, "reason": "did not finish"}

@@ -298,7 +298,8 @@ class Fault:
 
 FAULTS = [
     Fault("SIGKILL one worker", kill_role("program"), 1, "FAILED", (1, 1, "sshhost2"), "SIGKILL"),
-    Fault("SIGKILL one agent", kill_role("agent"), 1, "FAILED", (1, None, "sshhost2"), ""),
+    Fault("SIGKILL one agent", kill_role("agent"), 1, "FAILED", (1, None, "sshhost2"), "",   # node code 128+9
+          says="launch: run FAILED (node 1, signal SIGKILL)"),                                    # read as local's
     Fault("SIGKILL the launcher", kill_launcher, -9, "FAILED", None, "launcher died", after=after_kill_launcher),
     Fault("Ctrl-C", ctrl_c, 130, "CANCELLED", None, "SIGINT"),
     Fault("launch cancel", cancel, 143, "CANCELLED", None, "by launch cancel"),
