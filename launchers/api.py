@@ -106,8 +106,9 @@ def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_le
         plan = backend.plan(spec, rd.run_id, attempt=attempt)
         rd.add_attempt(spec, plan.record())
         code = backend.start(plan, rd)
-    if backend.owns_restarts or rd.read_status().get("state") in TERMINAL:
-        print(end_line(rd.read_status()), file=sys.stderr, flush=True)
+    st = rd.unrecorded or rd.read_status()     # the verdict, also when a full disk kept it from status.json
+    if backend.owns_restarts or st.get("state") in TERMINAL:
+        print(end_line(st), file=sys.stderr, flush=True)
     return code
 
 

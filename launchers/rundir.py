@@ -49,6 +49,7 @@ def exit_fields(code: int | None) -> dict[str, Any]:
 @dataclass
 class RunDir:
     path: str
+    unrecorded: dict[str, Any] | None = None     # the status this process could not write (disk full), if any
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -193,9 +194,11 @@ class RunDir:
             st["updated"] = now()
             try:
                 layout.atomic_write(self.status_path, json.dumps(st, indent=1, sort_keys=True) + "\n")
+                self.unrecorded = None
             except OSError as e:         # the run goes on (or ends with its honest code) without the record
                 if not layout.disk_full(e):
                     raise
+                self.unrecorded = st
                 print(f"launch: disk full: cannot write {self.status_path} ({e.strerror}); not recorded: "
                       f"state {st.get('state')}", file=sys.stderr, flush=True)
             return st
