@@ -150,6 +150,26 @@ def test_local_sweep_of_two_one_after_another(workdir):
 STATE = {"LAUNCH_STATE_DIR": "state"}      # the runs index (when there is one) stays in the test's dir
 
 
+@pytest.mark.ssh
+def test_ssh_sweep_of_two_one_after_another(workdir):
+    """The same --sweep on SSH: one run after another on the real SSH test hosts, each with its own args."""
+    state = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
+    st = subprocess.run([str(ROOT / "clusters/ssh-hosts.sh"), "status"], capture_output=True, text=True, timeout=60)
+    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (state / "known_hosts").exists(),
+                    "make ssh-up")
+    opts = ["--ssh-config", str(state / "ssh_config"), "--known-hosts", str(state / "known_hosts")]
+    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2", *opts, "--sweep", "tag=a,b", "--run-dir",
+                   str(workdir / "runs/ss"), "--", "report.py", env=STATE, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    dirs = [r["run_dir"] for r in read_json(workdir / "runs/ss/sweep.json")["runs"]]
+    for d, tag in zip(dirs, "ab"):
+        reports = [json.loads(ln[7:]) for ln in rank_lines(d, "REPORT ")]
+        assert len(reports) == 2 and all(r["argv"] == ["--tag", tag] for r in reports), reports
+        assert read_json(Path(d, "status.json"))["state"] == "COMPLETED"
+    assert os.path.getmtime(Path(dirs[1], "run.yaml")) >= read_json(Path(dirs[0], "status", "rank1.json"))["time"] - 1
+    assert_listed_together(workdir, "ss", 2)
+
+
 def assert_listed_together(workdir, sweep_name, count):
     out = run_launch("list", "--root", str(workdir / "runs"), env=STATE, check=True).stdout.splitlines()
     rows = [i for i, ln in enumerate(out) if ln.startswith(f"{sweep_name}/")]
