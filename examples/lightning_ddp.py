@@ -10,12 +10,19 @@ MASTER_ADDR from the environment. Everything it writes goes into the run directo
   checkpoints      = $LAUNCH_CHECKPOINT_DIR  -> step-<N>.ckpt, and `latest` naming the newest complete one
   metrics.jsonl    = rank 0, one {step, loss} line per step (what `launch status` reads as the last step)
 A resumed attempt (LAUNCH_ATTEMPT > 0) continues from `checkpoints/latest`.
+
+Stops: Lightning handles them itself -- Ctrl-C's SIGINT becomes KeyboardInterrupt ("attempting graceful
+shutdown", exit 1), `launch cancel`'s SIGTERM sets `trainer.received_sigterm` and the loop ends at the next
+step. This example prints each signal it gets ("SIGNAL SIGTERM rank R"; Lightning chains its SIGTERM handler
+to this one) and runs a `finally:` cleanup of --cleanup-seconds after `trainer.fit` (a tracker's flush, an
+upload), writing $LAUNCH_RUN_DIR/cleanup/rank<R>.done.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import time
 
 import torch
@@ -26,6 +33,28 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy
 
 from launchers.ckptptr import read_latest, write_latest
+
+
+STOPPED: list[str] = []
+
+
+def on_signal(signum, _frame):
+    name = signal.Signals(signum).name
+    print(f"SIGNAL {name} rank {os.environ.get('RANK')} at {time.time():.3f}", flush=True)
+    STOPPED.append(name)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt                   # Python's own behaviour: Lightning's graceful shutdown
+    if signal.getsignal(signal.SIGTERM) is on_signal:
+        raise SystemExit(128 + signum)            # outside trainer.fit: nobody else will stop this process
+
+
+def cleanup(rank: int, seconds: float, run_dir: str) -> None:
+    print(f"CLEANUP start rank {rank} ({STOPPED[0] if STOPPED else 'normal end'})", flush=True)
+    time.sleep(seconds)
+    os.makedirs(os.path.join(run_dir, "cleanup"), exist_ok=True)
+    with open(os.path.join(run_dir, "cleanup", f"rank{rank}.done"), "w", encoding="utf-8") as f:
+        f.write(f"done {STOPPED[0] if STOPPED else 'normal'}\n")
+    print(f"CLEANUP done rank {rank} after {seconds:g} s", flush=True)
 
 
 class BoringModel(L.LightningModule):
@@ -85,7 +114,10 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--checkpoint-every", type=int, default=4)
     ap.add_argument("--step-sleep", type=float, default=0.0)
+    ap.add_argument("--cleanup-seconds", type=float, default=0.0, help="a `finally` cleanup after fit (0: none)")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     run_dir = os.environ.get("LAUNCH_RUN_DIR", os.path.abspath("lightning_run"))   # outside launch: ./lightning_run
     ckpt_dir = os.environ.get("LAUNCH_CHECKPOINT_DIR", os.path.join(run_dir, "checkpoints"))
     cuda = torch.cuda.is_available()
@@ -107,7 +139,12 @@ def main() -> None:
         enable_progress_bar=False, enable_model_summary=False)
     latest = read_latest(ckpt_dir)
     resume = os.path.join(ckpt_dir, latest) if latest and int(os.environ.get("LAUNCH_ATTEMPT", "0")) > 0 else None
-    trainer.fit(BoringModel(args.lr, args.step_sleep), DataLoader(data, batch_size=args.batch_size), ckpt_path=resume)
+    try:
+        trainer.fit(BoringModel(args.lr, args.step_sleep), DataLoader(data, batch_size=args.batch_size),
+                    ckpt_path=resume)
+    finally:
+        if args.cleanup_seconds:
+            cleanup(trainer.global_rank, args.cleanup_seconds, run_dir)
     print(f"DONE rank {trainer.global_rank} step {trainer.global_step}", flush=True)
 
 

@@ -9,7 +9,8 @@ Stop signals (issue: a program must get each stop exactly once): the agent's sto
 (the program is in another process group), which passes each kind of signal on once. A signal that a Slurm
 step daemon sent to every process of the step (it reached the program directly) is not passed on again.
 After SIGINT/SIGTERM/SIGHUP/SIGQUIT the program has LAUNCH_STOP_GRACE seconds (default 30) to end; then it is killed
-and the record says so (`killed_after_grace`). USR1/USR2 (checkpoint requests) start no grace.
+and the record says so (`killed_after_grace`). USR1/USR2 (checkpoint requests) start no grace. A SIGTERM is passed
+on as LAUNCH_STOP_SIGNAL when the job set one (--stop-signal SIGINT: Python programs get KeyboardInterrupt).
 """
 from __future__ import annotations
 
@@ -66,8 +67,9 @@ def broadcast(sender: int) -> bool:
         return False
 
 
-def supervise(pid: int, grace: float) -> tuple[int, float | None]:
-    """Wait for the program, passing each kind of stop signal on once; (exit code, grace if it was killed)."""
+def supervise(pid: int, grace: float, term_as: int = signal.SIGTERM) -> tuple[int, float | None]:
+    """Wait for the program, passing each kind of stop signal on once (a SIGTERM as `term_as`); (exit code,
+    grace if it was killed)."""
     waited = {*FORWARDED, signal.SIGCHLD}
     delivered: set[int] = set()
     deadline = None
@@ -89,7 +91,7 @@ def supervise(pid: int, grace: float) -> tuple[int, float | None]:
         delivered.update(GRACE_STARTERS if sig in GRACE_STARTERS else (sig,))     # one stop, whatever its kind
         if not broadcast(info.si_pid):
             try:
-                os.kill(pid, sig)
+                os.kill(pid, term_as if sig == signal.SIGTERM else sig)
             except ProcessLookupError:
                 pass
         if sig in GRACE_STARTERS and deadline is None:
@@ -116,7 +118,8 @@ def main(argv: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     pid = _spawn(argv, fd)
     os.close(fd)
-    code, killed = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S))
+    code, killed = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
+                             getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
     from .rundir import RunDir, exit_fields      # only now: nothing but os/signal/sys/time before the program
     rec = dict(rank=rank, node=node, attempt=attempt, time=time.time(), pid=pid, **exit_fields(code))
     if killed:

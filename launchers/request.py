@@ -18,7 +18,7 @@ from .runopts import BACKEND_OPTIONS, BACKENDS
 _INT, _NUM, _STR = (int,), (int, float), (str, os.PathLike)
 _TYPES: dict[str, tuple[tuple[type, ...], str]] = {   # optional fields: accepted types, how the message says it
     "nodes": (_INT, "an int"), "gpus_per_node": (_INT, "an int"), "master_port": (_INT, "an int"),
-    "max_restarts": (_INT, "an int"), "stop_grace": (_NUM, "a number of seconds"),
+    "max_restarts": (_INT, "an int"), "stop_grace": (_NUM, "a number of seconds"), "stop_signal": ((str,), "a str"),
     "hang_timeout": (_NUM, "a number of seconds"), "name": ((str,), "a str"), "run_dir": (_STR, "a path"),
     "runs_root": (_STR, "a path"), "profile": (_STR, "a path"), "python": (_STR, "a path or command"),
     "dist_backend": ((str,), "a str"), "nccl_preset": ((str,), "a str"),
@@ -41,6 +41,7 @@ class JobSpec:
     master_port: int | None = None
     max_restarts: int | None = None
     stop_grace: float | None = None
+    stop_signal: str | None = None    # "SIGTERM" (None: the default) or "SIGINT", "SIGHUP", "SIGQUIT"
     hang_timeout: float | None = None
     dist_backend: str | None = None
     nccl_preset: str | None = None

@@ -67,6 +67,9 @@ COMMON: tuple[Opt, ...] = (
     Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times."),
     Opt("stop_grace", (int, float), "Seconds a program has to end after Ctrl-C / launch cancel before it is "
         "killed (default 30, like torchrun)."),
+    Opt("stop_signal", S, "What each program gets on `launch cancel` / SIGTERM to the launcher / scancel: SIGTERM "
+        "(default, like torchrun) or SIGINT (Python raises KeyboardInterrupt: `finally` blocks run), SIGHUP, SIGQUIT. "
+        "Ctrl-C always gives SIGINT."),
     Opt("hang_timeout", (int, float), "Seconds without progress of any rank that make a hang: stacks are "
         "captured, the stalled rank named, the run stopped (default: off)."),
     Opt("dist_backend", S, "auto (nccl on CUDA, else gloo), gloo or nccl."),

@@ -44,6 +44,7 @@ class JobSpec:
     forward_env: tuple[str, ...] = ()           # globs of the caller's variables passed on (launchers.jobenv)
     hang_timeout: float | None = None           # seconds without progress of any rank = a hang (launchers.hang)
     stop_grace: float = 30.0                    # seconds a stopped program has before SIGKILL (launchers.rankexec)
+    stop_signal: str = "SIGTERM"                # what a program gets on a stop that is not Ctrl-C (launchers.rankexec)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
 
     @property
@@ -207,6 +208,18 @@ def parse_seconds(what: str, value: Any) -> float:
     return v
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")      # the stops the rank wrapper times a grace for
+
+
+def parse_stop_signal(value: Any) -> str:
+    """SIGTERM / SIGINT / SIGHUP / SIGQUIT, also written TERM, int, ... (not a number)."""
+    name = str(value).strip().upper() if isinstance(value, str) else ""
+    name = name if name.startswith("SIG") else "SIG" + name
+    if name not in STOP_SIGNALS:
+        raise LaunchError(f"--stop-signal {brief(value)} is not accepted; choose one of: {', '.join(STOP_SIGNALS)}")
+    return name
+
+
 def parse_port(value: Any) -> int:
     try:
         port = int(str(value), 10)
@@ -309,6 +322,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     hang = pick("hang_timeout")
     hang = parse_seconds("--hang-timeout", hang) if hang is not None else None
     grace = parse_seconds("--stop-grace", pick("stop_grace", 30))
+    stop_signal = parse_stop_signal(pick("stop_signal", "SIGTERM"))
 
     env = parse_env(prof.get("env") or {})
     env.update(parse_env(flags.get("env") or ()))
@@ -331,7 +345,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         master_port=port, max_restarts=max_restarts, dist_backend=dist,
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
-        forward_env=forward, hang_timeout=hang, stop_grace=grace,
+        forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal,
     )
 
 

@@ -25,7 +25,7 @@ SSH_OPTS = ["--ssh-config", str(STATE / "ssh_config"), "--known-hosts", str(STAT
 
 # name -> (launch options of the recipe, program and args: few steps)
 PROGRAMS = {
-    "lightning": ([], ["lightning_ddp.py", "--max-steps", "4", "--checkpoint-every", "2"]),
+    "lightning": (["--stop-signal", "SIGINT"], ["lightning_ddp.py", "--max-steps", "4", "--checkpoint-every", "2"]),
     "accelerate": (["--env", "ACCELERATE_USE_CPU=1"], ["accelerate_ddp.py", "--max-steps", "4", "--checkpoint-every", "2"]),
     "ddp": ([], ["ddp_tutorial.py", "--steps", "4", "--cleanup-seconds", "1"]),
 }
@@ -111,18 +111,41 @@ def test_ssh_2_hosts(workdir, name):
     check_run(workdir, before, name, f"runs/{name}", 2, 1)
 
 
+# name -> (program and args that train until stopped, with a 3 s `finally` cleanup; the line each rank prints
+# once it trains; the launch options of the recipe in docs/FRAMEWORKS.md)
+STOPPABLE = {
+    "ddp": (["ddp_tutorial.py", "--steps", "100000", "--step-sleep", "0.05", "--cleanup-seconds", "3"],
+            "TRAINING rank", []),
+    # Lightning's own SIGTERM handler runs a collective (docs/FRAMEWORKS.md): its recipe stops with SIGINT
+    "lightning": (["lightning_ddp.py", "--max-steps", "100000", "--step-sleep", "0.05", "--checkpoint-every", "50",
+                   "--cleanup-seconds", "3"], "REPORT ", ["--stop-signal", "SIGINT"]),
+}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["local", pytest.param("ssh", marks=pytest.mark.ssh)])
+@pytest.mark.parametrize("name", list(STOPPABLE))
 @pytest.mark.parametrize("how", ["ctrl-c", "cancel"])
-def test_ddp_finally_cleanup_completes_on_stop(workdir, how):
-    """Issue 13's real program: Ctrl-C -> every rank gets one SIGINT, `launch cancel` -> one SIGTERM; the
-    3-second `finally` cleanup completes on every rank (within the default 30 s stop grace), the run is
-    CANCELLED with no invented first failure and nothing of it is left running."""
-    proc = subprocess.Popen([LAUNCH, "local", "--nodes", "2", "--gpus-per-node", "2", "--run-dir", "runs/s", "--",
-                             str(EX / "ddp_tutorial.py"), "--steps", "100000", "--step-sleep", "0.05",
-                             "--cleanup-seconds", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_finally_cleanup_completes_on_stop(workdir, how, name, backend):
+    """Issue 13's real programs (the DDP tutorial's script, a Lightning DDP job), each with a 3-second `finally`
+    cleanup, stopped by Ctrl-C and by `launch cancel` on local (2x2) and SSH (2 hosts x 1), started as their
+    recipes say: every rank gets exactly one signal of the right kind (SIGINT for Ctrl-C; SIGTERM for a cancel,
+    SIGINT with Lightning's --stop-signal SIGINT), the cleanup completes on every rank (within the
+    default 30 s stop grace), the run ends CANCELLED with no invented first failure, one end line, exit
+    130 / 143, and nothing of it is left running."""
+    if backend == "ssh":
+        st = subprocess.run([str(ROOT / "clusters/ssh-hosts.sh"), "status"], capture_output=True, text=True,
+                            timeout=60)
+        require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0, "make ssh-up")
+        where, world = ["ssh", "--hosts", "sshhost1,sshhost2", *SSH_OPTS], 2
+    else:
+        where, world = ["local", "--nodes", "2", "--gpus-per-node", "2"], 4
+    prog, training, opts = STOPPABLE[name]
+    proc = subprocess.Popen([LAUNCH, *where, *opts, "--run-dir", "runs/s", "--", str(EX / prog[0]), *prog[1:]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
-        while len(rank_lines("runs/s", "TRAINING rank")) < 4:
+        while len(rank_lines("runs/s", training)) < world:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
             time.sleep(0.3)
         if how == "ctrl-c":
@@ -133,10 +156,13 @@ def test_ddp_finally_cleanup_completes_on_stop(workdir, how):
     finally:
         if proc.poll() is None:
             proc.kill()
-    sig, code = ("SIGINT", 130) if how == "ctrl-c" else ("SIGTERM", 143)
+    sig, code, end = (("SIGINT", 130, "launch: run INTERRUPTED (Ctrl-C)") if how == "ctrl-c" else
+                      ("SIGINT" if "--stop-signal" in opts else "SIGTERM", 143, "launch: run CANCELLED (by launch cancel)"))
     assert proc.returncode == code, err[-3000:]
-    for r in range(4):
-        log = Path(f"runs/s/logs/node{r // 2}/rank{r}.log").read_text()
+    assert [ln for ln in err.splitlines() if ln.startswith(("launch: run C", "launch: run F", "launch: run I"))] == [end], err[-3000:]
+    per_node = world // 2
+    for r in range(world):
+        log = Path(f"runs/s/logs/node{r // per_node}/rank{r}.log").read_text()
         assert [ln.split(" at ")[0] for ln in log.splitlines() if ln.startswith("SIGNAL ")] == [f"SIGNAL {sig} rank {r}"], log
         assert f"CLEANUP done rank {r} after 3 s" in log, log
         assert Path(f"runs/s/cleanup/rank{r}.done").read_text().split()[1] == sig

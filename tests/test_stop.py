@@ -67,6 +67,18 @@ def test_local_cancel_gives_each_program_one_sigterm(workdir):
     assert run_launch("wait", "runs/t").returncode == 143
 
 
+def test_local_cancel_with_stop_signal_sigint_gives_each_program_one_sigint(workdir):
+    """--stop-signal SIGINT: `launch cancel` reaches each program as one SIGINT (Python's KeyboardInterrupt);
+    the launcher itself was still stopped by SIGTERM (exit 143, CANCELLED by launch cancel)."""
+    proc = start(["local", "--nodes", "1", "--gpus-per-node", "2"], "runs/t", "--stop-signal", "SIGINT",
+                 "--env", "TEST_CLEANUP_S=2", world=2)
+    assert run_launch("cancel", "runs/t").returncode == 0
+    out, err = proc.communicate(timeout=120)
+    st = check_stopped("runs/t", proc, "SIGINT", 143, 2, "launch: run CANCELLED (by launch cancel)", err)
+    assert st["stopped_by"] == "SIGTERM"
+    assert yaml.safe_load(Path("runs/t/run.yaml").read_text())["spec"]["stop_signal"] == "SIGINT"   # resume keeps it
+
+
 def test_local_program_ignoring_the_stop_is_killed_after_the_grace(workdir):
     proc = start(["local", "--nodes", "1", "--gpus-per-node", "2"], "runs/g", "--stop-grace", "3",
                  "--env", "TEST_IGNORE=1", world=2)
@@ -110,11 +122,14 @@ def test_ssh_stop_gives_each_program_one_signal(workdir, how):
 
 
 @pytest.mark.slurm
-def test_slurm_cancel_gives_each_program_one_sigterm(workdir):
+@pytest.mark.parametrize("stop_signal", ["SIGTERM", "SIGINT"])
+def test_slurm_cancel_gives_each_program_one_stop_signal(workdir, stop_signal):
+    """`launch cancel` of a Slurm run: `scancel --signal=TERM` (INT with --stop-signal SIGINT) reaches each
+    program once, the cleanup completes, CANCELLED, `launch wait` exits 143, nothing left."""
     st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
     p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--env", "TEST_CLEANUP_S=2",
-                   "--run-dir", "runs/q", "--", "stop_worker.py")
+                   "--stop-signal", stop_signal, "--run-dir", "runs/q", "--", "stop_worker.py")
     assert p.returncode == 0, p.stderr
     deadline = time.monotonic() + 120
     while sum("READY" in t for t in rank_logs("runs/q").values()) < 2:
@@ -122,7 +137,7 @@ def test_slurm_cancel_gives_each_program_one_sigterm(workdir):
         time.sleep(0.3)
     assert run_launch("cancel", "runs/q", timeout=180).returncode == 0
     for r, text in rank_logs("runs/q").items():
-        assert [ln for ln in text.splitlines() if ln.startswith("GOT ")] == ["GOT SIGTERM"], (r, text)
+        assert [ln for ln in text.splitlines() if ln.startswith("GOT ")] == [f"GOT {stop_signal}"], (r, text)
         assert "CLEANUP DONE" in text
     st = read_json("runs/q/status.json")
     assert st["state"] == "CANCELLED" and st["first_failure"] is None and "launch cancel" in st["reason"]

@@ -213,14 +213,15 @@ class SlurmBackend(Backend):
                                     slurm_state=job.state)
 
     def cancel(self, rd: RunDir) -> None:
-        """One SIGTERM to every process of the job's steps (`scancel --signal=TERM`: each program gets it once,
-        from Slurm), --stop-grace for them to end and the batch side to record CANCELLED, then scancel."""
+        """One SIGTERM (--stop-signal) to every process of the job's steps (`scancel --signal=TERM`: each program
+        gets it once, from Slurm), --stop-grace for them to end and the batch side to record CANCELLED, then
+        scancel."""
         st = rd.update_status(cancel_requested=True, cancel_at=time.time())
         job_id = st.get("slurm_job_id") or last_job(rd)
         if st.get("in_allocation"):
             self._cancel_in_allocation(rd, st, job_id)
         elif job_id:
-            scancel(job_id, "--signal=TERM")
+            scancel(job_id, "--signal=" + rd.spec().stop_signal[3:])
             try:
                 wait_gone(job_id, rd.spec().stop_grace + 15)
             except LaunchError:
