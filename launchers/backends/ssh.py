@@ -234,7 +234,8 @@ class SSHBackend(Backend):
             try:
                 pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence)
                 if pending:
-                    print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
+                    if not intr.got:                   # a stop was already announced by Interrupts
+                        print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
                     hung = watch is not None and watch.coord.verdict is not None
                     self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],
                                        signal.SIGKILL if hung else (intr.signal or signal.SIGTERM))

@@ -173,8 +173,9 @@ def wait_training(r: Run, step: int = FAULT_AT, timeout: float = 180) -> None:
 
 
 def named(r: Run) -> bool:
-    """The launcher said what happened: "launch: node 1 failed (...); stopping the other nodes", or the end."""
-    if "; stopping the other nodes" in r.err():
+    """The launcher said what happened: "launch: node 1 failed (...); stopping the other nodes", "launch: got
+    SIGTERM: stopping every rank (...)", or the end."""
+    if "; stopping the other nodes" in r.err() or "launch: got SIG" in r.err():
         return True
     try:
         st = read_json(Path(r.run_dir, "status.json"))
