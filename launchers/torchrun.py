@@ -85,8 +85,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
     })
     env["LAUNCH_STOP_GRACE"] = f"{spec.stop_grace:g}"             # the rank wrapper's grace after a stop
     env["PET_SHUTDOWN_TIMEOUT"] = str(int(spec.stop_grace) + 10)   # the agent's: longer, so the wrapper records it
-    if spec.stop_signal != "SIGTERM":                 # the rank wrapper passes a SIGTERM on as this one
-        env["LAUNCH_STOP_SIGNAL"] = spec.stop_signal
+    env["LAUNCH_STOP_SIGNAL"] = spec.stop_signal      # the rank wrapper passes a SIGTERM on as this one
     if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
         env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()))
