@@ -221,9 +221,10 @@ class SlurmBackend(Backend):
         if st.get("in_allocation"):
             self._cancel_in_allocation(rd, st, job_id)
         elif job_id:
-            scancel(job_id, "--signal=" + rd.spec().stop_signal[3:])
+            spec = rd.spec()                        # run.yaml, read once
+            scancel(job_id, "--signal=" + spec.stop_signal[3:])
             try:
-                wait_gone(job_id, rd.spec().stop_grace + 15)
+                wait_gone(job_id, spec.stop_grace + 15)
             except LaunchError:
                 scancel(job_id)
                 wait_gone(job_id)
