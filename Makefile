@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # torch is pinned to the CPU build on local disk; never an open range (it would pull a multi-GB CUDA build).
 $(STAMP): requirements.txt requirements-deepspeed.txt requirements-frameworks.txt setup.cfg pyproject.toml
 	command -v c++ >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q build-essential || \
-	  { apt-get update -q && apt-get install -y -q build-essential; }; }   # DeepSpeed's CPU op; NCCL parser tests
+	  { apt-get update -q && apt-get install -y -q build-essential; }; }   # DeepSpeed's CPU op
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements.txt

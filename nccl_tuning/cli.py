@@ -101,7 +101,7 @@ def check_cmd(preset, env_items, env_file, nccl_version, production, preset_dirs
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "note")}
     from .ncclsrc import rules_tag
     tag = vstr(rules_tag(version)[0])
-    rules = f"NCCL {vstr(version)}" + ("" if tag == vstr(version) else f" (source copy {tag})")
+    rules = f"NCCL {vstr(version)}" + ("" if tag == vstr(version) else f" (rules read from {tag})")
     click.echo(f"checked {len(env)} variable(s) with {rules} rules: "
                f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['note']} note(s)")
     if has_errors(findings):

@@ -1,12 +1,12 @@
 """NCCL facts as data: variable names, removed names, classes, PyTorch names, name version gates,
-documented value ranges for the variables whose reading code is not among the NCCL source copies.
+documented value ranges for the variables whose reading code was not among the NCCL files read.
 
-Sources: the data files in nccl_tuning/data/ (copied from NCCL 2.30.7's sources and its env docs:
+Sources: the data files in nccl_tuning/data/ (names gathered from NCCL 2.30.7's code and its env docs:
 every NCCL_* name read, removed names, the "Debugging" and "System configuration" classes).
 Everything NCCL's parsers decide (NCCL_ALGO/PROTO, integers, NCCL_NTHREADS, channels, BUFFSIZE,
-NCCL_DEBUG/_SUBSYS, path levels) is read from the source copies per tag: see ncclsrc.py (facts
+NCCL_DEBUG/_SUBSYS, path levels) was read from NCCL's code per tag (NVIDIA/nccl at each tag): see ncclsrc.py (facts
 with file:line), cmodel.py (the C parsers in Python) and srcchecks.py.
-The version gates in NAME_SINCE are not in the copies: they come from NCCL release notes as
+The version gates in NAME_SINCE were not read from the code: they come from NCCL release notes as
 remembered, and a name without a known gate is assumed to exist in every version.
 """
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """NCCL facts per source tag, each with the file:line it was read from.
 
-The tags are the NCCL source copies in ../shared/reference/nccl/src (nccl-<tag>/...). A version
-between two tags is checked with the nearest tag at or below its major.minor (said in the output);
-below the oldest copy, with the oldest. Every fact below names its source line; CITES maps a rule
-key to {tag: line} in one file, and tests/test_nccl_rules.py checks that each cited line still
-holds the quoted text in the copies, so a wrong citation fails a test.
+The tags are the NCCL releases whose code was read (NVIDIA/nccl at each tag; the commits are in
+../shared/reference/nccl/README.md): read, never copied. A version between two tags is checked with the
+nearest tag at or below its major.minor (said in the output); below the oldest, with the oldest. Every fact
+below names its source line; CITES maps a rule key to {tag: line} in one file and the text that line holds
+(a reference for a reader checking it with `git show TAG:PATH`); tests/test_nccl_rules.py pins the facts.
 """
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ def rules_tag(version: tuple) -> tuple[tuple, str | None]:
     """-> (tag whose rules apply, a note saying so when the tag is not the version itself)."""
     below = [t for t in TAGS if t[:2] <= tuple(version[:2])]
     if not below:
-        return OLDEST, (f"older than the oldest NCCL source copy ({vstr(OLDEST)}); checked with "
+        return OLDEST, (f"older than the oldest NCCL release read ({vstr(OLDEST)}); checked with "
                         f"{vstr(OLDEST)}'s rules")
     tag = below[-1]
     if tuple(version) == tag:
         return tag, None
     if tuple(version) > NEWEST:
-        return tag, f"newer than the newest NCCL source copy; checked with {vstr(tag)}'s rules"
-    return tag, (f"no source copy of this exact version; checked with {vstr(tag)}, the nearest "
-                 f"copied NCCL release at or below {version[0]}.{version[1]}")
+        return tag, f"newer than the newest NCCL release read; checked with {vstr(tag)}'s rules"
+    return tag, (f"no rules read from this exact version; checked with {vstr(tag)}, the nearest "
+                 f"NCCL release read at or below {version[0]}.{version[1]}")
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,7 @@ DEFAULT_NET_CHUNK = 1 << 17     # net_chunk_param
 
 
 def maxchannels(tag) -> int:
-    """maxchannels (2.18.6's devcomm.h is not among the copies: 32 as in 2.21.5)."""
+    """maxchannels (2.18.6's devcomm.h was not read: 32 as in 2.21.5)."""
     return 64 if tag >= (2, 27, 7) else 32
 
 
@@ -250,7 +250,7 @@ def debug_subsys(tag) -> tuple:
 
 def path_levels(tag) -> tuple:
     """level_strcmp: the names ncclGetLevel compares against (topoPathTypeStr up to PATH_SYS).
-    topo.h/topo.cc are not among the copies: the set is the PATH_* levels paths.cc of that tag
+    topo.h/topo.cc were not read: the set is the PATH_* levels paths.cc of that tag
     uses below NET, in NCCL's order; C2C and P2C appear from 2.27.7."""
     if tag >= (2, 27, 7):
         return ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "P2C", "PHB", "SYS")

@@ -1,4 +1,4 @@
-"""Per-variable checks read from the NCCL source copies, per tag (see ncclsrc for the citations).
+"""Per-variable checks read from NCCL's code, per tag (see ncclsrc for the citations).
 
 Each check returns [(severity, message)]. Severity follows what NCCL does:
 error = communicator init or the first collective fails (or a value whose plain reading by NCCL

@@ -1,6 +1,6 @@
 """validate(env, nccl_version, production) -> [Finding]: NCCL's parsers, replayed before launch.
 
-The rules are those of the NCCL source copies (ncclsrc.TAGS), the copy at or below the version
+The rules are those read from NCCL's code at each tag (ncclsrc.TAGS), the tag at or below the version
 asked for (a note says which when it is not the version itself). Severity: error = NCCL fails
 communicator init or the first collective, or reads the value as something that breaks the job;
 warning = NCCL warns and ignores it ("ignored: NCCL will use X"), silently does something else
@@ -65,7 +65,7 @@ def validate(env: dict, nccl_version=None, production: bool = True) -> list[Find
 
 def validate_env(env: dict, version: str | None = None, production: bool = True) -> list[Finding]:
     """The whole resolved environment of a job, whatever set each variable. version None: the NCCL
-    pip installed next to torch (nvidia-nccl-cu*), else the newest source copy. Non-NCCL names are
+    pip installed next to torch (nvidia-nccl-cu*), else the newest tag read. Non-NCCL names are
     skipped. A version string that is not a version raises NcclTuningError (a ValueError)."""
     from .knowledge import installed_nccl_version
     v = parse_version(version) if version else (installed_nccl_version() or NEWEST)
@@ -169,13 +169,13 @@ def _check_list(name, value, tag):
 
 
 def _check_int(value, spec, tag):
-    """Variables whose reading code is not among the source copies: the integer is read like
+    """Variables whose reading code was not read per tag: the integer is read like
     every NCCL_PARAM (int_strtoll); the accepted range is NCCL's documented one."""
     v, out = srcchecks.read_int(value, spec.default if isinstance(spec.default, int) else 0, tag)
     if any(sev == "warning" for sev, _ in out) and value.strip() == "":
         return out
     accepted = _accepted_int(spec)
-    where = " (documented range; the code reading it is not among the source copies)"
+    where = " (documented range; the code reading it was not read per tag)"
     if spec.choices and v not in spec.choices:
         out.append(("error", f"is {v}; accepted: {accepted}{where}"))
     elif (spec.lo is not None and v < spec.lo) or (spec.hi is not None and v > spec.hi):

@@ -2,7 +2,7 @@
 
 Each fixture in tests/data/nccltests/real/ names its source thread on its first line (the lines are
 as the thread shows them; where the thread is cut, so is the fixture). The output format is
-nccl-tests' src/common.cu (v2.13.3 and v2.19.6 in ../shared/reference/nccl/src).
+nccl-tests' src/common.cu (v2.13.3 and v2.19.6, read in NVIDIA/nccl-tests).
 """
 import csv
 import math

@@ -1,8 +1,8 @@
 """Validator rules, table-driven, per NCCL source tag (pure logic).
 
-Every row names the line of ../shared/reference/nccl/src/nccl-<tag>/... the rule comes from; when
+Every row names the line of NCCL's code (nccl-<tag>/..., read in NVIDIA/nccl) the rule comes from; when
 the finding carries that citation the test checks the message names it (so the message and the
-table cannot drift from the source). tests/test_nccl_rules.py checks the cited lines themselves.
+table cannot drift from the source). tests/test_nccl_rules.py pins the facts.
 """
 import pytest
 
@@ -229,7 +229,7 @@ def test_validate_env_signature_and_errors():
 ])
 def test_names_and_documented_ranges(env, version, expected):
     """Names come from the 2.30.7 name list (nccl_tuning/data); variables whose reading code is
-    not among the source copies keep their documented ranges, read with strtoll like every param."""
+    not read per tag keep their documented ranges, read with strtoll like every param."""
     assert one(env, version) == expected
 
 
