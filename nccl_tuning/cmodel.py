@@ -225,3 +225,106 @@ def get_level(value: str, names, old_levels) -> int | None:
         old = min(to_int(old), len(old_levels) - 1)     # strtol -> int oldLevel, clamped
         return old_levels[old] if old >= 0 else None    # (a wrapped negative index is UB in C)
     return None
+
+
+# ---- NCCL_SOCKET_IFNAME / NCCL_IB_HCA: parseStringList, matchIfList and the readers' prefixes ----
+
+def atoi(text: str) -> int:
+    """glibc atoi: (int) strtol(text, NULL, 10): leading C whitespace, one sign, decimal digits;
+    no digits -> 0; a long overflow clamps, then the int conversion wraps."""
+    i, n = 0, len(text)
+    while i < n and text[i] in C_SPACE:
+        i += 1
+    sign = -1 if i < n and text[i] == "-" else 1
+    if i < n and text[i] in "+-":
+        i += 1
+    j = i
+    while j < n and text[j] in "0123456789":
+        j += 1
+    if j == i:
+        return 0
+    value = max(INT64_MIN, min(INT64_MAX, sign * int(text[i:j])))
+    return to_int(value)
+
+
+def parse_string_list_scan(value: str, max_list: int) -> list[tuple[str, int]]:
+    """parseStringList up to 2.27.7 (src/misc/utils.cc:137, 2.23.4-2.27.7:135), a character scanner:
+    ',' ends an entry, ':' ends its name and the port is atoi() of what follows (so 'x:' gives port
+    0), then everything up to the next ',' is skipped; an entry with no name is dropped; no ':' ->
+    port -1 (any); stops after max_list entries. A name over 63 characters overruns NCCL's 64-byte
+    buffer (undefined): it is kept whole here and the checks flag it."""
+    out, name, i, n = [], "", 0, len(value)
+    while True:
+        c = value[i] if i < n else ""
+        if c == ":":
+            if name:
+                out.append((name, atoi(value[i + 1:])))
+                name = ""
+            while i < n and value[i] != ",":
+                i += 1
+            c = value[i] if i < n else ""
+        elif c in (",", ""):
+            if name:
+                out.append((name, -1))
+                name = ""
+        else:
+            name += c
+        i += 1
+        if len(out) >= max_list or c == "":
+            return out
+
+
+def parse_string_list_tok(value: str, max_list: int) -> list[tuple[str, int]]:
+    """parseStringList in 2.30.7 (src/misc/utils.cc:189): entries by strtok(','), each split by
+    strsep(':') into name, port, rail, plane; an empty name drops the entry; an empty or absent port
+    is -1 (any); the name is cut to 63 characters (snprintf into prefix[64]); stops after max_list
+    entries. -> [(name, port)] (rail and plane do not select anything)."""
+    out = []
+    for _, entry in strtok(value, ","):
+        if len(out) >= max_list:
+            break
+        parts = entry.split(":")
+        if not parts[0]:
+            continue
+        port = atoi(parts[1]) if len(parts) > 1 and parts[1] else -1
+        out.append((parts[0][:63], port))
+    return out
+
+
+def match_if(name: str, ref: str, exact: bool) -> bool:
+    """matchIf (src/misc/utils.cc:171, 2.23.4-2.27.7:169, 2.30.7:220): exact -> strncmp over
+    strlen(name)+1, i.e. equal; else strncmp over strlen(ref): ref is a prefix of name (case-sensitive)."""
+    return name == ref if exact else name.startswith(ref)
+
+
+def match_port(port1: int, port2: int) -> bool:
+    """matchPort (utils.cc:175): -1 on either side matches any port, else they must be equal."""
+    return port1 == -1 or port2 == -1 or port1 == port2
+
+
+def match_if_list(name: str, port: int, entries, exact: bool) -> bool:
+    """matchIfList (utils.cc:183, 2.23.4-2.27.7:181, 2.30.7:231): an empty list matches everything;
+    else some entry must match both name (match_if) and port (match_port)."""
+    if not entries:
+        return True
+    return any(match_if(name, ref, exact) and match_port(port, p) for ref, p in entries)
+
+
+def if_selector(value: str, max_list: int, parser: str) -> tuple[bool, bool, list]:
+    """The readers' prefixes (findInterfaces in src/misc/socket.cc, 2.30.7 src/os/linux.cc; ncclIbInit
+    in src/transport/net_ib.cc, 2.30.7 net_ib/init.cc): a leading '^' excludes (searchNot), then a
+    leading '=' makes names exact (searchExact); the rest is parseStringList's.
+    -> (excluded, exact, [(name, port)])."""
+    excluded = value.startswith("^")
+    rest = value[1:] if excluded else value
+    exact = rest.startswith("=")
+    rest = rest[1:] if exact else rest
+    parse = parse_string_list_tok if parser == "tok" else parse_string_list_scan
+    return excluded, exact, parse(rest, max_list)
+
+
+def if_selects(selector, name: str, port: int = -1) -> bool:
+    """The readers' test: matchIfList(name, port, list, exact) ^ searchNot (socket interfaces are
+    matched with port -1; IB devices with each port number from 1)."""
+    excluded, exact, entries = selector
+    return match_if_list(name, port, entries, exact) != excluded
