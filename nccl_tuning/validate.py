@@ -15,10 +15,10 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from . import srcchecks, tokens
+from . import ifcheck, srcchecks, tokens
 from .knowledge import (BUILTIN_NETS, DEBUGGING_CLASS, NAME_SINCE, NAMES, NEWEST, NOT_NCCL,
                         REMOVED, REPLACEMENTS, SPECS, TORCH_NAMES, parse_int, parse_version, vstr)
-from .ncclsrc import cite, rules_tag
+from .ncclsrc import cite, if_rules_tag, rules_tag
 
 
 
@@ -41,17 +41,23 @@ def resolve_version(nccl_version) -> tuple[int, int, int]:
     return parse_version(nccl_version)
 
 
-def validate(env: dict, nccl_version=None, production: bool = True) -> list[Finding]:
-    """Check every NCCL_* (and PyTorch TORCH_NCCL_*) variable in env; other names are ignored."""
+def validate(env: dict, nccl_version=None, production: bool = True,
+             devices: dict | None = None) -> list[Finding]:
+    """Check every NCCL_* (and PyTorch TORCH_NCCL_*) variable in env; other names are ignored.
+    devices: what a node has, when known ({"NCCL_SOCKET_IFNAME": interface names,
+    "NCCL_IB_HCA": ["mlx5_0:1", ...]}): those variables then say what they select there."""
     version = resolve_version(nccl_version)
     tag, note = rules_tag(version)
     out: list[Finding] = []
     if note:
+        iftag = if_rules_tag(version)[0]
+        if iftag != tag and {"NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"} & set(env):
+            note += f" (NCCL_SOCKET_IFNAME and NCCL_IB_HCA with {vstr(iftag)}'s, read at that tag)"
         out.append(Finding("note", "nccl-version", vstr(version), note))
     for name in sorted(env):
         value = str(env[name])
-        found = [Finding(sev, name, value, msg) for sev, msg in _check(name, value, version, tag,
-                                                                         env)]
+        found = [Finding(sev, name, value, msg)
+                 for sev, msg in _check(name, value, version, tag, env, devices or {})]
         if name in DEBUGGING_CLASS and name not in REMOVED and not found:
             sev = "warning" if production else "note"
             found.append(Finding(sev, name, value, (
@@ -91,7 +97,8 @@ _SOURCE_CHECKS = {
 }
 
 
-def _check(name: str, value: str, version: tuple, tag: tuple, env: dict) -> list[tuple[str, str]]:
+def _check(name: str, value: str, version: tuple, tag: tuple, env: dict,
+           devices: dict) -> list[tuple[str, str]]:
     if not name.startswith("NCCL_"):
         if name in TORCH_NAMES or not name.startswith(("TORCH_NCCL_", "TORCH_FR_")):
             return []
@@ -123,6 +130,8 @@ def _check(name: str, value: str, version: tuple, tag: tuple, env: dict) -> list
         return srcchecks.subsys(value, tag)
     if name in ("NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"):
         return srcchecks.level(name, value, tag, env)
+    if name in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"):
+        return ifcheck.check(name, value, version, devices.get(name))
     return _check_other(name, value, tag)
 
 
