@@ -4,8 +4,9 @@ Format: nccl-tests src/common.cu (v2.13.3, v2.19.6 src/util.cu) and the per-test
 versions (v2.11.0 src/*.cu). A table is found by its header line (`size  count  type  redop  root
 time  algbw  busbw  #wrong ...`, with or without the leading '#'; old layouts with `error` and no
 `root`, no `redop` in all_gather/sendrecv, `root` without `redop` in broadcast). Launcher and log
-collector prefixes (PREFIXES) are stripped, stacked ones too; a header behind any other prefix is
-refused with one line naming it. Every table is one run (`run` = 1, 2, ...), labelled with the
+collector prefixes (PREFIXES) are stripped, stacked ones too, and rows pasted as a markdown table
+are read cell by cell; a header behind any other prefix is refused with one line naming it. Every
+table is one run (`run` = 1, 2, ...), labelled with the
 collective the text names last before it (`# Collective test starting: X_perf`, a command line),
 else --op, else the file name; `Collective test concluded` names the table above it. Several
 `# nThread` banners before one table (one nccl-tests per process, no MPI) are refused.
@@ -46,7 +47,8 @@ PREFIXES = (("mpirun --tag-output", r"\[\d+,\d+\]<(?:stdout|stderr)>:"),
             ("srun --label", r" *\d+: "),
             ("kubectl logs --timestamps", _TS + " "),
             ("AWS console log table", r"\| " + _TS + r" \| "),
-            ("[date time] stamp", r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] "))
+            ("[date time] stamp", r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] "),
+            ("markdown-escaped '#'", r"\\(?=#)"))
 CSV_COLUMNS = ("run", *R.COLUMNS, "redop", "root", "inplace_time_us", "inplace_algbw_gbps",
                "inplace_busbw_gbps", "inplace_wrong", "max_error", "inplace_max_error", "time_kind")
 _BIN_RE = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(sorted(BINARIES, key=len, reverse=True))
@@ -132,6 +134,11 @@ def strip_prefix(raw: str) -> str:
     return s
 
 
+def _cells(s: str) -> str:
+    """A row pasted as a markdown table ('1024 | 512 | half | sum | ...') -> its cells, spaced."""
+    return " ".join(c.strip() for c in s.strip("|").split("|")) if s.count("|") >= 4 else s
+
+
 def _is_header(words) -> bool:
     return words[:2] == ["size", "count"] and "busbw" in words
 
@@ -171,7 +178,7 @@ class _Reader:
         self.named, self.open = None, False
 
     def line(self, n: int, raw: str) -> None:
-        s = strip_prefix(raw).strip()
+        s = _cells(strip_prefix(raw).strip())
         words = s.lstrip("#").split()
         if _is_header(words):
             return self.header(n, words)

@@ -72,6 +72,16 @@ def test_sendrecv_keeps_its_redop_and_the_files_type_name():
     assert row[:5] == ["256", "64", "float", "sum", "-1"]
 
 
+def test_half_stays_half_and_a_markdown_pasted_table_is_read():
+    """'\\#' header lines and '1024 | 512 | half | ...' rows, as the thread renders them."""
+    run = _run("markdown_table_half.txt", "all_reduce")
+    assert len(run.rows) == 9 and not run.errors
+    assert {r["dtype"] for r in run.rows} == {"half"}
+    assert (run.rows[6]["bytes"], run.rows[6]["busbw_gbps"], run.rows[6]["inplace_busbw_gbps"]) == \
+        (65536, 13.07, 13.0)
+    assert results.format_table(run.rows).splitlines()[4].split()[2] == "half"
+
+
 # ---- a piece of a row between log lines is named, never dropped --------------------------------
 
 def test_row_split_by_log_lines_is_one_error_line_each():
