@@ -253,38 +253,42 @@ def sweep_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, 
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--out", default=None, help="Write the rows as a results.csv (never overwrites).")
 @click.option("--preset", "label", default=None, help="Label the rows (adds a preset column).")
-@click.option("--op", default=None, help="Collective, when neither the text nor the file name "
-              "says it (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce).")
+@click.option("--op", default=None, help="Collective of the tables whose text names none (all_reduce, "
+              "all_gather, reduce_scatter, all_to_all, broadcast, reduce, sendrecv, ...).")
 def import_cmd(files, out, label, op):
     """Read nccl-tests output (all_reduce_perf & co, text) into bench rows; print the table.
 
-    Every table of a file is one run (a `run` column); a row that is cut or mixed with other
-    output is reported as one error line and the command exits 1 (nothing written with --out)."""
+    Every table of a file is one run (a `run` column) with its own collective; a row that is cut,
+    mixed with other output or split by log lines is reported as one error line and the command
+    exits 1 (nothing written with --out). Notes say what the paste lacks (ranks, rows the file's
+    footer counted)."""
     from . import nccltests
     from . import results as R
     rows, errors = [], []
     try:
         for path in files:
-            runs = nccltests.parse_runs_file(path, op)
-            for run in runs:
+            for run in nccltests.parse_runs_file(path, op):
                 errors += run.errors
                 if run.rows:
                     click.echo(R.format_table(run.rows, f"imported from {path}, run {run.index} "
                                               f"(table at line {run.line})"), nl=False)
                     click.echo(_avg_line(run))
+                for note in run.notes():
+                    click.echo(f"note: {note}")
                 rows += run.rows
-        if not rows:
-            raise NcclTuningError(f"{', '.join(files)}: no complete nccl-tests row"
-                                  + (f" ({errors[0]})" if errors else ""))
         for e in errors:
             click.echo(f"launch: error: {e}", err=True)
+        if not rows:
+            raise NcclTuningError(f"{', '.join(files)}: no complete nccl-tests row"
+                                  + (f" ({len(errors)} row(s) could not be read, above)"
+                                     if errors else ""))
         if errors:
             if out:
                 click.echo(f"launch: error: {out} not written: {len(errors)} row(s) could not be "
                            f"read", err=True)
             sys.exit(1)
         if out:
-            cols = ("run", *R.COLUMNS)
+            cols = nccltests.CSV_COLUMNS
             if label:
                 rows = [{**r, "preset": label} for r in rows]
                 cols = ("preset", *cols)
@@ -295,29 +299,34 @@ def import_cmd(files, out, label, op):
 
 def _avg_line(run) -> str:
     said = f"; the file says {run.printed_avg:g}" if run.printed_avg is not None else ""
-    return (f"# run {run.index}: {len(run.rows)} row(s), average bus bandwidth "
+    oob = f"; its out of bounds values: {run.printed_oob}" if run.printed_oob else ""
+    return (f"# run {run.index} ({run.op}): {len(run.rows)} row(s), average bus bandwidth "
             f"{run.avg_busbw:.6g} GB/s (mean of out-of-place and in-place, as nccl-tests "
-            f"computes it{said})")
+            f"computes it{said}){oob}")
 
 
 @nccl.command("infolog")
 @click.argument("file", type=click.Path(dir_okay=False))
 def infolog_cmd(file):
     """Summarize an NCCL_DEBUG=INFO log: version, network, channels, chosen algo/proto, refusals."""
-    from . import nccltests
+    from . import infolog
     try:
         text = open(file, errors="replace").read()
     except OSError as e:
         _fail(NcclTuningError(f"{file}: cannot read it ({e.strerror})"))
-    info = nccltests.parse_info_log(text)
+    info = infolog.parse_info_log(text)
     click.echo(f"NCCL {info['version'] or '?'}  network {info['network'] or '?'}  channels "
                f"{info['channels'] or '?'} (coll {info['coll_channels'] or '?'}, p2p "
                f"{info['p2p_channels'] or '?'})")
-    for g in nccltests.summarize_choices(info["choices"]):
+    for g in infolog.summarize_choices(info["choices"]):
         click.echo(f"  {g['collective']:<14} {g['min_bytes']:>12}..{g['max_bytes']:<12} "
                    f"{g['algo']}/{g['proto']}  ({g['calls']} calls)")
     if not info["choices"]:
-        click.echo("  no algorithm choices logged (set NCCL_DEBUG_SUBSYS=INIT,TUNING)")
+        click.echo("  no algorithm choice lines ('... Bytes -> Algo ... proto ...') in the log: "
+                   "they are printed with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS including TUNING")
+    elif any(c["collective"] is None for c in info["choices"]):
+        click.echo(f"  {infolog.UNNAMED}: choice lines without the collective's name (NCCL "
+                   f"2.20-2.22 print them so, for rank 0)")
     for line in info["refusals"]:
         click.echo(f"refused: {line}")
     if info["refusals"]:

@@ -1,51 +1,67 @@
-"""Parsers for what admins already have: nccl-tests text output (all_reduce_perf & co) and
-NCCL_DEBUG=INFO logs. Torch-free.
+"""Reads nccl-tests text output (all_reduce_perf & co) as people paste it. Torch-free.
 
-nccl-tests (format: nccl-tests src/common.cu, v2.13.3 and v2.19.6 in ../shared/reference): a table
-is found by its header line (`size  count  type  redop  root  time  algbw  busbw  #wrong  time ...`,
-with or without the leading '#', old layouts with `error` and no `root` too); lines may carry an
-mpirun --tag-output prefix (`[1,0]<stdout>:`), an mpiexec -prepend-rank prefix (`[0] `) or
-an srun --label prefix (`0: `). Every table in a
-file is one run (rows get `run` = 1, 2, ...); several `# nThread` banners before one table mean
-processes printing at the same time (nccl-tests started once per process without MPI): refused.
-The first time/algbw/busbw group is out-of-place (the row's values); the second, in-place, is kept
-as inplace_* keys. `-C 1` prints `cputime` for `time` (kept in time_us, time_kind 'cputime').
-`N/A` cells become None (`#wrong` N/A: nothing was checked, `-c 0`). Old alltoall/all_gather/
-broadcast tables print an empty redop (nccl-tests v2.13.3 src/alltoall.cu), so their rows have one
-field less than the header: the redop cell is re-inserted. A row that is cut or mixed with other
-output is a per-row error naming the line, never a traceback. The average bus bandwidth is computed
-as nccl-tests does (v2.13.3 src/common.cu:538-539, 995: the mean over out-of-place AND in-place).
-The collective comes from the binary name in the text (`all_reduce_perf`) or the file name, else
-must be given.
+Format: nccl-tests src/common.cu (v2.13.3, v2.19.6 src/util.cu) and the per-test headers of old
+versions (v2.11.0 src/*.cu). A table is found by its header line (`size  count  type  redop  root
+time  algbw  busbw  #wrong ...`, with or without the leading '#'; old layouts with `error` and no
+`root`, no `redop` in all_gather/sendrecv, `root` without `redop` in broadcast). Launcher and log
+collector prefixes (PREFIXES) are stripped, stacked ones too, and rows pasted as a markdown table
+are read cell by cell; a header behind any other prefix is refused with one line naming it. Every
+table is one run (`run` = 1, 2, ...), labelled with the
+collective the text names last before it (`# Collective test starting: X_perf`, a command line),
+else --op, else the file name; `Collective test concluded` names the table above it. Several
+`# nThread` banners before one table (one nccl-tests per process, no MPI) are refused.
 
-NCCL INFO: version, network, channel counts, per-call algorithm/protocol choices (the TUNING lines
-`AllReduce: 1048576 Bytes -> Algo RING proto SIMPLE ...`, old form `Algo 1 proto 2 time 12.3`),
-and the lines that show NCCL refused a setting (`Unrecognized element token`, `No algorithm/protocol
-available`).
+Columns, kept as the file prints them: the first time/algbw/busbw/#wrong group is out-of-place,
+the second in-place (inplace_* keys, in the CSV too); `-C 1` prints `cputime` for `time`; `type`,
+`redop` and `root` are the file's words (a column the layout lacks stays empty). `#wrong` is a count
+of wrong elements (v2.13.3 src/common.cu:533); the old `error` column is the largest deviation
+found (v2.11.0 src/common.cu:737, `%5.0le` of maxDelta), not a count: it is kept as max_error and
+the row's `wrong` stays empty. `N/A` cells are None. Old alltoall & co print an empty redop: the
+cell is re-inserted. A row that is cut, mixed with other output, or a piece of a row between log
+lines is one error line naming the file and line, never a traceback and never dropped silently.
+
+Ranks come from the `#  Rank N` lines (highest + 1); without them they are unknown (empty), said
+in a note. The average bus bandwidth is nccl-tests' (v2.13.3 src/common.cu:538-539, 995: mean
+over out-of-place and in-place); where the file's own footer differs beyond the 2-decimal rounding
+of the rows, a note says which rows are missing (the banner's size range, src/common.cu:573).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
 
 from . import results as R
 from .errors import NcclTuningError
+from .infolog import ALGOS, PROTOS, parse_info_log, summarize_choices  # noqa: F401 (public API)
 
 BINARIES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
             "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
             "sendrecv": "sendrecv", "gather": "gather", "scatter": "scatter",
             "hypercube": "hypercube"}
-DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16",
-          "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32",
-          "int64": "int64", "uint64": "uint64", "int": "int32"}
+_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)"     # RFC 3339
+# what launchers and log collectors put before each line (stripped, stacked ones too)
+PREFIXES = (("mpirun --tag-output", r"\[\d+,\d+\]<(?:stdout|stderr)>:"),
+            ("mpiexec -prepend-rank", r"\[\d+\] "),
+            ("srun --label", r" *\d+: "),
+            ("kubectl logs --timestamps", _TS + " "),
+            ("AWS console log table", r"\| " + _TS + r" \| "),
+            ("[date time] stamp", r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] "),
+            ("markdown-escaped '#'", r"\\(?=#)"))
+CSV_COLUMNS = ("run", *R.COLUMNS, "redop", "root", "inplace_time_us", "inplace_algbw_gbps",
+               "inplace_busbw_gbps", "inplace_wrong", "max_error", "inplace_max_error", "time_kind")
 _BIN_RE = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(sorted(BINARIES, key=len, reverse=True))
                      + r")_perf(?![A-Za-z0-9])")
-_TAG_RE = re.compile(r"^(?:\[\d+,\d+\]<(?:stdout|stderr)>:|\[\d+\] |\d+: )")
+_PREFIX_RE = re.compile("|".join(p for _, p in PREFIXES))
+_HEADER_RE = re.compile(r"#?\s*size\s+count\s+type\s")
 _RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group|Pid|on)\b")
-_THREADS_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_BANNER_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
+                        r"\s+step:\s+(\d+)\((factor|bytes)\)")
+_REDUCED_RE = re.compile(r"Reducing maxBytes to (\d+)")
+_ELLIPSIS_RE = re.compile(r"^(?:\.{3,}|\u2026)$")
 _NUM_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
-_TIMED = ("time", "algbw", "busbw")
+_TIMED = (("time", "time_us"), ("algbw", "algbw_gbps"), ("busbw", "busbw_gbps"))
 
 
 @dataclass
@@ -54,10 +70,14 @@ class Run:
     index: int
     cols: list
     line: int                                       # line number of the header (1-based)
+    op: str = ""
     rows: list = field(default_factory=list)
     errors: list = field(default_factory=list)      # one line each: 'FILE line N: ...'
     printed_avg: float | None = None                # the file's '# Avg bus bandwidth' value
-    ranks: int = 0
+    printed_oob: str | None = None                  # the file's '# Out of bounds values' text
+    ranks: int | None = None                        # None: no '#  Rank N' lines
+    sizes: int | None = None                        # sizes in the banner's range (None: no banner)
+    elided: list = field(default_factory=list)      # lines where the paste says '...' (rows left out)
 
     @property
     def checked(self) -> bool:
@@ -67,14 +87,56 @@ class Run:
     @property
     def avg_busbw(self) -> float | None:
         """nccl-tests' footer: the mean busbw over out-of-place and in-place results."""
-        vals = [v for r in self.rows for v in (r["busbw_gbps"], r.get("inplace_busbw"))
-                if v is not None]
-        return sum(vals) / len(vals) if vals else None
+        return R.avg_busbw(self.rows) if self.rows else None
+
+    def notes(self) -> list[str]:
+        """One line each: what the paste does not say, or where the file's footer differs."""
+        out = []
+        if self.ranks is None:
+            out.append(f"run {self.index}: ranks unknown (no '#  Rank N' lines before the table "
+                       f"at line {self.line}); the ranks column is left empty")
+        if self.elided:
+            out.append(f"run {self.index}: rows were left out of the paste at line(s) "
+                       f"{', '.join(map(str, self.elided))} ('...'); the table is not whole")
+        if self.footer_differs():
+            out.append(f"run {self.index}: the file's average bus bandwidth {self.printed_avg:g} "
+                       f"is over rows not all here: {self._missing()}")
+        return out
+
+    def footer_differs(self) -> bool:
+        """Beyond the rows' 2-decimal rounding and the footer's 6 digits (%g)."""
+        if self.printed_avg is None or self.avg_busbw is None:
+            return False
+        return not math.isclose(self.avg_busbw, self.printed_avg,
+                                abs_tol=0.005 + 1e-5 * abs(self.printed_avg))
+
+    def _missing(self) -> str:
+        sizes = f"the banner's size range holds {self.sizes} size(s), " if self.sizes else ""
+        lost = f", {len(self.errors)} could not be read" if self.errors else ""
+        cut = f", rows left out at line(s) {', '.join(map(str, self.elided))}" if self.elided else ""
+        return (f"{sizes}{len(self.rows)} row(s) were read{lost}{cut} (sizes cut from the paste "
+                f"or unreadable)")
 
 
 def detect_op(text: str, filename: str = "") -> str | None:
     m = _BIN_RE.search(text) or _BIN_RE.search(os.path.basename(filename))
     return BINARIES[m.group(1)] if m else None
+
+
+def strip_prefix(raw: str) -> str:
+    """The line without the PREFIXES before it (and the indentation a paste adds before them)."""
+    s = raw.lstrip()
+    for _ in range(len(PREFIXES)):
+        m = _PREFIX_RE.match(s)
+        if not m or not m.end():
+            break
+        s = s[m.end():]
+    return s
+
+
+def _cells(s: str) -> str:
+    """A row pasted as a markdown table ('1024 | 512 | half | sum | ...') -> its cells, spaced."""
+    return " ".join(c.strip() for c in s.strip("|").split("|")) if s.count("|") >= 4 else s
 
 
 def _is_header(words) -> bool:
@@ -88,64 +150,114 @@ def _num(tok):
 def _positions(cols) -> dict:
     pos = {}
     for i, c in enumerate(cols):
-        c = "time" if c == "cputime" else c
+        c = {"cputime": "time", "error": "#wrong"}.get(c, c)
         key = c if c not in pos else "inplace_" + c
         pos.setdefault(key, i)
     return pos
 
 
-def parse_runs(text: str, op: str | None = None, filename: str = "") -> list[Run]:
-    """Every table of an nccl-tests output, with per-row errors; NcclTuningError (one line) when
-    the file holds no table, no collective name, or runs printed on top of each other."""
-    name = filename or "input"
-    op = op or detect_op(text, filename)
-    if not op:
-        raise NcclTuningError(f"{name}: cannot tell which collective this is (no <name>_perf in "
-                              f"the text or file name); accepted binaries: "
-                              f"{', '.join(b + '_perf' for b in BINARIES)}")
-    runs: list[Run] = []
-    banners, ranks, dup_ranks, threads = 0, set(), False, 0
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = _TAG_RE.sub("", raw, count=1)
-        s = line.strip()
+def _sizes(m) -> int:
+    """How many sizes nccl-tests times from minBytes to maxBytes (v2.13.3 src/common.cu:573)."""
+    lo, hi, step, kind = int(m[0]), int(m[1]), int(m[2]), m[3]
+    if kind == "bytes":
+        return (hi - lo) // step + 1 if step > 0 and hi >= lo else 0
+    n, size = 0, max(lo, 1)
+    while size <= hi and step > 1:
+        n, size = n + 1, size * step
+    return n
+
+
+class _Reader:
+    """Line by line: banners, Rank lines, headers, rows, footers; state of the open table."""
+
+    def __init__(self, name: str, op: str | None, filename: str):
+        self.name, self.op = name, op
+        self.file_op = detect_op("", filename)
+        self.runs: list[Run] = []
+        self.banners, self.ranks, self.dup, self.range = 0, set(), False, None
+        self.named, self.open = None, False
+
+    def line(self, n: int, raw: str) -> None:
+        s = _cells(strip_prefix(raw).strip())
         words = s.lstrip("#").split()
         if _is_header(words):
-            if banners > 1 or dup_ranks:
-                raise NcclTuningError(
-                    f"{name} line {n}: {max(banners, 2)} runs printed into one file at the same "
-                    f"time ({banners} '# nThread' banners, rank numbers repeated before one "
-                    f"table): nccl-tests was started once per process without MPI; refused, "
-                    f"their rows cannot be told apart (import one log per process, or build "
-                    f"nccl-tests with MPI=1)")
-            total = (max(ranks) + 1) if ranks else threads
-            runs.append(Run(len(runs) + 1, words, n, ranks=total))
-            banners, ranks, dup_ranks = 0, set(), False
-            continue
+            return self.header(n, words)
+        if (m := _HEADER_RE.search(raw)) and not _HEADER_RE.match(s):
+            known = ", ".join(k for k, _ in PREFIXES)
+            raise NcclTuningError(f"{self.name} line {n}: the table header comes after "
+                                  f"{raw[:m.start()]!r}, a line prefix not known here (known: "
+                                  f"{known}); refused: strip it, then import")
+        self.names(s)
         if words[:1] == ["nThread"]:
-            banners += 1
-            t = _THREADS_RE.search(s)
-            threads = int(t.group(1)) * int(t.group(2)) if t else 0
-            continue
-        m = _RANK_RE.match(s.lstrip("#").strip()) if "Rank" in s else None
-        if m:
-            dup_ranks |= int(m.group(1)) in ranks
-            ranks.add(int(m.group(1)))
-            continue
-        if not runs or not words:
-            continue
-        run = runs[-1]
-        if s.lstrip("#").strip().startswith("Avg bus bandwidth"):
-            val = s.split(":", 1)[1].split()
-            run.printed_avg = float(val[0]) if val and _NUM_RE.match(val[0]) else None
-        elif words[0].isdigit() and not s.startswith("#"):
-            _row(run, words, op, name, n, s)
-    if not runs:
-        raise NcclTuningError(f"{name}: no nccl-tests table header ('size  count  type ... "
-                              f"busbw', with or without '#') found")
-    return runs
+            self.banners += 1
+            b = _BANNER_RE.search(s)
+            self.range = [*b.groups()[2:]] if b else None
+        elif (r := _REDUCED_RE.search(s)) and self.range:
+            self.range[1] = r.group(1)
+        elif m := (_RANK_RE.match(s.lstrip("#").strip()) if "Rank" in s else None):
+            self.dup |= int(m.group(1)) in self.ranks
+            self.ranks.add(int(m.group(1)))
+        elif self.runs and words:
+            self.table_line(n, s, words)
+
+    def names(self, s: str) -> None:
+        m = _BIN_RE.search(s)
+        if m and "test concluded" not in s:
+            self.named = BINARIES[m.group(1)]
+
+    def header(self, n: int, words: list) -> None:
+        if self.banners > 1 or self.dup:
+            raise NcclTuningError(
+                f"{self.name} line {n}: {max(self.banners, 2)} runs printed into one file at the "
+                f"same time ({self.banners} '# nThread' banners, rank numbers repeated before one "
+                f"table): nccl-tests was started once per process without MPI; refused, their rows "
+                f"cannot be told apart (import one log per process, or build nccl-tests with MPI=1)")
+        op = self.named or self.op or self.file_op
+        if not op:
+            raise NcclTuningError(f"{self.name}: cannot tell which collective the table at line "
+                                  f"{n} is (no <name>_perf in the text before it or in the file "
+                                  f"name); give --op; accepted binaries: "
+                                  f"{', '.join(b + '_perf' for b in BINARIES)}")
+        self.runs.append(Run(len(self.runs) + 1, words, n, op,
+                             ranks=max(self.ranks) + 1 if self.ranks else None,
+                             sizes=_sizes(self.range) if self.range else None))
+        self.banners, self.ranks, self.dup, self.range = 0, set(), False, None
+        self.named, self.open = None, True
+
+    def table_line(self, n: int, s: str, words: list) -> None:
+        run, text = self.runs[-1], s.lstrip("#").strip()
+        if text.startswith(("Out of bounds values", "Avg bus bandwidth")):
+            val = text.split(":", 1)[1].split() if ":" in text else []
+            if text.startswith("Out"):
+                run.printed_oob = " ".join(val) or None
+            else:
+                run.printed_avg = float(val[0]) if val and _NUM_RE.match(val[0]) else None
+                self.open = False
+        elif self.open and _ELLIPSIS_RE.match(text):
+            run.elided.append(n)
+        elif s.startswith("#") or not self.open or not _NUM_RE.match(words[0]):
+            return
+        elif words[0].isdigit():
+            _row(run, words, self.name, n, s)
+        else:
+            run.errors.append(f"{self.name} line {n}: a piece of a row between other output (the "
+                              f"row was split by log lines; its values are not read): {s[:80]!r}")
 
 
-def _row(run: Run, tok: list, op: str, name: str, n: int, text: str) -> None:
+def parse_runs(text: str, op: str | None = None, filename: str = "") -> list[Run]:
+    """Every table of an nccl-tests output, with per-row errors; NcclTuningError (one line) when
+    the file holds no table, a table no collective name, an unknown line prefix, or runs printed
+    on top of each other."""
+    reader = _Reader(filename or "input", op, filename)
+    for n, raw in enumerate(text.splitlines(), 1):
+        reader.line(n, raw)
+    if not reader.runs:
+        raise NcclTuningError(f"{filename or 'input'}: no nccl-tests table header ('size  count  "
+                              f"type ... busbw', with or without '#') found")
+    return reader.runs
+
+
+def _row(run: Run, tok: list, name: str, n: int, text: str) -> None:
     cols = run.cols
     if "redop" in cols and len(tok) == len(cols) - 1:
         ri = cols.index("redop")
@@ -160,37 +272,38 @@ def _row(run: Run, tok: list, op: str, name: str, n: int, text: str) -> None:
         return
     pos = _positions(cols)
     get = lambda k: _num(tok[pos[k]]) if k in pos else None
-    for k in ("count", *_TIMED, *("inplace_" + t for t in _TIMED)):
-        v = get(k)
-        if v is not None and not _NUM_RE.match(v):
+    for k in ("count", "time", "algbw", "busbw", "#wrong", *(f"inplace_{t}" for t in
+                                                             ("time", "algbw", "busbw", "#wrong"))):
+        if (v := get(k)) is not None and not _NUM_RE.match(v):
             run.errors.append(f"{where}: {k} is {v!r}, not a number: {text[:80]!r}")
             return
-    wrong_col = "#wrong" if "#wrong" in pos else "error"
-    w = get(wrong_col)
-    if w is not None and not _NUM_RE.match(w):
-        run.errors.append(f"{where}: {wrong_col} is {w!r}, not a number: {text[:80]!r}")
-        return
-    if w is not None:
-        w = 0 if float(w) == 0 else (1 if wrong_col == "error" else int(float(w)))
     if get("time") is None or get("busbw") is None:
         run.errors.append(f"{where} has no time or busbw value: {text[:80]!r}")
         return
-    row = R.typed({"op": op, "bytes": int(tok[0]), "ranks": run.ranks, "time_us": get("time"),
-                   "algbw_gbps": get("algbw"), "busbw_gbps": get("busbw"),
-                   "wrong": "" if w is None else w, "backend": "nccl-tests",
-                   "count": int(float(get("count") or 0)),
-                   "dtype": DTYPES.get(get("type") or "", get("type")), "spread_pct": 0.0})
-    row["run"] = run.index
-    row["time_kind"] = "cputime" if "cputime" in cols else "time"
-    for k in _TIMED:
-        v = get("inplace_" + k)
-        row["inplace_" + k] = float(v) if v is not None else None
-    run.rows.append(row)
+    run.rows.append(_typed_row(run, get, "error" in cols, int(tok[0])))
+
+
+def _typed_row(run: Run, get, old_error: bool, nbytes: int) -> dict:
+    f = lambda v: None if v is None else float(v)
+    w, iw = get("#wrong"), get("inplace_#wrong")
+    row = R.typed({"op": run.op, "bytes": nbytes, "ranks": "" if run.ranks is None else run.ranks,
+                   "time_us": get("time"), "algbw_gbps": get("algbw"),
+                   "busbw_gbps": get("busbw"), "backend": "nccl-tests",
+                   "wrong": "" if w is None or old_error else int(float(w)),
+                   "count": int(float(get("count") or 0)), "dtype": get("type") or "",
+                   "spread_pct": 0.0})
+    row.update(run=run.index, redop=get("redop") or "", root=get("root") or "",
+               time_kind="cputime" if "cputime" in run.cols else "time",
+               inplace_wrong=None if iw is None or old_error else int(float(iw)),
+               max_error=f(w) if old_error else None, inplace_max_error=f(iw) if old_error else None)
+    for k, key in _TIMED:
+        row[f"inplace_{key}"] = f(get("inplace_" + k))
+    return row
 
 
 def parse(text: str, op: str | None = None, filename: str = "") -> list[dict]:
-    """nccl-tests output text -> rows of every run (results.COLUMNS keys + run, backend
-    'nccl-tests'). A file with row errors and no good row is refused with the first error."""
+    """nccl-tests output text -> rows of every run (CSV_COLUMNS keys, backend 'nccl-tests'). A
+    file with row errors and no good row is refused with the first error."""
     runs = parse_runs(text, op, filename)
     rows = [r for run in runs for r in run.rows]
     if not rows:
@@ -215,57 +328,3 @@ def parse_file(path: str, op: str | None = None) -> list[dict]:
 
 def parse_runs_file(path: str, op: str | None = None) -> list[Run]:
     return parse_runs(_read(path), op, path)
-
-
-# ---- NCCL_DEBUG=INFO logs ------------------------------------------------------------------
-
-ALGOS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
-PROTOS = ("LL", "LL128", "SIMPLE")
-_VERSION_RE = re.compile(r"NCCL INFO NCCL version (\d+\.\d+\.\d+)")
-_NET_RE = re.compile(r"NCCL INFO Using network (\S+)")
-_CHAN_RE = re.compile(r"NCCL INFO Channel (\d+)/(\d+) :")
-_COUNTS_RE = re.compile(r"NCCL INFO (\d+) coll channels, .*?(\d+) p2p channels")
-_CHOICE_RE = re.compile(r"NCCL INFO (\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)"
-                        r"(?: time ([\d.]+))?(?:.*?channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?")
-_REFUSED_RE = re.compile(r"Unrecognized (?:element|prefix) token|No algorithm/protocol available",
-                         re.IGNORECASE)
-
-
-def _name(tok: str, names) -> str:
-    return names[int(tok)] if tok.isdigit() and int(tok) < len(names) else tok.upper()
-
-
-def parse_info_log(text: str) -> dict:
-    """-> {version, network, channels, coll_channels, p2p_channels, choices: [{collective, bytes,
-    algo, proto, channels}], refusals: [line]}; missing facts are None / empty."""
-    out = {"version": None, "network": None, "channels": None, "coll_channels": None,
-           "p2p_channels": None, "choices": [], "refusals": []}
-    for line in text.splitlines():
-        if out["version"] is None and (m := _VERSION_RE.search(line)):
-            out["version"] = m.group(1)
-        elif out["network"] is None and (m := _NET_RE.search(line)):
-            out["network"] = m.group(1)
-        elif m := _CHAN_RE.search(line):
-            out["channels"] = max(out["channels"] or 0, int(m.group(2)))
-        elif m := _COUNTS_RE.search(line):
-            out["coll_channels"], out["p2p_channels"] = int(m.group(1)), int(m.group(2))
-        elif m := _CHOICE_RE.search(line):
-            coll, nbytes, algo, proto, _, lo, hi = m.groups()
-            out["choices"].append({"collective": coll, "bytes": int(nbytes),
-                                   "algo": _name(algo, ALGOS), "proto": _name(proto, PROTOS),
-                                   "channels": int(hi) - int(lo) + 1 if lo is not None else None})
-        if _REFUSED_RE.search(line):
-            out["refusals"].append(line.strip())
-    return out
-
-
-def summarize_choices(choices) -> list[dict]:
-    """Collapse per-call choices into {collective, algo, proto, min_bytes, max_bytes, calls}."""
-    groups = {}
-    for c in choices:
-        key = (c["collective"], c["algo"], c["proto"])
-        g = groups.setdefault(key, {"collective": key[0], "algo": key[1], "proto": key[2],
-                                    "min_bytes": c["bytes"], "max_bytes": c["bytes"], "calls": 0})
-        g["min_bytes"], g["max_bytes"] = min(g["min_bytes"], c["bytes"]), max(g["max_bytes"], c["bytes"])
-        g["calls"] += 1
-    return sorted(groups.values(), key=lambda g: (g["collective"], g["min_bytes"]))

@@ -12,8 +12,9 @@ from .errors import NcclTuningError
 
 COLUMNS = ("op", "bytes", "ranks", "time_us", "algbw_gbps", "busbw_gbps", "wrong", "backend",
            "count", "dtype", "spread_pct")
-_INT = ("bytes", "ranks", "wrong", "count")
-_FLOAT = ("time_us", "algbw_gbps", "busbw_gbps", "spread_pct")
+_INT = ("bytes", "ranks", "wrong", "count", "run", "inplace_wrong")
+_FLOAT = ("time_us", "algbw_gbps", "busbw_gbps", "spread_pct", "inplace_time_us",
+          "inplace_algbw_gbps", "inplace_busbw_gbps", "max_error", "inplace_max_error")
 # nccl-tests' redop/root columns per op (what all_reduce_perf & co print for a float sum run)
 _REDOP = {"all_reduce": "sum", "reduce_scatter": "sum", "reduce": "sum"}
 _ROOT = {"broadcast": "0", "reduce": "0"}
@@ -63,15 +64,16 @@ def format_table(rows: list[dict], title: str = "") -> str:
     for op in ops:
         block = [r for r in rows if r["op"] == op]
         first = block[0]
-        lines += ["#", f"# {op}  ({first.get('backend') or '?'}, {first['ranks']} ranks)",
+        ranks = "ranks unknown" if first["ranks"] in (None, "") else f"{first['ranks']} ranks"
+        lines += ["#", f"# {op}  ({first.get('backend') or '?'}, {ranks})",
                   f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>7} {'root':>7} "
-                  f"{_time_label(block):>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}",
+                  f"{_time_label(block):>8} {'algbw':>7} {'busbw':>7} {_wrong_label(block):>6}",
                   f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>7} {'':>7} "
                   f"{'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"]
         for r in block:
             count = r.get("count") if r.get("count") not in (None, "") else r["bytes"] // 4
-            lines.append(f"{r['bytes']:>12} {count:>13} {_dtype(r):>9} {_REDOP.get(op, 'none'):>7} "
-                         f"{_ROOT.get(op, '-1'):>7} {r['time_us']:>8.2f} {r['algbw_gbps']:>7.2f} "
+            lines.append(f"{r['bytes']:>12} {count:>13} {_dtype(r):>9} {_cell(r, 'redop', _REDOP):>7} "
+                         f"{_cell(r, 'root', _ROOT):>7} {r['time_us']:>8.2f} {r['algbw_gbps']:>7.2f} "
                          f"{r['busbw_gbps']:>7.2f} {_wrong(r):>6}")
         lines.append(f"# Avg bus bandwidth    : {avg_busbw(block):.6g}")
     lines.append(f"# Out of bounds values : {out_of_bounds(rows)}")
@@ -80,14 +82,20 @@ def format_table(rows: list[dict], title: str = "") -> str:
 
 def avg_busbw(rows) -> float:
     """As nccl-tests' footer (src/common.cu v2.13.3:538-539, 995): the mean busbw over every
-    timed result, out-of-place and in-place (rows from an import carry inplace_busbw)."""
-    vals = [v for r in rows for v in (r["busbw_gbps"], r.get("inplace_busbw")) if v is not None]
+    timed result, out-of-place and in-place (rows from an import carry inplace_busbw_gbps)."""
+    vals = [v for r in rows for v in (r["busbw_gbps"], r.get("inplace_busbw_gbps"))
+            if v not in (None, "")]
     return sum(vals) / len(vals) if vals else 0.0
 
 
 def out_of_bounds(rows) -> str:
-    """'0 OK', 'N WRONG', or 'N/A (not checked)' when no row was checked (nccl-tests -c 0)."""
+    """'0 OK', 'N WRONG', 'N/A (not checked)' when no row was checked (nccl-tests -c 0), or, for
+    old nccl-tests whose `error` column is the largest deviation and not a count, that maximum."""
     checked = [r for r in rows if r.get("wrong") not in (None, "")]
+    errs = [e for r in rows for e in (r.get("max_error"), r.get("inplace_max_error"))
+            if e not in (None, "")]
+    if not checked and errs:
+        return f"N/A (an 'error' column: the largest deviation, max {max(errs):g}, not a count)"
     if not checked:
         return "N/A (not checked)"
     bad = sum(int(r["wrong"]) for r in checked)
@@ -95,7 +103,21 @@ def out_of_bounds(rows) -> str:
 
 
 def _wrong(r: dict) -> str:
+    if r.get("wrong") in (None, "") and r.get("max_error") not in (None, ""):
+        return f"{r['max_error']:.0e}"
     return "N/A" if r.get("wrong") in (None, "") else str(r["wrong"])
+
+
+def _wrong_label(rows) -> str:
+    return "error" if any(r.get("max_error") not in (None, "") for r in rows) else "#wrong"
+
+
+def _cell(r: dict, key: str, default: dict) -> str:
+    """The file's redop/root where the row has them ('-' where its layout had none), else the
+    bench's values for a float sum run."""
+    if key in r:
+        return str(r[key]) or "-"
+    return default.get(r["op"], "none" if key == "redop" else "-1")
 
 
 def _time_label(rows) -> str:

@@ -16,9 +16,9 @@ def test_parse_all_reduce_perf_new_format():
     rows = nccltests.parse_file(str(FIX / "all_reduce_perf_8gpu.txt"))
     assert [r["bytes"] for r in rows] == [8, 1048576, 134217728]
     big = rows[-1]
-    assert big == {**big, "op": "all_reduce", "ranks": 8, "count": 33554432, "dtype": "float32",
+    assert big == {**big, "op": "all_reduce", "ranks": 8, "count": 33554432, "dtype": "float",
                    "time_us": 583.7, "algbw_gbps": 229.94, "busbw_gbps": 402.40, "wrong": 0,
-                   "backend": "nccl-tests", "inplace_time": 582.9, "inplace_busbw": 402.95}
+                   "backend": "nccl-tests", "inplace_time_us": 582.9, "inplace_busbw_gbps": 402.95}
     # the printed figures carry nccl-tests' factor 2(n-1)/n (to their 2-decimal rounding)
     assert math.isclose(big["busbw_gbps"] / big["algbw_gbps"], bus_factor("all_reduce", 8), rel_tol=1e-4)
     assert math.isclose(big["bytes"] / big["time_us"] / 1e3, big["algbw_gbps"], rel_tol=1e-4)
@@ -27,13 +27,14 @@ def test_parse_all_reduce_perf_new_format():
 def test_parse_alltoall_na_inplace_and_op_from_command_line():
     rows = nccltests.parse_file(str(FIX / "alltoall_8gpu.log"))
     assert {r["op"] for r in rows} == {"all_to_all"} and len(rows) == 2
-    assert rows[0]["ranks"] == 8 and rows[0]["inplace_time"] is None
+    assert rows[0]["ranks"] == 8 and rows[0]["inplace_time_us"] is None
     assert math.isclose(rows[1]["busbw_gbps"] / rows[1]["algbw_gbps"], 7 / 8, rel_tol=1e-3)
 
 
 def test_parse_old_format_error_column():
     rows = nccltests.parse_file(str(FIX / "old_format_4gpu.txt"), op="all_reduce")
-    assert rows[1]["ranks"] == 4 and rows[1]["wrong"] == 0 and rows[1]["busbw_gbps"] == 19.66
+    assert rows[1]["ranks"] == 4 and rows[1]["busbw_gbps"] == 19.66
+    assert rows[1]["wrong"] == "" and rows[1]["max_error"] == 0.0     # a largest error, not a count
     assert math.isclose(rows[1]["busbw_gbps"] / rows[1]["algbw_gbps"], 1.5, rel_tol=1e-3)
 
 
