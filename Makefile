@@ -29,11 +29,18 @@ demo: venv
 	$(BIN)/launch local --nodes 4 --gpus-per-node 2 --run-dir $(DEMO_DIR) -- -m workloads.convnet --epochs 8
 	$(BIN)/launch status $(DEMO_DIR)
 
-# The whole suite, the real Slurm and SSH clusters included (brought up here, taken down after).
+# The whole suite, the real Slurm and SSH clusters included (brought up here, taken down after). The groups run side
+# by side (pytest-xdist, --dist loadgroup): all Slurm tests on one worker, all SSH tests on another (one test at a
+# time on each cluster), the local tests spread over the rest. At the end: the 15 slowest tests and each group's wall
+# time. `make test GROUP=slurm` (or ssh, local) runs one group, bringing up only the cluster it needs.
+GROUP ?=
+TEST_WORKERS ?= 4
+TEST_CLUSTERS := $(if $(GROUP),$(filter slurm ssh,$(GROUP)),slurm ssh)
 test: venv
-	$(MAKE) clusters-up
-	set -o pipefail; CI=$${CI:-true} $(BIN)/pytest -q -ra $(PYTEST_ARGS) tests; rc=$$?; \
-	  $(MAKE) clusters-down; exit $$rc
+	@for c in $(TEST_CLUSTERS); do $(MAKE) $$c-up || exit 1; done
+	set -o pipefail; CI=$${CI:-true} $(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --durations=15 \
+	  $(foreach g,$(GROUP),--group $(g)) $(PYTEST_ARGS) tests; rc=$$?; \
+	  for c in $(TEST_CLUSTERS); do $(MAKE) $$c-down; done; exit $$rc
 
 # The fault suite (tests/faults/, real local, SSH and Slurm clusters), then RELIABILITY.md generated from the rows
 # it recorded in a fresh directory (never written by hand); the table is written even when a fault fails.
@@ -48,7 +55,7 @@ reliability: venv
 
 # Pure logic and local-backend tests only (no clusters).
 test-fast: venv
-	$(BIN)/pytest -q -m "not slurm and not ssh and not slow" tests
+	$(BIN)/pytest -q -n 2 --durations=10 -m "not slurm and not ssh and not slow" tests
 
 # Side-by-side benchmarks (each prints: name, ours, reference, ratio, goal); needs the dev clusters and pdsh.
 bench: venv

@@ -65,3 +65,112 @@ def workdir(tmp_path, monkeypatch):
         (tmp_path / f.name).write_text(f.read_text())
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# ------------------------------------------------------------------ groups (make test GROUP=..., xdist)
+# A test that needs a dev cluster belongs to that cluster's group, and a group runs on one pytest-xdist worker, one
+# test at a time (the fault rows stop slurmctld, kill slurmd, cut SSH hosts: nothing else may use that cluster
+# meanwhile); the local tests spread over the other workers, a module at a time (its module fixtures run once).
+# The groups wait on different things (Slurm's scheduler, the SSH hosts, this machine's CPUs), so they run side
+# by side (`make test`: -n N --dist loadgroup). xdist's own xdist_group marks rename node ids, which pytest 9's
+# node ids no longer allow; so the workers write each test's group to a file and our scheduler reads it.
+GROUPS = ("slurm", "ssh", "local")
+# Local modules that take minutes go first, so the other workers are not left waiting on one at the end.
+SLOW_LOCAL = ("tests/faults/test_faults_local.py", "tests/test_e2e_convnet.py", "tests/test_frameworks.py")
+
+
+def group_of(keywords) -> str:
+    if "slurm" in keywords:
+        return "slurm"
+    return "ssh" if "ssh" in keywords else "local"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--group", action="append", choices=GROUPS, default=[],
+                     help="run only this group's tests (repeatable): slurm, ssh or local")
+
+
+def _order(item) -> tuple:
+    g = group_of(item.keywords)
+    path = item.nodeid.split("::")[0]
+    slow = SLOW_LOCAL.index(path) if path in SLOW_LOCAL else len(SLOW_LOCAL)
+    return (GROUPS.index(g), slow) if g != "local" else (2, slow)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "slurm" in item.keywords and "ssh" in item.keywords:
+            raise pytest.UsageError(f"{item.nodeid}: marked both slurm and ssh (one cluster group per test)")
+    wanted = config.getoption("--group")
+    if wanted:
+        config.hook.pytest_deselected(items=[i for i in items if group_of(i.keywords) not in wanted])
+        items[:] = [i for i in items if group_of(i.keywords) in wanted]
+    items.sort(key=_order)                 # stable: the cluster groups, then slow local modules, then the rest
+    where = getattr(config, "workerinput", {}).get("launch_test_groups")
+    if where:                              # an xdist worker: tell the controller's scheduler each test's group
+        scopes = {i.nodeid: group_of(i.keywords) if group_of(i.keywords) != "local" else i.nodeid.split("::")[0]
+                  for i in items}
+        tmp = f"{where}.{config.workerinput['workerid']}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(scopes, f)
+        os.replace(tmp, where)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["launch_test_groups"] = node.config._launch_test_groups
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ClusterGroups(LoadScopeScheduling):
+        """LoadScope over our scopes: a cluster group, else the test's module; in collection order."""
+        scopes: dict = {}
+
+        def _split_scope(self, nodeid: str) -> str:
+            if not self.scopes:
+                with open(config._launch_test_groups, encoding="utf-8") as f:
+                    self.scopes.update(json.load(f))
+            return self.scopes[nodeid]
+
+    config.option.loadscopereorder = False
+    return ClusterGroups(config, log)
+
+
+class GroupClock:
+    """Each group's wall time (its first test's start to its last test's end) and test count, from the test
+    reports (in an xdist run they reach the controller with their workers' clocks, which are this machine's)."""
+
+    def __init__(self):
+        self.span: dict[str, list[float]] = {}
+        self.tests: dict[str, set] = {}
+
+    def pytest_runtest_logreport(self, report):
+        if not report.start:
+            return
+        g = group_of(report.keywords)
+        s = self.span.setdefault(g, [report.start, report.stop])
+        s[0], s[1] = min(s[0], report.start), max(s[1], report.stop)
+        self.tests.setdefault(g, set()).add(report.nodeid)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.span:
+            return
+        tr = terminalreporter
+        tr.section("group wall times")
+        for g in sorted(self.span, key=lambda k: self.span[k][0]):
+            a, b = self.span[g]
+            tr.write_line(f"{g:<6} {b - a:7.1f} s  ({len(self.tests[g])} tests)")
+        first = min(s[0] for s in self.span.values())
+        last = max(s[1] for s in self.span.values())
+        tr.write_line(f"{'all':<6} {last - first:7.1f} s  (first test's start to last test's end)")
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):       # the controller (or a run without xdist) prints the summary
+        config.pluginmanager.register(GroupClock(), "group-clock")
+        config._launch_test_groups = os.path.join(tempfile.mkdtemp(prefix="launch-test-groups-"), "groups.json")

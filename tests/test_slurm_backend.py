@@ -17,6 +17,8 @@ from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_l
 from launchers import procs
 from launchers.ports import derive_port
 
+pytestmark = pytest.mark.slurm
+
 
 @pytest.fixture(autouse=True)
 def cluster():
@@ -187,11 +189,12 @@ echo "inside rc=$?"
 ])
 def test_bad_input_nothing_submitted(workdir, args, msg):
     before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
-    p = run_launch("slurm", *args, "--time", "5", "--run-dir", "runs/bad", "--", "report.py")
+    bad = str(workdir / "runs" / "bad")       # absolute: no other test's process carries this argument
+    p = run_launch("slurm", *args, "--time", "5", "--run-dir", bad, "--", "report.py")
     assert p.returncode == 2 and msg in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert not (workdir / "runs").exists()
     assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == before
-    assert not _procs_with_arg("runs/bad"), "the warm submitter (forked by the CLI) outlived the launcher"
+    assert not _procs_with_arg(bad), "the warm submitter (forked by the CLI) outlived the launcher"
 
 
 def _procs_with_arg(arg: str) -> list[int]:
