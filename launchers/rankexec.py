@@ -98,6 +98,33 @@ def supervise(pid: int, grace: float, term_as: int = signal.SIGTERM) -> tuple[in
             deadline = time.monotonic() + grace
 
 
+def bind(env, fd: int) -> dict:
+    """--cpu-bind (LAUNCH_CPU_BIND): this rank's CPU set from its node's plan (launchers.cpubind), applied to the
+    wrapper before the program is forked (it inherits it); the record's fields. LaunchError: refused."""
+    from . import cpubind                        # stdlib only, a millisecond
+    mode = env.get("LAUNCH_CPU_BIND") or "none"
+    sets = cpubind.node_plan(mode, int(env.get("LOCAL_WORLD_SIZE", "1")), env) if mode != "none" else []
+    rec = {"cpu_bind": mode}
+    if sets:
+        mine = sets[int(env.get("LOCAL_RANK", "0"))]
+        cpubind.check_allowed(mine, os.sched_getaffinity(0))
+        os.sched_setaffinity(0, mine)
+        rec.update(mempolicy=cpubind.MEMPOLICY, cpus_note=cpubind.sharing(sets))
+    cpus = os.sched_getaffinity(0)
+    rec["cpus"] = cpubind.format_cpulist(cpus)        # the CPUs the program may run on
+    what = f"bound to CPUs {rec['cpus']}" if sets else f"not bound (CPUs {rec['cpus']} allowed)"
+    os.write(fd, f"launch rankexec: cpu-bind {mode}: {what}\n".encode())
+    return rec
+
+
+def record(run_dir: str, rec: dict) -> None:
+    from .rundir import RunDir                   # only now: nothing but os/signal/sys/time before the program
+    try:
+        RunDir(run_dir).write_rank_record(rec)
+    except OSError as e:                         # a full disk: say so, keep the program's exit status
+        os.write(2, f"launch rankexec: cannot write the exit record of rank {rec['rank']}: {e}\n".encode())
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -115,19 +142,26 @@ def main(argv: list[str]) -> int:
               f"{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     os.write(fd, header.encode())
 
+    base = dict(rank=rank, node=node, attempt=attempt)
+    try:
+        bound = bind(env, fd)
+    except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set) or an OSError of sched_setaffinity
+        line = f"launch rankexec: rank {rank}: {e}\n".encode()
+        os.write(fd, line)
+        os.write(2, line)
+        record(run_dir, dict(base, time=time.time(), pid=None, cpu_bind=env.get("LAUNCH_CPU_BIND"), error=str(e),
+                             exit_code=2, signal=None))
+        return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     pid = _spawn(argv, fd)
     os.close(fd)
     code, killed = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
                              getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
-    from .rundir import RunDir, exit_fields      # only now: nothing but os/signal/sys/time before the program
-    rec = dict(rank=rank, node=node, attempt=attempt, time=time.time(), pid=pid, **exit_fields(code))
+    from .rundir import exit_fields
+    rec = dict(base, time=time.time(), pid=pid, **exit_fields(code), **bound)
     if killed:
         rec["killed_after_grace"] = killed
-    try:
-        RunDir(run_dir).write_rank_record(rec)
-    except OSError as e:                         # a full disk: say so, keep the program's exit status
-        os.write(2, f"launch rankexec: cannot write the exit record of rank {rank}: {e}\n".encode())
+    record(run_dir, rec)
     if code < 0:  # die the same way, so torchrun reports the signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(-code, signal.SIG_DFL)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from . import layout
+from .cpubind import ENV as CPU_BIND_ENV
 from .spec import JobSpec, redact_env
 
 # Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
@@ -86,6 +87,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
     env["LAUNCH_STOP_GRACE"] = f"{spec.stop_grace:g}"             # the rank wrapper's grace after a stop
     env["PET_SHUTDOWN_TIMEOUT"] = str(int(spec.stop_grace) + 10)   # the agent's: longer, so the wrapper records it
     env["LAUNCH_STOP_SIGNAL"] = spec.stop_signal      # the rank wrapper passes a SIGTERM on as this one
+    env[CPU_BIND_ENV] = spec.cpu_bind                 # the rank wrapper binds each rank from its node's topology
     if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
         env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()))
