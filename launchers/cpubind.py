@@ -218,10 +218,10 @@ def node_plan(mode: str, local_world_size: int, env) -> list[tuple[int, ...]]:
     return plan(topo, local_world_size, mode, gpu_numa_here(local_world_size, env) if many else None)
 
 
-def describe(mode: str, sets: list[tuple[int, ...]]) -> list[str]:
-    """The dry-run's lines for one node's plan."""
+def describe(mode: str, sets: list[tuple[int, ...]], label: str = "local rank") -> list[str]:
+    """The dry-run's lines for one machine's plan."""
     if not sets:
         return [f"# cpu-bind {mode}: not bound" + (" (one NUMA node)" if mode == "auto" else "")]
-    out = [f"# cpu-bind {mode}: " + ", ".join(f"local rank {r}: CPUs {format_cpulist(s)}" for r, s in enumerate(sets))]
+    out = [f"# cpu-bind {mode}: " + ", ".join(f"{label} {r}: CPUs {format_cpulist(s)}" for r, s in enumerate(sets))]
     note = sharing(sets)
     return out + ([f"# cpu-bind: {note}"] if note else [])

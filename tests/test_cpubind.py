@@ -3,6 +3,7 @@ real local runs whose ranks print the CPUs they may use (os.sched_getaffinity)."
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,9 @@ def test_two_local_ranks_get_disjoint_cpus(workdir):
         rec = read_json(f"runs/b/status/rank{r['rank']}.json")
         assert rec["cpu_bind"] == "cores" and parse_cpulist(rec["cpus"]) == tuple(r["cpus"])
         assert rec["mempolicy"].startswith("not applied")
-        assert f"cpu-bind cores: bound to CPUs {rec['cpus']}" in Path(f"runs/b/logs/node0/rank{r['rank']}.log").read_text()
+        header = Path(f"runs/b/logs/node0/rank{r['rank']}.log").read_text().splitlines()[0]
+        assert header.startswith(f"===== launch attempt 0 | rank {r['rank']} of 2 | node 0 | cpu-bind cores: CPUs "
+                                 f"{rec['cpus']} | ")
 
 
 def test_more_ranks_than_allowed_cpus_share_and_say_so(workdir):
@@ -182,3 +185,28 @@ def test_bad_mode_is_refused_in_one_line(workdir, tmp_path):
     prof.write_text("cpu_bind: 2\n")
     q = run_launch("local", "--profile", str(prof), "--", "affinity.py")
     assert q.returncode == 2 and "cpu_bind has a value of the wrong type" in q.stderr
+
+
+def test_local_nodes_share_the_machine_without_sharing_cpus(workdir):
+    """--nodes 2 on the local backend: both nodes run here, so their ranks take disjoint slots of one plan."""
+    p = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--cpu-bind", "cores", "--run-dir", "runs/m",
+                   "--", "affinity.py")
+    assert p.returncode == 0, p.stderr
+    reps = affinities("runs/m")
+    assert [r["cpus"] for r in reps] == [list(s) for s in plan(read_topology(), 2, "cores")]
+    assert not set(reps[0]["cpus"]) & set(reps[1]["cpus"])
+
+
+def test_a_rank_whose_binding_is_refused_exits_2_in_one_line(tmp_path):
+    """The rank wrapper itself: a binding it cannot make is refused before the program starts, in one line in
+    the rank log and on stderr, and its record says why."""
+    env = {**os.environ, "LAUNCH_RUN_DIR": str(tmp_path), "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "LAUNCH_CPU_BIND": "sockets"}
+    marker = tmp_path / "started"
+    p = subprocess.run([sys.executable, "-m", "launchers.rankexec", "--", "-c", f"open({str(marker)!r}, 'w')"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    msg = "launch rankexec: rank 0: --cpu-bind 'sockets' is not accepted; choose one of: auto, none, numa, cores"
+    assert p.returncode == 2 and p.stderr == msg + "\n" and not marker.exists()
+    assert (tmp_path / "logs/node0/rank0.log").read_text().splitlines()[1] == msg
+    rec = read_json(tmp_path / "status/rank0.json")
+    assert rec["exit_code"] == 2 and rec["error"].startswith("--cpu-bind 'sockets'") and rec["pid"] is None

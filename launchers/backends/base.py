@@ -60,7 +60,7 @@ class Plan:
         """Each local rank's CPUs where the plan knows the nodes' topology (this machine), else how it is decided."""
         mode = self.spec.cpu_bind
         if self.cpu_sets is not None or mode == "none":
-            return describe(mode, self.cpu_sets or [])
+            return describe(mode, self.cpu_sets or [], "local rank" if self.spec.nodes == 1 else "rank")
         return [f"# cpu-bind {mode}: decided on each node from its topology (launchers.cpubind)"]
 
     def record(self) -> dict[str, Any]:
@@ -98,9 +98,10 @@ class Backend:
 
 
 def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
-                  dist_backend: str) -> list[NodeCommand]:
+                  dist_backend: str, one_machine: bool = False) -> list[NodeCommand]:
     return [node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port, run_id=run_id,
-                         attempt=attempt, dist_backend=dist_backend) for k in range(spec.nodes)]
+                         attempt=attempt, dist_backend=dist_backend, one_machine=one_machine)
+            for k in range(spec.nodes)]
 
 
 def cuda_here() -> bool:
