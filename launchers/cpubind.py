@@ -93,9 +93,10 @@ def synthetic(desc: str, allowed=None) -> Topology:
     """A topology from hwloc's synthetic description, e.g. 'package:2 numa:1 core:8 pu:2' or 'node:2 core:4 pu:1'
     (levels package/socket, node/numa, l3/l2/l1/group (ignored), core, pu; PUs numbered in order, as hwloc's
     `lstopo --input "..."` does). For tests of plan() on shapes this machine does not have."""
-    levels = [(k.lower(), int(n)) for k, _, n in (item.partition(":") for item in desc.split())]
+    items = [item.partition(":") for item in desc.split()]
+    levels = [(k.lower(), int(n)) for k, _, n in items if n.isdigit()]
     kinds = [k for k, _ in levels]
-    if "core" not in kinds or any(n < 1 for _, n in levels):
+    if "core" not in kinds or len(levels) < len(items) or any(n < 1 for _, n in levels):
         raise LaunchError(f"synthetic topology {brief(desc)} is not accepted; e.g. 'package:2 core:8 pu:2'")
 
     def product(upto: int) -> int:

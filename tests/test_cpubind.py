@@ -84,6 +84,9 @@ def test_refusals_are_one_line():
         plan(synthetic("core:2 pu:1"), 2, "sockets")
     with pytest.raises(LaunchError, match="malformed"):
         parse_cpulist("3-1")
+    for desc in ("package:2 pu:2", "core:x", "core:0"):
+        with pytest.raises(LaunchError, match="synthetic topology"):
+            synthetic(desc)
 
 
 @pytest.mark.parametrize("text,cpus", [("0-3,8,10-11\n", (0, 1, 2, 3, 8, 10, 11)), ("", ()), ("5", (5,))])
