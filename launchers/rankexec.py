@@ -98,6 +98,31 @@ def supervise(pid: int, grace: float, term_as: int = signal.SIGTERM) -> tuple[in
             deadline = time.monotonic() + grace
 
 
+def bind(env) -> dict:
+    """--cpu-bind (LAUNCH_CPU_BIND): this rank's CPU set from its node's plan (launchers.cpubind), applied to the
+    wrapper before the program is forked (it inherits it); the record's fields. LaunchError: refused."""
+    from . import cpubind                        # stdlib only, a millisecond
+    mode = env.get("LAUNCH_CPU_BIND") or "none"
+    first, _, every = (env.get("LAUNCH_CPU_BIND_SLOT") or f"0/{env.get('LOCAL_WORLD_SIZE', '1')}").partition("/")
+    sets = cpubind.node_plan(mode, int(every), env) if mode != "none" else []     # SLOT: nodes sharing a machine
+    rec = {"cpu_bind": mode}
+    if sets:
+        mine = sets[int(first) + int(env.get("LOCAL_RANK", "0"))]
+        cpubind.check_allowed(mine, os.sched_getaffinity(0))
+        os.sched_setaffinity(0, mine)
+        rec.update(mempolicy=cpubind.MEMPOLICY, cpus_note=cpubind.sharing(sets))
+    rec["cpus"] = cpubind.format_cpulist(os.sched_getaffinity(0))    # the CPUs the program may run on
+    return rec
+
+
+def record(run_dir: str, rec: dict) -> None:
+    from .rundir import RunDir                   # only now: nothing but os/signal/sys/time before the program
+    try:
+        RunDir(run_dir).write_rank_record(rec)
+    except OSError as e:                         # a full disk: say so, keep the program's exit status
+        os.write(2, f"launch rankexec: cannot write the exit record of rank {rec['rank']}: {e}\n".encode())
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -111,23 +136,32 @@ def main(argv: list[str]) -> int:
     log = layout.path(run_dir, "rank_log", node=node, rank=rank)
     os.makedirs(os.path.dirname(log), exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    base = dict(rank=rank, node=node, attempt=attempt)
+    try:
+        bound, refused = bind(env), None
+    except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set) or an OSError of sched_setaffinity
+        bound, refused = {}, e
+    cpus = f"cpu-bind {bound['cpu_bind']}: CPUs {bound['cpus']} | " if "mempolicy" in bound else ""
     header = (f"===== launch attempt {attempt} | rank {rank} of {env.get('WORLD_SIZE', '?')} | node {node} | "
-              f"{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
+              f"{cpus}{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     os.write(fd, header.encode())
-
+    if refused is not None:                      # one line in the rank log and on stderr; the rank exits 2
+        line = f"launch rankexec: rank {rank}: {refused}\n".encode()
+        os.write(fd, line)
+        os.write(2, line)
+        record(run_dir, dict(base, time=time.time(), pid=None, cpu_bind=env.get("LAUNCH_CPU_BIND"),
+                             error=str(refused), exit_code=2, signal=None))
+        return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     pid = _spawn(argv, fd)
     os.close(fd)
     code, killed = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
                              getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
-    from .rundir import RunDir, exit_fields      # only now: nothing but os/signal/sys/time before the program
-    rec = dict(rank=rank, node=node, attempt=attempt, time=time.time(), pid=pid, **exit_fields(code))
+    from .rundir import exit_fields
+    rec = dict(base, time=time.time(), pid=pid, **exit_fields(code), **bound)
     if killed:
         rec["killed_after_grace"] = killed
-    try:
-        RunDir(run_dir).write_rank_record(rec)
-    except OSError as e:                         # a full disk: say so, keep the program's exit status
-        os.write(2, f"launch rankexec: cannot write the exit record of rank {rank}: {e}\n".encode())
+    record(run_dir, rec)
     if code < 0:  # die the same way, so torchrun reports the signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(-code, signal.SIG_DFL)

@@ -21,7 +21,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {   # optional fields: accepte
     "max_restarts": (_INT, "an int"), "stop_grace": (_NUM, "a number of seconds"), "stop_signal": ((str,), "a str"),
     "hang_timeout": (_NUM, "a number of seconds"), "name": ((str,), "a str"), "run_dir": (_STR, "a path"),
     "runs_root": (_STR, "a path"), "profile": (_STR, "a path"), "python": (_STR, "a path or command"),
-    "dist_backend": ((str,), "a str"), "nccl_preset": ((str,), "a str"),
+    "dist_backend": ((str,), "a str"), "nccl_preset": ((str,), "a str"), "cpu_bind": ((str,), "a str"),
 }
 NOT_IN_API = {"wait": "submit never blocks; use run.wait()"}     # backend options the API refuses
 
@@ -44,6 +44,7 @@ class JobSpec:
     stop_signal: str | None = None    # "SIGTERM" (None: the default) or "SIGINT", "SIGHUP", "SIGQUIT"
     hang_timeout: float | None = None
     dist_backend: str | None = None
+    cpu_bind: str | None = None       # "auto" (None: the default), "none", "numa" or "cores"
     nccl_preset: str | None = None
     python: str | os.PathLike | None = None
     profile: str | os.PathLike | None = None

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import layout
+from . import cpubind, layout
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
@@ -45,6 +45,7 @@ class JobSpec:
     hang_timeout: float | None = None           # seconds without progress of any rank = a hang (launchers.hang)
     stop_grace: float = 30.0                    # seconds a stopped program has before SIGKILL (launchers.rankexec)
     stop_signal: str = "SIGTERM"                # what a program gets on a stop that is not Ctrl-C (launchers.rankexec)
+    cpu_bind: str = "auto"                      # each local rank's CPUs (launchers.cpubind, applied by rankexec)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
 
     @property
@@ -323,6 +324,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     hang = parse_seconds("--hang-timeout", hang) if hang is not None else None
     grace = parse_seconds("--stop-grace", pick("stop_grace", 30))
     stop_signal = parse_stop_signal(pick("stop_signal", "SIGTERM"))
+    cpu_bind = cpubind.check_mode(pick("cpu_bind", "auto"))
 
     env = parse_env(prof.get("env") or {})
     env.update(parse_env(flags.get("env") or ()))
@@ -345,7 +347,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         master_port=port, max_restarts=max_restarts, dist_backend=dist,
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
-        forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal,
+        forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from . import layout
+from .cpubind import ENV as CPU_BIND_ENV
 from .spec import JobSpec, redact_env
 
 # Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
@@ -52,7 +53,9 @@ def flight_recorder(run_dir: str) -> dict[str, str]:
 
 
 def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port: int, run_id: str,
-                 attempt: int, dist_backend: str = "gloo") -> NodeCommand:
+                 attempt: int, dist_backend: str = "gloo", one_machine: bool = False) -> NodeCommand:
+    """one_machine: every node runs on this machine (the local backend): the CPU plan is made for all the
+    machine's ranks and each node's ranks take their slots of it (LAUNCH_CPU_BIND_SLOT: first/all)."""
     argv = (
         spec.python, "-m", "torch.distributed.run",
         "--nnodes", str(spec.nodes),
@@ -86,6 +89,9 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
     env["LAUNCH_STOP_GRACE"] = f"{spec.stop_grace:g}"             # the rank wrapper's grace after a stop
     env["PET_SHUTDOWN_TIMEOUT"] = str(int(spec.stop_grace) + 10)   # the agent's: longer, so the wrapper records it
     env["LAUNCH_STOP_SIGNAL"] = spec.stop_signal      # the rank wrapper passes a SIGTERM on as this one
+    env[CPU_BIND_ENV] = spec.cpu_bind                 # the rank wrapper binds each rank from its node's topology
+    if one_machine and spec.nodes > 1:
+        env[CPU_BIND_ENV + "_SLOT"] = f"{node_rank * spec.gpus_per_node}/{spec.world_size}"
     if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
         env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()))

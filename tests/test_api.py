@@ -136,6 +136,7 @@ TYPE_ERRORS = [
     (dict(backend="local", program=("t.py",), env=["A=1"]), "JobSpec.env must be a mapping"),
     (dict(backend="local", program=("t.py",), stop_grace="30"), "JobSpec.stop_grace must be a number"),
     (dict(backend="local", program=("t.py",), stop_signal=2), "JobSpec.stop_signal must be a str"),
+    (dict(backend="local", program=("t.py",), cpu_bind=True), "JobSpec.cpu_bind must be a str"),
     (dict(backend="local", program=("t.py",), forward_env="NCCL_*"), "JobSpec.forward_env must be a tuple"),
     (dict(backend="slurm", program=("t.py",), slurm={"partition": 3}), "JobSpec.slurm['partition'] must be str"),
     (dict(backend="slurm", program=("t.py",), slurm={"cpus_per_task": True}), "JobSpec.slurm['cpus_per_task']"),

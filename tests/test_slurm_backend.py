@@ -250,3 +250,22 @@ def test_a_job_queued_before_the_move_still_runs(workdir):
     reps = records("runs/old")
     assert sorted(r["rank"] for r in reps) == [0, 1] and {r["world"] for r in reps} == {2}
     assert {r["sum"] for r in reps} == {3.0}
+
+
+@pytest.mark.slurm
+def test_cpu_bind_cores_two_ranks_disjoint_srun_does_not_bind(workdir):
+    """--cpu-bind cores on Slurm: srun is told not to bind (--cpu-bind=none in the script), the rank wrapper binds
+    each of the node's two ranks to its own core(s) within the CPUs the step may use."""
+    from launchers.cpubind import parse_cpulist
+    p = run_launch("slurm", "--nodes", "1", "--gpus-per-node", "2", "--cpu-bind", "cores", "--time", "10",
+                   "--run-dir", "runs/cb", "--wait", "--", "affinity.py")
+    assert p.returncode == 0, p.stdout + p.stderr
+    reps = sorted(records("runs/cb", "AFFINITY "), key=lambda r: r["rank"])
+    assert [r["rank"] for r in reps] == [0, 1] and all(r["cpus"] for r in reps)
+    assert not set(reps[0]["cpus"]) & set(reps[1]["cpus"])
+    for r in reps:
+        rec = read_json(f"runs/cb/status/rank{r['rank']}.json")
+        assert rec["cpu_bind"] == "cores" and list(parse_cpulist(rec["cpus"])) == r["cpus"]
+    dry = run_launch("slurm", "--nodes", "1", "--gpus-per-node", "2", "--cpu-bind", "cores", "--dry-run", "--",
+                     "affinity.py", check=True).stdout
+    assert "--cpu-bind=none" in next(ln for ln in dry.splitlines() if ln.startswith("srun "))

@@ -133,3 +133,16 @@ def test_warm_submitter_only_for_a_real_submission(argv, env, expected, monkeypa
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert will_submit_to_slurm(argv) is expected
+
+
+@pytest.mark.parametrize("mode,srun_binds", [("auto", False), ("cores", False), ("numa", False), ("none", True)])
+def test_srun_does_not_bind_when_the_ranks_are_bound(mode, srun_binds):
+    """--cpu-bind other than none: the rank wrapper binds, so srun is told not to (--cpu-bind=none) -- in the
+    sbatch script and in the in-allocation srun; with --cpu-bind none srun keeps its own default binding."""
+    from launchers.backends.slurm.render import srun_argv
+    sp = spec(partition="gpu").replace(cpu_bind=mode)
+    srun_line = next(ln for ln in render_sbatch(sp, base_attempt=0, header="h").splitlines() if ln.startswith("srun"))
+    argv = srun_argv(sp, run_id="r1", job_id="7", base_attempt=0)
+    assert ("--cpu-bind=none" not in srun_line.split()) == srun_binds
+    assert ("--cpu-bind=none" not in argv) == srun_binds
+    assert not any(w.startswith("--cpu-bind") and w != "--cpu-bind=none" for w in srun_line.split() + argv)

@@ -231,3 +231,18 @@ def test_launch_cancel_stops_every_host(workdir):
     assert proc.returncode == 143                    # terminated (130 is Ctrl-C)
     assert read_json("runs/x/status.json")["state"] == "CANCELLED"
     assert procs.tagged_pids(run_id_of("runs/x")) == []
+
+
+def test_cpu_bind_cores_two_ranks_disjoint(workdir):
+    """--cpu-bind cores: the rank wrapper on the host binds each of its two local ranks to its own core(s)."""
+    from launchers.cpubind import parse_cpulist
+    p = run_launch("ssh", "--hosts", "sshhost1", *OPTS, "--gpus-per-node", "2", "--cpu-bind", "cores",
+                   "--run-dir", "runs/cb", "--", "affinity.py")
+    assert p.returncode == 0, p.stderr[-3000:]
+    reps = sorted((json.loads(ln[len("AFFINITY "):]) for ln in rank_lines("runs/cb", "AFFINITY ")),
+                  key=lambda r: r["rank"])
+    assert [r["rank"] for r in reps] == [0, 1] and all(r["cpus"] for r in reps)
+    assert not set(reps[0]["cpus"]) & set(reps[1]["cpus"])
+    for r in reps:
+        rec = read_json(f"runs/cb/status/rank{r['rank']}.json")
+        assert rec["cpu_bind"] == "cores" and list(parse_cpulist(rec["cpus"])) == r["cpus"]

@@ -28,7 +28,7 @@ def test_node_command_golden():
         ("LAUNCH_RUN_DIR", "/shared/runs/r1"), ("LAUNCH_RUN_ID", "r1-abcd"),
         ("LAUNCH_CHECKPOINT_DIR", "/shared/runs/r1/checkpoints"), ("LAUNCH_ATTEMPT", "2"),
         ("LAUNCH_DIST_BACKEND", "gloo"), ("PYTHONUNBUFFERED", "1"), ("LAUNCH_STOP_GRACE", "30"),
-        ("PET_SHUTDOWN_TIMEOUT", "40"), ("LAUNCH_STOP_SIGNAL", "SIGTERM"))
+        ("PET_SHUTDOWN_TIMEOUT", "40"), ("LAUNCH_STOP_SIGNAL", "SIGTERM"), ("LAUNCH_CPU_BIND", "auto"))
     assert nc.shell().startswith("env OMP_NUM_THREADS=4 NCCL_BUFFSIZE=8388608 FOO=bar MASTER_ADDR=10.0.0.1 ")
     assert nc.shell().endswith("-m workloads.convnet --epochs 2 'a b'")
 

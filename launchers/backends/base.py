@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cpubind import describe
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
 from ..torchrun import NodeCommand, node_command, resolve_dist_backend
@@ -40,18 +41,27 @@ class Plan:
     nodes: list[NodeCommand]
     hosts: list[str] = field(default_factory=list)     # one per node where the backend knows them
     script: str | None = None                          # e.g. the sbatch script
+    cpu_sets: list | None = None                       # each local rank's CPUs where the nodes are this machine
 
     def render(self) -> str:
         """Exactly what would run: the script (if any) and each node's command."""
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
                f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
                f" ({self.dist_backend})"]
+        out += self.cpu_bind_lines()
         if self.script is not None:
             out += ["", "# ---- sbatch script ----", self.script.rstrip("\n"), "# ---- end of sbatch script ----"]
         for nc in self.nodes:
             where = f" on {self.hosts[nc.node_rank]}" if self.hosts else ""
             out += ["", f"# node {nc.node_rank}{where}:", nc.shell()]
         return "\n".join(out) + "\n"
+
+    def cpu_bind_lines(self) -> list[str]:
+        """Each local rank's CPUs where the plan knows the nodes' topology (this machine), else how it is decided."""
+        mode = self.spec.cpu_bind
+        if self.cpu_sets is not None or mode == "none":
+            return describe(mode, self.cpu_sets or [], "local rank" if self.spec.nodes == 1 else "rank")
+        return [f"# cpu-bind {mode}: decided on each node from its topology (launchers.cpubind)"]
 
     def record(self) -> dict[str, Any]:
         """What run.yaml keeps of this attempt."""
@@ -88,9 +98,10 @@ class Backend:
 
 
 def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
-                  dist_backend: str) -> list[NodeCommand]:
+                  dist_backend: str, one_machine: bool = False) -> list[NodeCommand]:
     return [node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port, run_id=run_id,
-                         attempt=attempt, dist_backend=dist_backend) for k in range(spec.nodes)]
+                         attempt=attempt, dist_backend=dist_backend, one_machine=one_machine)
+            for k in range(spec.nodes)]
 
 
 def cuda_here() -> bool:

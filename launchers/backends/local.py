@@ -9,6 +9,7 @@ import sys
 import time
 
 from .. import procs
+from ..cpubind import node_plan
 from ..follow import follow_in_thread
 from ..hang.watch import LauncherWatch, describe
 from ..ports import choose_port
@@ -27,8 +28,10 @@ class LocalBackend(Backend):
     def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
         port = choose_port(run_id, spec.master_port, MASTER)
         dist = dist_backend_for(spec)
-        return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER, master_port=port,
-                    dist_backend=dist, nodes=node_commands(spec, run_id, attempt, MASTER, port, dist))
+        # every node runs here: one plan for all their ranks (LAUNCH_CPU_BIND_SLOT gives each node its slots)
+        sets = node_plan(spec.cpu_bind, spec.world_size, os.environ) if spec.cpu_bind != "none" else []
+        return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER, master_port=port, dist_backend=dist,
+                    nodes=node_commands(spec, run_id, attempt, MASTER, port, dist, one_machine=True), cpu_sets=sets)
 
     def start(self, plan: Plan, rd: RunDir) -> int:
         attempt, spec = plan.attempt, plan.spec

@@ -62,7 +62,8 @@ class SSHPlan(Plan):
     def render(self) -> str:
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
                f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
-               f" ({self.dist_backend})", f"# master:  {self.master_addr}:{self.master_port} (probed at launch)"]
+               f" ({self.dist_backend})", f"# master:  {self.master_addr}:{self.master_port} (probed at launch)",
+               *self.cpu_bind_lines()]
         if self.staged:
             out.append(f"# storage: not shared; hosts write {self.node_dir}, collected into the run dir over SFTP")
         for k, h in enumerate(self.rhosts):

@@ -148,7 +148,15 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     if dependency(spec):
         extra["dependency"] = dependency(spec)
     params["additional_parameters"] = extra
+    params["srun_args"] = srun_binding(spec)
     return params
+
+
+def srun_binding(spec: JobSpec) -> list[str]:
+    """srun's own binding left off when the rank wrapper binds (--cpu-bind other than none): the node task gets
+    its allocation's CPUs and the wrapper splits them among the ranks, so no rank is bound twice or bound to the
+    one core srun's task/affinity would give a task of one CPU."""
+    return ["--cpu-bind=none"] if spec.cpu_bind != "none" else []
 
 
 def node_task_command(python: str, run_dir: str, base_attempt: int, array: bool = False) -> str:
@@ -185,6 +193,7 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
     params.pop("stderr_to_stdout")                       # our scripts always merge stderr into stdout
     signal_delay_s = params.pop("signal_delay_s")
     extra = params.pop("additional_parameters")
+    srun_args = params.pop("srun_args")
     stdout = os.path.join(folder, "%j_%t_log.out")
     if array:
         params["array"] = f"0-{array[0] - 1}%{min(array)}"
@@ -193,7 +202,7 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
     params["output"] = stdout.replace("%t", "0")
     params["open-mode"] = "append"
     params.update(extra)
-    srun = " ".join(shlex.quote(w) for w in ("srun", "--unbuffered", "--output", stdout))
+    srun = " ".join(shlex.quote(w) for w in ("srun", "--unbuffered", "--output", stdout, *srun_args))
     lines = ["#!/bin/bash", *[f"# {line}" if line else "#" for line in header.splitlines()], "", "# Parameters",
              *[sbatch_flag(k, params[k]) for k in sorted(params)],
              "", "# command", "export SUBMITIT_EXECUTOR=slurm",
@@ -222,7 +231,7 @@ def allocation_env(signal_seconds: int) -> dict[str, str]:
 def srun_argv(spec: JobSpec, *, run_id: str, job_id: str, base_attempt: int) -> list[str]:
     """In-allocation mode: one node task per allocated node, in the current allocation."""
     out = os.path.join(layout.path(spec.run_dir, "slurm"), f"alloc-{job_id}-%s-%t.out")
-    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
+    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", *srun_binding(spec),
             "--kill-on-bad-exit=0", f"--job-name=launch-{run_id}", f"--output={out}", "--open-mode=append",
             spec.python, "-u", "-m", NODE_ENTRY, "run", spec.run_dir,
             "--base-attempt", str(base_attempt), "--in-allocation"]
