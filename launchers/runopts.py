@@ -73,6 +73,8 @@ COMMON: tuple[Opt, ...] = (
     Opt("hang_timeout", (int, float), "Seconds without progress of any rank that make a hang: stacks are "
         "captured, the stalled rank named, the run stopped (default: off)."),
     Opt("dist_backend", S, "auto (nccl on CUDA, else gloo), gloo or nccl."),
+    Opt("preflight", L, "Checks on every node before anything starts: gpu (the tools of `launch doctor --gpu`; "
+        "a node with a fault stops the launch, one line per bad node).", kind="list"),
     Opt("nccl_preset", S, "NCCL preset(s), e.g. moe or moe,roce or ./mine.yaml."),
     Opt("python", S, "Python interpreter on the nodes (default: this one)."),
     Opt("dry_run", B, "Print exactly what would run; start nothing.", kind="flag", in_profile=False),

@@ -187,3 +187,37 @@ def test_doctor_gpu_without_nvidia_smi_is_a_skip(tmp_path):
     assert node["checks"]["gpu_health"]["value"] == "no nvidia-smi"
     assert {"level": "info", "node": f"node 0 [{node['host']}]", "device": "node",
             "fact": "no nvidia-smi: GPU checks skipped"} in node["findings"]
+
+
+def test_preflight_gpu_stops_the_launch_naming_the_node(tmp_path):
+    """`launch local --preflight gpu`: the node's tools (stand-ins printing real outputs of a faulty node: a
+    Down InfiniBand port, an Xid 119) stop the launch before anything starts -- one line for the bad node,
+    exit 2, no run dir."""
+    stand_ins(tmp_path / "bin", smi_xml="nvidia_smi/netdata-rtx-4090-driver-535.xml",
+              ibstat="ibstat/network-operator-issue-249-ib-down.txt", dmesg="xid/gpud-dmesg-with-xid-119.log")
+    (tmp_path / "hello.py").write_text("print('HELLO')\n")
+    p = run_launch("local", "--preflight", "gpu", "--run-dir", "runs/r", "--", "hello.py", cwd=tmp_path,
+                   timeout=240, env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    err = [ln for ln in p.stderr.splitlines() if not ln.startswith("launch: preflight gpu: warning: ")]
+    assert err[0] == "launch: error: --preflight gpu: 1 bad node(s) of 1, nothing started", p.stderr
+    (bad,) = err[1:]
+    assert bad.startswith("node 0 [") and "]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand); " \
+        "GPU PCI:0000:9b:00: Xid 119 GSP RPC timeout" in bad, bad
+    assert not (tmp_path / "runs").exists()
+
+
+def test_preflight_gpu_passes_a_healthy_node_and_refuses_unknown_checks(tmp_path):
+    stand_ins(tmp_path / "bin", smi_xml="nvidia_smi/netdata-rtx-4090-driver-535.xml",
+              ibstat="ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
+    (tmp_path / "hello.py").write_text("print('HELLO')\n")
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    p = run_launch("local", "--preflight", "gpu", "--run-dir", "runs/r", "--", "hello.py", cwd=tmp_path,
+                   timeout=240, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "HELLO" in (tmp_path / "runs/r/logs/node0/rank0.log").read_text()
+    p = run_launch("local", "--preflight", "gpus", "--run-dir", "runs/x", "--", "hello.py", cwd=tmp_path,
+                   timeout=60, env=env)
+    assert p.returncode == 2 and p.stderr.strip() == \
+        "launch: error: --preflight 'gpus' is not accepted; choose one of: gpu", p.stderr
+    assert not (tmp_path / "runs/x").exists()
