@@ -1,6 +1,7 @@
 """`nvidia-smi topo -m`: the matrix of paths between GPUs and NICs (X self, NV# a bonded set of # NVLinks,
 PIX/PXB/PHB/NODE/SYS PCIe paths from nearest to farthest), each GPU's CPU and NUMA affinity, and the NIC
-names from the "NIC Legend" when present. Columns are tab- or space-separated (both occur)."""
+names from the "NIC Legend" when present (no fixture here has one yet: NICs are then named NIC0...).
+Columns are tab- or space-separated (both occur in real pastes)."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,6 @@ import re
 from .finding import Finding
 
 PCIE = ("PIX", "PXB", "PHB", "NODE", "SYS")       # nearest first
-NEAR = ("PIX", "PXB")                              # a NIC on the GPU's own PCIe switch
 
 
 def _cells(line: str) -> list[str]:
@@ -19,6 +19,7 @@ def _cells(line: str) -> list[str]:
 
 
 def parse(text: str) -> dict:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)          # some drivers underline the header, even into a pipe
     lines = [ln for ln in text.splitlines() if ln.strip()]
     head = next((i for i, ln in enumerate(lines) if re.match(r"\s+GPU0\b", ln)), None)
     if head is None:
