@@ -221,3 +221,16 @@ def test_preflight_gpu_passes_a_healthy_node_and_refuses_unknown_checks(tmp_path
     assert p.returncode == 2 and p.stderr.strip() == \
         "launch: error: --preflight 'gpus' is not accepted; choose one of: gpu", p.stderr
     assert not (tmp_path / "runs/x").exists()
+
+
+def test_python_api_takes_preflight_like_the_cli(tmp_path, monkeypatch):
+    from launchers.errors import LaunchError
+    from launchers.request import JobSpec
+    from launchers.spec import JobSpec as Recorded
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hello.py").write_text("print('HELLO')\n")
+    spec = JobSpec(backend="local", program=("hello.py",), preflight=("gpu",)).resolve()
+    assert spec.preflight == ("gpu",) and Recorded.from_dict(spec.to_dict()) == spec     # run.yaml round trip
+    assert JobSpec(backend="local", program=("hello.py",)).resolve().preflight == ()
+    with pytest.raises(LaunchError, match=r"^--preflight 'nvlink' is not accepted; choose one of: gpu$"):
+        JobSpec(backend="local", program=("hello.py",), preflight=("nvlink",)).resolve()
