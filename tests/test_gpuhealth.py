@@ -173,6 +173,20 @@ def test_doctor_gpu_healthy_tools_pass_and_text_report(tmp_path):
     assert not [ln for ln in rep["failures"] + rep["warnings"] if "gpu_health" in ln or " GPU" in ln]
 
 
+def test_doctor_gpu_names_an_nvidia_smi_that_never_answers(tmp_path):
+    """A stand-in nvidia-smi that never answers (what a hung GPU does to it): the node fails, named, within
+    the tool timeout (min(20 s, --timeout)); the other nvidia-smi calls are not made."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_tool(bin_dir / "nvidia-smi", "#!/bin/sh\n# stand-in for a hung nvidia-smi\nexec sleep 60\n")
+    code, rep = doctor_gpu(tmp_path, bin_dir, "--timeout", "3")
+    (node,) = rep["nodes"]
+    who = f"node 0 [{node['host']}]"
+    assert code == 1 and f"FAIL {who} node: nvidia-smi -q -x gave no answer in 3 s (a GPU or the driver hangs)" \
+        in rep["failures"], rep["failures"]
+    assert [f for f in node["findings"] if "topo" in f["fact"] or "nvlink" in f["fact"]] == []
+
+
 def test_doctor_gpu_without_nvidia_smi_is_a_skip(tmp_path):
     """This machine's own tools, with nvidia-smi kept off PATH: a skip, never a failure of its own."""
     bin_dir = tmp_path / "bin"

@@ -21,7 +21,9 @@ def _ran(tools: dict, key: str) -> str | None:
 
 def _tool_trouble(tools: dict, key: str, node: str, what: str) -> list[Finding]:
     t = tools.get(key) or {}
-    if t.get("error"):
+    if t.get("timeout") and key == "smi_xml":      # nvidia-smi hangs: a GPU or the driver is in trouble
+        return [Finding("fail", node, "node", f"{t['error']} (a GPU or the driver hangs)")]
+    if t.get("error") and not t.get("skipped"):
         return [Finding("warn", node, "node", f"{what}: {t['error']}")]
     if t.get("rc"):
         return [Finding("warn", node, "node", f"{what} exited {t['rc']}: {t.get('err') or 'no message'}")]

@@ -6,7 +6,8 @@ submitting side's job: launchers.gpuhealth, through launchers.doctor.gpucheck):
   ibstat, else the files /sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}
   dmesg, only its `NVRM: Xid` lines (often not readable without root: kernel.dmesg_restrict)
 
-Each result is {"out": text, "rc": n}, {"error": why} or {"missing": true}. The tools are looked up on the
+Each result is {"out": text, "rc": n}, {"error": why} (with "timeout": seconds when the tool gave no
+answer; the other nvidia-smi calls are then not made) or {"missing": true}. The tools are looked up on the
 node's PATH, so a test can put stand-ins first on it.
 """
 from __future__ import annotations
@@ -17,21 +18,33 @@ TOOLS = (("smi_xml", "nvidia-smi", ["-q", "-x"]), ("topo", "nvidia-smi", ["topo"
 IB_FILES = ("state", "phys_state", "rate", "link_layer")
 
 def run_tool(exe, args, timeout):
+    """Output into files, not pipes: a tool stuck in the kernel (a hung GPU) may never die, and we must not
+    wait for it -- it is named as not answering and left behind."""
+    import tempfile
     path = shutil.which(exe)
     if not path:
         return {"missing": True}
-    try:
-        p = subprocess.run([path] + args, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": "%s %s: no answer in %d s" % (exe, " ".join(args), timeout)}
-    except OSError as e:
-        return {"error": "%s: %s" % (exe, e.strerror or e)}
-    out = p.stdout
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        try:
+            p = subprocess.Popen([path] + args, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        except OSError as e:
+            return {"error": "%s: %s" % (exe, e.strerror or e)}
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            try:
+                p.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+            return {"error": "%s %s gave no answer in %g s" % (exe, " ".join(args), timeout), "timeout": timeout}
+        out.seek(0); err.seek(0)
+        text, said = out.read(), err.read()
     if exe == "dmesg":
-        out = "\n".join(ln for ln in out.splitlines() if "NVRM: Xid" in ln)
-    res = {"out": out, "rc": p.returncode}
-    if p.returncode:
-        res["err"] = (p.stderr.strip().splitlines() or [""])[-1][:300]
+        text = "\n".join(ln for ln in text.splitlines() if "NVRM: Xid" in ln)
+    res = {"out": text, "rc": rc}
+    if rc:
+        res["err"] = (said.strip().splitlines() or [""])[-1][:300]
     return res
 
 def ib_sysfs(root="/sys/class/infiniband"):
@@ -57,6 +70,9 @@ def ib_sysfs(root="/sys/class/infiniband"):
 def gpu_tools(timeout):
     out = {}
     for key, exe, args in TOOLS:
+        if exe == "nvidia-smi" and out.get("smi_xml", {}).get("timeout"):
+            out[key] = {"error": "not run: nvidia-smi -q -x gave no answer", "skipped": True}
+            continue
         out[key] = run_tool(exe, args, timeout)
     if out["ibstat"].get("missing") or out["ibstat"].get("rc"):
         out["ib_sysfs"] = ib_sysfs()

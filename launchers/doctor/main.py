@@ -20,6 +20,7 @@ from .targets import reference, run_local, run_slurm, run_ssh
 
 TARGETS = "--local, --hosts h1,h2 or --hostfile FILE (SSH), or --slurm [--partition P --nodes N]"
 DEFAULT_TIMEOUT, SLURM_NODES = 30.0, 2
+TOOL_TIMEOUT = 20.0         # seconds each node tool (nvidia-smi -L, --gpu's tools) has to answer
 
 
 def target_of(opts: dict) -> str:
@@ -79,7 +80,7 @@ def settle(opts: dict) -> dict:
 def probe_all(s: dict, opts: dict) -> list:
     base = {"token": s["token"], "root": s["root"], "cwd": os.getcwd(), "port": s["port"], "nnodes": s["nodes"],
             "timeout": s["timeout"], "collective": bool(opts.get("collective")), "mb": 1,
-            "gpu": bool(opts.get("gpu"))}
+            "gpu": bool(opts.get("gpu")), "tool_timeout": min(TOOL_TIMEOUT, s["timeout"])}
     if s["target"] == "local":
         return run_local(s["python"], base, s["timeout"] + 120)
     if s["target"] == "slurm":

@@ -18,14 +18,14 @@ from ..errors import LaunchError
 from .gpucheck import node_findings
 from .targets import NodeRun, run_local, run_ssh
 
-TIMEOUT = 60.0
+TIMEOUT, TOOL_TIMEOUT = 60.0, 20.0
 
 
 def _base(spec, nnodes: int) -> dict:
     token = secrets.token_hex(8)
     return {"token": token, "root": layout.runs_root(None), "cwd": os.getcwd(), "nnodes": nnodes,
             "port": ports.derive_port("launch-preflight:" + token), "timeout": TIMEOUT, "collective": False,
-            "mb": 1, "gpu": True, "tool_timeout": TIMEOUT}
+            "mb": 1, "gpu": True, "tool_timeout": TOOL_TIMEOUT}
 
 
 def probe(spec, plan) -> list[NodeRun]:

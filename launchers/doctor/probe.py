@@ -44,7 +44,8 @@ def facts():
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True,
+                                 timeout=A.get("tool_timeout", 20)).stdout
             R["gpus"] = sum(1 for ln in out.splitlines() if ln.startswith("GPU "))
         except Exception as e:
             R["gpus"] = 0; R["gpus_error"] = "nvidia-smi: " + first_line(e)
@@ -65,7 +66,7 @@ def facts():
     R["nofile"] = list(resource.getrlimit(resource.RLIMIT_NOFILE))
     R["env"] = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_"))}
     if A.get("gpu"):
-        R["gpu_tools"] = gpu_tools(A.get("tool_timeout", 60))
+        R["gpu_tools"] = gpu_tools(A.get("tool_timeout", 20))
 
 def holder(port):
     """pid (comm) of the process listening on port, from /proc (best effort)."""
