@@ -327,6 +327,10 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     grace = parse_seconds("--stop-grace", pick("stop_grace", 30))
     stop_signal = parse_stop_signal(pick("stop_signal", "SIGTERM"))
     preflight = parse_preflight(pick("preflight"))
+    if preflight and backend == "slurm":
+        raise LaunchError("--preflight gpu is not accepted with the slurm backend (its nodes are known only once "
+                          "the job runs); accepted with: local, ssh. Check the partition first: "
+                          "`launch doctor --slurm --gpu`")
 
     env = parse_env(prof.get("env") or {})
     env.update(parse_env(flags.get("env") or ()))

@@ -248,3 +248,12 @@ def test_python_api_takes_preflight_like_the_cli(tmp_path, monkeypatch):
     assert JobSpec(backend="local", program=("hello.py",)).resolve().preflight == ()
     with pytest.raises(LaunchError, match=r"^--preflight 'nvlink' is not accepted; choose one of: gpu$"):
         JobSpec(backend="local", program=("hello.py",), preflight=("nvlink",)).resolve()
+
+
+def test_preflight_gpu_on_slurm_is_refused_before_anything(tmp_path):
+    (tmp_path / "hello.py").write_text("print('HELLO')\n")
+    p = run_launch("slurm", "--preflight", "gpu", "--dry-run", "--", "hello.py", cwd=tmp_path, timeout=60)
+    assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines() == [
+        "launch: error: --preflight gpu is not accepted with the slurm backend (its nodes are known only once the "
+        "job runs); accepted with: local, ssh. Check the partition first: `launch doctor --slurm --gpu`"]
