@@ -59,7 +59,7 @@ def bad_lines(runs: list[NodeRun], gpus_per_node: int | None, out=sys.stderr) ->
 def check(spec, plan) -> None:
     """Raise LaunchError (nothing started) when a node shows a fault."""
     runs = probe(spec, plan)
-    gpus = spec.gpus_per_node if spec.dist_backend != "gloo" else None
+    gpus = spec.gpus_per_node if plan.dist_backend != "gloo" else None      # the GPU count matters with nccl
     bad = bad_lines(runs, gpus)
     if bad:
         raise LaunchError(f"--preflight gpu: {len(bad)} bad node(s) of {len(runs)}, nothing started\n" + "\n".join(bad))
