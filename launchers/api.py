@@ -42,10 +42,18 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
         out.write(plan.render())
         return 0
     backend.preflight(plan)
+    _gpu_preflight(spec, plan)
     rd = RunDir.create(spec, run_id, plan.record())
     _make_nccl_dirs(spec, plan.dist_backend)
     print(f"launch: run dir {rd.path}", file=sys.stderr)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
+
+
+def _gpu_preflight(spec: JobSpec, plan) -> None:
+    """--preflight gpu: every node's GPU/NIC tools before anything starts (launchers.doctor.preflight)."""
+    if "gpu" in spec.preflight:
+        from .doctor.preflight import check
+        check(spec, plan)
 
 
 def _make_nccl_dirs(spec: JobSpec, dist_backend: str) -> None:
@@ -81,6 +89,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         out.write(plan.render())
         return 0
     backend.preflight(plan)
+    _gpu_preflight(spec, plan)
     rd.add_attempt(spec, plan.record())
     _make_nccl_dirs(spec, plan.dist_backend)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)

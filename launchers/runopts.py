@@ -75,6 +75,8 @@ COMMON: tuple[Opt, ...] = (
     Opt("dist_backend", S, "auto (nccl on CUDA, else gloo), gloo or nccl."),
     Opt("cpu_bind", S, "CPUs of each local rank, from the node's topology: auto (numa where a node has more than "
         "one NUMA node, else none), none, numa (its GPU's NUMA node), cores (whole cores of it, one set per rank)."),
+    Opt("preflight", L, "Checks on every node before anything starts: gpu (the tools of `launch doctor --gpu`; "
+        "a node with a fault stops the launch, one line per bad node).", kind="list"),
     Opt("nccl_preset", S, "NCCL preset(s), e.g. moe or moe,roce or ./mine.yaml."),
     Opt("python", S, "Python interpreter on the nodes (default: this one)."),
     Opt("dry_run", B, "Print exactly what would run; start nothing.", kind="flag", in_profile=False),

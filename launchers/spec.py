@@ -46,6 +46,7 @@ class JobSpec:
     stop_grace: float = 30.0                    # seconds a stopped program has before SIGKILL (launchers.rankexec)
     stop_signal: str = "SIGTERM"                # what a program gets on a stop that is not Ctrl-C (launchers.rankexec)
     cpu_bind: str = "auto"                      # each local rank's CPUs (launchers.cpubind, applied by rankexec)
+    preflight: tuple[str, ...] = ()             # checks on every node before the start (launchers.doctor.preflight)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
 
     @property
@@ -68,6 +69,7 @@ class JobSpec:
         d["options"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options}
         d["explicit"] = list(self.explicit)
         d["forward_env"] = list(self.forward_env)
+        d["preflight"] = list(self.preflight)
         return d
 
     @classmethod
@@ -84,6 +86,7 @@ class JobSpec:
         d["options"] = _freeze_options(d.get("options") or {})
         d["explicit"] = tuple(d.get("explicit") or ())
         d["forward_env"] = tuple(d.get("forward_env") or ())
+        d["preflight"] = tuple(d.get("preflight") or ())
         return cls(**d)
 
 
@@ -325,6 +328,11 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     grace = parse_seconds("--stop-grace", pick("stop_grace", 30))
     stop_signal = parse_stop_signal(pick("stop_signal", "SIGTERM"))
     cpu_bind = cpubind.check_mode(pick("cpu_bind", "auto"))
+    preflight = parse_preflight(pick("preflight"))
+    if preflight and backend == "slurm":
+        raise LaunchError("--preflight gpu is not accepted with the slurm backend (its nodes are known only once "
+                          "the job runs); accepted with: local, ssh. Check the partition first: "
+                          "`launch doctor --slurm --gpu`")
 
     env = parse_env(prof.get("env") or {})
     env.update(parse_env(flags.get("env") or ()))
@@ -348,7 +356,23 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
         forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,
+        preflight=preflight,
     )
+
+
+PREFLIGHTS = ("gpu",)
+
+
+def parse_preflight(value: Any) -> tuple[str, ...]:
+    """--preflight gpu[,...] (a profile: a list) -> the checks, each once, in the order given."""
+    if value is None:
+        return ()
+    out: list[str] = []
+    for item in (value if isinstance(value, (list, tuple)) else [value]):
+        check_choice("--preflight", str(item).strip(), PREFLIGHTS)
+        if str(item).strip() not in out:
+            out.append(str(item).strip())
+    return tuple(out)
 
 
 def default_name(program: tuple[str, ...]) -> str:

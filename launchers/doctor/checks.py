@@ -51,6 +51,7 @@ class Context:
     env: dict
     collective: bool
     medians: dict
+    gpu: bool = False               # --gpu: the GPU/NIC tools' findings (launchers.doctor.gpucheck)
 
 
 def versions(r: dict, c: Context) -> dict[str, Check]:

@@ -20,6 +20,7 @@ from .targets import reference, run_local, run_slurm, run_ssh
 
 TARGETS = "--local, --hosts h1,h2 or --hostfile FILE (SSH), or --slurm [--partition P --nodes N]"
 DEFAULT_TIMEOUT, SLURM_NODES = 30.0, 2
+TOOL_TIMEOUT = 20.0         # seconds each node tool (nvidia-smi -L, --gpu's tools) has to answer
 
 
 def target_of(opts: dict) -> str:
@@ -78,7 +79,8 @@ def settle(opts: dict) -> dict:
 
 def probe_all(s: dict, opts: dict) -> list:
     base = {"token": s["token"], "root": s["root"], "cwd": os.getcwd(), "port": s["port"], "nnodes": s["nodes"],
-            "timeout": s["timeout"], "collective": bool(opts.get("collective")), "mb": 1}
+            "timeout": s["timeout"], "collective": bool(opts.get("collective")), "mb": 1,
+            "gpu": bool(opts.get("gpu")), "tool_timeout": min(TOOL_TIMEOUT, s["timeout"])}
     if s["target"] == "local":
         return run_local(s["python"], base, s["timeout"] + 120)
     if s["target"] == "slurm":
@@ -102,7 +104,8 @@ def run(raw: dict, out: TextIO = sys.stdout) -> int:
     master = s["hosts"][0].hostname if s["hosts"] else ("127.0.0.1" if s["target"] == "local" else runs[0].host)
     ctx = Context(ref=ref, first=first, master=master, port=s["port"], gpus_per_node=s["gpus"],
                   require_gpus=bool(opts.get("require_gpus")), shared_required=opts.get("shared_storage") is not False,
-                  env=s["env"], collective=bool(opts.get("collective")), medians={})
+                  env=s["env"], collective=bool(opts.get("collective")), medians={},
+                  gpu=bool(opts.get("gpu")))
     rows = verdict(runs, ctx)
     wall = time.monotonic() - t0
     head = {"target": s["target"], "nodes": s["nodes"], "master": f"{master}:{s['port']}", "run_root": s["root"]}

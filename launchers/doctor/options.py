@@ -20,6 +20,8 @@ OWN: tuple[Opt, ...] = (
         kind="flag"),
     Opt("collective", B, "Also time all_reduce, all_to_all and node-0 links across all nodes (gloo on CPU).",
         kind="flag"),
+    Opt("gpu", B, "Also run each node's GPU/NIC tools (nvidia-smi -q -x, topo -m, nvlink -s; ibstat or "
+        "/sys/class/infiniband; dmesg Xid lines) and name every fault: node, device, fact.", kind="flag"),
     Opt("timeout", (int, float), "Seconds the nodes have to meet at the master (default 30).", kind="float"),
     Opt("json", B, "Machine-readable output.", kind="flag"),
 )

@@ -3,7 +3,8 @@
 
 It prints `DOCTOR-T <epoch>` first (the submitting side stamps its arrival: clock skew), then one line
 `DOCTOR <json>`: versions (python, torch, launchers, NCCL when CUDA exists), GPUs (nvidia-smi; none = CPU
-only), free disk under the run root, /dev/shm, the open-file limit, the NCCL_* / TORCH_NCCL_* environment.
+only), free disk under the run root, /dev/shm, the open-file limit, the NCCL_* / TORCH_NCCL_* environment; with
+`gpu`, the GPU and NIC tools' raw outputs (launchers.doctor.gputools).
 Node 0 writes `<root>/.launch-doctor-<token>`, then (after its imports) binds the master port (when it is
 taken, its holder is named from /proc) and serves every other node: a node connects to MASTER:port, must read
 the token, then reads the probe file (shared storage) and reports back. With `collective`, once every node
@@ -12,12 +13,17 @@ CPU) on the same port and print their bus bandwidths (nccl-tests' busbw factors)
 """
 from __future__ import annotations
 
-PROBE = r'''
+from .gputools import GPU_TOOLS
+
+_HEAD = r'''
 import json, os, resource, shutil, socket, subprocess, sys, threading, time
 print("DOCTOR-T %.6f" % time.time(), flush=True)
 A = json.loads(sys.argv[1]); R = {"host": socket.gethostname(), "python": sys.version.split()[0],
                                  "executable": sys.executable}
 T0 = time.time()
+'''
+
+PROBE = _HEAD + GPU_TOOLS + r'''
 
 def first_line(e):
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -38,7 +44,8 @@ def facts():
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True,
+                                 timeout=A.get("tool_timeout", 20)).stdout
             R["gpus"] = sum(1 for ln in out.splitlines() if ln.startswith("GPU "))
         except Exception as e:
             R["gpus"] = 0; R["gpus_error"] = "nvidia-smi: " + first_line(e)
@@ -58,6 +65,8 @@ def facts():
             R[key] = {"path": path, "error": e.strerror or str(e)}
     R["nofile"] = list(resource.getrlimit(resource.RLIMIT_NOFILE))
     R["env"] = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_"))}
+    if A.get("gpu"):
+        R["gpu_tools"] = gpu_tools(A.get("tool_timeout", 20))
 
 def holder(port):
     """pid (comm) of the process listening on port, from /proc (best effort)."""

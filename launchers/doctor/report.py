@@ -6,11 +6,13 @@ import statistics
 from dataclasses import asdict
 
 from .checks import SLOW, Check, Context, gpus, master_port, nccl_env, reach, resources, shared, skip, versions
+from .gpucheck import gpu_health
 from .targets import NodeRun
 
 COLUMNS = ("reachable", "python", "torch", "launchers", "nccl", "gpus", "port", "master", "shared", "disk",
            "shm", "nofile", "clock", "nccl_env")
-TITLES = {"reachable": "REACH", "master": "REACHES-MASTER", "nccl_env": "NCCL-ENV", "nofile": "NOFILE"}
+TITLES = {"reachable": "REACH", "master": "REACHES-MASTER", "nccl_env": "NCCL-ENV", "nofile": "NOFILE",
+          "gpu_health": "GPU-HEALTH"}
 
 
 def medians(runs: list[NodeRun]) -> dict:
@@ -67,7 +69,14 @@ def node_checks(run: NodeRun, c: Context, runs: list[NodeRun]) -> dict[str, Chec
 
 
 def verdict(runs: list[NodeRun], c: Context) -> list[dict]:
-    rows = [{"node": n.node, "host": n.host, "checks": node_checks(n, c, runs)} for n in runs]
+    rows = [{"node": n.node, "host": n.host, "checks": node_checks(n, c, runs), "findings": []} for n in runs]
+    if c.gpu:
+        for n, row in zip(runs, rows):
+            if n.result is None:
+                row["checks"]["gpu_health"] = skip("?")
+                continue
+            row["checks"]["gpu_health"], row["findings"] = gpu_health(n.result, f"node {n.node} [{n.host}]",
+                                                                      c.gpus_per_node)
     if c.collective:
         failed = any(ch.status == "fail" for row in rows for ch in row["checks"].values())
         c.medians = medians(runs)
@@ -80,6 +89,10 @@ def failures(rows: list[dict], statuses=("fail",)) -> list[str]:
     out = []
     for row in rows:
         for name, ch in row["checks"].items():
+            if name == "gpu_health":        # one line per finding: node, device, fact
+                out += [f"{'FAIL' if f.level == 'fail' else 'WARN'} {f.line()}"
+                        for f in row.get("findings", ()) if f.level in statuses]
+                continue
             if ch.status in statuses:
                 what = "FAIL" if ch.status == "fail" else "WARN"
                 out.append(f"{what} node {row['node']} [{row['host']}] {name}: {ch.why}" + (f" -> {ch.fix}" if ch.fix else ""))
@@ -87,7 +100,7 @@ def failures(rows: list[dict], statuses=("fail",)) -> list[str]:
 
 
 def render(rows: list[dict], head: str, ref: dict, wall: float) -> str:
-    cols = [k for k in (*COLUMNS, "collective") if any(k in r["checks"] for r in rows)]
+    cols = [k for k in (*COLUMNS, "gpu_health", "collective") if any(k in r["checks"] for r in rows)]
     table = [["NODE", "HOST", *(TITLES.get(k, k.upper()) for k in cols)]]
     table += [[str(r["node"]), r["host"], *(r["checks"][k].value for k in cols)] for r in rows]
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
@@ -104,5 +117,5 @@ def render(rows: list[dict], head: str, ref: dict, wall: float) -> str:
 def as_json(rows: list[dict], head: dict, ref: dict, wall: float) -> dict:
     return dict(head, reference=ref, wall_s=round(wall, 3), ok=not failures(rows),
                 failures=failures(rows), warnings=failures(rows, ("warn",)),
-                nodes=[dict(node=r["node"], host=r["host"], checks={k: asdict(v) for k, v in r["checks"].items()})
-                       for r in rows])
+                nodes=[dict(node=r["node"], host=r["host"], checks={k: asdict(v) for k, v in r["checks"].items()},
+                            findings=[f.as_dict() for f in r.get("findings", ())]) for r in rows])
