@@ -104,7 +104,7 @@ def load_profile(path: str) -> dict[str, Any]:
     expected = "a UTF-8 YAML mapping of profile keys"
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.load(f, Loader=values.profile_loader())
+            data = values.read_profile_yaml(f)
     except FileNotFoundError:
         raise LaunchError(f"profile {path!r} does not exist") from None
     except UnicodeDecodeError as e:

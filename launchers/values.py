@@ -106,6 +106,15 @@ def profile_loader() -> type:
     return ProfileLoader
 
 
+def read_profile_yaml(stream: Any) -> Any:
+    """One YAML document read by ProfileLoader (a yaml.SafeLoader: no python tags), as yaml.safe_load would."""
+    loader = profile_loader()(stream)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def plain(value: Any) -> Any:
     """A profile's data with every Number turned into a plain str (what a flag's text would be)."""
     if isinstance(value, Number):

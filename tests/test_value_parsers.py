@@ -12,7 +12,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
 
-from conftest import LAUNCH, ROOT
+from conftest import LAUNCH, ROOT, run_launch
 from launchers import request, values
 from launchers.errors import LaunchError
 from launchers.runopts import BACKEND_OPTIONS, options_from_cli
@@ -214,3 +214,49 @@ def test_launch_env_default_refused_like_its_flag(here, var, value, flag):
     assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
     assert f"{flag} (from ${var}) {value!r} is not accepted" in p.stderr and "plain decimal" in p.stderr, p.stderr
     assert not (here / "runs").exists()
+
+
+@pytest.fixture(scope="module")
+def newer_run(tmp_path_factory):
+    """A real (tiny) local run whose run.yaml says a newer launchers wrote it."""
+    d = tmp_path_factory.mktemp("newer")
+    (d / "t.py").write_text("print('hello from t')\n")
+    p = run_launch("local", "--run-dir", "runs/new", "--", "t.py", cwd=d, timeout=180)
+    assert p.returncode == 0, p.stderr
+    path = d / "runs" / "new" / "run.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["versions"]["launchers"] = "99.1.0"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return d / "runs" / "new"
+
+
+def tree(base) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("verb", ["resume", "cancel", "wait"])
+def test_newer_run_dir_refused_naming_the_version(newer_run, verb):
+    before = tree(newer_run)
+    p = run_launch(verb, str(newer_run), timeout=60)
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
+    assert "written by launchers '99.1.0', newer than this launch" in p.stderr and "launch status" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and tree(newer_run) == before
+
+
+def test_newer_run_dir_read_only_by_status_and_logs(newer_run):
+    before = tree(newer_run)
+    st = run_launch("status", str(newer_run), timeout=60)
+    assert st.returncode == 0, st.stderr
+    assert "written by: launchers 99.1.0, newer than this one" in st.stdout and "COMPLETED" in st.stdout
+    logs = run_launch("logs", str(newer_run), timeout=60)
+    assert logs.returncode == 0 and "hello from t" in logs.stdout, logs.stderr
+    assert tree(newer_run) == before
+
+
+@pytest.mark.parametrize("theirs,mine,newer", [("0.2.0", "0.1.0", True), ("0.1.0", "0.1.0", False),
+                                               ("0.1.1", "0.1.0", True), ("0.0.9", "0.1.0", False),
+                                               ("1.0", "0.1.0", True), ("x", "0.1.0", False)])
+def test_version_order(theirs, mine, newer):
+    from launchers import layout
+    got = layout.newer_version({"versions": {"launchers": theirs}}, mine, "r", read_only=True)
+    assert (got == theirs) if newer else got is None
