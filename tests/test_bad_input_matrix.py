@@ -102,7 +102,10 @@ CASES = [
     Case("slurm-time", slurm("--time", "abc"), ("'abc'", "04:00:00")),
     Case("slurm-cpus", slurm("--cpus-per-task", "x"), ("'x'", "an integer")),
     Case("slurm-partition-empty", slurm("--partition", ""), ("--partition ''", "non-empty")),
-    Case("status-click-int", ["logs", "--rank", "x", "."], ("'--rank'", "'x'", "integer")),
+    Case("status-click-int", ["logs", "--rank", "x", "."], ("--rank 'x'", "integer >= 0")),
+    Case("logs-rank-plus", ["logs", "--rank", "+1", "ok"], ("--rank '+1'", "plain decimal")),
+    Case("wait-timeout-underscore", ["wait", "--timeout", "1_0", "ok"], ("--timeout '1_0'", "seconds > 0")),
+    Case("hostfile-slots-leading-zero", **ssh_hf("a slots=02\n"), needles=("'slots=02'", "1-1024")),
     Case("status-unknown-option", ["status", "--bogus", "."], ("'--bogus'", "accepted: ", "--json")),
     Case("unknown-command", ["frob"], ("'frob'", "accepted: ", "local")),
     # ---------------------------------------------------------------- NCCL values (NCCL's own parsers decide)
