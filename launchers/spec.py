@@ -195,6 +195,8 @@ def parse_forward_env(globs: list[Any]) -> tuple[str, ...]:
         if not isinstance(g, str) or not _GLOB.match(g):
             raise LaunchError(f"--forward-env {g!r} is not accepted; give a variable name or a glob of one, "
                               "e.g. 'NCCL_*' or 'WANDB_API_KEY'")
+        if g in values.RESERVED_ENV:
+            values.check_env_value("--forward-env", g, "")
         if g not in out:
             out.append(g)
     return tuple(out)

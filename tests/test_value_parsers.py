@@ -260,3 +260,12 @@ def test_version_order(theirs, mine, newer):
     from launchers import layout
     got = layout.newer_version({"versions": {"launchers": theirs}}, mine, "r", read_only=True)
     assert (got == theirs) if newer else got is None
+
+
+def test_forward_env_never_forwards_a_reserved_variable(here):
+    from launchers import jobenv
+    with pytest.raises(LaunchError, match="--forward-env MASTER_PORT is set by launch.*--master-port"):
+        build_spec("local", {"forward_env": ("MASTER_PORT",)}, ["t.py"])
+    spec = build_spec("local", {"forward_env": ("MASTER_*", "MY_*")}, ["t.py"])
+    got = jobenv.forwarded(spec, {"MASTER_PORT": "1", "MASTER_WEIGHTS": "w", "MY_X": "x", "RANK": "3"})
+    assert got == {"MASTER_WEIGHTS": "w", "MY_X": "x"}
