@@ -159,11 +159,11 @@ def status(path: str, ranks: bool = False) -> dict[str, Any]:
     """status.json as the backend refreshes it, plus what explains it: the NCCL refusals in the rank logs and,
     with ranks, per-rank progress (explain.rank_rows)."""
     from . import explain
-    rd = RunDir.open(path)
-    data = rd.read_run_yaml()
-    st = get_backend(data["spec"]["backend"]).refresh(rd)
+    rd = RunDir.open(path, read_only=True)
+    data = rd.read_run_yaml()            # a run dir of a newer launchers: its status as recorded, nothing written
+    st = rd.read_status() if rd.newer else get_backend(data["spec"]["backend"]).refresh(rd)
     spec = data["spec"]
-    st = dict(st)
+    st = dict(st, written_by=rd.newer) if rd.newer else dict(st)
     st.update(run_dir=rd.path, run_id=data["run_id"], backend=spec["backend"],
               shape=f"{spec['nodes']}x{spec['gpus_per_node']}", last_step=rd.last_step(),
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
@@ -178,6 +178,8 @@ def format_status(st: dict[str, Any]) -> str:
     lines = [f"run:        {st['run_dir']}", f"backend:    {st['backend']}  shape {st['shape']}",
              f"state:      {st['state']}" + (f"  ({st['reason']})" if st.get("reason") else ""),
              f"attempt:    {st.get('attempt', 0)} of {st['attempts']} recorded"]
+    if st.get("written_by"):
+        lines.append(f"written by: launchers {st['written_by']}, newer than this one: shown as recorded, not refreshed")
     if st.get("slurm_job_id"):
         lines.append(f"slurm job:  {st['slurm_job_id']}")
     nodes = st.get("nodes") or {}
@@ -231,7 +233,7 @@ def log_tail(path: str, rank: int | None = None, out: TextIO | None = None):
     """`launch logs`: a LogTail over the run's rank logs (one rank's, unprefixed); a rank without a log is
     refused, naming the world size and the ranks that have one."""
     from .follow import follower
-    rd = RunDir.open(path)
+    rd = RunDir.open(path, read_only=True)
     ranks = sorted({r for _, r, _ in rd.rank_logs()})
     if rank is not None and rank not in ranks:
         spec = rd.spec()

@@ -211,14 +211,15 @@ def status(run, as_json, ranks):
 
 @main.command()
 @click.argument("run")
-@click.option("--rank", type=int, default=None, help="Only this global rank (unprefixed).")
+@click.option("--rank", default=None, help="Only this global rank (unprefixed).")
 @click.option("-f", "--follow", is_flag=True, help="Keep following until the run ends.")
 @_errors
 def logs(run, rank, follow):
     """Print RUN's per-rank logs, each line prefixed "[nK rR]"."""
     from . import api
     from .rundir import TERMINAL
-    tail = api.log_tail(run, rank)
+    from .values import parse_int
+    tail = api.log_tail(run, parse_int("--rank", rank, 0) if rank is not None else None)
     if follow:
         tail.follow(lambda: api.status(run)["state"] in TERMINAL)
     else:
@@ -253,12 +254,13 @@ def cancel(run):
 
 @main.command(name="wait")
 @click.argument("run")
-@click.option("--timeout", type=float, default=None)
+@click.option("--timeout", default=None, help="Seconds to wait at most.")
 @_errors
 def wait_(run, timeout):
     """Follow RUN until it ends; exit 0 only if every rank succeeded."""
     from . import api
-    sys.exit(api.wait(run, timeout=timeout))
+    from .spec import parse_seconds
+    sys.exit(api.wait(run, timeout=parse_seconds("--timeout", timeout) if timeout is not None else None))
 
 
 @main.command()

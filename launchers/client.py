@@ -67,7 +67,7 @@ class Run:
     def __init__(self, path: str | os.PathLike):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"Run path must be a str or a path, got {type(path).__name__} {brief(path)}")
-        rd = RunDir.open(os.fspath(path))
+        rd = RunDir.open(os.fspath(path), read_only=True)     # its verbs open it again: resume, cancel refuse
         data = rd.read_run_yaml()
         self.path: str = rd.path
         self.run_id: str = data["run_id"]

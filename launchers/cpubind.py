@@ -130,9 +130,9 @@ def parse_gpu_numa(text: str) -> dict[int, int]:
     return out
 
 
-def check_mode(value) -> str:
+def check_mode(value, what: str = "--cpu-bind") -> str:
     if value not in MODES:
-        raise LaunchError(f"--cpu-bind {brief(value)} is not accepted; choose one of: {', '.join(MODES)}")
+        raise LaunchError(f"{what} {brief(value)} is not accepted; choose one of: {', '.join(MODES)}")
     return value
 
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from .errors import LaunchError, brief
 from .spec import MAX_NODES, MAX_PER_NODE
+from .values import INT_TEXT
 
 _NAME = re.compile(r"^[A-Za-z0-9_.%+-]+$")
 SYSTEM_SSH_CONFIG = "/etc/ssh/ssh_config"
@@ -67,7 +68,7 @@ def parse_host_word(word: str, where: str) -> tuple[str, str | None, int | None]
     else:
         p = None           # a name, or a bare IPv6 address (no port)
     if p is not None:
-        if not (p.isascii() and p.isdigit() and len(p) < 10) or not 1 <= int(p) <= 65535:
+        if not (INT_TEXT.fullmatch(p) and len(p) < 10) or not 1 <= int(p) <= 65535:
             raise LaunchError(f"{where}: bad port {brief(p)} in host {brief(word)}; accepted: 1-65535")
         port = int(p)
     if not w or (":" not in w and not _NAME.match(w)):
@@ -92,7 +93,7 @@ def parse_hostfile_text(text: str, source: str) -> list[HostEntry]:
                 raise LaunchError(f"{where}: unknown field {brief(extra)}; accepted: slots=N")
             if slots is not None:
                 raise LaunchError(f"{where}: slots given twice")
-            if not (val.isascii() and val.isdigit() and len(val) < 10) or not 1 <= int(val) <= MAX_PER_NODE:
+            if not (INT_TEXT.fullmatch(val) and len(val) < 10) or not 1 <= int(val) <= MAX_PER_NODE:
                 raise LaunchError(f"{where}: malformed {brief(extra)}; expected slots=N with an integer N "
                                   f"1-{MAX_PER_NODE}")
             slots = int(val)

@@ -15,13 +15,15 @@ from typing import Mapping, TextIO
 
 from .errors import LaunchError
 from .spec import JobSpec
+from .values import RESERVED_ENV
 
 
 def forwarded(spec: JobSpec, environ: Mapping[str, str]) -> dict[str, str]:
-    """The caller's variables that match a --forward-env glob (the job's own env wins over them)."""
+    """The caller's variables that match a --forward-env glob (the job's own env wins over them; the ones launch
+    sets itself, e.g. MASTER_PORT for 'MASTER_*', are never forwarded: launchers.values.RESERVED_ENV)."""
     own = dict(spec.env)
     return {k: v for k, v in sorted(environ.items())
-            if k not in own and any(fnmatch.fnmatchcase(k, g) for g in spec.forward_env)}
+            if k not in own and k not in RESERVED_ENV and any(fnmatch.fnmatchcase(k, g) for g in spec.forward_env)}
 
 
 def resolve_preset(spec: JobSpec) -> tuple[dict[str, str], list]:

@@ -85,6 +85,31 @@ def record_problem(data: object) -> str | None:
     return None
 
 
+
+def newer_version(data: dict, mine: str, path: str, read_only: bool) -> str | None:
+    """The launchers version that wrote this run.yaml when it is newer than `mine` (None otherwise): such a run
+    dir is refused, unless it is only read (`launch status`, `launch logs`: then the version is returned)."""
+    versions = data.get("versions")
+    theirs = versions.get("launchers") if isinstance(versions, dict) else None
+    if not isinstance(theirs, str) or not _version_key(theirs) > _version_key(mine):
+        return None
+    if not read_only:
+        raise LaunchError(f"{path!r} was written by launchers {brief(theirs)}, newer than this launch ({mine}); "
+                          f"use launchers {brief(theirs)} or newer for it (`launch status` and `launch logs` can "
+                          "read it)")
+    return theirs
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """'1.2.3' -> (1, 2, 3); a part that is not digits ends the key ('0.2.0rc1' -> (0, 2))."""
+    key = []
+    for part in version.split("."):
+        if not part.isascii() or not part.isdigit():
+            break
+        key.append(int(part))
+    return tuple(key)
+
+
 # ------------------------------------------------------------------------------------------ paths
 
 FILES = {                                   # what -> path inside the run dir ({fields} filled in by path())

@@ -50,6 +50,7 @@ def exit_fields(code: int | None) -> dict[str, Any]:
 class RunDir:
     path: str
     unrecorded: dict[str, Any] | None = None     # the status this process could not write (disk full), if any
+    newer: str | None = None                     # opened read-only: the newer launchers version that wrote it
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -89,7 +90,8 @@ class RunDir:
         })
 
     @classmethod
-    def open(cls, path: str) -> "RunDir":
+    def open(cls, path: str, read_only: bool = False) -> "RunDir":
+        """A run dir made by launch; one written by a newer launchers only when read_only (rd.newer: its version)."""
         path = os.path.abspath(path)
         if not layout.is_run_dir(path) and sweep.is_sweep_dir(path):
             runs = [os.path.basename(d) for d in sweep.member_dirs(path)]
@@ -99,7 +101,7 @@ class RunDir:
             raise LaunchError(f"{path!r} is not a run dir (no run.yaml); give a directory made by `launch` "
                               "(see `launch list`)")
         rd = cls(path)
-        rd.read_run_yaml()
+        rd.newer = layout.newer_version(rd.read_run_yaml(), __version__, path, read_only)
         if layout.read_json(rd.status_path) is None:
             raise LaunchError(f"{path!r} is not a usable run dir: status.json is missing or not a JSON object; "
                               "accepted: a run dir made by `launch`")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import LaunchError, brief
+from .values import Number, parse_int, parse_number
 
 
 @dataclass(frozen=True)
@@ -35,21 +36,27 @@ class Opt:
             return self.cli_value
         if self.kind == "list":
             return str(raw).split(",")          # an empty item stays: the option's parser refuses it
-        if self.kind in ("int", "float"):
-            conv = int if self.kind == "int" else float
-            try:
-                return conv(str(raw).strip())
-            except ValueError:
-                raise LaunchError(f"{self.cli_flag} {brief(raw)} is not accepted; give "
-                                  f"{'an integer' if self.kind == 'int' else 'a number'}") from None
+        if self.kind == "int":
+            return parse_int(self.cli_flag or self.key, raw)
+        if self.kind == "float":
+            return parse_number(self.cli_flag or self.key, raw)
         return raw
 
-    def check(self, value: Any, where: str) -> None:
-        """A profile value of this option must have one of the declared types (a bool is not a number)."""
+    def from_profile(self, value: Any, where: str) -> Any:
+        """A profile value of this option, of one of the declared types (a bool is not a number); the text of a
+        number option is read by the flag's own parser (launchers.values), whether YAML saw a number or not."""
+        if isinstance(value, str) and int in self.types and float not in self.types:
+            return parse_int(f"{where}: {self.key}", str(value))
+        if isinstance(value, str) and float in self.types:
+            return parse_number(f"{where}: {self.key}", str(value))
+        if isinstance(value, Number) and str in self.types:
+            return str(value)
         numeric = any(t in (int, float) for t in self.types)
-        if not isinstance(value, self.types) or (isinstance(value, bool) and numeric and bool not in self.types):
+        if not isinstance(value, self.types) or isinstance(value, Number) \
+                or (isinstance(value, bool) and numeric and bool not in self.types):
             names = " or ".join(t.__name__ for t in self.types)
             raise LaunchError(f"{where}: {self.key} has a value of the wrong type: {brief(value)}; expected {names}")
+        return value
 
 
 S, I, B, L = (str,), (int,), (bool,), (list,)

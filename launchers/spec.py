@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import cpubind, layout
+from . import cpubind, layout, values
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
@@ -102,18 +102,22 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 # ---------------------------------------------------------------- parsing helpers (each raises LaunchError)
 
 def load_profile(path: str) -> dict[str, Any]:
-    """Read a YAML profile with yaml.safe_load; unknown keys and python tags are errors."""
+    """Read a YAML profile (launchers.values.profile_loader: the safe subset, a number kept as its text, a key
+    given twice refused); unknown keys and python tags are errors; each value read by its option's parser."""
     import yaml          # here, not at the top: the nodes of a Slurm job import this module on their start-up path
     expected = "a UTF-8 YAML mapping of profile keys"
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = values.read_profile_yaml(f)
     except FileNotFoundError:
         raise LaunchError(f"profile {path!r} does not exist") from None
     except UnicodeDecodeError as e:
         raise LaunchError(f"profile {path!r} is not UTF-8 (byte {e.start}); expected {expected}") from None
     except OSError as e:
         raise LaunchError(f"profile {path!r} cannot be read ({e.strerror}); expected a file: {expected}") from None
+    except values.DuplicateKey as e:
+        raise LaunchError(f"profile {path!r}: key {brief(values.plain(e.key))} is given twice (lines {e.first} and "
+                          f"{e.again}); give each key once") from None
     except yaml.YAMLError as e:
         first = str(e).strip().splitlines()[0]
         raise LaunchError(f"profile {path!r} is not valid YAML (safe subset only): {first}") from None
@@ -124,65 +128,64 @@ def load_profile(path: str) -> dict[str, Any]:
     for key in data:
         if key not in PROFILE_KEYS:
             raise LaunchError(f"profile {path!r}: unknown key {brief(key)}; accepted: {', '.join(PROFILE_KEYS)}")
-    check_profile_types(data, f"profile {path!r}")
+    data = check_profile_types(data, f"profile {path!r}")
     for backend in BACKENDS:
         sub = data.get(backend)
         if sub is None:
             continue
         if not isinstance(sub, dict):
             raise LaunchError(f"profile {path!r}: {backend!r} must be a mapping")
-        for key, val in sub.items():
+        for key, val in list(sub.items()):
             opt = next((o for o in BACKEND_OPTIONS[backend] if o.key == key), None)
             if opt is None:
                 accepted = ", ".join(o.key for o in BACKEND_OPTIONS[backend]) or "(none)"
                 raise LaunchError(f"profile {path!r}: unknown key {backend}.{brief(key)}; accepted: {accepted}")
-            opt.check(val, f"profile {path!r}: {backend}")
-    return data
+            sub[key] = opt.from_profile(val, f"profile {path!r}: {backend}")
+    return values.plain(data)
 
 
-def check_profile_types(data: Mapping[str, Any], where: str) -> None:
-    """The common keys have the types declared in launchers.runopts; `program` is a list of words."""
+def check_profile_types(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The common keys have the types declared in launchers.runopts; a number's text (any str) is kept for
+    build_spec to read with the flag's own parser and range; `program` is a list of words."""
+    data = dict(data)
     for o in COMMON:
-        if o.in_profile and data.get(o.key) is not None:
-            o.check(data[o.key], where)
-    prog, root = data.get("program"), data.get("runs_root")
+        v = data.get(o.key)
+        if o.in_profile and v is not None and not (isinstance(v, str) and {int, float} & set(o.types)):
+            data[o.key] = o.from_profile(v, where)
+    prog, root = values.plain(data.get("program")), data.get("runs_root")
     if prog is not None and (not isinstance(prog, list) or not all(isinstance(w, str) for w in prog)):
         raise LaunchError(f"{where}: program has a value of the wrong type: {brief(prog)}; expected a list of "
                           "words, e.g. [train.py, --lr, '3e-4'] or [-m, workloads.convnet]")
     if root is not None and not isinstance(root, str):
         raise LaunchError(f"{where}: runs_root has a value of the wrong type: {brief(root)}; expected str")
+    return data
 
 
 def positive_int(what: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
-    """An integer (a CLI string of digits only: ' 2' and '+2' are refused) in [minimum, maximum]."""
-    accepted = f"an integer {minimum}-{maximum}" if maximum is not None else f"an integer >= {minimum}"
-    text = str(value)
-    if isinstance(value, bool) or not re.fullmatch(r"-?[0-9]+", text) or len(text) > 30:
-        raise LaunchError(f"{what} {brief(value)} is not accepted; give {accepted}")
-    n = int(text, 10)
-    if n < minimum or (maximum is not None and n > maximum):
-        raise LaunchError(f"{what} {brief(value)} is out of range; give {accepted}")
-    return n
+    """An integer in [minimum, maximum], by the one integer parser (launchers.values.parse_int)."""
+    return values.parse_int(what, value, minimum, maximum)
 
 
-def parse_env(items: Any) -> dict[str, str]:
-    """`K=V` strings (CLI) or a mapping (profile) -> dict; the name must be a valid variable name."""
+def parse_env(items: Any, what: str = "--env") -> dict[str, str]:
+    """`K=V` strings (CLI) or a mapping (profile, API) -> dict; the name must be a valid variable name, the value
+    hold no NUL byte, the name not be one launch sets itself (launchers.values.RESERVED_ENV)."""
     if isinstance(items, Mapping):
         pairs = [(str(k), v) for k, v in items.items()]
         for k, v in pairs:
             if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-                raise LaunchError(f"env value of {k} must be a string, got {brief(v)}")
+                raise LaunchError(f"{what} value of {k} must be a string, got {brief(v)}")
         pairs = [(k, str(v)) for k, v in pairs]
     else:
         pairs = []
         for item in items:
             if "=" not in item:
-                raise LaunchError(f"--env {brief(item)} is malformed; expected NAME=VALUE")
+                raise LaunchError(f"{what} {brief(item)} is malformed; expected NAME=VALUE")
             k, v = item.split("=", 1)
             pairs.append((k, v))
-    for k, _ in pairs:
+    for k, v in pairs:
         if not _ENV_NAME.match(k):
-            raise LaunchError(f"--env name {brief(k)} is not a valid variable name; expected [A-Za-z_][A-Za-z0-9_]*")
+            raise LaunchError(f"{what} name {brief(k)} is not a valid variable name; expected [A-Za-z_][A-Za-z0-9_]*")
+        values.check_env_value(what, k, v)
     return dict(pairs)
 
 
@@ -196,19 +199,19 @@ def parse_forward_env(globs: list[Any]) -> tuple[str, ...]:
         if not isinstance(g, str) or not _GLOB.match(g):
             raise LaunchError(f"--forward-env {g!r} is not accepted; give a variable name or a glob of one, "
                               "e.g. 'NCCL_*' or 'WANDB_API_KEY'")
+        if g in values.RESERVED_ENV:
+            values.check_env_value("--forward-env", g, "")
         if g not in out:
             out.append(g)
     return tuple(out)
 
 
 def parse_seconds(what: str, value: Any) -> float:
-    """A positive, finite number of seconds."""
-    try:
-        v = float(str(value).strip()) if not isinstance(value, bool) else -1.0
-    except ValueError:
-        v = -1.0
-    if not 0 < v < float("inf"):
-        raise LaunchError(f"{what} {value!r} is not accepted; give a number of seconds > 0 (e.g. 300)")
+    """A positive, finite number of seconds (launchers.values.parse_number)."""
+    accepted = "a number of seconds > 0 (e.g. 300) in plain decimal digits"
+    v = values.parse_number(what, value, accepted)
+    if not v > 0:
+        raise LaunchError(f"{what} {brief(value)} is out of range; give {accepted}")
     return v
 
 
@@ -224,18 +227,14 @@ def parse_stop_signal(value: Any) -> str:
     return name
 
 
-def parse_port(value: Any) -> int:
-    try:
-        port = int(str(value), 10)
-    except ValueError:
-        port = -1
-    if not 1024 <= port <= 65535:
-        raise LaunchError(f"--master-port {value!r} is out of range; accepted: 1024-65535")
-    return port
+def parse_port(value: Any, what: str = "--master-port") -> int:
+    return values.parse_int(what, value, 1024, 65535)
 
 
-def parse_program(words: list[str] | tuple[str, ...], check_local: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """`-m mod args...` or `path.py args...` -> (program, args). The program must exist here."""
+def parse_program(words: list[str] | tuple[str, ...], check_local: bool = True,
+                  pythonpath: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`-m mod args...` or `path.py args...` -> (program, args). The program must exist here: a module is looked
+    up as the workers will (the launch directory first, then the job's PYTHONPATH, else this one's path)."""
     words = list(words)
     if not words:
         raise LaunchError("missing program: give it after `--`, e.g. `-- train.py --lr 3e-4` or `-- -m workloads.convnet`")
@@ -245,7 +244,7 @@ def parse_program(words: list[str] | tuple[str, ...], check_local: bool = True) 
         if not module:
             raise LaunchError("missing module after -m")
         if check_local:
-            _check_module(module)
+            _check_module(module, pythonpath)
         return ("-m", module), tuple(rest)
     path = words[0]
     if path.startswith("-"):
@@ -257,20 +256,21 @@ def parse_program(words: list[str] | tuple[str, ...], check_local: bool = True) 
     return (path,), tuple(words[1:])
 
 
-def _check_module(module: str) -> None:
-    # torchrun workers run with the launch cwd on sys.path (python -m), so search there too.
-    added = os.getcwd() not in sys.path
-    if added:
-        sys.path.insert(0, os.getcwd())
+def _check_module(module: str, pythonpath: str | None = None) -> None:
+    # torchrun workers run `python -m` in the launch cwd (first on sys.path), with the job's PYTHONPATH (--env /
+    # profile) when it gives one: search those before this process's own path.
+    extra = [os.getcwd(), *(os.path.abspath(p) for p in (pythonpath or "").split(os.pathsep) if p)]
+    saved = list(sys.path)
+    sys.path[:0] = [p for p in extra if p not in sys.path]
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         found = None
     finally:
-        if added:
-            sys.path.remove(os.getcwd())
+        sys.path[:] = saved
     if found is None:
-        raise LaunchError(f"module {module!r} cannot be found (from {os.getcwd()})")
+        where = f"; PYTHONPATH={pythonpath}" if pythonpath else ""
+        raise LaunchError(f"module {module!r} cannot be found (from {os.getcwd()}{where})")
 
 
 def check_choice(what: str, value: str, choices: tuple[str, ...]) -> str:
@@ -317,30 +317,34 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
             return v
         return prof.get(key, default)
 
-    nodes = positive_int("--nodes", pick("nodes", 1), maximum=MAX_NODES)
-    gpn = positive_int("--gpus-per-node", pick("gpus_per_node", 1), maximum=MAX_PER_NODE)
-    max_restarts = positive_int("--max-restarts", pick("max_restarts", 0), minimum=0)
-    dist = check_choice("--dist-backend", str(pick("dist_backend", "auto")), DIST_BACKENDS)
+    def said(key: str) -> str:      # who gave the value: the flag (or its LAUNCH_* variable), else the profile
+        given = flags.get(key) is not None or key not in prof
+        return "--" + key.replace("_", "-") if given else f"profile {profile!r}: {key}"
+
+    nodes = positive_int(said("nodes"), pick("nodes", 1), maximum=MAX_NODES)
+    gpn = positive_int(said("gpus_per_node"), pick("gpus_per_node", 1), maximum=MAX_PER_NODE)
+    max_restarts = positive_int(said("max_restarts"), pick("max_restarts", 0), minimum=0)
+    dist = check_choice(said("dist_backend"), str(pick("dist_backend", "auto")), DIST_BACKENDS)
     port = pick("master_port")
-    port = parse_port(port) if port is not None else None
+    port = parse_port(port, said("master_port")) if port is not None else None
     hang = pick("hang_timeout")
-    hang = parse_seconds("--hang-timeout", hang) if hang is not None else None
-    grace = parse_seconds("--stop-grace", pick("stop_grace", 30))
+    hang = parse_seconds(said("hang_timeout"), hang) if hang is not None else None
+    grace = parse_seconds(said("stop_grace"), pick("stop_grace", 30))
     stop_signal = parse_stop_signal(pick("stop_signal", "SIGTERM"))
-    cpu_bind = cpubind.check_mode(pick("cpu_bind", "auto"))
+    cpu_bind = cpubind.check_mode(pick("cpu_bind", "auto"), said("cpu_bind"))
     preflight = parse_preflight(pick("preflight"))
     if preflight and backend == "slurm":
         raise LaunchError("--preflight gpu is not accepted with the slurm backend (its nodes are known only once "
                           "the job runs); accepted with: local, ssh. Check the partition first: "
                           "`launch doctor --slurm --gpu`")
 
-    env = parse_env(prof.get("env") or {})
+    env = parse_env(prof.get("env") or {}, f"profile {profile!r}: env")
     env.update(parse_env(flags.get("env") or ()))
 
     forward = parse_forward_env(list(prof.get("forward_env") or ()) + list(flags.get("forward_env") or ()))
     words = list(program_words) or list(prof.get("program") or [])
     check_program_words(backend, words)
-    program, args = parse_program(words, check_local=True)
+    program, args = parse_program(words, check_local=True, pythonpath=env.get("PYTHONPATH"))
 
     opts = dict(prof.get(backend) or {})
     for k, v in (flags.get("options") or {}).items():

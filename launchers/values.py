@@ -1,0 +1,127 @@
+"""One parser for each kind of value, used alike by the flags, the LAUNCH_* defaults, profiles and the Python API.
+
+An integer is plain ASCII decimal everywhere: `12`, `0`, `-1` -- never `010`, `0x10`, `1_0`, `+2`, ` 2` or
+full-width digits. A number (seconds) is the same with an optional fraction and exponent: `30`, `2.5`, `1e-05`.
+A profile is read by ProfileLoader: YAML's safe subset, but a scalar YAML 1.1 would read as a number (`010` is 8
+there, `0x10` 16, `04:00:00` 14400) is kept as its text (Number) for these parsers to read, and a key given
+twice in one mapping is an error. Stdlib only (yaml is imported by profile_loader(), when a profile is read).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import LaunchError, brief
+
+INT_TEXT = re.compile(r"0|-?[1-9][0-9]*")
+NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+MAX_DIGITS = 30
+INT_WORDS = "an integer in plain decimal digits"
+NUMBER_WORDS = "a number in plain decimal digits"
+# what launch sets in every worker's environment, and the flag (or the part of launch) that sets each:
+# `--env NAME=...` for one of these would be replaced without a word, so it is refused
+RESERVED_ENV = {
+    "MASTER_ADDR": "the first node (--hosts / --hostfile; Slurm: the first allocated node)",
+    "MASTER_PORT": "--master-port", "NNODES": "--nodes", "NODE_RANK": "launch (each node's rank)",
+    "WORLD_SIZE": "--nodes and --gpus-per-node (torchrun)", "RANK": "--nodes and --gpus-per-node (torchrun)",
+    "LOCAL_RANK": "--gpus-per-node (torchrun)", "LOCAL_WORLD_SIZE": "--gpus-per-node (torchrun)",
+    "GROUP_RANK": "launch (each node's rank, torchrun)",
+    "LAUNCH_RUN_DIR": "--run-dir", "LAUNCH_RUN_ID": "--run-dir", "LAUNCH_CHECKPOINT_DIR": "--run-dir",
+    "LAUNCH_ATTEMPT": "launch resume", "LAUNCH_DIST_BACKEND": "--dist-backend", "LAUNCH_STOP_GRACE": "--stop-grace",
+    "PET_SHUTDOWN_TIMEOUT": "--stop-grace", "LAUNCH_STOP_SIGNAL": "--stop-signal",
+    "LAUNCH_HANG_TIMEOUT": "--hang-timeout", "PYTHONUNBUFFERED": "launch (always 1)",
+    "LAUNCH_CPU_BIND": "--cpu-bind", "LAUNCH_CPU_BIND_SLOT": "--cpu-bind (the local backend: each node's slots)",
+}
+
+
+class Number(str):
+    """A profile scalar YAML 1.1 would have read as a number, kept as the text written in the file."""
+
+
+def parse_int(what: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
+    """The one integer parser: text (a flag, a LAUNCH_* variable, a profile's Number) or an int (the API)."""
+    if minimum is None:
+        accepted = INT_WORDS
+    elif maximum is None:
+        accepted = f"an integer >= {minimum} in plain decimal digits"
+    else:
+        accepted = f"an integer {minimum}-{maximum} in plain decimal digits"
+    text = value if isinstance(value, str) else str(value) if type(value) is int else None
+    if text is None or not INT_TEXT.fullmatch(text):
+        raise LaunchError(f"{what} {brief(value)} is not accepted; give {accepted}")
+    n = int(text, 10) if len(text) <= MAX_DIGITS else None
+    if n is None or (minimum is not None and n < minimum) or (maximum is not None and n > maximum):
+        raise LaunchError(f"{what} {brief(value)} is out of range; give {accepted}")
+    return n
+
+
+def parse_number(what: str, value: Any, accepted: str = NUMBER_WORDS) -> float:
+    """The one parser of a number (seconds): text or an int/float (the API); finite."""
+    text = value if isinstance(value, str) else str(value) if type(value) in (int, float) else None
+    if text is None or not NUMBER_TEXT.fullmatch(text) or len(text) > 60:
+        raise LaunchError(f"{what} {brief(value)} is not accepted; give {accepted}")
+    v = float(text)
+    if v in (float("inf"), float("-inf")):
+        raise LaunchError(f"{what} {brief(value)} is out of range; give {accepted}")
+    return v
+
+
+def check_env_value(what: str, name: str, value: str) -> str:
+    """A worker's environment cannot hold a NUL byte; launch's own variables are not the user's to set."""
+    if "\0" in value:
+        raise LaunchError(f"{what} {name}={brief(value)} holds a NUL byte; an environment value cannot hold one")
+    if name in RESERVED_ENV:
+        raise LaunchError(f"{what} {name} is set by launch for every worker; give it with {RESERVED_ENV[name]} "
+                          "instead")
+    return value
+
+
+class DuplicateKey(Exception):
+    def __init__(self, key: Any, first: int, again: int):
+        super().__init__(key, first, again)
+        self.key, self.first, self.again = key, first, again
+
+
+def profile_loader() -> type:
+    """yaml.SafeLoader, but numbers kept as their text (Number) and a key given twice refused (DuplicateKey)."""
+    import yaml
+
+    class ProfileLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key, line = self.construct_object(key_node), key_node.start_mark.line + 1
+                    if key in seen:
+                        raise DuplicateKey(key, seen[key], line)
+                    seen[key] = line
+            return super().construct_mapping(node, deep)
+
+    def number(loader, node):
+        return Number(loader.construct_scalar(node))
+
+    ProfileLoader.add_constructor("tag:yaml.org,2002:int", number)
+    ProfileLoader.add_constructor("tag:yaml.org,2002:float", number)
+    return ProfileLoader
+
+
+def read_profile_yaml(stream: Any) -> Any:
+    """One YAML document read by ProfileLoader (a yaml.SafeLoader: no python tags), as yaml.safe_load would."""
+    loader = profile_loader()(stream)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def plain(value: Any) -> Any:
+    """A profile's data with every Number turned into a plain str (what a flag's text would be)."""
+    if isinstance(value, Number):
+        return str(value)
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
