@@ -93,11 +93,16 @@ def write_manifest(step_dir: str) -> dict:
              for rel in _files(step_dir)}
     manifest = {"version": 1, "files": files}
     tmp = os.path.join(step_dir, f".{MANIFEST}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(step_dir, MANIFEST))
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(step_dir, MANIFEST))
+    except OSError:
+        if os.path.exists(tmp):         # a full disk: leave no temporary behind
+            os.unlink(tmp)
+        raise
     _fsync_dir(step_dir)
     return manifest
 
