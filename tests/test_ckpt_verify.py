@@ -145,6 +145,10 @@ def attempt_lines(run_dir, attempt: int) -> dict[int, list[str]]:
     return out
 
 
+def status(run_dir: str) -> str:
+    return run_launch("status", run_dir, check=True).stdout
+
+
 def crashed_run(name: str, steps: int, crash: int) -> None:
     p = run_launch("local", *SHAPE, "--run-dir", f"runs/{name}", "--", *CONVNET, "--max-steps", str(steps),
                    "--crash-at-step", str(crash), "--crash-rank", "1")
@@ -155,7 +159,7 @@ def test_damaged_latest_is_shown_and_resume_falls_back_bit_exact(workdir):
     ref = run_launch("local", *SHAPE, "--run-dir", "runs/ref", "--", *CONVNET, "--max-steps", "30")
     assert ref.returncode == 0, ref.stderr[-3000:]
     crashed_run("c", 30, 25)                                   # latest: step-20, complete
-    assert "checkpoint: step-00000020 (complete: sha256 as written)" in run_launch("status", "runs/c", check=True).stdout
+    assert "checkpoint: step-00000020 (complete: sha256 as written)" in status("runs/c")
     shard = workdir / "runs/c/checkpoints/step-00000020/__1_0.distcp"
     flip(str(shard))                                           # same size: only the sha256 tells
     st = run_launch("status", "runs/c", check=True).stdout
@@ -171,7 +175,7 @@ def test_damaged_latest_is_shown_and_resume_falls_back_bit_exact(workdir):
             "content changed)); resuming from step-00000010, the newest complete checkpoint before it") in rank0
     assert "resumed from step-00000010" in "\n".join(rank0)
     assert read_json("runs/c/final.json")["param_sha256"] == read_json("runs/ref/final.json")["param_sha256"]
-    assert "checkpoint: step-00000030 (complete: sha256 as written)" in run_launch("status", "runs/c", check=True).stdout
+    assert "checkpoint: step-00000030 (complete: sha256 as written)" in status("runs/c")
 
 
 def test_no_complete_checkpoint_stops_every_rank_in_one_line(workdir):

@@ -9,7 +9,8 @@ One checkpoint = `<checkpoint dir>/step-<N:08d>/` written by torch.distributed.c
     silently keep only one rank's stream). No collective is needed to save them.
 Commit protocol: dcp.save returns on every rank only after the coordinator (rank 0) has collected every
 rank's write result (data files fsynced by DCP, FileSystemWriter sync_files=True) and written .metadata;
-then rank 0 fsyncs the step directory and atomically rewrites `latest`, and a barrier ends the save.
+then rank 0 fsyncs the step directory, writes its manifest (every file's size and sha256) and atomically
+rewrites `latest` (launchers.ckptptr.commit), and a barrier ends the save.
 A crash anywhere before the pointer is written leaves `latest` on the previous complete checkpoint.
 Repeated saves reuse DCP's cached save plans (the state layout does not change between steps), which
 skips most of the plan gather/scatter.
@@ -20,7 +21,9 @@ training group, whose collectives run concurrently). Until staging is done, the 
 is counted as blocked time too. Rank 0 moves `latest` as soon as its write completes (which implies
 every rank's write completed); finalize() -- called by the next save/save_async, or by the caller
 at the end -- waits for this rank's write and the pointer (collective).
-On start, rank 0 reads `latest` and broadcasts the name, so every rank loads the same checkpoint.
+On start, rank 0 reads `latest`, verifies it against its manifest (a damaged one: the newest complete earlier
+checkpoint, said in one line; none: every rank stops in one line naming the damaged file, exit 2) and
+broadcasts its decision, so every rank loads the same checkpoint (resolved()).
 Not for use before the first optimizer step: get_state_dict initialises the optimizer state.
 """
 from __future__ import annotations

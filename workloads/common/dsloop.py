@@ -7,7 +7,8 @@ agreed stop (USR2/SIGTERM -> checkpoint at the next step, exit 0, the next attem
 
 Checkpoints: engine.save_checkpoint into `<checkpoint dir>/step-<N>/` (DeepSpeed's own `latest` is not
 written), client state = progress + every rank's RNG state (gathered); then rank 0 writes launch_meta.json,
-the manifest and the atomic `latest` pointer (launchers.ckptptr.commit; a resume verifies it). A ZeRO checkpoint loads as is only at its own world size; at another one
+the manifest and the atomic `latest` pointer (launchers.ckptptr.commit; a resume verifies it, as
+checkpoint.resolved does for DCP). A ZeRO checkpoint loads as is only at its own world size; at another one
 rank 0 first converts it to DeepSpeed's universal format next to it (workloads/common/dsuniversal.py) and
 every rank loads that (RNG re-seeded, data offset rounded, as the loop does for any resharded resume); a
 checkpoint that cannot be converted is a one-line error on every rank naming its path.
