@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, set_seed
 
-from launchers.ckptptr import read_latest, write_latest
+from launchers.ckptptr import commit, read_latest
 
 
 def report(acc: Accelerator) -> None:
@@ -47,7 +47,7 @@ def save(acc: Accelerator, ckpt_dir: str, step: int) -> None:
     acc.save_state(os.path.join(ckpt_dir, name))   # model/optimizer on the main process, RNG states per rank
     acc.wait_for_everyone()                        # every rank's part is written before `latest` moves
     if acc.is_main_process:
-        write_latest(ckpt_dir, name)
+        commit(ckpt_dir, name)                     # its manifest (sizes, sha256), then `latest`
 
 
 def main() -> None:

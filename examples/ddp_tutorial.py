@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from launchers.ckptptr import write_latest
+from launchers.ckptptr import commit
 
 STOPPED: list[str] = []
 
@@ -56,7 +56,7 @@ def cleanup(model, step: int, seconds: float, run_dir: str, ckpt_dir: str) -> No
         name = f"step-{step:08d}"
         os.makedirs(os.path.join(ckpt_dir, name), exist_ok=True)
         torch.save(model.module.state_dict(), os.path.join(ckpt_dir, name, "model.pt"))
-        write_latest(ckpt_dir, name)
+        commit(ckpt_dir, name)                    # its manifest (sizes, sha256), then `latest`
     time.sleep(seconds)                           # a tracker's flush, an upload: takes a while
     os.makedirs(os.path.join(run_dir, "cleanup"), exist_ok=True)
     with open(os.path.join(run_dir, "cleanup", f"rank{rank}.done"), "w", encoding="utf-8") as f:

@@ -110,7 +110,7 @@ def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_le
         restarts_left -= 1
         ff = rd.read_status().get("first_failure")
         print(f"launch: attempt {plan.attempt} failed ({_describe_failure(ff)}); restarting from "
-              f"{rd.latest_checkpoint() or 'scratch'} ({restarts_left} restarts left)", file=sys.stderr)
+              f"{_resume_point(rd)} ({restarts_left} restarts left)", file=sys.stderr)
         attempt = len(rd.read_run_yaml()["attempts"])
         plan = backend.plan(spec, rd.run_id, attempt=attempt)
         rd.add_attempt(spec, plan.record())
@@ -119,6 +119,17 @@ def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_le
     if backend.owns_restarts or st.get("state") in TERMINAL:
         print(end_line(st), file=sys.stderr, flush=True)
     return code
+
+
+def _resume_point(rd: RunDir) -> str:
+    """What the next attempt resumes from: `latest`, or the checkpoint it falls back to (sizes checked)."""
+    from .ckptptr import resolve
+    res = resolve(rd.checkpoint_dir, hashes=False)
+    if res.error:
+        return f"no complete checkpoint ({res.error})"
+    if res.skipped:
+        return f"{res.name or 'scratch'} (damaged: {', '.join(s.name for s in res.skipped)})"
+    return res.name or "scratch"
 
 
 def end_line(st: dict[str, Any]) -> str:
@@ -155,9 +166,10 @@ def cancel(path: str) -> None:
     get_backend(rd.read_run_yaml()["spec"]["backend"]).cancel(rd)
 
 
-def status(path: str, ranks: bool = False) -> dict[str, Any]:
-    """status.json as the backend refreshes it, plus what explains it: the NCCL refusals in the rank logs and,
-    with ranks, per-rank progress (explain.rank_rows)."""
+def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, Any]:
+    """status.json as the backend refreshes it, plus what explains it: the NCCL refusals in the rank logs, the
+    latest checkpoint checked against its manifest (file sizes; with verify, their sha256 too) and, with
+    ranks, per-rank progress (explain.rank_rows)."""
     from . import explain
     rd = RunDir.open(path, read_only=True)
     data = rd.read_run_yaml()            # a run dir of a newer launchers: its status as recorded, nothing written
@@ -167,7 +179,7 @@ def status(path: str, ranks: bool = False) -> dict[str, Any]:
     st.update(run_dir=rd.path, run_id=data["run_id"], backend=spec["backend"],
               shape=f"{spec['nodes']}x{spec['gpus_per_node']}", last_step=rd.last_step(),
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
-              nccl_refusals=explain.nccl_refusals(rd))
+              nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify))
     if ranks:
         st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0))
     return st
@@ -193,7 +205,8 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append(f"still alive: pids {', '.join(map(str, st['surviving_pids']))} (`launch cancel "
                      f"{st['run_dir']}` ends them)")
     lines.append(f"last step:  {st['last_step'] if st['last_step'] is not None else '-'}")
-    lines.append(f"checkpoint: {st['latest_checkpoint'] or '-'}")
+    lines.append(explain.format_checkpoint(st.get("checkpoint")) if "checkpoint" in st
+                 else f"checkpoint: {st['latest_checkpoint'] or '-'}")
     lines += [f"nccl:       {line}" for line in st.get("nccl_refusals", [])]
     if st.get("ranks") is not None:
         lines += explain.format_ranks(st["ranks"])

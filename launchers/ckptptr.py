@@ -1,13 +1,21 @@
-"""The `checkpoints/latest` pointer: a one-line text file naming the newest *complete* checkpoint.
+"""The `checkpoints/latest` pointer: a one-line text file naming the newest *complete* checkpoint, and the
+manifest that proves a checkpoint complete.
 
 Stdlib only (no torch): the launcher reads it, the workloads write it. Writing is atomic and durable:
 write a temporary file in the same directory, fsync it, os.replace() it over `latest`, fsync the
 directory. A reader therefore sees either the old name or the new one, never a partial file.
 `launchers.rundir` re-exports both functions; this is the only place the format is defined.
+A checkpoint is committed with commit(): its manifest (every file's size and sha256), then the pointer. A
+resume asks resolve() what to load (`latest` if it still matches its manifest, else the newest complete
+earlier step, else one line naming the damaged file); `launch status` shows check()'s verdict.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
+from dataclasses import dataclass
 
 POINTER = "latest"
 
@@ -27,11 +35,7 @@ def write_latest(ckpt_dir: str, name: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(ckpt_dir, POINTER))
-    fd = os.open(ckpt_dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync_dir(ckpt_dir)
 
 
 def read_latest(ckpt_dir: str) -> str | None:
@@ -42,3 +46,182 @@ def read_latest(ckpt_dir: str) -> str | None:
     except FileNotFoundError:
         return None
     return name or None
+
+
+# ------------------------------------------------------------------------------------------ the manifest
+# Written at commit into the step dir, after every rank's files are written and before `latest` moves (commit()):
+# {"version": 1, "files": {relative path: {"size": bytes, "sha256": hex}}}. `latest` is trusted only when the
+# step it names still matches its manifest; otherwise a resume falls back to the newest complete earlier step
+# (resolve()). Checkpoints from before manifests existed load as "unverified". Readers need the step dir on
+# storage every rank shares (as loading it does): rank 0 hashes every file it sees.
+
+MANIFEST = "manifest.json"
+_STEP = re.compile(r"step-(\d+)")
+_CHUNK = 1 << 20
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(step_dir: str) -> list[str]:
+    """Every file under step_dir (relative, sorted), the manifest and its temporaries left out."""
+    out = []
+    for root, _, names in os.walk(step_dir):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), step_dir)
+            if not (rel == MANIFEST or rel.startswith(f".{MANIFEST}.tmp")):
+                out.append(rel)
+    return sorted(out)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(step_dir: str) -> dict:
+    """Hash every file of a finished checkpoint into step_dir/manifest.json (atomic, durable); returns it."""
+    files = {rel: {"size": os.path.getsize(os.path.join(step_dir, rel)), "sha256": _sha256(os.path.join(step_dir, rel))}
+             for rel in _files(step_dir)}
+    manifest = {"version": 1, "files": files}
+    tmp = os.path.join(step_dir, f".{MANIFEST}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(step_dir, MANIFEST))
+    except OSError:
+        if os.path.exists(tmp):         # a full disk: leave no temporary behind
+            os.unlink(tmp)
+        raise
+    _fsync_dir(step_dir)
+    return manifest
+
+
+def commit(ckpt_dir: str, name: str) -> None:
+    """Make checkpoint `name` the latest: its manifest, then the pointer. Call once every rank's files are
+    written (after the save's barrier), on one rank."""
+    _check_name(name)
+    write_manifest(os.path.join(ckpt_dir, name))
+    write_latest(ckpt_dir, name)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a checkpoint is: "complete" (matches its manifest), "unverified" (no manifest: an earlier version's,
+    or a file), or "damaged"; `why` names the damaged file (or says why it is unverified)."""
+    name: str
+    state: str
+    why: str = ""
+
+
+def _read_manifest(path: str) -> dict | None:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    files = data.get("files") if isinstance(data, dict) else None
+    ok = isinstance(files, dict) and all(isinstance(v, dict) and isinstance(v.get("size"), int)
+                                         and isinstance(v.get("sha256"), str) for v in files.values())
+    return files if ok else None
+
+
+def check(ckpt_dir: str, name: str, required: tuple[str, ...] = (), hashes: bool = True) -> Verdict:
+    """Verify checkpoint `name` against its manifest: every file present, sizes (cheap), then sha256 (hashes).
+    `required`: files the format cannot do without (DCP's .metadata), checked also without a manifest."""
+    path = os.path.join(ckpt_dir, name)
+    if os.path.isfile(path):
+        return Verdict(name, "unverified", f"{path} is a file, not a step directory with a {MANIFEST}")
+    if not os.path.isdir(path):
+        return Verdict(name, "damaged", f"{path} is missing")
+    man = os.path.join(path, MANIFEST)
+    try:
+        files = _read_manifest(man)
+    except FileNotFoundError:
+        files = {}
+    except (OSError, ValueError) as e:
+        return Verdict(name, "damaged", f"{man} cannot be read ({type(e).__name__})")
+    if files is None:
+        return Verdict(name, "damaged", f"{man} is not a checkpoint manifest")
+    for rel in required:
+        if not os.path.isfile(os.path.join(path, rel)):
+            return Verdict(name, "damaged", f"{os.path.join(path, rel)} is missing")
+        if files and rel not in files:
+            return Verdict(name, "damaged", f"{man} does not list {rel}")
+    if not files:
+        return Verdict(name, "unverified", f"no {MANIFEST} (written before checkpoints were verified)")
+    return _check_files(path, files, hashes)
+
+
+def _check_files(path: str, files: dict, hashes: bool) -> Verdict:
+    name = os.path.basename(path)
+    for rel, want in sorted(files.items()):
+        f = os.path.join(path, rel)
+        try:
+            size = os.path.getsize(f)
+        except OSError:
+            return Verdict(name, "damaged", f"{f} is missing")
+        if size != want["size"]:
+            return Verdict(name, "damaged", f"{f} is {size} bytes, {want['size']} when written (truncated)"
+                           if size < want["size"] else f"{f} is {size} bytes, {want['size']} when written")
+    for rel, want in sorted(files.items()) if hashes else ():
+        f = os.path.join(path, rel)
+        if _sha256(f) != want["sha256"]:
+            return Verdict(name, "damaged", f"{f} does not match its sha256 in {MANIFEST} (its content changed)")
+    return Verdict(name, "complete")
+
+
+def step_of(name: str) -> int | None:
+    m = _STEP.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def earlier(ckpt_dir: str, name: str) -> list[str]:
+    """The step directories before `name` (a step-<N> name), newest first."""
+    top = step_of(name)
+    if top is None or not os.path.isdir(ckpt_dir):
+        return []
+    found = [(step_of(n), n) for n in os.listdir(ckpt_dir) if step_of(n) is not None]
+    return [n for s, n in sorted(found, reverse=True) if s < top and os.path.isdir(os.path.join(ckpt_dir, n))]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What a resume loads: `name` (None: start fresh, or stop when `error` is set); `note`: one line to log
+    (a skipped damaged checkpoint, an unverified one); `error`: one line naming the damaged file."""
+    name: str | None
+    note: str = ""
+    error: str = ""
+    skipped: tuple[Verdict, ...] = ()
+
+
+def resolve(ckpt_dir: str, required: tuple[str, ...] = (), hashes: bool = True) -> Resolution:
+    """The checkpoint to resume from: `latest` when it is complete (or unverified: no manifest), else the newest
+    complete (or unverified) earlier step directory, else an error naming the damaged file."""
+    latest = read_latest(ckpt_dir)
+    if latest is None:
+        return Resolution(None)
+    skipped: list[Verdict] = []
+    for name in [latest, *earlier(ckpt_dir, latest)]:
+        v = check(ckpt_dir, name, required, hashes)
+        if v.state == "damaged":
+            skipped.append(v)
+            continue
+        notes = [f"skipped damaged checkpoint {s.name} ({s.why})" for s in skipped]
+        if skipped:
+            notes.append(f"resuming from {name}, the newest complete checkpoint before it")
+        if v.state == "unverified":
+            notes.append(f"loading checkpoint {name} unverified: {v.why}")
+        return Resolution(name, "; ".join(notes), skipped=tuple(skipped))
+    first = skipped[0]
+    others = "; ".join(f"{s.name}: {s.why}" for s in skipped[1:]) or "none"
+    return Resolution(None, error=f"checkpoint {latest} (checkpoints/latest) is damaged: {first.why}; no complete "
+                      f"earlier checkpoint (others: {others}); remove {os.path.join(ckpt_dir, POINTER)} to start "
+                      "from scratch", skipped=tuple(skipped))

@@ -202,7 +202,7 @@ def status(run, as_json, ranks):
 
     from . import api
     from . import show
-    st = api.status(run, ranks=ranks)
+    st = api.status(run, ranks=ranks, verify=True)     # the latest checkpoint's sha256 as well
     if as_json:
         click.echo(json.dumps(st, indent=1, sort_keys=True, default=str))
     else:

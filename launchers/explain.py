@@ -1,6 +1,7 @@
 """What `launch status` says beyond the state: per-rank progress and stragglers, the hang verdict, the NCCL
-refusals found in the rank logs. Reads the run dir only (launchers.heartbeat records, the hang monitors'
-progress/node<K>.json, the logs); never changes it."""
+refusals found in the rank logs, whether the latest checkpoint is complete (launchers.ckptptr's manifest).
+Reads the run dir only (launchers.heartbeat records, the hang monitors' progress/node<K>.json, the logs,
+the checkpoints); never changes it."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import statistics
 import time
 from typing import Any
 
-from . import heartbeat, layout
+from . import ckptptr, heartbeat, layout
 from .rundir import RunDir
 
 LOG_TAIL_BYTES = 1 << 20        # NCCL refusals are searched in the last MiB of each rank log
@@ -74,3 +75,27 @@ def format_hang(hang: dict[str, Any]) -> str:
                         for r in hang.get("stalled_ranks", []))
     waiting = ", ".join(map(str, hang.get("waiting_ranks", []))) or "none"
     return f"hang:       stalled {stalled}; waiting {waiting}; stacks in {hang.get('dir')}"
+
+
+def checkpoint(rd: RunDir, hashes: bool = False) -> dict[str, Any] | None:
+    """`latest` checked against its manifest (sizes; with hashes, sha256 too): name, state (complete,
+    unverified, damaged), why, and for a damaged one what a resume would load instead (None: nothing)."""
+    name = rd.latest_checkpoint()
+    if name is None:
+        return None
+    v = ckptptr.check(rd.checkpoint_dir, name, hashes=hashes)
+    out: dict[str, Any] = {"name": name, "state": v.state, "why": v.why, "checked": "sha256" if hashes else "sizes"}
+    if v.state == "damaged":
+        out["resume_from"] = ckptptr.resolve(rd.checkpoint_dir, hashes=hashes).name
+    return out
+
+
+def format_checkpoint(ck: dict[str, Any] | None) -> str:
+    if not ck:
+        return "checkpoint: -"
+    if ck["state"] == "complete":
+        return f"checkpoint: {ck['name']} (complete: {'sha256' if ck['checked'] == 'sha256' else 'sizes'} as written)"
+    if ck["state"] == "unverified":
+        return f"checkpoint: {ck['name']} (unverified: {ck['why']})"
+    then = f"a resume uses {ck['resume_from']}" if ck.get("resume_from") else "no complete checkpoint to resume from"
+    return f"checkpoint: {ck['name']} DAMAGED ({ck['why']}); {then}"

@@ -69,6 +69,8 @@ def check_run(workdir: Path, before: set, name: str, run: str, nodes: int, per_n
     assert json.loads((workdir / run / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4
     out = run_launch("status", run, check=True).stdout
     assert f"checkpoint: {LATEST[name]}" in out and "last step:  4" in out, out
+    # committed with a manifest (launchers.ckptptr.commit); Lightning's latest names its one file: unverified
+    assert f"checkpoint: {LATEST[name]} ({'unverified' if name == 'lightning' else 'complete'}: " in out, out
     assert set(os.listdir(workdir)) == before | {"runs"}                   # nothing in the caller's cwd
     assert procs.tagged_pids(run_id_of(run)) == []
 

@@ -1,5 +1,6 @@
 """workloads.deepspeed_zero through `launch local`: ZeRO-2 at 2 ranks learns, checkpoints, resumes (a
-damaged checkpoint at another world size: one line naming it); bad input is refused by every rank with
+checkpoint that cannot be converted for another world size: one line naming it; one damaged after its commit:
+skipped for the newest complete one); bad input is refused by every rank with
 one line; ds_config resolution (pure logic)."""
 import json
 import subprocess
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from conftest import ROOT, assert_ranks_refused, read_json, run_launch
 
+from launchers.ckptptr import write_manifest
 from workloads.common import dsconfig
 
 ARGS = ["-m", "workloads.deepspeed_zero", "--zero-stage", "2", "--dataset", "digits", "--lr", "3e-3",
@@ -59,6 +61,7 @@ def test_zero2_learns_checkpoints_and_resumes(workdir):
     step = ck / "step-00000030"
     shard = next(step.glob("*zero_pp_rank_1_mp_rank_00_optim_states.pt"))
     shard.write_bytes(shard.read_bytes()[:100])
+    write_manifest(str(step))           # broken when written (its manifest agrees): only the conversion can tell
     before = {p.name: p.read_bytes() for p in step.iterdir()}
     w = run_launch("resume", "runs/ds", "--nodes", "1", "--gpus-per-node", "1", "--", *ARGS, "--max-steps", "40")
     assert w.returncode != 0
@@ -69,6 +72,15 @@ def test_zero2_learns_checkpoints_and_resumes(workdir):
     assert errs[0].endswith("resume at its own world size (2 ranks)") and "step 35/" not in "\n".join(log0)
     assert {p.name: p.read_bytes() for p in step.iterdir()} == before
     assert not (ck / "step-00000030-universal").exists() and (ck / "latest").read_text().strip() == "step-00000030"
+    # damaged after it was committed (a file no longer as its manifest says): skipped for the newest complete one
+    model = step / "mp_rank_00_model_states.pt"
+    model.write_bytes(model.read_bytes()[:-1])
+    f = run_launch("resume", "runs/ds", "--", *ARGS, "--max-steps", "40")
+    assert f.returncode == 0, f.stderr[-3000:]
+    log0 = (workdir / "runs/ds/logs/node0/rank0.log").read_text()
+    assert (f"skipped damaged checkpoint step-00000030 ({model} is {len(before[model.name]) - 1} bytes, "
+            f"{len(before[model.name])} when written (truncated)); resuming from step-00000020") in log0
+    assert "resumed from step-00000020 (step 20" in log0 and (ck / "latest").read_text().strip() == "step-00000040"
 
 
 def test_forced_precision_names_the_checkpoint_files(workdir):

@@ -9,7 +9,8 @@ One checkpoint = `<checkpoint dir>/step-<N:08d>/` written by torch.distributed.c
     silently keep only one rank's stream). No collective is needed to save them.
 Commit protocol: dcp.save returns on every rank only after the coordinator (rank 0) has collected every
 rank's write result (data files fsynced by DCP, FileSystemWriter sync_files=True) and written .metadata;
-then rank 0 fsyncs the step directory and atomically rewrites `latest`, and a barrier ends the save.
+then rank 0 fsyncs the step directory, writes its manifest (every file's size and sha256) and atomically
+rewrites `latest` (launchers.ckptptr.commit), and a barrier ends the save.
 A crash anywhere before the pointer is written leaves `latest` on the previous complete checkpoint.
 Repeated saves reuse DCP's cached save plans (the state layout does not change between steps), which
 skips most of the plan gather/scatter.
@@ -20,7 +21,9 @@ training group, whose collectives run concurrently). Until staging is done, the 
 is counted as blocked time too. Rank 0 moves `latest` as soon as its write completes (which implies
 every rank's write completed); finalize() -- called by the next save/save_async, or by the caller
 at the end -- waits for this rank's write and the pointer (collective).
-On start, rank 0 reads `latest` and broadcasts the name, so every rank loads the same checkpoint.
+On start, rank 0 reads `latest`, verifies it against its manifest (a damaged one: the newest complete earlier
+checkpoint, said in one line; none: every rank stops in one line naming the damaged file, exit 2) and
+broadcasts its decision, so every rank loads the same checkpoint (resolved()).
 Not for use before the first optimizer step: get_state_dict initialises the optimizer state.
 """
 from __future__ import annotations
@@ -30,13 +33,14 @@ import os
 import pickle
 import random
 import shutil
+import sys
 import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from launchers.ckptptr import read_latest, write_latest
+from launchers.ckptptr import commit, read_latest, resolve
 
 # torch.distributed.checkpoint costs ~1.7 s to import (DTensor, dynamo); it is imported at the first
 # save/load, so training starts sooner. The wrappers below satisfy DCP's runtime-checkable Stateful
@@ -67,6 +71,25 @@ def no_space(path: str, floor: int = 1 << 20) -> bool:
     except OSError:
         return False
     return vfs.f_bavail * vfs.f_frsize < floor
+
+
+def resolved(ckpt_dir: str, rank: int, required: tuple[str, ...], log=print, read=None) -> tuple[str | None, object]:
+    """launchers.ckptptr.resolve() on rank 0, broadcast (collective): (the name to load, None to start fresh;
+    read(path of that checkpoint) as rank 0 returned it, when given). Rank 0 logs its note (a damaged checkpoint
+    skipped, an unverified one loaded); when nothing complete is left, every rank prints the one error line and
+    exits 2 (before any other collective)."""
+    box: list = [None]
+    if rank == 0:
+        res = resolve(ckpt_dir, required)
+        box[0] = (res, read(os.path.join(ckpt_dir, res.name)) if read and res.name else None)
+    dist.broadcast_object_list(box, src=0)
+    res, extra = box[0]
+    if res.note:
+        log(res.note)
+    if res.error:
+        print(f"error: {res.error}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    return res.name, extra
 
 
 def step_name(step: int) -> str:
@@ -169,18 +192,10 @@ class Checkpointer:
                 DefaultSavePlanner(enable_plan_caching=True))
 
     def latest_name(self) -> str | None:
-        """`latest` as read by rank 0, broadcast so that all ranks agree (None: start fresh)."""
-        box = [None]
-        if self.env.rank == 0:
-            name = read_latest(self.dir)
-            if name is not None and not os.path.isfile(os.path.join(self.dir, name, ".metadata")):
-                box[0] = f"!checkpoints/latest names {name!r}, but {os.path.join(self.dir, name)} is not a complete DCP checkpoint"
-            else:
-                box[0] = name
-        dist.broadcast_object_list(box, src=0)
-        if box[0] is not None and box[0].startswith("!"):
-            raise SystemExit(f"error: {box[0][1:]}")
-        return box[0]
+        """The checkpoint to resume from (None: start fresh): rank 0 verifies `latest` against its manifest
+        (falling back to the newest complete earlier one, said in one line) and broadcasts its decision, so
+        every rank loads the same one -- or every rank stops with the same line naming the damaged file."""
+        return resolved(self.dir, self.env.rank, (".metadata",), self.log)[0]
 
     def _prepare(self, step: int, states: dict, progress: dict) -> tuple[str, str, dict]:
         name = step_name(step)
@@ -193,13 +208,14 @@ class Checkpointer:
         return name, path, state
 
     def _point_latest(self, name: str) -> None:
-        """Rank 0, once its dcp write returned: every rank's files and .metadata are durable."""
+        """Rank 0, once its dcp write returned: every rank's files and .metadata are durable. The manifest
+        (sizes and sha256 of every file) is written before the pointer moves (launchers.ckptptr.commit)."""
         fd = os.open(os.path.join(self.dir, name), os.O_RDONLY)
         try:
             os.fsync(fd)            # the directory entries (.metadata's rename) before the pointer
         finally:
             os.close(fd)
-        write_latest(self.dir, name)
+        commit(self.dir, name)
 
     def _commit(self, step: int, name: str, *, point: bool = True) -> None:
         """After dcp.save returned on this rank (on rank 0 that means on all ranks): pointer, then barrier.

@@ -6,8 +6,9 @@ workload gets from the one loop: sampler position, logging, fault injection, res
 agreed stop (USR2/SIGTERM -> checkpoint at the next step, exit 0, the next attempt resumes).
 
 Checkpoints: engine.save_checkpoint into `<checkpoint dir>/step-<N>/` (DeepSpeed's own `latest` is not
-written), client state = progress + every rank's RNG state (gathered); then rank 0 writes launch_meta.json
-and the atomic `latest` pointer. A ZeRO checkpoint loads as is only at its own world size; at another one
+written), client state = progress + every rank's RNG state (gathered); then rank 0 writes launch_meta.json,
+the manifest and the atomic `latest` pointer (launchers.ckptptr.commit; a resume verifies it, as
+checkpoint.resolved does for DCP). A ZeRO checkpoint loads as is only at its own world size; at another one
 rank 0 first converts it to DeepSpeed's universal format next to it (workloads/common/dsuniversal.py) and
 every rank loads that (RNG re-seeded, data offset rounded, as the loop does for any resharded resume); a
 checkpoint that cannot be converted is a one-line error on every rank naming its path.
@@ -22,9 +23,9 @@ import time
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from launchers.ckptptr import read_latest, write_latest
+from launchers.ckptptr import commit
 
-from .checkpoint import get_rng_state, set_rng_state, step_name
+from .checkpoint import get_rng_state, resolved, set_rng_state, step_name
 from .dsuniversal import convert
 from .metrics import write_json_atomic
 
@@ -65,16 +66,9 @@ class DeepSpeedSteps:
         return None                         # no lr schedule to stretch
 
 
-def read_latest_meta(ckpt_dir: str) -> tuple[str, dict] | str | None:
-    """(name, launch_meta) of `latest`, an error message (str) when it is incomplete, None when there is none."""
-    name = read_latest(ckpt_dir)
-    if not name:
-        return None
-    meta_path = os.path.join(ckpt_dir, name, META)
-    if not os.path.isfile(meta_path):
-        return f"checkpoints/latest names {name!r} but {meta_path} is missing (incomplete checkpoint)"
-    with open(meta_path, encoding="utf-8") as f:
-        return name, json.load(f)
+def read_meta(path: str) -> dict:
+    with open(os.path.join(path, META), encoding="utf-8") as f:
+        return json.load(f)
 
 
 class DeepSpeedCheckpointer:
@@ -89,15 +83,13 @@ class DeepSpeedCheckpointer:
         self.universal: str | None = None       # the universal checkpoint to load instead (resharding)
 
     def latest_name(self) -> str | None:
-        """`latest` as read by rank 0, broadcast. Written at another world size: rank 0 converts it to the
-        universal format (dsuniversal) while the others wait in the broadcast; a failure stops every rank."""
-        box = [read_latest_meta(self.dir) if self.env.rank == 0 else None]
-        dist.broadcast_object_list(box, src=0)
-        if isinstance(box[0], str):
-            raise SystemExit(f"error: {box[0]}")
-        if box[0] is None:
+        """`latest` as verified by rank 0 (checkpoint.resolved: a damaged one is skipped for the newest
+        complete earlier one, or every rank stops naming the damaged file), broadcast. Written at another world
+        size: rank 0 converts it to the universal format (dsuniversal) while the others wait in the broadcast;
+        a failure stops every rank."""
+        name, meta = resolved(self.dir, self.env.rank, (META,), self.log, read=read_meta)
+        if name is None:
             return None
-        name, meta = box[0]
         if meta["world_size"] != self.env.world_size:
             self.universal = self.reshard(name, meta)
         return name
@@ -147,7 +139,7 @@ class DeepSpeedCheckpointer:
         dist.barrier()
         if self.env.rank == 0:
             write_json_atomic(os.path.join(self.dir, name, META), {"world_size": W, "step": step, **self.meta})
-            write_latest(self.dir, name)
+            commit(self.dir, name)              # the manifest (launch_meta.json included), then `latest`
         dist.barrier()
         self.fault.maybe(step, "after_save")
         self.last_saved_step = step
