@@ -155,6 +155,7 @@ def crashed_run(name: str, steps: int, crash: int) -> None:
     assert p.returncode == 1, p.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_damaged_latest_is_shown_and_resume_falls_back_bit_exact(workdir):
     ref = run_launch("local", *SHAPE, "--run-dir", "runs/ref", "--", *CONVNET, "--max-steps", "30")
     assert ref.returncode == 0, ref.stderr[-3000:]
@@ -178,6 +179,7 @@ def test_damaged_latest_is_shown_and_resume_falls_back_bit_exact(workdir):
     assert "checkpoint: step-00000030 (complete: sha256 as written)" in status("runs/c")
 
 
+@pytest.mark.slow
 def test_no_complete_checkpoint_stops_every_rank_in_one_line(workdir):
     crashed_run("d", 20, 15)                                   # latest: step-10, the only checkpoint
     step = workdir / "runs/d/checkpoints/step-00000010"

@@ -5,6 +5,9 @@ import pytest
 
 from conftest import read_json, run_launch
 
+# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
+pytestmark = pytest.mark.slow
+
 COMMON = ["-m", "workloads.convnet", "--dataset", "digits", "--checkpoint-every", "10", "--seed", "7"]
 
 

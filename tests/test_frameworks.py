@@ -19,6 +19,9 @@ import yaml
 from conftest import LAUNCH, ROOT, assert_ranks_refused, rank_lines, read_json, require_cluster, run_launch
 from launchers import procs
 
+# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
+pytestmark = pytest.mark.slow
+
 EX = ROOT / "examples"
 STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH_OPTS = ["--ssh-config", str(STATE / "ssh_config"), "--known-hosts", str(STATE / "known_hosts")]

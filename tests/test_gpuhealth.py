@@ -173,6 +173,7 @@ def test_doctor_gpu_healthy_tools_pass_and_text_report(tmp_path):
     assert not [ln for ln in rep["failures"] + rep["warnings"] if "gpu_health" in ln or " GPU" in ln]
 
 
+@pytest.mark.slow
 def test_doctor_gpu_names_an_nvidia_smi_that_never_answers(tmp_path):
     """A stand-in nvidia-smi that never answers (what a hung GPU does to it): the node fails, named, within
     the tool timeout (min(20 s, --timeout)); the other nvidia-smi calls are not made."""

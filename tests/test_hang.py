@@ -51,11 +51,13 @@ def test_decide_behind_in_steps_and_all_waiting():
     assert v["stalled_ranks"] == [1] and v["ranks"]["1"]["why"] == "no answer from its node"
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "abc", "nan", "inf"])
-def test_bad_hang_timeout(workdir, value):
+@pytest.mark.parametrize("value,why", [("0", "is out of range"), ("-3", "is out of range"),
+                                       ("abc", "is not accepted"), ("nan", "is not accepted"), ("inf", "is not accepted")])
+def test_bad_hang_timeout(workdir, value, why):
     p = run_launch("local", "--hang-timeout", value, "--run-dir", "runs/b", "--", "hang_worker.py")
     assert p.returncode == 2 and p.stderr.strip().splitlines() == [
-        f"launch: error: --hang-timeout {value!r} is not accepted; give a number of seconds > 0 (e.g. 300)"]
+        f"launch: error: --hang-timeout {value!r} {why}; give a number of seconds > 0 (e.g. 300) in plain decimal "
+        "digits"], p.stderr
     assert not (workdir / "runs").exists()
 
 
@@ -83,6 +85,7 @@ def check_hang(run_dir, stalled, world, launcher_end):
     return st
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["stop", "sleep"])
 def test_local_stalled_rank_is_named_and_the_run_stopped(workdir, mode):
     p = run_launch("local", "--nodes", "2", "--gpus-per-node", "2", "--hang-timeout", str(TIMEOUT),
@@ -99,6 +102,7 @@ def test_local_stalled_rank_is_named_and_the_run_stopped(workdir, mode):
     assert all("all_reduce" in st["hang"]["ranks"][str(r)]["why"] for r in (0, 1, 3))
 
 
+@pytest.mark.slow
 def test_local_program_without_heartbeat_silent_phase_is_not_a_hang_but_a_stop_is(workdir):
     """Progress from the log and CPU time alone: a silent start shorter than the timeout passes, then a
     SIGSTOPped rank is found."""

@@ -19,6 +19,9 @@ import sys
 
 import pytest
 
+# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 180
 # 40 steps at 4 x 32 samples is ~3.5 epochs of digits (--max-steps overrides the default --epochs 2)

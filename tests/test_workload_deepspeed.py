@@ -11,6 +11,10 @@ from conftest import ROOT, assert_ranks_refused, read_json, run_launch
 
 from launchers.ckptptr import write_manifest
 from workloads.common import dsconfig
+import pytest  # noqa: E402
+
+# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
+pytestmark = pytest.mark.slow
 
 ARGS = ["-m", "workloads.deepspeed_zero", "--zero-stage", "2", "--dataset", "digits", "--lr", "3e-3",
         "--checkpoint-every", "10", "--log-every", "5", "--seed", "3"]

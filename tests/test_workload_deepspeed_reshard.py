@@ -20,6 +20,9 @@ import pytest
 
 from conftest import read_json, run_launch
 
+# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
+pytestmark = pytest.mark.slow
+
 BASE = ["-m", "workloads.deepspeed_zero", "--dataset", "digits", "--lr", "3e-3", "--checkpoint-every", "10",
         "--log-every", "5", "--seed", "3", "--no-tensorboard"]
 

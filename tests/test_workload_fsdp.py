@@ -7,6 +7,10 @@ from pathlib import Path
 import yaml
 
 from conftest import read_json, run_launch
+import pytest  # noqa: E402
+
+# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
+pytestmark = pytest.mark.slow
 
 ARGS = ["-m", "workloads.fsdp", "--dataset", "digits", "--max-steps", "30", "--checkpoint-every", "10",
         "--log-every", "5", "--seed", "5", "--no-tensorboard"]

@@ -6,6 +6,10 @@ import re
 from pathlib import Path
 
 from conftest import assert_ranks_refused, read_json, rank_lines, run_launch
+import pytest  # noqa: E402
+
+# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
+pytestmark = pytest.mark.slow
 
 
 def test_expert_parallel_training(workdir):

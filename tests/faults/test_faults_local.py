@@ -24,6 +24,9 @@ from common import (agent_pid, assert_latest_complete, convnet, fault_row, final
 from conftest import LAUNCH, run_launch
 from launchers import procs
 
+# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
+pytestmark = pytest.mark.slow
+
 BACKEND = "local"
 NODES = ["local", "--nodes", "2", "--gpus-per-node", "1"]
 WORLD = 2
