@@ -53,7 +53,7 @@ reliability: venv
 	  $(SUBMAKE) clusters-down; \
 	  $(BIN)/python tests/faults/record.py $$out RELIABILITY.md || rc=1; rm -rf $$out; exit $$rc
 
-# Pure logic and local-backend tests only (no clusters).
+# The inner loop (~2.5 min): pure logic and quick local runs; no clusters, no test marked slow.
 test-fast: venv
 	$(BIN)/pytest -q -n 2 --durations=10 -m "not slurm and not ssh and not slow" tests
 
