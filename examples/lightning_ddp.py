@@ -11,9 +11,13 @@ MASTER_ADDR from the environment. Everything it writes goes into the run directo
   metrics.jsonl    = rank 0, one {step, loss} line per step (what `launch status` reads as the last step)
 A resumed attempt (LAUNCH_ATTEMPT > 0) continues from `checkpoints/latest`.
 
-Stops: Lightning handles them itself -- Ctrl-C's SIGINT becomes KeyboardInterrupt ("attempting graceful
-shutdown", exit 1), `launch cancel`'s SIGTERM sets `trainer.received_sigterm` and the loop ends at the next
-step. This example prints each signal it gets ("SIGNAL SIGTERM rank R"; Lightning chains its SIGTERM handler
+Stops: Ctrl-C's SIGINT becomes Lightning's graceful shutdown ("attempting graceful shutdown", exit 1) on every
+rank at the same step: during training the handler only notes it, and at each batch end the ranks agree
+(AgreedStop: one all-reduce of the flag) and raise KeyboardInterrupt together. Raised straight from the handler,
+a rank that got the signal between two collectives left while its peer, already inside the next all-reduce,
+waited there for it (a C++ wait no Python handler interrupts) until the stop grace ran out -- with SSH's
+delivery skew, on a loaded machine, most times. `launch cancel`'s SIGTERM sets `trainer.received_sigterm` and
+the loop ends at the next step. This example prints each signal it gets ("SIGNAL SIGTERM rank R"; Lightning chains its SIGTERM handler
 to this one) and runs a `finally:` cleanup of --cleanup-seconds after `trainer.fit` (a tracker's flush, an
 upload), writing $LAUNCH_RUN_DIR/cleanup/rank<R>.done.
 """
@@ -36,6 +40,7 @@ from launchers.ckptptr import read_latest, write_latest
 
 
 STOPPED: list[str] = []
+PHASE = ["setup"]                 # setup -> training -> done, or -> stopping once the ranks agreed on a Ctrl-C
 
 
 def on_signal(signum, _frame):
@@ -43,12 +48,18 @@ def on_signal(signum, _frame):
     print(f"SIGNAL {name} rank {os.environ.get('RANK')} at {time.time():.3f}", flush=True)
     STOPPED.append(name)
     if signum == signal.SIGINT:
-        raise KeyboardInterrupt                   # Python's own behaviour: Lightning's graceful shutdown
+        if PHASE[-1] in ("setup", "done"):
+            raise KeyboardInterrupt               # outside training: Python's own behaviour
+        return                                    # training: AgreedStop raises it on every rank together
     if signal.getsignal(signal.SIGTERM) is on_signal:
         raise SystemExit(128 + signum)            # outside trainer.fit: nobody else will stop this process
 
 
 def cleanup(rank: int, seconds: float, run_dir: str) -> None:
+    if not STOPPED and PHASE[-1] == "stopping":   # a peer's Ctrl-C stopped us; ours is on its way
+        STOPPED.append("SIGINT")
+    PHASE.append("cleanup")                        # a SIGINT now is only noted: the cleanup runs to its end
+    signal.signal(signal.SIGINT, on_signal)        # (Lightning's shutdown swapped the handler out)
     print(f"CLEANUP start rank {rank} ({STOPPED[0] if STOPPED else 'normal end'})", flush=True)
     time.sleep(seconds)
     os.makedirs(os.path.join(run_dir, "cleanup"), exist_ok=True)
@@ -85,6 +96,23 @@ class LatestCheckpoint(ModelCheckpoint):
         if trainer.is_global_zero and os.path.exists(os.path.join(self.dirpath, name)) \
                 and read_latest(self.dirpath) != name:
             write_latest(self.dirpath, name)
+
+
+class AgreedStop(Callback):
+    """A Ctrl-C seen by any rank stops every rank at the same batch end (KeyboardInterrupt: Lightning's graceful
+    shutdown), never one rank between collectives while the others wait for it inside one."""
+
+    def on_train_start(self, trainer, pl_module):
+        PHASE.append("training")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.strategy.reduce_boolean_decision("SIGINT" in STOPPED, all=False):
+            PHASE.append("stopping")             # a later SIGINT (this rank's own) is only noted
+            raise KeyboardInterrupt
+
+    def on_train_end(self, trainer, pl_module):
+        if PHASE[-1] == "training":
+            PHASE.append("done")
 
 
 class Report(Callback):
@@ -133,7 +161,7 @@ def main() -> None:
         strategy=DDPStrategy(process_group_backend=backend),
         default_root_dir=run_dir,                                 # lightning_logs/ here, not in the cwd
         max_steps=args.max_steps, log_every_n_steps=1,
-        callbacks=[Report(run_dir), LatestCheckpoint(dirpath=ckpt_dir, filename="step-{step:08d}",
+        callbacks=[AgreedStop(), Report(run_dir), LatestCheckpoint(dirpath=ckpt_dir, filename="step-{step:08d}",
                                                      auto_insert_metric_name=False, save_top_k=-1,
                                                      every_n_train_steps=args.checkpoint_every)],
         enable_progress_bar=False, enable_model_summary=False)

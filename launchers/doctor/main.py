@@ -63,6 +63,8 @@ def settle(opts: dict) -> dict:
              token=secrets.token_hex(8), hosts=None, settings=None)
     s["port"] = parse_port(opts["master_port"]) if "master_port" in opts else \
         ports.derive_port("launch-doctor:" + s["token"])
+    if target == "local" and "master_port" not in opts:     # as `launch local` does: the first free candidate
+        s["port"] = ports.choose_port("launch-doctor:" + s["token"], None, "127.0.0.1")
     if target == "local":
         if nodes not in (None, 1):
             raise LaunchError(f"--nodes {nodes} is not accepted with --local; the local target is this one machine")

@@ -30,7 +30,7 @@ from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_l
 pytestmark = pytest.mark.slurm
 
 CLUSTER = str(ROOT / "slurm" / "dev-cluster.sh")
-STEPS, EVERY, HIT = 1000, 100, 150        # faults strike once every rank is past step HIT (a checkpoint exists)
+STEPS, EVERY, HIT = 500, 100, 150         # faults strike once every rank is past step HIT (a checkpoint exists)
 ARGS = convnet(STEPS, EVERY)
 SLURM = ["slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10"]
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
