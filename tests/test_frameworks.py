@@ -128,7 +128,9 @@ STOPPABLE = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["local", pytest.param("ssh", marks=pytest.mark.ssh)])
+# SSH: alone, after the parallel part of `make test` -- under the parallel suite's load the Lightning Ctrl-C on
+# 2 SSH hosts ended with both ranks killed after the 30 s grace in 3 of 3 runs (passing 6 of 6 on an idle machine)
+@pytest.mark.parametrize("backend", ["local", pytest.param("ssh", marks=[pytest.mark.ssh, pytest.mark.alone])])
 @pytest.mark.parametrize("name", list(STOPPABLE))
 @pytest.mark.parametrize("how", ["ctrl-c", "cancel"])
 def test_finally_cleanup_completes_on_stop(workdir, how, name, backend):
