@@ -45,7 +45,7 @@ def outcome(fn):
 def same_text(text: str) -> bool:
     """The profile line `k: TEXT` holds exactly TEXT as its scalar (no comment, no sequence, no null)."""
     try:
-        v = yaml.load(f"k: {text}\n", Loader=values.profile_loader())["k"]
+        v = values.read_profile_yaml(f"k: {text}\n")["k"]
     except yaml.YAMLError:
         return False
     return isinstance(v, str) and v == text
