@@ -110,6 +110,10 @@ class AgreedStop(Callback):
             PHASE.append("stopping")             # a later SIGINT (this rank's own) is only noted
             raise KeyboardInterrupt
 
+    def on_exception(self, trainer, pl_module, exception):
+        if isinstance(exception, KeyboardInterrupt):   # Lightning set SIGINT to SIG_IGN for its shutdown: this
+            signal.signal(signal.SIGINT, on_signal)     # rank's own SIGINT, still on its way, is noted, not lost
+
     def on_train_end(self, trainer, pl_module):
         if PHASE[-1] == "training":
             PHASE.append("done")
