@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from . import layout
-from .backends.base import Backend, verdict_code
+from .backends.base import Backend, busy_line, verdict_code
 from .errors import LaunchError
 from .jobenv import resolve_job_env
 from .rundir import TERMINAL, RunDir, new_run_id
@@ -76,8 +76,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     """A new attempt of the recorded spec (optionally a new shape or new program args)."""
     rd = RunDir.open(path)
     backend = get_backend(rd.read_run_yaml()["spec"]["backend"])
-    if backend.active(rd):
-        raise LaunchError(f"run {rd.path!r} is still {backend.refresh(rd)['state']}; `launch cancel` it first")
+    _refuse_busy(backend, rd)
     spec = rd.spec().replace(**{k: v for k, v in changes.items() if v is not None})
     if program_args is not None:
         spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
@@ -90,9 +89,26 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         return 0
     backend.preflight(plan)
     _gpu_preflight(spec, plan)
-    rd.add_attempt(spec, plan.record())
+    rd.claim_attempt(spec, plan.record(), plan.attempt, lambda st: _busy_line(backend, rd, st))   # under the lock
     _make_nccl_dirs(spec, plan.dist_backend)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
+
+
+def _busy_line(backend: Backend, rd: RunDir, st: dict[str, Any]) -> str | None:
+    why = backend.busy(st)
+    return busy_line(rd.path, why) if why else None
+
+
+def _refuse_busy(backend: Backend, rd: RunDir) -> None:
+    """A first look, before planning: the backend's full view (Slurm asks the scheduler, a local run's processes
+    are looked for); resume() checks status.json again under the lock as it adds its attempt."""
+    st = rd.read_status()
+    why = backend.busy(st)
+    if not why and backend.active(rd):
+        state = backend.refresh(rd).get("state")
+        why = f"still {state}" if state not in TERMINAL else f"{state} with processes of it still alive"
+    if why:
+        raise LaunchError(busy_line(rd.path, why))
 
 
 def _strip_program(program: tuple[str, ...], words: tuple[str, ...]) -> tuple[str, ...]:

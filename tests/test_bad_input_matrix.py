@@ -11,6 +11,7 @@ refused one renders nothing and connects nowhere).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH, ROOT, run_launch
+from launchers import procs
 
 MARKER = "import pathlib\npathlib.Path('STARTED').write_text('started')\n"
 SEED = ["--env", "NCCL_ALGO=ring", "--env", "NCCL_PROTO=shm", "--env", "NCCL_SHM_DISABLE=0"]  # ../shared/seeds
@@ -29,6 +31,13 @@ BOMB = "env:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(   # 9**9 leaves 
     f"  {c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
 HOSTS_5000_DUP = "".join(f"h{k}\n" for k in range(1, 5000)) + "h1\n"
 HOSTS_5000_BAD_LAST = "".join(f"h{k} slots=1\n" for k in range(1, 5000)) + "h5000 slots=0\n"
+LIVE = procs.self_record()        # this process (alive while a case runs): the launcher a run dir names
+
+
+def status_json(state, **extra):
+    return json.dumps({"state": state, "attempt": 0, "nodes": {"0": 0}, "first_failure": None, **extra})
+
+
 RO_MOUNT = 'mount -t tmpfs -o ro tmpfs ro && exec "$0" "$@"'     # a read-only file system in a mount namespace
 
 
@@ -217,6 +226,11 @@ CASES = [
            run_copy={"bad": {"status.json": None}}) for verb in ("status", "resume", "cancel")],
     Case("status-garbage-status-json", ["status", "bad"], ("status.json", "not a JSON object"),
          run_copy={"bad": {"status.json": "[1, 2"}}),
+    # ---------------------------------------------------------------- one attempt at a time (issue 21)
+    *[Case(f"resume-{word}", ["resume", "bad"], ("bad'", f"is {word} (launcher pid {LIVE['pid']} on ",
+                                                "one attempt at a time", "launch cancel"),
+           run_copy={"bad": {"status.json": status_json(state, **{key: LIVE})}})
+      for word, state, key in (("starting", "FAILED", "starting"), ("running", "RUNNING", "launcher"))],
     Case("logs-rank-absent", ["logs", "--rank", "99", "ok"], ("--rank 99", "accepted: 0")),
 ]
 
