@@ -171,15 +171,23 @@ def _describe_failure(ff: dict | None) -> str:
     return f"{where}, {how}"
 
 
-def cancel(path: str) -> None:
+def cancel(path: str) -> str | None:
+    """Stop the run; None once stopped. A run that already ended is left as it is (nothing written): its state
+    is returned (COMPLETED, FAILED, CANCELLED, INTERRUPTED)."""
     from . import sweep
     if sweep.is_sweep_dir(path) and not layout.is_run_dir(path):    # a sweep: each of its runs not yet ended
         for d in sweep.member_dirs(path):
             if status(d)["state"] not in TERMINAL:
                 cancel(d)
-        return
+        return None
     rd = RunDir.open(path)
-    get_backend(rd.read_run_yaml()["spec"]["backend"]).cancel(rd)
+    backend = get_backend(rd.read_run_yaml()["spec"]["backend"])
+    st = backend.refresh(rd)
+    if st.get("state") in TERMINAL and st.get("surviving_pids") is None and not backend.busy(st) \
+            and not backend.active(rd):     # nothing starting, running or left over (a dead launcher's: swept)
+        return "INTERRUPTED" if st["state"] == "CANCELLED" and st.get("stopped_by") == "SIGINT" else st["state"]
+    backend.cancel(rd)
+    return None
 
 
 def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, Any]:

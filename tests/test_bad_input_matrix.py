@@ -1,8 +1,8 @@
 """Issue 13 item 4: every refused input in one table -- CLI flags, profiles, hostfiles, NCCL values, workload
 flags, run names and run dirs, and the verbs on things that are not (usable) run dirs.
 
-Each case runs the real `launch` (or a workload's own CLI) in a scratch cwd and asserts: exit code 2, exactly
-one stderr line `launch: error: ...` (the workloads: `<prog>: error: ...`) naming the offending value and what
+Each case runs the real `launch` (or a workload's own CLI) in a scratch cwd and asserts: exit code 2 (0 for a
+request with nothing to do: `launch cancel` of a run that already ended, issue 21), exactly one stderr line `launch: error: ...` (the workloads: `<prog>: error: ...`) naming the offending value and what
 is accepted, no traceback, nothing on stdout (no dry-run rendered), nothing started (the program would create
 ./STARTED) and the scratch directory untouched: no run dir created, a run dir given to a verb unchanged.
 Nothing here needs a cluster: a local case fails before anything starts, SSH and Slurm cases use --dry-run (a
@@ -50,6 +50,7 @@ class Case:
     cmd: str = "launch"                   # launch | workload | ro (launch under a read-only mount)
     prefix: str = "launch: error: "
     run_copy: dict = field(default_factory=dict)  # copies of a real run dir: name -> {file: new text | None (removed)}
+    code: int = 2                         # 0: a request with nothing to do (cancel of an ended run), said in one line
 
 
 def local(*flags, program=("marker.py",)):
@@ -231,6 +232,12 @@ CASES = [
                                                 "one attempt at a time", "launch cancel"),
            run_copy={"bad": {"status.json": status_json(state, **{key: LIVE})}})
       for word, state, key in (("starting", "FAILED", "starting"), ("running", "RUNNING", "launcher"))],
+    *[Case(f"cancel-ended-{name}", ["cancel", "bad"], (f"run bad already ended ({shown})", "nothing to cancel"),
+           run_copy={"bad": {"status.json": status_json(state, **extra)}}, code=0, prefix="launch: run ")
+      for name, state, shown, extra in (("failed", "FAILED", "FAILED", {}), ("cancelled", "CANCELLED", "CANCELLED", {}),
+                                        ("interrupted", "CANCELLED", "INTERRUPTED", {"stopped_by": "SIGINT"}))],
+    Case("cancel-ended-completed", ["cancel", "ok"], ("run ok already ended (COMPLETED)", "nothing to cancel"),
+         code=0, prefix="launch: run "),
     Case("logs-rank-absent", ["logs", "--rank", "99", "ok"], ("--rank 99", "accepted: 0")),
 ]
 
@@ -298,7 +305,7 @@ def test_refused(case: Case, tmp_path, real_run):
     env = {k: v for k, v in env.items() if not k.startswith("NCCL_")}
     p = subprocess.run(command(case), cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    assert p.returncode == case.code, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
     assert "Traceback" not in p.stderr and len(lines) == 1 and lines[0].startswith(case.prefix), p.stderr[-3000:]
     for needle in case.needles:
         assert needle in lines[0], (needle, lines[0])
