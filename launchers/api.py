@@ -280,19 +280,25 @@ def log_tail(path: str, rank: int | None = None, out: TextIO | None = None):
 
 
 def list_runs(root: str | None = None) -> list[dict[str, Any]]:
+    """`launch list`'s rows; a run dir whose run.yaml or status.json cannot be read is a row too, state
+    UNREADABLE with the reason (never shown as PENDING, never left out)."""
     from .rundir import list_runs as _list
     rows = []
     for rd in _list(root):
-        try:
-            data = rd.read_run_yaml()
-            st = rd.read_status()
-        except (OSError, ValueError, KeyError):
-            continue
-        spec = data["spec"]
+        data, why = layout.load_run_yaml(rd.path)
+        problem = f"run.yaml {why}" if why else None
+        if not problem and (why := layout.json_problem(rd.status_path)):
+            problem = f"status.json {why}"
+        spec = (data or {}).get("spec") or {}
         inside = os.path.dirname(rd.path) == layout.runs_root(root)       # else from the runs index: its path
-        rows.append({"name": os.path.basename(rd.path) if inside else rd.path, "backend": spec["backend"],
-                     "shape": f"{spec['nodes']}x{spec['gpus_per_node']}", "state": st.get("state", "?"),
-                     "age": _age(time.time() - os.path.getmtime(rd.run_yaml_path)), "path": rd.path})
+        try:
+            age = _age(time.time() - os.path.getmtime(rd.run_yaml_path))
+        except OSError:                  # gone since it was listed
+            continue
+        rows.append({"name": os.path.basename(rd.path) if inside else rd.path, "backend": spec.get("backend", "?"),
+                     "shape": f"{spec['nodes']}x{spec['gpus_per_node']}" if spec else "?",
+                     "state": "UNREADABLE" if problem else rd.read_status().get("state", "?"), "age": age,
+                     "path": rd.path, **({"reason": problem} if problem else {})})
     from .sweep import group_rows
     return group_rows(rows, layout.runs_root(root))      # a sweep's runs together, each row with its sweep
 

@@ -239,7 +239,8 @@ def list_(root, as_json):
         click.echo(json.dumps(rows, indent=1))
         return
     show.table(("NAME", "BACKEND", "SHAPE", "STATE", "AGE"),
-               [(r["name"], r["backend"], r["shape"], r["state"], r["age"]) for r in rows])
+               [(r["name"], r["backend"], r["shape"], r["state"] + (f" ({r['reason']})" if r.get("reason") else ""),
+                 r["age"]) for r in rows])
 
 
 @main.command()

@@ -224,3 +224,19 @@ def load_run_yaml(run_dir: str) -> tuple[dict | None, str | None]:
     why = record_problem(data)
     return (None, why) if why else (data, None)
 
+
+def json_problem(file: str) -> str | None:
+    """Why a JSON record (status.json) is not usable, a short phrase; None when it is a JSON object."""
+    import json
+    try:
+        with open(file, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return "is missing"
+    except IsADirectoryError:
+        return "is a directory"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    except ValueError:
+        return "is not valid JSON: truncated or garbled"
+    return None if isinstance(data, dict) else f"is not a JSON object (got {type(data).__name__})"

@@ -101,6 +101,31 @@ def test_slurm_busy_from_status_alone(st, busy):
     assert SlurmBackend().busy(st) == busy
 
 
+def test_list_shows_unreadable_run_dirs(tmp_path, monkeypatch):
+    """A run dir whose status.json is truncated, a directory or missing, or whose run.yaml is broken: a row
+    UNREADABLE with the reason, never PENDING, never dropped."""
+    monkeypatch.setenv("LAUNCH_RUNS_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setenv("LAUNCH_STATE_DIR", str(tmp_path / "state"))     # the runs index: these runs only
+    good = make_run(tmp_path, "good")
+    bad = {name: make_run(tmp_path, name) for name in ("trunc", "isdir", "nostatus", "badyaml")}
+    Path(bad["trunc"].status_path).write_text('{"state": "RUN')
+    os.unlink(bad["isdir"].status_path)
+    os.mkdir(bad["isdir"].status_path)
+    os.unlink(bad["nostatus"].status_path)
+    Path(bad["badyaml"].run_yaml_path).write_text("spec: [unclosed\n")
+    rows = {r["name"]: r for r in api.list_runs(str(tmp_path / "runs"))}
+    assert rows["good"]["state"] == "FAILED" and "reason" not in rows["good"]
+    want = {"trunc": "status.json is not valid JSON", "isdir": "status.json is a directory",
+            "nostatus": "status.json is missing", "badyaml": "run.yaml cannot be read"}
+    for name, reason in want.items():
+        assert rows[name]["state"] == "UNREADABLE" and rows[name]["reason"].startswith(reason), rows[name]
+    assert rows["trunc"]["shape"] == "1x1" and rows["badyaml"]["shape"] == "?"
+    p = run_launch("list", "--root", str(tmp_path / "runs"), env={"PYTHONPATH": str(ROOT)})
+    lines = {ln.split()[0]: ln for ln in p.stdout.splitlines()[1:]}
+    assert p.returncode == 0 and len(lines) == 5, p.stdout + p.stderr
+    assert "UNREADABLE (status.json is a directory)" in lines["isdir"] and "PENDING" not in p.stdout
+
+
 def test_second_resume_while_running_is_refused_and_the_run_completes(tmp_path):
     """A real tiny run (1 node x 1 process): `launch resume` while it runs is refused in one line naming its
     launcher's pid; the run completes untouched, with its one attempt."""
