@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from . import layout
-from .backends.base import Backend, verdict_code
+from .backends.base import Backend, busy_line, verdict_code
 from .errors import LaunchError
 from .jobenv import resolve_job_env
 from .rundir import TERMINAL, RunDir, new_run_id
@@ -76,8 +76,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     """A new attempt of the recorded spec (optionally a new shape or new program args)."""
     rd = RunDir.open(path)
     backend = get_backend(rd.read_run_yaml()["spec"]["backend"])
-    if backend.active(rd):
-        raise LaunchError(f"run {rd.path!r} is still {backend.refresh(rd)['state']}; `launch cancel` it first")
+    _refuse_busy(backend, rd)
     spec = rd.spec().replace(**{k: v for k, v in changes.items() if v is not None})
     if program_args is not None:
         spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
@@ -90,9 +89,26 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         return 0
     backend.preflight(plan)
     _gpu_preflight(spec, plan)
-    rd.add_attempt(spec, plan.record())
+    rd.claim_attempt(spec, plan.record(), plan.attempt, lambda st: _busy_line(backend, rd, st))   # under the lock
     _make_nccl_dirs(spec, plan.dist_backend)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
+
+
+def _busy_line(backend: Backend, rd: RunDir, st: dict[str, Any]) -> str | None:
+    why = backend.busy(st)
+    return busy_line(rd.path, why) if why else None
+
+
+def _refuse_busy(backend: Backend, rd: RunDir) -> None:
+    """A first look, before planning: the backend's full view (Slurm asks the scheduler, a local run's processes
+    are looked for); resume() checks status.json again under the lock as it adds its attempt."""
+    st = rd.read_status()
+    why = backend.busy(st)
+    if not why and backend.active(rd):
+        state = backend.refresh(rd).get("state")
+        why = f"still {state}" if state not in TERMINAL else f"{state} with processes of it still alive"
+    if why:
+        raise LaunchError(busy_line(rd.path, why))
 
 
 def _strip_program(program: tuple[str, ...], words: tuple[str, ...]) -> tuple[str, ...]:
@@ -155,15 +171,23 @@ def _describe_failure(ff: dict | None) -> str:
     return f"{where}, {how}"
 
 
-def cancel(path: str) -> None:
+def cancel(path: str) -> str | None:
+    """Stop the run; None once stopped. A run that already ended is left as it is (nothing written): its state
+    is returned (COMPLETED, FAILED, CANCELLED, INTERRUPTED)."""
     from . import sweep
     if sweep.is_sweep_dir(path) and not layout.is_run_dir(path):    # a sweep: each of its runs not yet ended
         for d in sweep.member_dirs(path):
             if status(d)["state"] not in TERMINAL:
                 cancel(d)
-        return
+        return None
     rd = RunDir.open(path)
-    get_backend(rd.read_run_yaml()["spec"]["backend"]).cancel(rd)
+    backend = get_backend(rd.read_run_yaml()["spec"]["backend"])
+    st = backend.refresh(rd)
+    if st.get("state") in TERMINAL and st.get("surviving_pids") is None and not backend.busy(st) \
+            and not backend.active(rd):     # nothing starting, running or left over (a dead launcher's: swept)
+        return "INTERRUPTED" if st["state"] == "CANCELLED" and st.get("stopped_by") == "SIGINT" else st["state"]
+    backend.cancel(rd)
+    return None
 
 
 def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, Any]:
@@ -256,19 +280,25 @@ def log_tail(path: str, rank: int | None = None, out: TextIO | None = None):
 
 
 def list_runs(root: str | None = None) -> list[dict[str, Any]]:
+    """`launch list`'s rows; a run dir whose run.yaml or status.json cannot be read is a row too, state
+    UNREADABLE with the reason (never shown as PENDING, never left out)."""
     from .rundir import list_runs as _list
     rows = []
     for rd in _list(root):
-        try:
-            data = rd.read_run_yaml()
-            st = rd.read_status()
-        except (OSError, ValueError, KeyError):
-            continue
-        spec = data["spec"]
+        data, why = layout.load_run_yaml(rd.path)
+        problem = f"run.yaml {why}" if why else None
+        if not problem and (why := layout.json_problem(rd.status_path)):
+            problem = f"status.json {why}"
+        spec = (data or {}).get("spec") or {}
         inside = os.path.dirname(rd.path) == layout.runs_root(root)       # else from the runs index: its path
-        rows.append({"name": os.path.basename(rd.path) if inside else rd.path, "backend": spec["backend"],
-                     "shape": f"{spec['nodes']}x{spec['gpus_per_node']}", "state": st.get("state", "?"),
-                     "age": _age(time.time() - os.path.getmtime(rd.run_yaml_path)), "path": rd.path})
+        try:
+            age = _age(time.time() - os.path.getmtime(rd.run_yaml_path))
+        except OSError:                  # gone since it was listed
+            continue
+        rows.append({"name": os.path.basename(rd.path) if inside else rd.path, "backend": spec.get("backend", "?"),
+                     "shape": f"{spec['nodes']}x{spec['gpus_per_node']}" if spec else "?",
+                     "state": "UNREADABLE" if problem else rd.read_status().get("state", "?"), "age": age,
+                     "path": rd.path, **({"reason": problem} if problem else {})})
     from .sweep import group_rows
     return group_rows(rows, layout.runs_root(root))      # a sweep's runs together, each row with its sweep
 

@@ -239,17 +239,25 @@ def list_(root, as_json):
         click.echo(json.dumps(rows, indent=1))
         return
     show.table(("NAME", "BACKEND", "SHAPE", "STATE", "AGE"),
-               [(r["name"], r["backend"], r["shape"], r["state"], r["age"]) for r in rows])
+               [(r["name"], r["backend"], r["shape"], r["state"] + (f" ({r['reason']})" if r.get("reason") else ""),
+                 r["age"]) for r in rows])
 
 
 @main.command()
 @click.argument("run")
 @_errors
 def cancel(run):
-    """Stop RUN on every node (scancel on Slurm); nothing of it keeps running."""
+    """Stop RUN on every node (scancel on Slurm); nothing of it keeps running.
+
+    A run that already ended (COMPLETED, FAILED, CANCELLED, INTERRUPTED) is left as it is: one line on stderr
+    says so and the exit code is 0 (nothing of it runs, as asked).
+    """
     from . import api
-    api.cancel(run)
-    click.echo(f"cancelled {run}")
+    ended = api.cancel(run)
+    if ended:
+        click.echo(f"launch: run {run} already ended ({ended}); nothing to cancel", err=True)
+    else:
+        click.echo(f"cancelled {run}")
 
 
 @main.command(name="wait")

@@ -135,7 +135,8 @@ class Run:
             time.sleep(0.3)
 
     def cancel(self) -> None:
-        """`launch cancel`: stop the run on every node; returns once it is stopped (status CANCELLED)."""
+        """`launch cancel`: stop the run on every node; returns once it is stopped (status CANCELLED). A run that
+        already ended is left as it is (nothing written)."""
         api.cancel(self.path)
 
     def resume(self, *, nodes: int | None = None, gpus_per_node: int | None = None,

@@ -198,3 +198,45 @@ def read_json(path: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def last_step(run_dir: str) -> int | None:
+    """The step of the last line of metrics.jsonl (read from its end), None without one."""
+    import json
+    try:
+        with open(path(run_dir, "metrics"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+        return int(json.loads(lines[-1])["step"]) if lines else None
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+def load_run_yaml(run_dir: str) -> tuple[dict | None, str | None]:
+    """(run.yaml's record, None), or (None, why it is not a launcher's record: a short phrase)."""
+    import yaml      # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
+    try:
+        with open(path(run_dir, "run_yaml"), encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, ValueError, yaml.YAMLError) as e:     # UnicodeDecodeError is a ValueError
+        data = e
+    why = record_problem(data)
+    return (None, why) if why else (data, None)
+
+
+def json_problem(file: str) -> str | None:
+    """Why a JSON record (status.json) is not usable, a short phrase; None when it is a JSON object."""
+    import json
+    try:
+        with open(file, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return "is missing"
+    except IsADirectoryError:
+        return "is a directory"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    except ValueError:
+        return "is not valid JSON: truncated or garbled"
+    return None if isinstance(data, dict) else f"is not a JSON object (got {type(data).__name__})"

@@ -60,6 +60,13 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
+def exit_fields(code: int | None) -> dict[str, Any]:
+    """A process's exit as the records keep it: exit_code for a normal exit, signal for a killed one."""
+    if code is None:
+        return {"exit_code": None, "signal": None}
+    return {"exit_code": code if code >= 0 else None, "signal": signal.Signals(-code).name if code < 0 else None}
+
+
 def self_record() -> dict:
     """This process as a liveness record: {pid, host, start} (the start time makes a reused pid harmless)."""
     return {"pid": os.getpid(), "host": socket.gethostname(), "start": start_ticks(os.getpid())}

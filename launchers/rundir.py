@@ -12,7 +12,6 @@ import contextlib
 import fcntl
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -20,10 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from . import __version__, layout, runindex, sweep
+from . import __version__, layout, procs, runindex, sweep
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
+from .procs import exit_fields      # noqa: F401  (its home: procs; imported from here by the backends)
 from .spec import JobSpec, redact_env
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
@@ -37,13 +37,6 @@ _held_guard = threading.RLock()
 
 def new_run_id(spec: JobSpec) -> str:
     return f"{os.path.basename(spec.run_dir)}-{os.urandom(4).hex()}"
-
-
-def exit_fields(code: int | None) -> dict[str, Any]:
-    """A process's exit as the records keep it: exit_code for a normal exit, signal for a killed one."""
-    if code is None:
-        return {"exit_code": None, "signal": None}
-    return {"exit_code": code if code >= 0 else None, "signal": signal.Signals(-code).name if code < 0 else None}
 
 
 @dataclass
@@ -79,7 +72,8 @@ class RunDir:
         """The new run dir's layout, status.json and then run.yaml (what makes it a run dir, last)."""
         for sub in ("logs", "checkpoints", "records"):
             os.makedirs(layout.path(self.path, sub), exist_ok=True)
-        self.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None)
+        self.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None,
+                           starting=procs.self_record())      # this launcher, until its attempt starts
         self.write_run_yaml({
             "run_id": run_id,
             "created": now(),
@@ -113,13 +107,7 @@ class RunDir:
         return layout.path(self.path, "run_yaml")
 
     def read_run_yaml(self) -> dict[str, Any]:
-        import yaml      # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
-        try:
-            with open(self.run_yaml_path, encoding="utf-8") as f:
-                data = yaml.safe_load(f)
-        except (OSError, ValueError, yaml.YAMLError) as e:     # UnicodeDecodeError is a ValueError
-            data = e
-        why = layout.record_problem(data)
+        data, why = layout.load_run_yaml(self.path)
         if why:
             raise LaunchError(f"{self.path!r} is not a usable run dir: run.yaml {why}; accepted: a run.yaml "
                               "written by `launch` (run_id, spec, attempts)")
@@ -145,6 +133,18 @@ class RunDir:
         data["spec"] = redacted_spec(spec)
         self.write_run_yaml(data)
         return attempt
+
+    def claim_attempt(self, spec: JobSpec, plan: dict[str, Any], attempt: int, refusal: Any) -> None:
+        """A new attempt (`launch resume`) checked and added under one hold of the lock, so that of two racing
+        resumes one is refused: `refusal(status)` is the line refusing it (one running or starting), else None.
+        The status then names this process `starting` until the attempt starts (start_attempt)."""
+        with self.lock():
+            why = refusal(self.read_status()) or (len(self.read_run_yaml()["attempts"]) != attempt and
+                                                   f"run {self.path!r} got another attempt meanwhile; try again")
+            if why:
+                raise LaunchError(why)
+            self.add_attempt(spec, plan)
+            self.update_status(starting=procs.self_record(), cancel_requested=None)
 
     def update_attempt(self, attempt: int, fields: dict[str, Any], new: dict[str, Any]) -> None:
         """Merge `fields` into attempt `attempt` of run.yaml, appending it (with `new` too) when it is not there
@@ -205,21 +205,27 @@ class RunDir:
                       f"state {st.get('state')}", file=sys.stderr, flush=True)
             return st
 
+    def start_attempt(self, **fields: Any) -> dict[str, Any]:
+        """Record an attempt started (its state and fields, `starting` cleared), unless `launch cancel` asked to
+        stop the run while it was starting: then CANCELLED and a LaunchError, nothing started."""
+        with self.lock():
+            if self.read_status().get("cancel_requested"):
+                self.update_status(state="CANCELLED", reason="by launch cancel, before it started", starting=None)
+                raise LaunchError(f"run {self.path!r} was cancelled (`launch cancel`) before this attempt started")
+            return self.update_status(**{"cancel_requested": None, "starting": None, **fields})
+
     def mark_running(self, attempt: int, **extra: Any) -> None:
         """The start of an attempt run by this process (local, SSH, in a Slurm allocation): its liveness record
         lets `status`/`cancel` tell a live launcher from a killed one."""
-        from . import procs
-        self.update_status(state="RUNNING", attempt=attempt, nodes={}, first_failure=None, reason=None,
-                           cancel_requested=None, hang=None, surviving_pids=None, stopped_by=None, launcher=procs.self_record(), **extra)
+        self.start_attempt(state="RUNNING", attempt=attempt, nodes={}, first_failure=None, reason=None, hang=None,
+                           surviving_pids=None, stopped_by=None, launcher=procs.self_record(), **extra)
 
     def launcher_alive(self, st: dict[str, Any] | None = None) -> bool:
-        from . import procs
         return procs.record_alive((st if st is not None else self.read_status()).get("launcher") or {})
 
     def check_launcher(self) -> dict[str, Any]:
         """status.json; a RUNNING/PENDING run whose launcher (recorded on this host) is dead is corrected to
         FAILED ("launcher died"), with the run's processes still alive here listed (`launch cancel` ends them)."""
-        from . import procs
         st = self.read_status()
         rec = st.get("launcher") or {}
         if st.get("state") not in ("RUNNING", "PENDING") or not rec or rec.get("host") != socket.gethostname() \
@@ -354,14 +360,7 @@ class RunDir:
         return read_latest(self.checkpoint_dir)
 
     def last_step(self) -> int | None:
-        try:
-            with open(layout.path(self.path, "metrics"), "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 4096))
-                lines = f.read().decode("utf-8", "replace").strip().splitlines()
-            return int(json.loads(lines[-1])["step"]) if lines else None
-        except (OSError, ValueError, KeyError, IndexError):
-            return None
+        return layout.last_step(self.path)
 
 
 def join(*parts: str | None) -> str | None:
@@ -370,11 +369,7 @@ def join(*parts: str | None) -> str | None:
 
 def list_runs(root: str | None = None) -> list[RunDir]:
     """The run dirs under the runs root and those in the runs index (made elsewhere), newest first."""
-    base = layout.runs_root(root)
-    found = [os.path.join(base, name) for name in (os.listdir(base) if os.path.isdir(base) else ())]
-    found += [d for p in found if sweep.is_sweep_dir(p) for d in sweep.member_dirs(p)]     # a sweep's runs
-    runs = [RunDir(p) for p in dict.fromkeys(found + runindex.paths()) if layout.is_run_dir(p)]
-    return sorted(runs, key=lambda r: os.path.getmtime(r.run_yaml_path), reverse=True)
+    return [RunDir(p) for p in runindex.run_dirs(layout.runs_root(root))]
 
 
 def spec_from_record(recorded: dict[str, Any]) -> JobSpec:

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Iterator
 
-from . import layout
+from . import layout, sweep
 
 INDEX = "runs.jsonl"
 
@@ -90,3 +90,11 @@ def paths() -> list[str]:
         except OSError:
             pass
     return alive
+
+
+def run_dirs(base: str) -> list[str]:
+    """The run dirs under the runs root `base` (a sweep's runs too) and those in the index, newest first."""
+    found = [os.path.join(base, name) for name in (os.listdir(base) if os.path.isdir(base) else ())]
+    found += [d for p in found if sweep.is_sweep_dir(p) for d in sweep.member_dirs(p)]     # a sweep's runs
+    runs = [p for p in dict.fromkeys(found + paths()) if layout.is_run_dir(p)]
+    return sorted(runs, key=lambda p: os.path.getmtime(os.path.join(p, layout.RUN_YAML)), reverse=True)

@@ -80,7 +80,7 @@ def test_local_submit_status_logs_cancel_resume_wait(workdir, started):
         run.logs(rank=7)
     with pytest.raises(TimeoutError, match="still RUNNING"):
         run.wait(timeout=0.5)
-    with pytest.raises(LaunchError, match="still RUNNING"):
+    with pytest.raises(LaunchError, match=r"is running \(launcher pid \d+ on .*one attempt at a time"):
         run.resume()
     launcher = run.status().data["launcher"]["pid"]
     run.cancel()

@@ -1,8 +1,8 @@
 """Issue 13 item 4: every refused input in one table -- CLI flags, profiles, hostfiles, NCCL values, workload
 flags, run names and run dirs, and the verbs on things that are not (usable) run dirs.
 
-Each case runs the real `launch` (or a workload's own CLI) in a scratch cwd and asserts: exit code 2, exactly
-one stderr line `launch: error: ...` (the workloads: `<prog>: error: ...`) naming the offending value and what
+Each case runs the real `launch` (or a workload's own CLI) in a scratch cwd and asserts: exit code 2 (0 for a
+request with nothing to do: `launch cancel` of a run that already ended, issue 21), exactly one stderr line `launch: error: ...` (the workloads: `<prog>: error: ...`) naming the offending value and what
 is accepted, no traceback, nothing on stdout (no dry-run rendered), nothing started (the program would create
 ./STARTED) and the scratch directory untouched: no run dir created, a run dir given to a verb unchanged.
 Nothing here needs a cluster: a local case fails before anything starts, SSH and Slurm cases use --dry-run (a
@@ -11,6 +11,7 @@ refused one renders nothing and connects nowhere).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH, ROOT, run_launch
+from launchers import procs
 
 MARKER = "import pathlib\npathlib.Path('STARTED').write_text('started')\n"
 SEED = ["--env", "NCCL_ALGO=ring", "--env", "NCCL_PROTO=shm", "--env", "NCCL_SHM_DISABLE=0"]  # ../shared/seeds
@@ -29,6 +31,13 @@ BOMB = "env:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(   # 9**9 leaves 
     f"  {c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
 HOSTS_5000_DUP = "".join(f"h{k}\n" for k in range(1, 5000)) + "h1\n"
 HOSTS_5000_BAD_LAST = "".join(f"h{k} slots=1\n" for k in range(1, 5000)) + "h5000 slots=0\n"
+LIVE = procs.self_record()        # this process (alive while a case runs): the launcher a run dir names
+
+
+def status_json(state, **extra):
+    return json.dumps({"state": state, "attempt": 0, "nodes": {"0": 0}, "first_failure": None, **extra})
+
+
 RO_MOUNT = 'mount -t tmpfs -o ro tmpfs ro && exec "$0" "$@"'     # a read-only file system in a mount namespace
 
 
@@ -41,6 +50,7 @@ class Case:
     cmd: str = "launch"                   # launch | workload | ro (launch under a read-only mount)
     prefix: str = "launch: error: "
     run_copy: dict = field(default_factory=dict)  # copies of a real run dir: name -> {file: new text | None (removed)}
+    code: int = 2                         # 0: a request with nothing to do (cancel of an ended run), said in one line
 
 
 def local(*flags, program=("marker.py",)):
@@ -217,6 +227,17 @@ CASES = [
            run_copy={"bad": {"status.json": None}}) for verb in ("status", "resume", "cancel")],
     Case("status-garbage-status-json", ["status", "bad"], ("status.json", "not a JSON object"),
          run_copy={"bad": {"status.json": "[1, 2"}}),
+    # ---------------------------------------------------------------- one attempt at a time (issue 21)
+    *[Case(f"resume-{word}", ["resume", "bad"], ("bad'", f"is {word} (launcher pid {LIVE['pid']} on ",
+                                                "one attempt at a time", "launch cancel"),
+           run_copy={"bad": {"status.json": status_json(state, **{key: LIVE})}})
+      for word, state, key in (("starting", "FAILED", "starting"), ("running", "RUNNING", "launcher"))],
+    *[Case(f"cancel-ended-{name}", ["cancel", "bad"], (f"run bad already ended ({shown})", "nothing to cancel"),
+           run_copy={"bad": {"status.json": status_json(state, **extra)}}, code=0, prefix="launch: run ")
+      for name, state, shown, extra in (("failed", "FAILED", "FAILED", {}), ("cancelled", "CANCELLED", "CANCELLED", {}),
+                                        ("interrupted", "CANCELLED", "INTERRUPTED", {"stopped_by": "SIGINT"}))],
+    Case("cancel-ended-completed", ["cancel", "ok"], ("run ok already ended (COMPLETED)", "nothing to cancel"),
+         code=0, prefix="launch: run "),
     Case("logs-rank-absent", ["logs", "--rank", "99", "ok"], ("--rank 99", "accepted: 0")),
 ]
 
@@ -284,7 +305,7 @@ def test_refused(case: Case, tmp_path, real_run):
     env = {k: v for k, v in env.items() if not k.startswith("NCCL_")}
     p = subprocess.run(command(case), cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    assert p.returncode == case.code, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
     assert "Traceback" not in p.stderr and len(lines) == 1 and lines[0].startswith(case.prefix), p.stderr[-3000:]
     for needle in case.needles:
         assert needle in lines[0], (needle, lines[0])

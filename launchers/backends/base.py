@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import procs
 from ..cpubind import describe
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
@@ -95,6 +97,27 @@ class Backend:
     def active(self, rd: RunDir) -> bool:
         """Whether some attempt of the run may still be running (resume refuses then)."""
         return self.refresh(rd).get("state") not in TERMINAL
+
+    def busy(self, st: dict[str, Any]) -> str | None:
+        """From status.json alone (a resume checks it under the run's lock, with adding its attempt): what
+        runs or starts an attempt of the run now -- "starting (launcher pid P on H)", "running (...)" -- else None."""
+        return launcher_busy(st)
+
+
+def launcher_busy(st: dict[str, Any]) -> str | None:
+    """A launcher starting an attempt (`starting`: until it records the attempt started) or running one, alive;
+    one recorded on another host (not answerable here) counts while the state says it runs."""
+    for key, word in (("starting", "starting"), ("launcher", "running")):
+        rec = st.get(key) or {}
+        other_host = rec.get("host") != socket.gethostname() and st.get("state") in ("PENDING", "RUNNING")
+        if rec.get("pid") and (procs.record_alive(rec) or (key == "launcher" and other_host)):
+            return f"{word} (launcher pid {rec['pid']} on {rec.get('host')})"
+    return None
+
+
+def busy_line(path: str, why: str) -> str:
+    """The one line refusing a second attempt of a run (`launch resume`)."""
+    return f"run {path!r} is {why}; one attempt at a time: wait for it to end or `launch cancel` it first"
 
 
 def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,

@@ -103,15 +103,15 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------ start
     def start(self, plan: Plan, rd: RunDir) -> int:
-        rd.update_status(state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None,
-                         cancel_requested=None, hang=None, stopped_by=None)
+        rd.start_attempt(state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None, hang=None,
+                         stopped_by=None, starting=procs.self_record())     # starting until the job is queued
         write_node_spec(rd, plan.spec, plan.run_id, plan.attempt)
         if SlurmEnv.read().in_allocation:
             return self._start_in_allocation(plan, rd)
         job_id = self._submit(plan, rd)
         with open(layout.path(rd.path, "slurm_jobs"), "a", encoding="utf-8") as f:
             f.write(f"{plan.attempt} {job_id}\n")
-        rd.update_status(slurm_job_id=job_id)
+        rd.update_status(slurm_job_id=job_id, starting=None)
         print(f"slurm job {job_id} queued; run dir {rd.path}", flush=True)
         if plan.spec.opts.get("wait"):
             return self.follow(rd)
@@ -211,6 +211,13 @@ class SlurmBackend(Backend):
             return rd.update_status(state=state, reason=reason, nodes=nodes or st.get("nodes", {}),
                                     first_failure=st.get("first_failure") or rd.first_failure(attempt),
                                     slurm_state=job.state)
+
+    def busy(self, st: dict[str, Any]) -> str | None:
+        """A job submitted and not ended (status.json's state and job id: queued or running) counts as running."""
+        job = st.get("slurm_job_id")
+        if job and not st.get("in_allocation") and st.get("state") not in TERMINAL:
+            return super().busy(st) or f"queued or running as Slurm job {job} ({st.get('state')})"
+        return super().busy(st)
 
     def cancel(self, rd: RunDir) -> None:
         """One SIGTERM (--stop-signal) to every process of the job's steps (`scancel --signal=TERM`: each program
