@@ -218,6 +218,8 @@ CASES = [
     Case("status-garbage-status-json", ["status", "bad"], ("status.json", "not a JSON object"),
          run_copy={"bad": {"status.json": "[1, 2"}}),
     Case("logs-rank-absent", ["logs", "--rank", "99", "ok"], ("--rank 99", "accepted: 0")),
+    Case("resume-a-copy", ["resume", "ok"], ("is a copy of", "runs/ok", "launch resume --adopt")),
+    Case("cancel-a-copy", ["cancel", "ok"], ("is a copy of", "runs/ok", "runs nothing")),
 ]
 
 

@@ -1,11 +1,54 @@
-"""A run dir is only itself (issue 21, item 1): nothing the launcher writes goes through a symlink out of the run dir."""
+"""A run dir is only itself (issue 21, item 1): a copied run dir resumes into itself and leaves the original
+untouched; nothing the launcher writes goes through a symlink out of the run dir."""
+import hashlib
 import os
+import shutil
 
 import pytest
+import yaml
 
+from conftest import read_json, run_launch
 from launchers import ckptptr, layout
 from launchers.errors import LaunchError
 from launchers.rundir import RunDir
+
+TINY = ["-m", "workloads.convnet", "--dataset", "digits", "--checkpoint-every", "2", "--no-tensorboard"]
+
+
+def hashes(root):
+    """Every file under root (links as their target text, never followed) -> its sha256."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for name in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
+            p = os.path.join(d, name)
+            data = os.readlink(p).encode() if os.path.islink(p) else open(p, "rb").read()
+            out[os.path.relpath(p, root)] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def test_resume_of_a_copy_writes_only_the_copy(workdir):
+    r = run_launch("local", "--nodes", "1", "--gpus-per-node", "1", "--run-dir", "runs/done", "--", *TINY,
+                   "--max-steps", "4")
+    assert r.returncode == 0, r.stderr[-3000:]
+    shutil.copytree("runs/done", "copy", symlinks=True)
+    before, copied = hashes("runs/done"), hashes("copy")
+    # a copy still holds the original's run id: refused in one line naming the original, nothing written
+    refused = run_launch("resume", "copy", "--", *TINY, "--max-steps", "6")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "is a copy of" in refused.stderr and str(workdir / "runs/done") in refused.stderr
+    assert "--adopt" in refused.stderr and hashes("copy") == copied
+    r = run_launch("resume", "--adopt", "copy", "--", *TINY, "--max-steps", "6")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert hashes("runs/done") == before                              # the original: byte for byte
+    assert read_json("copy/final.json")["step"] == 6                   # the new work is the copy's
+    assert (workdir / "copy/checkpoints/latest").read_text().strip() == "step-00000006"
+    assert "resumed from step-00000004" in (workdir / "copy/logs/node0/rank0.log").read_text()
+    assert read_json("copy/status.json")["state"] == "COMPLETED"
+    rec, old = yaml.safe_load(open("copy/run.yaml")), yaml.safe_load(open("runs/done/run.yaml"))
+    assert rec["run_id"] != old["run_id"] and rec["adopted_from"] == {"run_id": old["run_id"],
+                                                                      "run_dir": str(workdir / "runs/done")}
+    assert rec["spec"]["run_dir"] == str(workdir / "copy")
+    assert str(workdir / "runs/done") not in yaml.safe_dump(rec["attempts"][-1])   # its commands: the copy's paths
 
 
 def _link_out(rd, rel, outside, as_dir=True):
