@@ -26,7 +26,7 @@ def hashes(root):
     return out
 
 
-def test_resume_of_a_copy_writes_only_the_copy(workdir):
+def test_resume_of_a_copy_writes_only_the_copy_and_a_moved_one_itself(workdir):
     r = run_launch("local", "--nodes", "1", "--gpus-per-node", "1", "--run-dir", "runs/done", "--", *TINY,
                    "--max-steps", "4")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -49,6 +49,13 @@ def test_resume_of_a_copy_writes_only_the_copy(workdir):
                                                                       "run_dir": str(workdir / "runs/done")}
     assert rec["spec"]["run_dir"] == str(workdir / "copy")
     assert str(workdir / "runs/done") not in yaml.safe_dump(rec["attempts"][-1])   # its commands: the copy's paths
+    # moved (nothing left where run.yaml says): resumes into itself, same run id, its new place recorded
+    os.rename("runs/done", "moved")
+    r = run_launch("resume", "moved", "--", *TINY, "--max-steps", "6")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert read_json("moved/final.json")["step"] == 6 and not os.path.exists("runs/done")
+    moved = yaml.safe_load(open("moved/run.yaml"))
+    assert moved["run_id"] == old["run_id"] and moved["spec"]["run_dir"] == str(workdir / "moved")
 
 
 def _link_out(rd, rel, outside, as_dir=True):
