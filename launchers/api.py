@@ -78,9 +78,10 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     rd = RunDir.open(path)
     data = rd.read_run_yaml()
     backend, original = get_backend(data["spec"]["backend"]), copy_of(rd, data)
-    if original and not adopt:
-        raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} (run id {data['run_id']}); "
-                          f"`launch resume --adopt {rd.path}` resumes the copy as a run of its own (a new run id)")
+    if bool(original) != adopt:
+        raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} (run id {data['run_id']}); `launch resume "
+                          f"--adopt {rd.path}` resumes the copy as a run of its own (a new run id)" if original else
+                          f"--adopt is only for a copy of another run dir; {rd.path!r} is not one: resume it without")
     if not adopt and backend.active(rd):          # an adopted copy's recorded state is the original's
         raise LaunchError(f"run {rd.path!r} is still {backend.refresh(rd)['state']}; `launch cancel` it first")
     spec = rd.spec().replace(run_dir=rd.path, **{k: v for k, v in changes.items() if v is not None})

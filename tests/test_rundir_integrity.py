@@ -8,9 +8,10 @@ import pytest
 import yaml
 
 from conftest import read_json, run_launch
-from launchers import ckptptr, layout
+from launchers import api, ckptptr, layout
 from launchers.errors import LaunchError
 from launchers.rundir import RunDir
+from launchers.spec import JobSpec
 
 TINY = ["-m", "workloads.convnet", "--dataset", "digits", "--checkpoint-every", "2", "--no-tensorboard"]
 
@@ -97,3 +98,16 @@ def test_no_symlink_passes_plain_paths_and_refuses_outside(tmp_path):
     assert layout.own_path(rd, "rank_log", node=1, rank=2) == os.path.join(rd, "logs/node1/rank2.log")
     with pytest.raises(LaunchError, match="outside the run dir"):
         layout.no_symlink(rd, os.path.join(rd, "..", "x"))
+
+
+def test_a_copy_is_told_from_a_moved_run_dir_and_adopt_is_only_for_a_copy(tmp_path):
+    made = str(tmp_path / "made")
+    RunDir.create(JobSpec("local", 1, 1, ("t.py",), (), made, "made"), "made-1234", {})
+    shutil.copytree(made, tmp_path / "copy", symlinks=True)
+    copy = RunDir.open(str(tmp_path / "copy"))
+    assert api.copy_of(copy, copy.read_run_yaml()) == made
+    assert api.copy_of(RunDir.open(made), RunDir.open(made).read_run_yaml()) is None
+    with pytest.raises(LaunchError, match=r"^--adopt is only for a copy of another run dir; .*made'"):
+        api.resume(made, {}, adopt=True)
+    os.rename(made, tmp_path / "gone")                   # moved away: the copy is the run now, not a copy
+    assert api.copy_of(copy, copy.read_run_yaml()) is None
