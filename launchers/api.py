@@ -72,24 +72,39 @@ make_nccl_dirs = _make_nccl_dirs          # public: a Slurm sweep's array create
 
 
 def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,
-           dry_run: bool = False, out: TextIO = sys.stdout) -> int:
-    """A new attempt of the recorded spec (optionally a new shape or new program args)."""
+           dry_run: bool = False, out: TextIO = sys.stdout, adopt: bool = False) -> int:
+    """A new attempt of the recorded spec (optionally a new shape or new program args), run where the run dir
+    is now: a moved run dir resumes into itself; a copy is refused unless adopted (a new run id)."""
     rd = RunDir.open(path)
-    backend = get_backend(rd.read_run_yaml()["spec"]["backend"])
-    _refuse_busy(backend, rd)
-    spec = rd.spec().replace(**{k: v for k, v in changes.items() if v is not None})
+    data = rd.read_run_yaml()
+    backend, original = get_backend(data["spec"]["backend"]), copy_of(rd, data)
+    if bool(original) != adopt:
+        raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} (run id {data['run_id']}); `launch resume "
+                          f"--adopt {rd.path}` resumes the copy as a run of its own (a new run id)" if original else
+                          f"--adopt is only for a copy of another run dir; {rd.path!r} is not one: resume it without")
+    if not adopt:                                 # an adopted copy's recorded state is the original's
+        _refuse_busy(backend, rd)
+    spec = rd.spec().replace(run_dir=rd.path, **{k: v for k, v in changes.items() if v is not None})
     if program_args is not None:
         spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
     spec = resolve_job_env(spec, sys.stderr)
-    attempt = len(rd.read_run_yaml()["attempts"])
-    plan = backend.plan(spec, rd.run_id, attempt=attempt)
+    layout.check_own_dirs(rd.path)                # nothing is written through a symlink out of the run dir
+    run_id = new_run_id(spec) if adopt else data["run_id"]
+    plan = backend.plan(spec, run_id, attempt=len(data["attempts"]))
     spec = plan.spec
     if dry_run:
         out.write(plan.render())
         return 0
     backend.preflight(plan)
     _gpu_preflight(spec, plan)
-    rd.claim_attempt(spec, plan.record(), plan.attempt, lambda st: _busy_line(backend, rd, st))   # under the lock
+    if adopt:
+        rd.write_run_yaml(dict(data, run_id=run_id, adopted_from={"run_id": data["run_id"],
+                                                                   "run_dir": data["spec"]["run_dir"]}))
+    if data["spec"]["run_dir"] != rd.path:        # moved or adopted: `launch list` finds it where it is now
+        from . import runindex
+        runindex.note(rd.path)
+    rd.claim_attempt(spec, plan.record(), plan.attempt,                 # under the lock
+                     (lambda st: None) if adopt else (lambda st: _busy_line(backend, rd, st)))
     _make_nccl_dirs(spec, plan.dist_backend)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
 
@@ -109,6 +124,18 @@ def _refuse_busy(backend: Backend, rd: RunDir) -> None:
         why = f"still {state}" if state not in TERMINAL else f"{state} with processes of it still alive"
     if why:
         raise LaunchError(busy_line(rd.path, why))
+
+
+def copy_of(rd: RunDir, data: dict[str, Any]) -> str | None:
+    """The run dir this one is a copy of: the location run.yaml records, when that is another directory holding
+    a run of the same run id (None: it is where it was made, or it was moved)."""
+    recorded = data["spec"]["run_dir"]
+    try:
+        if os.path.samefile(recorded, rd.path) or RunDir(recorded).read_run_yaml()["run_id"] != data["run_id"]:
+            return None
+    except (OSError, LaunchError):                 # gone or not a run dir any more: moved, not copied
+        return None
+    return recorded
 
 
 def _strip_program(program: tuple[str, ...], words: tuple[str, ...]) -> tuple[str, ...]:
@@ -181,13 +208,24 @@ def cancel(path: str) -> str | None:
                 cancel(d)
         return None
     rd = RunDir.open(path)
-    backend = get_backend(rd.read_run_yaml()["spec"]["backend"])
-    st = backend.refresh(rd)
+    data = rd.read_run_yaml()
+    original = copy_of(rd, data)
+    if original and rd.read_status().get("state") not in TERMINAL:   # its run id (processes) is the original's
+        raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} and runs nothing; `launch cancel "
+                          f"{original}` stops the original")
+    backend = get_backend(data["spec"]["backend"])
+    st = rd.read_status() if original else backend.refresh(rd)
+    if original:                                                      # a copy of an ended run: nothing to stop
+        return _ended_as(st)
     if st.get("state") in TERMINAL and st.get("surviving_pids") is None and not backend.busy(st) \
             and not backend.active(rd):     # nothing starting, running or left over (a dead launcher's: swept)
-        return "INTERRUPTED" if st["state"] == "CANCELLED" and st.get("stopped_by") == "SIGINT" else st["state"]
+        return _ended_as(st)
     backend.cancel(rd)
     return None
+
+
+def _ended_as(st: dict[str, Any]) -> str:
+    return "INTERRUPTED" if st["state"] == "CANCELLED" and st.get("stopped_by") == "SIGINT" else st["state"]
 
 
 def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from .layout import no_symlink
+
 POINTER = "latest"
 
 
@@ -30,7 +32,8 @@ def write_latest(ckpt_dir: str, name: str) -> None:
     _check_name(name)
     os.makedirs(ckpt_dir, exist_ok=True)
     tmp = os.path.join(ckpt_dir, f".{POINTER}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    no_symlink(ckpt_dir, os.path.join(ckpt_dir, POINTER))     # a planted link is refused, never replaced
+    with open(no_symlink(ckpt_dir, tmp), "w", encoding="utf-8") as f:
         f.write(name + "\n")
         f.flush()
         os.fsync(f.fileno())

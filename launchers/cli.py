@@ -176,19 +176,24 @@ def slurm(**kw):
 @click.option("--gpus-per-node", default=None, help="New processes per node.")
 @click.option("--max-restarts", default=None)
 @click.option("--dry-run", is_flag=True)
+@click.option("--adopt", is_flag=True, help="RUN is a copy of another run dir: resume it as a run of its own "
+              "(a new run id).")
 @click.argument("program_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
-def resume(run, nodes, gpus_per_node, max_restarts, dry_run, program_args):
+def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, program_args):
     """Start a new attempt of RUN; the workload continues from checkpoints/latest.
 
-    New program arguments (replacing the recorded ones) go after `--`.
+    New program arguments (replacing the recorded ones) go after `--`. Every path of the attempt is RUN where
+    it is now: a moved run dir resumes into itself. A copy (`cp -a`) still holds the original's run id and is
+    refused, naming the original, unless --adopt gives it its own; the original is never written.
     """
     from . import api
     from .spec import positive_int
     changes = {"nodes": positive_int("--nodes", nodes) if nodes is not None else None,
                "gpus_per_node": positive_int("--gpus-per-node", gpus_per_node) if gpus_per_node is not None else None,
                "max_restarts": positive_int("--max-restarts", max_restarts, 0) if max_restarts is not None else None}
-    sys.exit(api.resume(run, changes, tuple(program_args) if program_args else None, dry_run=dry_run))
+    sys.exit(api.resume(run, changes, tuple(program_args) if program_args else None, dry_run=dry_run,
+                        adopt=adopt))
 
 
 @main.command()

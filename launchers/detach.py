@@ -149,7 +149,7 @@ def main() -> int:
         if req["verb"] == "submit":
             code = api.submit(JobSpec.from_dict(req["spec"]))
         else:
-            code = api.resume(req["path"], req["changes"], req.get("program_args"))
+            code = api.resume(req["path"], req["changes"], req.get("program_args"), adopt=req.get("adopt", False))
     except LaunchError as e:
         print(ERROR + str(e), file=sys.stderr, flush=True)
     finally:

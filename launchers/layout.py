@@ -5,7 +5,8 @@ the launcher, each rank's wrapper (launchers.rankexec), an SSH host's agent (lau
 node (launchers.backends.slurm.node) -- so none of them spells a path of its own. Who writes what:
 RunDir (launchers.rundir) writes run.yaml, status.json and the records; the job writes its logs (through
 the rank wrapper and the agents), checkpoints, metrics.jsonl and final.json; the launcher never overwrites
-anything the job wrote.
+anything the job wrote. Nothing the launcher writes goes through a symbolic link below the run dir: every
+writer takes its path from own_path()/no_symlink() (an lstat of each component below the run dir's root).
 """
 from __future__ import annotations
 
@@ -147,6 +148,41 @@ def path(run_dir: str, what: str, **fields: object) -> str:
     return os.path.join(run_dir, FILES[what].format(**fields))
 
 
+def own_path(run_dir: str, what: str, **fields: object) -> str:
+    """path() for a file or directory the launcher writes: refused when it goes through a symlink below run_dir."""
+    return no_symlink(run_dir, path(run_dir, what, **fields))
+
+
+def no_symlink(run_dir: str, target: str) -> str:
+    """`target` (under run_dir) when no existing component of it below run_dir is a symbolic link (lstat each:
+    the launcher never writes out of the run dir through one); else a LaunchError naming the link."""
+    rel = os.path.relpath(target, run_dir)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+        raise LaunchError(f"{brief(target)} is outside the run dir {brief(run_dir)}; accepted: a path inside it")
+    here = run_dir
+    for part in ([] if rel == os.curdir else rel.split(os.sep)):
+        here = os.path.join(here, part)
+        if os.path.islink(here):
+            raise LaunchError(f"{os.path.relpath(here, run_dir)!r} in the run dir {brief(run_dir)} is a symbolic "
+                              "link; the launcher writes only inside the run dir (accepted: plain files and "
+                              "directories there)")
+    return target
+
+
+WRITTEN_IN_PLACE = ("rank_log", "rank_record", "progress")   # appended or rewritten by the agents and ranks
+
+
+def check_own_dirs(run_dir: str) -> None:
+    """Before an attempt writes: no name of the layout's top level (FILES) is a symlink, nor anything in the
+    directories written in place (rank logs, records, heartbeats); a LaunchError names the first one."""
+    for top in sorted({f.split("/")[0] for f in FILES.values()}):
+        no_symlink(run_dir, os.path.join(run_dir, top))
+    for what in WRITTEN_IN_PLACE:
+        for d, dirs, files in os.walk(os.path.join(run_dir, FILES[what].split("/")[0])):   # never follows a link
+            for name in sorted(dirs + files):
+                no_symlink(run_dir, os.path.join(d, name))
+
+
 def rank_logs(run_dir: str) -> list[tuple[int, int, str]]:
     """(node, rank, path) for every rank log present, ordered by rank."""
     found = []
@@ -173,7 +209,7 @@ def atomic_write(path: str, text: str, durable: bool = True) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8", opener=_nofollow) as f:
             f.write(text)
             if durable:
                 f.flush()
@@ -183,6 +219,10 @@ def atomic_write(path: str, text: str, durable: bool = True) -> None:
         if os.path.exists(tmp):         # a full disk: leave no empty temporary behind
             os.unlink(tmp)
         raise
+
+
+def _nofollow(name: str, flags: int) -> int:
+    return os.open(name, flags | os.O_NOFOLLOW, 0o666)
 
 
 def disk_full(e: OSError) -> bool:

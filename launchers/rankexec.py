@@ -20,6 +20,7 @@ import sys
 import time
 
 from . import layout
+from .errors import LaunchError
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT)
 GRACE_STARTERS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -133,9 +134,13 @@ def main(argv: list[str]) -> int:
     rank, node = int(env.get("RANK", "0")), int(env.get("NODE_RANK", "0"))
     attempt = int(env.get("LAUNCH_ATTEMPT", "0"))
     run_dir = env.get("LAUNCH_RUN_DIR") or os.getcwd()
-    log = layout.path(run_dir, "rank_log", node=node, rank=rank)
-    os.makedirs(os.path.dirname(log), exist_ok=True)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:                                         # never through a symlink out of the run dir: one line, exit 2
+        log = layout.own_path(run_dir, "rank_log", node=node, rank=rank)
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    except (LaunchError, OSError) as e:
+        os.write(2, f"launch rankexec: rank {rank}: cannot open its log: {e}\n".encode())
+        return 2
     base = dict(rank=rank, node=node, attempt=attempt)
     try:
         bound, refused = bind(env), None

@@ -196,7 +196,7 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
     os.umask(os.umask(0) | 0o002)                  # never world-writable, whatever the host's login umask
     run_id = os.environ[procs.TAG]
     run_dir = os.environ["LAUNCH_RUN_DIR"]
-    log = layout.path(run_dir, "agent_log", node=node)
+    log = layout.own_path(run_dir, "agent_log", node=node)     # never through a symlink
     os.makedirs(os.path.dirname(log), exist_ok=True)
     got: list[int] = []
     for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):

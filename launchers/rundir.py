@@ -71,7 +71,7 @@ class RunDir:
     def write_new(self, spec: JobSpec, run_id: str, plan: dict[str, Any]) -> None:
         """The new run dir's layout, status.json and then run.yaml (what makes it a run dir, last)."""
         for sub in ("logs", "checkpoints", "records"):
-            os.makedirs(layout.path(self.path, sub), exist_ok=True)
+            os.makedirs(layout.own_path(self.path, sub), exist_ok=True)
         self.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None,
                            starting=procs.self_record())      # this launcher, until its attempt starts
         self.write_run_yaml({
@@ -115,7 +115,7 @@ class RunDir:
 
     def write_run_yaml(self, data: dict[str, Any]) -> None:
         import yaml
-        layout.atomic_write(self.run_yaml_path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        layout.atomic_write(layout.own_path(self.path, "run_yaml"), yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
     def spec(self) -> JobSpec:
         """The recorded spec. Redacted env values are taken from the current environment when set."""
@@ -164,8 +164,8 @@ class RunDir:
         with _held_guard:
             depth, f = _held.get(self.path, (0, None))
             if depth == 0:
-                os.makedirs(layout.path(self.path, "records"), exist_ok=True)
-                f = open(layout.path(self.path, "lock"), "a")
+                os.makedirs(layout.own_path(self.path, "records"), exist_ok=True)
+                f = open(layout.own_path(self.path, "lock"), "a")
                 fcntl.flock(f, fcntl.LOCK_EX)
             _held[self.path] = (depth + 1, f)
             try:
@@ -195,7 +195,7 @@ class RunDir:
             st.update(fields)
             st["updated"] = now()
             try:
-                layout.atomic_write(self.status_path, json.dumps(st, indent=1, sort_keys=True) + "\n")
+                layout.atomic_write(layout.own_path(self.path, "status"), json.dumps(st, indent=1, sort_keys=True) + "\n")
                 self.unrecorded = None
             except OSError as e:         # the run goes on (or ends with its honest code) without the record
                 if not layout.disk_full(e):
@@ -242,7 +242,7 @@ class RunDir:
 
     # ------------------------------------------------------------------ per-rank and per-node records
     def write_rank_record(self, rec: dict[str, Any]) -> None:
-        layout.atomic_write(layout.path(self.path, "rank_record", rank=rec["rank"]), json.dumps(rec), durable=False)
+        layout.atomic_write(layout.own_path(self.path, "rank_record", rank=rec["rank"]), json.dumps(rec), durable=False)
 
     def rank_exits(self, attempt: int) -> list[dict[str, Any]]:
         """Exit records written by each rank's wrapper in this attempt, earliest first."""
@@ -256,7 +256,7 @@ class RunDir:
         return sorted(out, key=lambda r: r["time"])
 
     def write_node_record(self, node: int, rec: dict[str, Any]) -> None:
-        layout.atomic_write(layout.path(self.path, "node_record", node=node), json.dumps(rec), durable=False)
+        layout.atomic_write(layout.own_path(self.path, "node_record", node=node), json.dumps(rec), durable=False)
 
     def node_records(self, nnodes: int, attempt: int) -> dict[int, dict[str, Any]]:
         """Node records of this attempt (node -> record)."""
@@ -343,7 +343,7 @@ class RunDir:
 
     def start_agent_log(self, node: int, attempt: int, command: str, where: str = "") -> str:
         """Append the attempt's header and the node's command to its agent.log; returns the log's path."""
-        log = self.agent_log(node)
+        log = layout.own_path(self.path, "agent_log", node=node)
         os.makedirs(os.path.dirname(log), exist_ok=True)
         with open(log, "a", encoding="utf-8") as f:
             f.write(layout.agent_header(attempt, node, where) + command + "\n")

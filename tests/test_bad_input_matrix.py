@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import LAUNCH, ROOT, run_launch
 from launchers import procs
@@ -31,6 +32,7 @@ BOMB = "env:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(   # 9**9 leaves 
     f"  {c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
 HOSTS_5000_DUP = "".join(f"h{k}\n" for k in range(1, 5000)) + "h1\n"
 HOSTS_5000_BAD_LAST = "".join(f"h{k} slots=1\n" for k in range(1, 5000)) + "h5000 slots=0\n"
+HERE = "@here"                     # a run_copy key: the copy records its own location (made there)
 LIVE = procs.self_record()        # this process (alive while a case runs): the launcher a run dir names
 
 
@@ -230,7 +232,7 @@ CASES = [
     # ---------------------------------------------------------------- one attempt at a time (issue 21)
     *[Case(f"resume-{word}", ["resume", "bad"], ("bad'", f"is {word} (launcher pid {LIVE['pid']} on ",
                                                 "one attempt at a time", "launch cancel"),
-           run_copy={"bad": {"status.json": status_json(state, **{key: LIVE})}})
+           run_copy={"bad": {"status.json": status_json(state, **{key: LIVE}), HERE: ""}})
       for word, state, key in (("starting", "FAILED", "starting"), ("running", "RUNNING", "launcher"))],
     *[Case(f"cancel-ended-{name}", ["cancel", "bad"], (f"run bad already ended ({shown})", "nothing to cancel"),
            run_copy={"bad": {"status.json": status_json(state, **extra)}}, code=0, prefix="launch: run ")
@@ -239,6 +241,9 @@ CASES = [
     Case("cancel-ended-completed", ["cancel", "ok"], ("run ok already ended (COMPLETED)", "nothing to cancel"),
          code=0, prefix="launch: run "),
     Case("logs-rank-absent", ["logs", "--rank", "99", "ok"], ("--rank 99", "accepted: 0")),
+    Case("resume-a-copy", ["resume", "ok"], ("is a copy of", "runs/ok", "launch resume --adopt")),
+    Case("cancel-a-copy", ["cancel", "bad"], ("is a copy of", "runs/ok", "runs nothing"),
+         run_copy={"bad": {"status.json": status_json("RUNNING", launcher=LIVE)}}),
 ]
 
 
@@ -294,7 +299,11 @@ def test_refused(case: Case, tmp_path, real_run):
     for name, changes in case.run_copy.items():
         shutil.copytree(real_run, tmp_path / name)
         for rel, text in changes.items():
-            if text is None:
+            if rel == HERE:                   # made where it is (not a copy of real_run): run.yaml records it
+                data = yaml.safe_load((tmp_path / name / "run.yaml").read_text())
+                data["spec"]["run_dir"] = str(tmp_path / name)
+                (tmp_path / name / "run.yaml").write_text(yaml.safe_dump(data))
+            elif text is None:
                 (tmp_path / name / rel).unlink()
             else:
                 write_files(tmp_path / name, {rel: text})
