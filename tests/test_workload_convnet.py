@@ -184,7 +184,9 @@ def test_async_checkpoints_crash_then_resume_is_bit_identical(uninterrupted, tmp
 
 
 def test_crash_inside_save_resumes_from_previous_pointer(tmp_path):
-    """1 process: dying after dcp.save(20) but before the pointer moves must resume from step 10."""
+    """1 process: dying after dcp.save(20) but before the pointer moves must resume from step 10. Then a
+    second resume (4 more steps) loads the checkpoint that the first resume wrote (its keys must be those
+    of attempt 0's, not the DDP-wrapped "module.*" ones) and ends where the reference resumed alike ends."""
     args = ["--max-steps", "24", "--checkpoint-every", "10", "--log-every", "4", "--no-tensorboard"]
     crash_args = args + ["--crash-at-step", "20", "--crash-phase", "save"]
     run_dir = str(tmp_path / "crashed")
@@ -199,6 +201,14 @@ def test_crash_inside_save_resumes_from_previous_pointer(tmp_path):
     second = finish(start_single(run_dir, 1, crash_args))
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from step-00000010" in second.stdout
+    assert final(run_dir)["param_sha256"] == final(str(tmp_path / "ref"))["param_sha256"]
+    more = ["--max-steps", "28", *args[2:]]
+    ref_p = start_single(str(tmp_path / "ref"), 1, more)
+    third = finish(start_single(run_dir, 2, more))
+    ref = finish(ref_p)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "resumed from step-00000024" in third.stdout and final(run_dir)["step"] == 28
     assert final(run_dir)["param_sha256"] == final(str(tmp_path / "ref"))["param_sha256"]
 
 

@@ -121,8 +121,12 @@ class ModelOptimState:
         return {"model": self._model_sd, "optim": get_optimizer_state_dict(self.model, self.optimizers)}
 
     def load_state_dict(self, state_dict) -> None:
+        """dcp.load hands back the dict state_dict() returned, i.e. the cached model part. set_state_dict
+        renames a wrapped model's keys in that dict in place (DDP: "conv1.weight" -> "module.conv1.weight",
+        torch/distributed/checkpoint/state_dict.py _load_model_state_dict), so it gets a copy: the cache
+        keeps the wrapper-free keys every checkpoint has, whichever attempt writes it."""
         from torch.distributed.checkpoint.state_dict import set_state_dict
-        set_state_dict(self.model, self.optimizers, model_state_dict=state_dict["model"],
+        set_state_dict(self.model, self.optimizers, model_state_dict=dict(state_dict["model"]),
                        optim_state_dict=state_dict["optim"])
 
 
