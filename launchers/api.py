@@ -15,6 +15,7 @@ from .backends.base import Backend, busy_line, verdict_code
 from .errors import LaunchError
 from .jobenv import resolve_job_env
 from .rundir import TERMINAL, RunDir, new_run_id
+from .secretenv import refuse_missing
 from .spec import JobSpec
 
 
@@ -77,6 +78,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     is now: a moved run dir resumes into itself; a copy is refused unless adopted (a new run id)."""
     rd = RunDir.open(path)
     data = rd.read_run_yaml()
+    refuse_missing(data["spec"], os.environ, rd.path)        # a secret is never `***` to the program
     backend, original = get_backend(data["spec"]["backend"]), copy_of(rd, data)
     if bool(original) != adopt:
         raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} (run id {data['run_id']}); `launch resume "

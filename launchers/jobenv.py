@@ -1,7 +1,8 @@
 """The NCCL environment a job gets, whatever set it, resolved and validated once before anything starts.
 
 Sources, lowest first: the preset(s) (--nccl-preset), the caller's variables forwarded by --forward-env GLOB,
-the job's own env (profile `env`, then --env). The NCCL_* variables of the result are checked with
+the job's own env (profile `env`, then --env); --secret values are the spec's own (launchers.secretenv).
+The NCCL_* variables of the result are checked with
 nccl_tuning's validator (NCCL's own parsers, per version): an error aborts the launch on every backend
 (nothing is created or started), warnings are printed once. The caller's exported NCCL_* that are not
 forwarded are named once: the job does not get them on any backend (the local and Slurm nodes drop them
@@ -14,6 +15,7 @@ import os
 from typing import Mapping, TextIO
 
 from .errors import LaunchError
+from .secretenv import content_secrets
 from .spec import JobSpec
 from .values import RESERVED_ENV
 
@@ -65,8 +67,21 @@ def resolve_job_env(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | Non
         if str(f) not in seen:
             seen.add(str(f))
             print(f"launch: nccl {f}", file=out)
+    tell_secrets(spec, env, fwd, out)
     left = sorted(k for k in environ if k.startswith("NCCL_") and k not in fwd and k not in env and k not in preset)
     if left:
         print(f"launch: note: {', '.join(left)} set here {'is' if len(left) == 1 else 'are'} not forwarded to "
               "the job (add --forward-env 'NCCL_*' to forward and validate them)", file=out)
     return spec.replace(nccl_env=tuple(preset.items()), env=tuple(env.items()))
+
+
+def tell_secrets(spec: JobSpec, env: Mapping[str, str], fwd: Mapping[str, str], out: TextIO) -> None:
+    """--forward-env '*' named loudly; the values treated as secrets only because of their content named once."""
+    if "*" in spec.forward_env:
+        print(f"launch: WARNING: --forward-env '*' forwards all {len(fwd)} variables of your environment to every "
+              "rank; name the ones the job needs instead (e.g. --forward-env 'NCCL_*', --secret NAME)", file=out)
+    found = content_secrets(env)
+    if found:
+        said = "; ".join(f"{k} ({why})" for k, why in sorted(found.items()))
+        print(f"launch: note: treated as secrets by their value: {said}: shown as ***, not kept in the run dir, "
+              "needed in your environment again at resume (--secret NAME says so without guessing)", file=out)

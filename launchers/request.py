@@ -38,6 +38,7 @@ class JobSpec:
     runs_root: str | os.PathLike | None = None
     env: Mapping[str, str] | None = None
     forward_env: Sequence[str] = ()
+    secrets: Sequence[str] = ()       # ("HF_TOKEN", "DB_PASS=@/run/keys/db"): --secret (never written nor shown)
     preflight: Sequence[str] = ()     # ("gpu",): --preflight gpu
     master_port: int | None = None
     max_restarts: int | None = None
@@ -61,6 +62,7 @@ class JobSpec:
             _check_type(name, getattr(self, name), types, said)
         object.__setattr__(self, "program", _words("program", self.program))
         object.__setattr__(self, "forward_env", _words("forward_env", self.forward_env))
+        object.__setattr__(self, "secrets", _words("secrets", self.secrets))
         object.__setattr__(self, "preflight", _words("preflight", self.preflight))
         if not self.program and self.profile is None:
             raise LaunchError("JobSpec.program is empty; give the program and its arguments, e.g. "
@@ -84,7 +86,7 @@ class JobSpec:
         """The flags mapping spec.build_spec takes (what the CLI hands it), None = not given."""
         out: dict[str, Any] = {k: (os.fspath(v) if isinstance(v, os.PathLike) else v)
                                for k, v in ((n, getattr(self, n)) for n in _TYPES) if k != "profile"}
-        out.update(env=self.env or {}, forward_env=self.forward_env, options=self.options,
+        out.update(env=self.env or {}, forward_env=self.forward_env, secrets=self.secrets, options=self.options,
                    preflight=list(self.preflight) or None)
         return out
 

@@ -24,6 +24,7 @@ from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
 from .procs import exit_fields      # noqa: F401  (its home: procs; imported from here by the backends)
+from .secretenv import REDACTED
 from .spec import JobSpec, redact_env
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
@@ -373,20 +374,24 @@ def list_runs(root: str | None = None) -> list[RunDir]:
 
 
 def spec_from_record(recorded: dict[str, Any]) -> JobSpec:
-    """A spec as run.yaml records it (secret env values as ***) -> JobSpec, with the secret values taken from
-    the current environment when set there."""
+    """A spec as run.yaml records it (secret env values as ***, --secret by name) -> JobSpec, with the secret
+    values taken from the current environment when set there (a resume first refuses when one is not:
+    secretenv.refuse_missing; a Slurm node has them in the job's environment)."""
     d = dict(recorded)
     env = dict(d.get("env") or {})
     for k, v in env.items():
-        if v == "***" and k in os.environ:
+        if v == REDACTED and k in os.environ:
             env[k] = os.environ[k]
     d["env"] = env
+    d["secrets"] = {k: os.environ.get(k, REDACTED) for k in d.get("secrets") or ()}
     return JobSpec.from_dict(d)
 
 
 def redacted_spec(spec: JobSpec) -> dict[str, Any]:
+    """What run.yaml records of a spec: every secret value as ***, the --secret variables by name only."""
     d = spec.to_dict()
     d["env"] = redact_env(d["env"])
+    d["secrets"] = list(d["secrets"])
     return d
 
 

@@ -69,6 +69,9 @@ COMMON: tuple[Opt, ...] = (
     Opt("env", (dict,), "K=V added to every worker's environment (repeatable).", kind="multi"),
     Opt("forward_env", (list,), "Pass on the caller's variables matching GLOB, e.g. 'NCCL_*' (repeatable).",
         kind="multi"),
+    Opt("secrets", (list,), "NAME or NAME=@FILE: a secret every rank gets in its environment, from yours or "
+        "from FILE; never written to the run dir nor shown (repeatable; a resume needs it again).", kind="multi",
+        flag="--secret"),
     Opt("profile", S, "YAML profile; flags override its values.", in_profile=False),
     Opt("master_port", I, "Rendezvous port (default: derived from the run id)."),
     Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times."),

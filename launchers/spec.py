@@ -12,14 +12,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import cpubind, layout, values
+from . import cpubind, layout, secretenv, values
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+SECRET_MARKERS = secretenv.NAME_MARKERS
 MAX_NODES = 65536                   # --nodes, the hosts of a hostfile
 MAX_PER_NODE = 1024                 # --gpus-per-node, a hostfile's slots=
 MAX_NAME = 200                      # --name: a run dir's name adds -<time>-<random> (NAME_MAX is 255)
@@ -48,6 +48,7 @@ class JobSpec:
     cpu_bind: str = "auto"                      # each local rank's CPUs (launchers.cpubind, applied by rankexec)
     preflight: tuple[str, ...] = ()             # checks on every node before the start (launchers.doctor.preflight)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
+    secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)   # --secret: name -> value (run.yaml: names)
 
     @property
     def world_size(self) -> int:
@@ -70,6 +71,7 @@ class JobSpec:
         d["explicit"] = list(self.explicit)
         d["forward_env"] = list(self.forward_env)
         d["preflight"] = list(self.preflight)
+        d["secrets"] = dict(self.secrets)
         return d
 
     @classmethod
@@ -87,6 +89,8 @@ class JobSpec:
         d["explicit"] = tuple(d.get("explicit") or ())
         d["forward_env"] = tuple(d.get("forward_env") or ())
         d["preflight"] = tuple(d.get("preflight") or ())
+        sec = d.get("secrets") or {}         # run.yaml: the names only (their values: secretenv.REDACTED)
+        d["secrets"] = tuple(sec.items()) if isinstance(sec, Mapping) else tuple((k, secretenv.REDACTED) for k in sec)
         return cls(**d)
 
 
@@ -94,9 +98,10 @@ def _freeze_options(opts: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in opts.items()))
 
 
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Values of variables whose name contains TOKEN, KEY, SECRET or PASSWORD become '***'."""
-    return {k: ("***" if any(m in k.upper() for m in SECRET_MARKERS) else v) for k, v in env.items()}
+def redact_env(env: Mapping[str, str], names: Any = ()) -> dict[str, str]:
+    """Secret values (launchers.secretenv: the names given, a name with TOKEN, KEY, SECRET or PASS, a value
+    that looks like a secret) become '***'."""
+    return secretenv.redact(env, names)
 
 
 # ---------------------------------------------------------------- parsing helpers (each raises LaunchError)
@@ -340,6 +345,9 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
 
     env = parse_env(prof.get("env") or {}, f"profile {profile!r}: env")
     env.update(parse_env(flags.get("env") or ()))
+    secrets = secretenv.parse_secrets(list(prof.get("secrets") or ()) + list(flags.get("secrets") or ()), os.environ)
+    for k, v in secrets.items():
+        values.check_env_value("--secret", k, v)
 
     forward = parse_forward_env(list(prof.get("forward_env") or ()) + list(flags.get("forward_env") or ()))
     words = list(program_words) or list(prof.get("program") or [])
@@ -360,7 +368,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
         forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,
-        preflight=preflight,
+        preflight=preflight, secrets=tuple(secrets.items()),
     )
 
 

@@ -12,6 +12,7 @@ from typing import Mapping
 
 from . import layout
 from .cpubind import ENV as CPU_BIND_ENV
+from .secretenv import secret_keys
 from .spec import JobSpec, redact_env
 
 # Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
@@ -23,17 +24,28 @@ class NodeCommand:
     node_rank: int
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]   # additions to the node's environment, in a fixed order
+    secret: tuple[str, ...] = ()       # the --secret names among them (never shown, never on a command line)
 
     @property
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
+
+    def secret_env(self) -> dict[str, str]:
+        """The secret variables (--secret, or secret by name or value: launchers.secretenv): never on a command
+        line; public_env() is the rest."""
+        hidden = secret_keys(self.env_dict, self.secret)
+        return {k: v for k, v in self.env if k in hidden}
+
+    def public_env(self) -> dict[str, str]:
+        hidden = self.secret_env()
+        return {k: v for k, v in self.env if k not in hidden}
 
     def shell(self, redact: bool = True) -> str:
         """The command as one POSIX shell line: `env K=V ... argv` with every word quoted.
 
         Secret-looking values are shown as *** unless redact=False (only for executing it).
         """
-        env = redact_env(self.env_dict) if redact else self.env_dict
+        env = redact_env(self.env_dict, self.secret) if redact else self.env_dict
         words = ["env"] + [f"{k}={v}" for k, v in env.items()] + list(self.argv)
         return " ".join(shlex.quote(w) for w in words)
 
@@ -74,6 +86,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         env.update(flight_recorder(spec.run_dir))
     env.update(dict(spec.nccl_env))
     env.update(dict(spec.env))           # the user's --env wins over presets and defaults
+    env.update(dict(spec.secrets))       # --secret: in the agent's environment, never on its command line
     env.update({
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
@@ -94,7 +107,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         env[CPU_BIND_ENV + "_SLOT"] = f"{node_rank * spec.gpus_per_node}/{spec.world_size}"
     if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
         env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
-    return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()))
+    return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()), secret=tuple(k for k, _ in spec.secrets))
 
 
 def node_environ(inherited: Mapping[str, str], nc: NodeCommand) -> dict[str, str]:

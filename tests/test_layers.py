@@ -11,7 +11,8 @@ PACKAGES = ("launchers", "nccl_tuning", "workloads")
 # errors, layout, spec  <-  torchrun, rundir, procs  <-  backends  <-  api  <-  cli
 LAYERS = {
     0: ("launchers", "launchers.errors", "launchers.layout", "launchers.spec", "launchers.runopts",
-        "launchers.ckptptr", "launchers.heartbeat", "launchers.request", "launchers.cpubind", "launchers.values"),
+        "launchers.ckptptr", "launchers.heartbeat", "launchers.request", "launchers.cpubind", "launchers.values",
+        "launchers.secretenv"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth"),
