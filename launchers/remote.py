@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -192,6 +193,28 @@ def _heartbeat(out: _Shared) -> threading.Event:
     return stop
 
 
+def env_file(run_id: str, attempt: int, node: int) -> str:
+    """Where the launcher puts a node's secrets (0600, over SFTP) for `run --env-file` to read and delete."""
+    return f"/tmp/.launch-{run_id}-a{attempt}-node{node}.env"
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """The node's secrets (JSON name -> value), the file deleted at once; only a private regular file of ours,
+    never through a symlink."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.unlink(path)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise SystemExit(f"launch: env file {path} is not a private (0600) file of this user; not used")
+        with os.fdopen(fd, encoding="utf-8") as f:
+            fd = -1
+            return {str(k): str(v) for k, v in json.load(f).items()}
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
     os.umask(os.umask(0) | 0o002)                  # never world-writable, whatever the host's login umask
     run_id = os.environ[procs.TAG]
@@ -256,6 +279,7 @@ def main(argv: list[str]) -> int:
     r.add_argument("--node", type=int, required=True)
     r.add_argument("--pid-file", required=True)
     r.add_argument("--no-stream", action="store_true")
+    r.add_argument("--env-file", default=None)
     r.add_argument("argv", nargs=argparse.REMAINDER)
     k = sub.add_parser("kill")
     k.add_argument("run_id")
@@ -268,6 +292,8 @@ def main(argv: list[str]) -> int:
         cmd = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
         if not cmd:
             p.error("run needs the agent command after --")
+        if a.env_file:
+            os.environ.update(read_env_file(a.env_file))
         return run(a.node, a.pid_file, cmd, stream=not a.no_stream)
     print(json.dumps(stop_node(a.run_id, a.node, a.pid_file, signal.Signals[a.signal], a.wait)), flush=True)
     return 0

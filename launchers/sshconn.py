@@ -125,6 +125,19 @@ def run_all(conns, commands: Sequence[str], timeout: float | None = None,
         return list(ex.map(one, range(len(conns))))
 
 
+def put_private(conn, path: str, text: str) -> None:
+    """text in a new file on conn's host, made private (0600) before anything is written; over SFTP, created
+    exclusively (a file or symlink left there is removed first, never followed)."""
+    sftp = conn.sftp()
+    try:
+        sftp.remove(path)
+    except OSError:
+        pass
+    with sftp.open(path, "wx") as f:
+        f.chmod(0o600)
+        f.write(text.encode("utf-8"))
+
+
 LOST_S = 10.0         # a running host that sent nothing, not even its agent's heartbeat, this long is lost
 FIRST_WORD_S = 30.0   # the same before its first word (its python starting on a loaded host)
 

@@ -26,11 +26,12 @@ from .. import layout, ports, procs
 from ..errors import LaunchError
 from ..hang import watch as hang_watch
 from ..hostfile import ResolvedHost, hosts_from_options, resolve
-from ..remote import CHECK, HEARTBEAT, REACH
+from ..remote import CHECK, HEARTBEAT, REACH, env_file
 from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import JobSpec, redact_env
-from ..sshconn import Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, run_all
+from ..sshconn import (Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, put_private,
+                       run_all)
 from .base import Backend, Interrupts, Plan, dist_backend_for, node_code_fields, node_commands
 
 STAGING_ROOT = "/tmp/launch-staging"
@@ -52,11 +53,13 @@ class SSHPlan(Plan):
         return f"/tmp/.launch-{self.run_id}-node{k}.pid"
 
     def remote_line(self, k: int, redact: bool = True) -> str:
-        """The exact line sshd runs on host k: cd, the node's env, the host agent, the builder's argv."""
+        """The exact line sshd runs on host k: cd, the node's env (its secrets go in remote.env_file, 0600, which the
+        host agent reads and deletes: shown *** here), the host agent, the builder's argv."""
         nc = self.nodes[k]
-        env = redact_env(nc.env_dict) if redact else nc.env_dict
+        env = redact_env(nc.env_dict, nc.secret) if redact else nc.public_env()
+        ef = ["--env-file", env_file(self.run_id, self.attempt, k)] if nc.secret_env() else []
         words = ["env", *(f"{a}={b}" for a, b in env.items()), self.spec.python, "-m", "launchers.remote", "run",
-                 "--node", str(k), "--pid-file", self.pid_file(k), "--", *nc.argv]
+                 "--node", str(k), "--pid-file", self.pid_file(k), *ef, "--", *nc.argv]
         return f"cd {shlex.quote(self.cwd)} 2>/dev/null; exec " + " ".join(shlex.quote(w) for w in words)
 
     def render(self) -> str:
@@ -94,8 +97,7 @@ class SSHBackend(Backend):
 
     # ------------------------------------------------------------------ plan (pure: no network)
     def plan(self, spec: JobSpec, run_id: str, attempt: int) -> SSHPlan:
-        opts = spec.opts
-        settings = _settings(opts)
+        opts, settings = spec.opts, _settings(spec.opts)
         entries = hosts_from_options(opts)
         if spec.nodes > len(entries):
             raise LaunchError(f"--nodes {spec.nodes} is more than the {len(entries)} hosts given")
@@ -116,9 +118,7 @@ class SSHBackend(Backend):
                               "there); it is not accepted with --no-shared-storage")
         if opts.get("shared_storage") is False:
             node_dir = os.path.join(opts.get("staging_dir") or STAGING_ROOT, run_id)
-        master = rhosts[0].hostname
-        port = spec.master_port or ports.derive_port(run_id)
-        dist = dist_backend_for(spec)
+        master, port, dist = rhosts[0].hostname, spec.master_port or ports.derive_port(run_id), dist_backend_for(spec)
         return SSHPlan(spec=spec, run_id=run_id, attempt=attempt, master_addr=master, master_port=port,
                        dist_backend=dist, hosts=[h.entry.word for h in rhosts],
                        nodes=self._commands(spec, node_dir, run_id, attempt, master, port, dist),
@@ -217,6 +217,8 @@ class SSHBackend(Backend):
         def run_node(k: int) -> None:
             out = outs[k]
             try:
+                if plan.nodes[k].secret_env():       # over SFTP, never on a command line (launchers.remote reads it)
+                    put_private(conns[k], env_file(plan.run_id, plan.attempt, k), json.dumps(plan.nodes[k].secret_env()))
                 r = conns[k].run(plan.remote_line(k, redact=False), pty=True, warn=True, in_stream=False,
                                  out_stream=out, err_stream=out)
                 ended.setdefault(k, (time.time(), r.exited if r.exited is not None and r.exited >= 0 else None,
