@@ -316,6 +316,8 @@ def last_job(rd: RunDir) -> str | None:
 
 
 def secret_env(spec: JobSpec) -> dict[str, str]:
-    """run.yaml shows secret --env values as ***; the nodes take them from the job's environment (sbatch
-    exports the submitter's), so they are put there for the sbatch call only."""
-    return {k: v for k, v in spec.env if redact_env({k: v})[k] != v}
+    """run.yaml shows secret --env values as *** and --secret by name; the nodes take them from the job's
+    environment (sbatch exports the submitter's: slurmctld keeps it in its state dir while the job lives), so
+    they are put there for the sbatch call only, never in the script nor on sbatch's command line."""
+    env = {**dict(spec.env), **dict(spec.secrets)}
+    return {k: v for k, v in env.items() if redact_env({k: v}, dict(spec.secrets))[k] != v}

@@ -48,7 +48,8 @@ def slurm_node_command(spec: JobSpec, node: int, addr: str, port: Any, run_id: s
     """The builder's command, plus what the agent needs to pass stop signals on (shown in the dry-run)."""
     nc = node_command(spec, node_rank=node, master_addr=addr, master_port=port, run_id=run_id,
                       attempt=attempt, dist_backend=dist)
-    return NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=tuple({**dict(nc.env), **agent_env}.items()))
+    return NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=tuple({**dict(nc.env), **agent_env}.items()),
+                       secret=nc.secret)
 
 
 # ------------------------------------------------------------------------------------------ master address

@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import layout
 from ...errors import LaunchError
+from ...secretenv import looks_secret
 from ...spec import SECRET_MARKERS, JobSpec
 
 DEFAULT_SIGNAL_SECONDS = 120
@@ -212,11 +213,11 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
 
 
 def header_for(argv: list[str] | tuple[str, ...], version: str) -> str:
-    """'produced by: launch slurm ...' with secret-looking --env values shown as ***."""
+    """'produced by: launch slurm ...' with secret-looking --env values (by name or value) shown as ***."""
     words = []
     for w in argv:
-        name, eq, _ = w.partition("=")
-        if eq and any(m in name.upper() for m in SECRET_MARKERS):
+        name, eq, value = w.partition("=")
+        if eq and (any(m in name.upper() for m in SECRET_MARKERS) or looks_secret(value)):
             w = f"{name}=***"
         words.append(w)
     return f"produced by: {shlex.join(['launch', *words])}\nlaunchers {version}; submitted with submitit"
