@@ -1,0 +1,178 @@
+"""Issue 21 item 4: secrets.
+
+- a resume never hands the program `***`: a value run.yaml keeps redacted must be in the caller's environment,
+  else the resume is refused in one line naming it, before anything is written or started;
+- --secret NAME / NAME=@FILE (profile `secrets:`, JobSpec.secrets): every rank gets it, run.yaml keeps only the
+  name, the dry-run shows NAME=***, no command line holds it (SSH: an 0600 env file the host agent reads and
+  deletes; Slurm: the sbatch process's environment);
+- --env/--forward-env values that look secret by content (a URL with a password, a long random token) are
+  treated as secrets and named once on stderr; --forward-env '*' is warned about loudly.
+Pure logic here, and one real `launch local` 1x1 run (tests/data-free: a tiny program that only says whether it
+got the value).
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+
+from conftest import LAUNCH, run_launch
+from launchers import secretenv
+from launchers.backends.slurm.backend import secret_env
+from launchers.backends.slurm.render import header_for
+from launchers.backends.ssh import SSHBackend
+from launchers.errors import LaunchError
+from launchers.remote import read_env_file
+from launchers.rundir import redacted_spec, spec_from_record
+from launchers.spec import JobSpec
+from launchers.torchrun import node_command
+
+URL = "postgres://app:hunter2-Zq@db.internal:5432/prod"
+TOKEN = "hf_Q3v9XkP2mL7sR4tW8yB1nC6dF0gH5jK2aE"          # 37 characters, random
+WANDB = "9f3b2c71d4e85a60b1f7c2d93e4a5b6c7d8e9f01"        # 40 hex digits
+
+
+@pytest.mark.parametrize("value,why", [
+    (URL, "a URL with a password"), ("redis://:s3cr3t@cache:6379/0", "a URL with a password"),
+    ("x --url https://u:p@h/x", "a URL with a password"), (TOKEN, "a long random token"),
+    (WANDB, "a long random token"),
+    ("https://example.com/path", None), ("git@github.com:org/repo.git", None), ("/home/user/data:/opt/lib", None),
+    ("my_very_long_experiment_name_for_testing_2", None), ("resnet50_imagenet_baseline_run_2024_v2", None),
+    ("a" * 40, None), ("deadbeef" * 5, None), ("eth0", None), ("3e-4", None), ("short1234TOKEN", None),
+], ids=lambda v: v if v is None or len(v) < 25 else v[:20])
+def test_looks_secret_by_content(value, why):
+    assert secretenv.looks_secret(value) == why
+
+
+def test_redact_by_name_value_and_given_names():
+    env = {"WANDB_API_KEY": "k", "MY_DB_PASS": "p", "DATABASE_URL": URL, "T": TOKEN, "PLAIN": "x", "GIVEN": "g"}
+    assert secretenv.redact(env, ["GIVEN"]) == {**{k: "***" for k in env}, "PLAIN": "x"}
+    assert secretenv.content_secrets(env) == {"DATABASE_URL": "a URL with a password", "T": "a long random token"}
+
+
+def test_parse_secrets_from_env_and_file_and_bad_words(tmp_path):
+    f = tmp_path / "tok"
+    f.write_text(TOKEN + "\n")
+    assert secretenv.parse_secrets(["A", f"B=@{f}"], {"A": "va"}) == {"A": "va", "B": TOKEN}
+    bad = [(["MISSING"], "is not set in your environment"), (["B=value"], "give NAME"), (["B=@"], "give NAME"),
+           (["1X"], "give NAME"), ([f"B=@{tmp_path}/none"], "cannot be read"), ("A", "give a list"),
+           ([f"B=@{tmp_path}"], "cannot be read")]
+    for items, says in bad:
+        with pytest.raises(LaunchError) as e:
+            secretenv.parse_secrets(items, {"A": "va"})
+        assert says in str(e.value) and "\n" not in str(e.value), (items, str(e.value))
+
+
+def spec(**kw) -> JobSpec:
+    base = dict(backend="local", nodes=1, gpus_per_node=1, program=("/p.py",), program_args=(), run_dir="/r",
+                name="n", env=(("DATABASE_URL", URL), ("WANDB_API_KEY", WANDB), ("LR", "3e-4")),
+                secrets=(("MY_DB_PASS", "pw-71x"),))
+    return JobSpec(**{**base, **kw})
+
+
+def test_record_keeps_names_only_and_resume_needs_them(monkeypatch):
+    rec = redacted_spec(spec())
+    text = json.dumps(rec)
+    assert rec["secrets"] == ["MY_DB_PASS"] and rec["env"]["LR"] == "3e-4"
+    assert URL not in text and WANDB not in text and "pw-71x" not in text and "pw-71x" not in repr(spec())
+    assert secretenv.missing(rec, {"WANDB_API_KEY": "w"}) == ["DATABASE_URL", "MY_DB_PASS"]
+    with pytest.raises(LaunchError) as e:
+        secretenv.refuse_missing(rec, {"DATABASE_URL": "u", "WANDB_API_KEY": "w"}, "/r")
+    assert str(e.value) == ("run '/r' needs MY_DB_PASS from your environment (a secret: not kept in the run dir); "
+                            "export it and resume again")
+    secretenv.refuse_missing(rec, {"DATABASE_URL": "u", "WANDB_API_KEY": "w", "MY_DB_PASS": "p"}, "/r")
+    for k, v in (("DATABASE_URL", "u2"), ("WANDB_API_KEY", "w2"), ("MY_DB_PASS", "p2")):
+        monkeypatch.setenv(k, v)
+    back = spec_from_record(rec)
+    assert dict(back.env) == {"DATABASE_URL": "u2", "WANDB_API_KEY": "w2", "LR": "3e-4"}
+    assert dict(back.secrets) == {"MY_DB_PASS": "p2"}
+
+
+def test_node_command_secrets_never_on_a_command_line(tmp_path):
+    nc = node_command(spec(), node_rank=0, master_addr="a", master_port=1, run_id="rid", attempt=0)
+    assert nc.env_dict["MY_DB_PASS"] == "pw-71x" and nc.secret == ("MY_DB_PASS",)
+    assert set(nc.secret_env()) == {"MY_DB_PASS", "DATABASE_URL", "WANDB_API_KEY"}
+    shown = nc.shell()
+    assert "MY_DB_PASS=***" in shown and "pw-71x" not in shown and URL not in shown and WANDB not in shown
+    (tmp_path / "cfg").write_text("")
+    ssh = SSHBackend().plan(spec(backend="ssh", options=(("hosts", ["h1", "h2"]), ("ssh_config", str(tmp_path / "cfg")))),
+                            "rid", attempt=3)
+    for k in (0, 1):
+        line, dry = ssh.remote_line(k, redact=False), ssh.remote_line(k)
+        assert f"--env-file /tmp/.launch-rid-a3-node{k}.env" in line and "LR=3e-4" in line
+        assert not any(v in t for v in ("pw-71x", URL, WANDB, "MY_DB_PASS", "DATABASE_URL") for t in (line,)), line
+        assert "MY_DB_PASS=***" in dry and "pw-71x" not in dry and URL not in dry
+    sl = secret_env(spec(backend="slurm"))
+    assert sl == {"MY_DB_PASS": "pw-71x", "DATABASE_URL": URL, "WANDB_API_KEY": WANDB}
+    head = header_for(["--env", f"DATABASE_URL={URL}", "--secret", "MY_DB_PASS", "--env", "LR=3e-4"], "v")
+    assert URL not in head and "DATABASE_URL=***" in head and "LR=3e-4" in head
+
+
+def test_host_agent_env_file_read_once_private_only(tmp_path):
+    f = tmp_path / "e.env"
+    f.write_text(json.dumps({"MY_DB_PASS": "pw"}))
+    f.chmod(0o600)
+    assert read_env_file(str(f)) == {"MY_DB_PASS": "pw"} and not f.exists()
+    f.write_text("{}")
+    f.chmod(0o644)
+    with pytest.raises(SystemExit, match="not a private"):
+        read_env_file(str(f))
+    assert not f.exists()                        # deleted also when refused
+    os.symlink(tmp_path / "x", f)
+    with pytest.raises(OSError):                 # never through a symlink
+        read_env_file(str(f))
+    assert stat.S_ISLNK(os.lstat(f).st_mode)
+
+
+PROG = """import os
+print("SECRET", "same" if os.environ.get("MY_DB_PASS") == os.environ["EXPECT"] else "differs",
+      "same" if os.environ.get("DATABASE_URL") == os.environ["EXPECT_URL"] else "differs", flush=True)
+"""
+
+
+def test_local_run_secret_hidden_given_and_resume_refused(tmp_path):
+    """One real 1x1 run: the program gets --secret's and a URL's values, no file of the run dir and no output
+    holds them (dry-run neither), and a resume without them in the environment is refused in one line."""
+    (tmp_path / "prog.py").write_text(PROG)
+    (tmp_path / "pw").write_text("pw-file-3c9\n")
+    env = {"MY_DB_PASS": "pw-env-8d1", "EXPECT": "pw-file-3c9", "EXPECT_URL": URL}
+    args = ["--run-dir", "runs/s", "--secret", "MY_DB_PASS=@pw", "--env", f"DATABASE_URL={URL}", "--", "prog.py"]
+    dry = run_launch("local", *args[:-2], "--dry-run", *args[-2:], cwd=tmp_path, env=env)
+    assert dry.returncode == 0 and "MY_DB_PASS=***" in dry.stdout and "DATABASE_URL=***" in dry.stdout, dry.stderr
+    assert "treated as secrets by their value: DATABASE_URL (a URL with a password)" in dry.stderr
+    p = run_launch("local", *args, cwd=tmp_path, env=env, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = tmp_path / "runs/s"
+    assert "SECRET same same" in (run_dir / "logs/node0/rank0.log").read_text()
+    for v in ("pw-file-3c9", URL, "hunter2"):
+        assert all(v not in t for t in (dry.stdout, dry.stderr, p.stdout, p.stderr))
+        assert [f for f in run_dir.rglob("*") if f.is_file() and v.encode() in f.read_bytes()] == []
+    before = (run_dir / "run.yaml").read_text()
+    gone = {k: v for k, v in os.environ.items() if k not in ("MY_DB_PASS", "DATABASE_URL")}
+    r = subprocess.run([LAUNCH, "resume", "runs/s"], cwd=tmp_path, env=gone, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "needs DATABASE_URL, MY_DB_PASS from your environment" in r.stderr
+    assert (run_dir / "run.yaml").read_text() == before and not (run_dir / "logs/node0/agent.log").read_text().count(
+        "attempt 1")
+
+
+def test_profile_key_and_api_field_give_secrets(tmp_path, monkeypatch):
+    from launchers.request import JobSpec as ApiSpec
+    from launchers.spec import build_spec
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_TOKEN", "hf-value")
+    (tmp_path / "p.py").write_text("")
+    (tmp_path / "k").write_text("from-file")
+    (tmp_path / "prof.yaml").write_text("secrets: [HF_TOKEN, 'DB=@k']\n")
+    s = build_spec("local", {"secrets": ("X=@k",)}, ["p.py"], str(tmp_path / "prof.yaml"))
+    assert dict(s.secrets) == {"HF_TOKEN": "hf-value", "DB": "from-file", "X": "from-file"}
+    api = ApiSpec(backend="local", program=("p.py",), secrets=("HF_TOKEN",)).resolve()
+    assert dict(api.secrets) == {"HF_TOKEN": "hf-value"}
+    with pytest.raises(TypeError, match="JobSpec.secrets"):
+        ApiSpec(backend="local", program=("p.py",), secrets="HF_TOKEN")
+    with pytest.raises(LaunchError, match="set by launch"):
+        build_spec("local", {"secrets": ("RANK=@k",)}, ["p.py"])
