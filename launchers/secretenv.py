@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any, Iterable, Mapping
 
 from .errors import LaunchError, brief
+from .values import check_env_value
 
 REDACTED = "***"
 NAME_MARKERS = ("TOKEN", "KEY", "SECRET", "PASS")          # PASS: PASSWORD, PASSWD, MY_DB_PASS
@@ -63,9 +64,11 @@ def content_secrets(env: Mapping[str, str]) -> dict[str, str]:
     return {k: why for k, v in env.items() if not secret_name(k) and (why := looks_secret(v))}
 
 
-def parse_secrets(items: Any, environ: Mapping[str, str], what: str = "--secret") -> dict[str, str]:
+def parse_secrets(items: Any, environ: Mapping[str, str], env: Mapping[str, str] | None = None,
+                  what: str = "--secret") -> dict[str, str]:
     """--secret NAME (the value from the caller's environment) or NAME=@FILE (the file's content, one trailing
-    newline dropped) -> name -> value. A list of such words (CLI, profile `secrets:`, the API's JobSpec.secrets)."""
+    newline dropped) -> name -> value. A list of such words (CLI, profile `secrets:`, the API's JobSpec.secrets);
+    a name is neither one launch sets (launchers.values.RESERVED_ENV) nor one of the job's env."""
     if isinstance(items, str) or not isinstance(items, (list, tuple)):
         raise LaunchError(f"{what} {brief(items)} is not accepted; give a list of NAME or NAME=@FILE")
     out: dict[str, str] = {}
@@ -75,8 +78,11 @@ def parse_secrets(items: Any, environ: Mapping[str, str], what: str = "--secret"
             raise LaunchError(f"{what} {brief(item)} is not accepted; give NAME (its value from your environment) "
                               "or NAME=@FILE (read from FILE), NAME a variable name")
         out[name] = _read_file(what, name, src[1:]) if eq else _from_env(what, name, environ)
-        if "\0" in out[name]:
+        if "\0" in out[name]:              # not named with its value: a secret is never printed
             raise LaunchError(f"{what} {name} holds a NUL byte; an environment value cannot hold one")
+        check_env_value(what, name, "")
+        if name in (env or {}):
+            raise LaunchError(f"{what} {name} is also given with --env / profile env; give it once, as {what} {name}")
     return out
 
 

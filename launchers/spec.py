@@ -345,9 +345,8 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
 
     env = parse_env(prof.get("env") or {}, f"profile {profile!r}: env")
     env.update(parse_env(flags.get("env") or ()))
-    secrets = secretenv.parse_secrets(list(prof.get("secrets") or ()) + list(flags.get("secrets") or ()), os.environ)
-    for k, v in secrets.items():
-        values.check_env_value("--secret", k, v)
+    secrets = secretenv.parse_secrets(list(prof.get("secrets") or ()) + list(flags.get("secrets") or ()), os.environ,
+                                      env)
 
     forward = parse_forward_env(list(prof.get("forward_env") or ()) + list(flags.get("forward_env") or ()))
     words = list(program_words) or list(prof.get("program") or [])

@@ -176,3 +176,5 @@ def test_profile_key_and_api_field_give_secrets(tmp_path, monkeypatch):
         ApiSpec(backend="local", program=("p.py",), secrets="HF_TOKEN")
     with pytest.raises(LaunchError, match="set by launch"):
         build_spec("local", {"secrets": ("RANK=@k",)}, ["p.py"])
+    with pytest.raises(LaunchError, match="also given with --env"):
+        build_spec("local", {"secrets": ("HF_TOKEN",), "env": ("HF_TOKEN=x",)}, ["p.py"])
