@@ -178,7 +178,7 @@ def _resume_point(rd: RunDir) -> str:
 
 
 def end_line(st: dict[str, Any]) -> str:
-    """`launch: run COMPLETED | FAILED (rank 2 on node 1, exit code 3) | CANCELLED (by launch cancel) |
+    """`launch: run COMPLETED | FAILED (rank 2 on node 1, exit code 3[: RuntimeError: boom]) | CANCELLED (by launch cancel) |
     INTERRUPTED (Ctrl-C)`: the one line every backend ends with."""
     state, reason = st.get("state"), st.get("reason") or ""
     if state == "FAILED":
@@ -192,10 +192,14 @@ def end_line(st: dict[str, Any]) -> str:
 
 
 def _describe_failure(ff: dict | None) -> str:
+    """`rank 1 on node 1, exit code 1: RuntimeError: boom` (a rank's exception line, or its reason, e.g. out of
+    memory, when its wrapper found one); a hang or a lost host: its reason in place of an exit code."""
     if not ff:
         return "no rank recorded a failure"
     how = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff['exit_code']}" \
-        if ff.get("exit_code") is not None else ff.get("reason") or "no exit code"    # a hang, a lost host
+        if ff.get("exit_code") is not None else None
+    why = ff.get("exception") or (ff.get("reason") if ff.get("rank") is not None else None)
+    how = f"{how}: {why}" if how and why else how or ff.get("reason") or "no exit code"    # a hang, a lost host
     where = f"rank {ff['rank']} on node {ff['node']}" if ff.get("rank") is not None else f"node {ff.get('node')}"
     return f"{where}, {how}"
 

@@ -17,15 +17,22 @@ from typing import Mapping, TextIO
 from .errors import LaunchError
 from .secretenv import content_secrets
 from .spec import JobSpec
-from .values import RESERVED_ENV
+from .values import ENV_REFUSED, RESERVED_ENV
 
 
 def forwarded(spec: JobSpec, environ: Mapping[str, str]) -> dict[str, str]:
     """The caller's variables that match a --forward-env glob (the job's own env wins over them; the ones launch
-    sets itself, e.g. MASTER_PORT for 'MASTER_*', are never forwarded: launchers.values.RESERVED_ENV)."""
+    sets itself, e.g. MASTER_PORT for 'MASTER_*', are never forwarded: launchers.values.RESERVED_ENV); one
+    whose value holds a newline is refused, as an --env value is."""
     own = dict(spec.env)
-    return {k: v for k, v in sorted(environ.items())
-            if k not in own and k not in RESERVED_ENV and any(fnmatch.fnmatchcase(k, g) for g in spec.forward_env)}
+    out = {k: v for k, v in sorted(environ.items())
+           if k not in own and k not in RESERVED_ENV and any(fnmatch.fnmatchcase(k, g) for g in spec.forward_env)}
+    for k, v in out.items():                     # the value is not shown: it may be a secret
+        bad = next((word for char, word in ENV_REFUSED if char in v), None)
+        if bad:
+            raise LaunchError(f"--forward-env: {k} (from your environment) holds {bad}; NUL and newline are not "
+                              "accepted in an environment value")
+    return out
 
 
 def resolve_preset(spec: JobSpec) -> tuple[dict[str, str], list]:

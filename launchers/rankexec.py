@@ -2,7 +2,8 @@
 
 It appends the rank's stdout/stderr to <run dir>/logs/node<K>/rank<R>.log after a header line naming the
 attempt, runs the program as a child in its own process group (it dies with the wrapper: PR_SET_PDEATHSIG),
-passes stop signals on and records how the rank ended in status/rank<R>.json. Stdlib only: it costs a few
+passes stop signals on and records how the rank ended in status/rank<R>.json, with why when it can tell
+(launchers.rankcause: the exception line of its traceback, an OOM kill). Stdlib only: it costs a few
 milliseconds per rank.
 
 Stop signals (issue: a program must get each stop exactly once): the agent's stop reaches only this wrapper
@@ -19,7 +20,7 @@ import signal
 import sys
 import time
 
-from . import layout
+from . import layout, rankcause
 from .errors import LaunchError
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT)
@@ -150,6 +151,7 @@ def main(argv: list[str]) -> int:
     header = (f"===== launch attempt {attempt} | rank {rank} of {env.get('WORLD_SIZE', '?')} | node {node} | "
               f"{cpus}{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
     os.write(fd, header.encode())
+    start = os.lseek(fd, 0, os.SEEK_CUR)         # this attempt's part of the log begins here (O_APPEND: the end)
     if refused is not None:                      # one line in the rank log and on stderr; the rank exits 2
         line = f"launch rankexec: rank {rank}: {refused}\n".encode()
         os.write(fd, line)
@@ -158,14 +160,14 @@ def main(argv: list[str]) -> int:
                              error=str(refused), exit_code=2, signal=None))
         return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
+    oom = rankcause.OomWatch()                   # the cgroup's oom_kill counter before the program runs
     pid = _spawn(argv, fd)
     os.close(fd)
     code, killed = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
                              getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
     from .rundir import exit_fields
     rec = dict(base, time=time.time(), pid=pid, **exit_fields(code), **bound)
-    if killed:
-        rec["killed_after_grace"] = killed
+    rec.update({"killed_after_grace": killed} if killed else rankcause.cause(code, log, start, oom))    # why
     record(run_dir, rec)
     if code < 0:  # die the same way, so torchrun reports the signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from . import __version__, layout, procs, runindex, sweep
+from . import __version__, firstfail, layout, procs, runindex, sweep
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
@@ -30,7 +30,6 @@ from .spec import JobSpec, redact_env
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 EMPTY_STATUS = {"state": "PENDING", "attempt": 0, "nodes": {}, "first_failure": None}
-FAILURE_KEYS = ("node", "rank", "exit_code", "signal", "time")
 
 _held: dict[str, tuple[int, Any]] = {}       # run dir -> (depth, open lock file): the lock is re-entrant
 _held_guard = threading.RLock()
@@ -269,11 +268,8 @@ class RunDir:
         return out
 
     def first_failure(self, attempt: int) -> dict[str, Any] | None:
-        """The earliest failing rank record of the attempt."""
-        for rec in self.rank_exits(attempt):
-            if rec.get("exit_code") != 0:
-                return {k: rec.get(k) for k in FAILURE_KEYS}
-        return None
+        """The earliest failing rank record of the attempt (with its exception or reason when its wrapper found one)."""
+        return firstfail.earliest(self.rank_exits(attempt))
 
     # ------------------------------------------------------------------ the end of an attempt
     def record_outcome(self, attempt: int, nodes: dict[str, int | None], *, stopped_by: str | None = None,
@@ -314,26 +310,11 @@ class RunDir:
             return 1
 
     def killed_after_grace(self, attempt: int) -> str | None:
-        recs = [r for r in self.rank_exits(attempt) if r.get("killed_after_grace")]
-        if not recs:
-            return None
-        ranks = ", ".join(str(r["rank"]) for r in sorted(recs, key=lambda r: r["rank"]))
-        return f"rank{'s' if len(recs) > 1 else ''} {ranks} did not stop within {recs[0]['killed_after_grace']:g} s; killed"
+        return firstfail.killed_after_grace(self.rank_exits(attempt))
 
     def decide_first_failure(self, attempt: int, node_failures: list[dict[str, Any]] = (),
                              hosts: list[str] | None = None) -> dict[str, Any] | None:
-        failing = [r for r in self.rank_exits(attempt) if r.get("exit_code") != 0]
-        ranked = {r.get("node") for r in failing}
-        cands = [{k: r.get(k) for k in FAILURE_KEYS} for r in failing[:1]]
-        cands += [dict({k: nf.get(k) for k in FAILURE_KEYS}, rank=None, **{k: nf[k] for k in ("host", "reason")
-                                                                           if nf.get(k)})
-                  for nf in node_failures if nf.get("node") not in ranked]
-        if not cands:
-            return None
-        ff = min(cands, key=lambda r: r.get("time") or 0.0)
-        if hosts and ff.get("node") is not None and "host" not in ff and ff["node"] < len(hosts):
-            ff["host"] = hosts[ff["node"]]
-        return ff
+        return firstfail.decide(self.rank_exits(attempt), node_failures, hosts)
 
     # ------------------------------------------------------------------ what the job wrote
     def log_dir(self, node: int) -> str:

@@ -66,10 +66,16 @@ def parse_number(what: str, value: Any, accepted: str = NUMBER_WORDS) -> float:
     return v
 
 
+ENV_REFUSED = (("\0", "a NUL byte"), ("\n", "a newline"))
+
+
 def check_env_value(what: str, name: str, value: str) -> str:
-    """A worker's environment cannot hold a NUL byte; launch's own variables are not the user's to set."""
-    if "\0" in value:
-        raise LaunchError(f"{what} {name}={brief(value)} holds a NUL byte; an environment value cannot hold one")
+    """A worker's environment value holds no NUL byte (it cannot) and no newline (issue 21 item 7: refused on
+    flags, profiles and the API alike); launch's own variables are not the user's to set."""
+    bad = next((word for char, word in ENV_REFUSED if char in value), None)
+    if bad:
+        raise LaunchError(f"{what} {name}={brief(value)} holds {bad}; NUL and newline are not accepted in an "
+                          "environment value")
     if name in RESERVED_ENV:
         raise LaunchError(f"{what} {name} is set by launch for every worker; give it with {RESERVED_ENV[name]} "
                           "instead")

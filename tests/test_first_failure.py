@@ -1,6 +1,7 @@
 """First failure, one rule on every backend: the earliest failing rank record of the attempt, even when the
 nodes' sessions end in another order. Here rank 2 (node 1) fails first, rank 0 (node 0) two seconds later,
-and node 1 ends last (rank 3 takes 6 s to stop), so node 0's session ends first."""
+and node 1 ends last (rank 3 takes 6 s to stop), so node 0's session ends first. The first failure carries
+the last line of the failing rank's traceback (issue 21), shown in the end line next to its exit code."""
 import os
 import subprocess
 from pathlib import Path
@@ -18,7 +19,8 @@ def check(run_dir, p):
     st = read_json(f"{run_dir}/status.json")
     ff = st["first_failure"]
     assert st["state"] == "FAILED" and (ff["rank"], ff["node"], ff["exit_code"]) == (2, 1, 3), st
-    assert "launch: run FAILED (rank 2 on node 1, exit code 3)" in p.stderr
+    assert ff["exception"] == "RuntimeError: planned failure of rank 2", ff      # its traceback's last line
+    assert "launch: run FAILED (rank 2 on node 1, exit code 3: RuntimeError: planned failure of rank 2)" in p.stderr
     return ff
 
 

@@ -64,7 +64,7 @@ def wait_lines(run_dir, marker, n, proc, timeout=180):
 
 def test_4_hosts_world_node_ranks_allreduce_verbatim_args(workdir):
     weird = ["a b", "quote'\"", "$(touch pwned)", "line1\nline2", "ünïcødé ✓", "", "--flag=x y"]
-    env_val = "sp ace 'q' \"dq\" $(touch pwned2) `x` \n nl"
+    env_val = "sp ace 'q' \"dq\" $(touch pwned2) `x` \t tab"    # a newline is refused (issue 21 item 7)
     p = run_launch("ssh", "--hostfile", str(HOSTFILE), *OPTS, "--run-dir", "runs/r",
                    "--env", f"TEST_WEIRD={env_val}", "--env", "TEST_SECRET_TOKEN=hunter2", "--", "report.py", *weird)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -25,7 +25,25 @@ def hang_failure(hang: dict[str, Any], hosts: list[str] | None = None) -> dict[s
     return ff
 
 
+SHOWN = 4          # stalled ranks named with their why; more are counted
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def summary(hang: dict[str, Any]) -> str:
+    """`no rank advanced for 10 s; stalled: rank 1 (process stopped); 3 ranks waiting on it`: the stalled ranks
+    by name with their why, the waiting ones counted (`launch status` lists them)."""
+    info, stalled = hang.get("ranks") or {}, list(hang["stalled_ranks"])
+    named = ", ".join(f"rank {r} ({info.get(str(r), {}).get('why', 'stalled')})" for r in stalled[:SHOWN])
+    more = f" and {plural(len(stalled) - SHOWN, 'more rank')}" if len(stalled) > SHOWN else ""
+    waiting = len(hang.get("waiting_ranks") or [])
+    on = "it" if len(stalled) == 1 else "them"
+    return (f"no rank advanced for {hang.get('timeout', 0):g} s; stalled: {named}{more}; "
+            + (f"{plural(waiting, 'rank')} waiting on {on}" if waiting else "no rank waiting on " + on))
+
+
 def hang_reason(hang: dict[str, Any]) -> str:
-    return (f"hang: no rank advanced for {hang.get('timeout', 0):g} s; stalled rank(s) "
-            f"{', '.join(map(str, hang['stalled_ranks']))}, waiting {len(hang.get('waiting_ranks', []))}; "
-            f"stacks in {hang.get('dir')}")
+    """The run's reason for a hang: summary() and where the stacks are."""
+    return f"hang: {summary(hang)}; stacks in {hang.get('dir')}"

@@ -18,6 +18,7 @@ from .. import layout
 from ..rundir import RunDir
 from . import stacks
 from .sample import Tracker
+from .verdict import hang_reason
 
 INTERVAL_S = 1.0
 ANSWER_WAIT_S = 20.0       # the Coordinator waits this long for every node's stacks
@@ -162,9 +163,5 @@ class LauncherWatch:
 
 
 def describe(verdict: dict) -> str:
-    """One line for the console: who stalled, why, who waits, where the stacks are."""
-    ranks = verdict.get("ranks", {})
-    stalled = "; ".join(f"rank {r} ({ranks.get(str(r), {}).get('why', '?')})" for r in verdict["stalled_ranks"])
-    waiting = ", ".join(map(str, verdict["waiting_ranks"])) or "none"
-    return (f"hang: no rank advanced for {verdict['timeout']:g} s; stalled: {stalled}; waiting for it: {waiting}; "
-            f"stacks in {verdict['dir']}")
+    """One line for the console: who stalled, why, how many wait on them, where the stacks are."""
+    return hang_reason(verdict)

@@ -201,12 +201,12 @@ class NodeRun:
         spec = self.ns.spec
         if not spec.hang_timeout:
             return
+        from ...hang.verdict import hang_reason
         from ...hang.watch import Coordinator, NodeMonitor
         from ...remote import stop_node
 
         def stop(verdict: dict) -> None:
-            print(f"launch: node {self.node}: a hang was decided (stalled rank(s) "
-                  f"{verdict['stalled_ranks']}); stopping this node", file=sys.stderr, flush=True)
+            print(f"launch: node {self.node}: {hang_reason(verdict)}; stopping this node", file=sys.stderr, flush=True)
             stop_node(self.ns.run_id, self.node, sig=signal.SIGKILL, agent_pid=agent_pid)
 
         NodeMonitor(self.rd.path, self.ns.run_id, self.attempt, nodes=[self.node], on_verdict=stop).start()

@@ -1,0 +1,51 @@
+"""The first failure of an attempt, decided from its records: pure functions over the rank wrappers' exit
+records (RunDir.rank_exits, earliest first) and the failures of nodes that left none; RunDir.record_outcome
+writes what they decide into status.json `first_failure`."""
+from __future__ import annotations
+
+from typing import Any
+
+FAILURE_KEYS = ("node", "rank", "exit_code", "signal", "time")
+CAUSE_KEYS = ("exception", "reason")     # what a rank's wrapper found out (launchers.rankcause), kept when set
+
+
+def of_rank(rec: dict[str, Any]) -> dict[str, Any]:
+    """A failing rank record as a first failure: where, how it ended and, when known, why."""
+    ff = {k: rec.get(k) for k in FAILURE_KEYS}
+    ff.update({k: rec[k] for k in CAUSE_KEYS if rec.get(k)})
+    return ff
+
+
+def earliest(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The earliest failing rank record (records earliest first), as a first failure."""
+    for rec in recs:
+        if rec.get("exit_code") != 0:
+            return of_rank(rec)
+    return None
+
+
+def decide(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
+           hosts: list[str] | None = None) -> dict[str, Any] | None:
+    """The earliest in time among the first failing rank record and `node_failures` ({node, exit_code, signal,
+    time, reason[, host]}) of nodes that left no failing rank record; named with its host where known."""
+    failing = [r for r in recs if r.get("exit_code") != 0]
+    ranked = {r.get("node") for r in failing}
+    cands = [of_rank(r) for r in failing[:1]]
+    cands += [dict({k: nf.get(k) for k in FAILURE_KEYS}, rank=None, **{k: nf[k] for k in ("host", "reason")
+                                                                       if nf.get(k)})
+              for nf in node_failures if nf.get("node") not in ranked]
+    if not cands:
+        return None
+    ff = min(cands, key=lambda r: r.get("time") or 0.0)
+    if hosts and ff.get("node") is not None and "host" not in ff and ff["node"] < len(hosts):
+        ff["host"] = hosts[ff["node"]]
+    return ff
+
+
+def killed_after_grace(recs: list[dict[str, Any]]) -> str | None:
+    """`ranks 0, 1 did not stop within 3 s; killed`, or None when no rank was killed after the stop grace."""
+    killed = sorted((r for r in recs if r.get("killed_after_grace")), key=lambda r: r["rank"])
+    if not killed:
+        return None
+    ranks = ", ".join(str(r["rank"]) for r in killed)
+    return f"rank{'s' if len(killed) > 1 else ''} {ranks} did not stop within {killed[0]['killed_after_grace']:g} s; killed"
