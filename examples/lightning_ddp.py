@@ -177,9 +177,10 @@ def main() -> None:
     finally:
         if args.cleanup_seconds:
             cleanup(trainer.global_rank, args.cleanup_seconds, run_dir)
-    print(f"DONE rank {trainer.global_rank} step {trainer.global_step}", flush=True)
-    if torch.distributed.is_initialized():   # Lightning leaves the group up: ended here, not by the interpreter's
-        torch.distributed.destroy_process_group()   # exit (gloo's threads torn down then: SIGABRT, 1 run in ~10)
+        if torch.distributed.is_initialized():   # Lightning leaves the group up, also after its graceful
+            torch.distributed.destroy_process_group()   # shutdown: ended here, not by the interpreter's exit
+    print(f"DONE rank {trainer.global_rank} step {trainer.global_step}", flush=True)   # (gloo's threads torn
+    # down at exit aborted a rank after DONE with SIGABRT, "terminate called without an active exception")
 
 
 if __name__ == "__main__":
