@@ -215,13 +215,12 @@ def cancel(path: str) -> str | None:
         return None
     rd = RunDir.open(path)
     data = rd.read_run_yaml()
-    original = copy_of(rd, data)
-    if original and rd.read_status().get("state") not in TERMINAL:   # its run id (processes) is the original's
-        raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} and runs nothing; `launch cancel "
-                          f"{original}` stops the original")
-    backend = get_backend(data["spec"]["backend"])
+    original, backend = copy_of(rd, data), get_backend(data["spec"]["backend"])
     st = rd.read_status() if original else backend.refresh(rd)
-    if original:                                                      # a copy of an ended run: nothing to stop
+    if original:              # its run id (processes) is the original's: an ended one has nothing to stop
+        if st.get("state") not in TERMINAL:
+            raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} and runs nothing; `launch cancel "
+                              f"{original}` stops the original")
         return _ended_as(st)
     if st.get("state") in TERMINAL and st.get("surviving_pids") is None and not backend.busy(st) \
             and not backend.active(rd):     # nothing starting, running or left over (a dead launcher's: swept)

@@ -19,7 +19,6 @@ from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-SECRET_MARKERS = secretenv.NAME_MARKERS
 MAX_NODES = 65536                   # --nodes, the hosts of a hostfile
 MAX_PER_NODE = 1024                 # --gpus-per-node, a hostfile's slots=
 MAX_NAME = 200                      # --name: a run dir's name adds -<time>-<random> (NAME_MAX is 255)

@@ -14,8 +14,8 @@ from typing import Any
 
 from ... import layout
 from ...errors import LaunchError
-from ...secretenv import looks_secret
-from ...spec import SECRET_MARKERS, JobSpec
+from ...secretenv import looks_secret, secret_name
+from ...spec import JobSpec
 
 DEFAULT_SIGNAL_SECONDS = 120
 DEFAULT_MAX_REQUEUES = 3
@@ -217,7 +217,7 @@ def header_for(argv: list[str] | tuple[str, ...], version: str) -> str:
     words = []
     for w in argv:
         name, eq, value = w.partition("=")
-        if eq and (any(m in name.upper() for m in SECRET_MARKERS) or looks_secret(value)):
+        if eq and (secret_name(name) or looks_secret(value)):
             w = f"{name}=***"
         words.append(w)
     return f"produced by: {shlex.join(['launch', *words])}\nlaunchers {version}; submitted with submitit"
