@@ -31,6 +31,7 @@ SCHEMES = ("http", "https")
 TRIES, BACKOFF_S = 3, (1.0, 3.0)         # attempts per target; the waits between them
 HTTP_TIMEOUT_S, COMMAND_TIMEOUT_S = 5.0, 30.0
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+WORD = re.compile(r"[^\s()\[\]{}'\",;]+")     # a word of a message, its brackets and punctuation left out
 ACCEPTED = "an http:// or https:// URL (a JSON POST per event) or a shell command (the event in its environment)"
 
 
@@ -132,7 +133,7 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
         return value
     for s in sorted(set(secrets), key=len, reverse=True):
         value = value.replace(s, secretenv.REDACTED)
-    return re.sub(r"[^\s()\[\]{}'\",;]+", lambda m: secretenv.REDACTED if secretenv.looks_secret(m.group(0)) else m.group(0), value)
+    return WORD.sub(lambda m: secretenv.REDACTED if secretenv.looks_secret(m.group(0)) else m.group(0), value)
 
 
 def command_env(body: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
