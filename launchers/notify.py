@@ -3,14 +3,16 @@ COMPLETED). An http(s) URL gets the event as a JSON POST (urllib, a short timeou
 command run with the event in its environment (LAUNCH_EVENT, LAUNCH_RUN_ID, LAUNCH_RUN_DIR, LAUNCH_STATE,
 LAUNCH_REASON, LAUNCH_EVENT_JSON). RunDir.update_status (the one writer of status.json) calls on_change() once
 per change of state, whichever process recorded it (the launcher; a Slurm job's node 0 or batch side when no
-launcher waits). Each target is tried a few times with backoff in a thread of its own; a notification that
-fails never affects the job: it is logged to the run's launcher.log. Secret values (the job's --secret and
+launcher waits). One sender thread per process sends the events in order, each target tried a few times with
+backoff (a process that ends waits for it at most EXIT_WAIT_S); a notification that fails never affects the
+job: it is logged to the run's launcher.log. Secret values (the job's --secret and
 secret-named variables, as far as this process has them, and anything that looks like a secret by its content:
 launchers.secretenv) never leave: they are *** in the payload, and a target is logged by its scheme and host
 (a URL) or first word (a command) only. Layer 0: stdlib and layout, secretenv, errors.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -29,7 +31,8 @@ from .errors import LaunchError
 EVENTS = ("RUNNING", "REQUEUED", "HANG", "FAILED", "CANCELLED", "COMPLETED")
 SCHEMES = ("http", "https")
 TRIES, BACKOFF_S = 3, (1.0, 3.0)         # attempts per target; the waits between them
-HTTP_TIMEOUT_S, COMMAND_TIMEOUT_S = 5.0, 30.0
+HTTP_TIMEOUT_S, COMMAND_TIMEOUT_S = 5.0, 10.0
+EXIT_WAIT_S = 20.0        # how long a process that ends waits for its events still being sent
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 WORD = re.compile(r"[^\s()\[\]{}'\",;]+")     # a word of a message, its brackets and punctuation left out
 ACCEPTED = "an http:// or https:// URL (a JSON POST per event) or a shell command (the event in its environment)"
@@ -203,6 +206,25 @@ def send_all(path: str, targets: Iterable[str], body: Mapping[str, Any], secrets
 _queue: list[tuple[str, list[str], dict[str, Any], list[str]]] = []     # events not yet sent, oldest first
 _guard = threading.Lock()
 _worker: threading.Thread | None = None
+_done = threading.Event()            # set when the queue is empty
+
+
+def _forget() -> None:
+    """In a forked child: the parent's sender thread is not there; its queue is the parent's to send."""
+    global _guard, _worker
+    _guard, _worker = threading.Lock(), None
+    _queue.clear()
+
+
+def _at_exit() -> None:
+    """A process that ends waits for its events, at most EXIT_WAIT_S (a slow target never holds up a job's end
+    for long; what is not sent by then is lost)."""
+    if _worker is not None:
+        _done.wait(EXIT_WAIT_S)
+
+
+os.register_at_fork(after_in_child=_forget)
+atexit.register(_at_exit)
 
 
 def _drain() -> None:
@@ -212,14 +234,15 @@ def _drain() -> None:
         with _guard:
             if not _queue:
                 _worker = None
+                _done.set()
                 return
             item = _queue.pop(0)
         send_all(*item)
 
 
 def on_change(path: str, event: str, st: Mapping[str, Any], detail: str | None = None) -> threading.Thread | None:
-    """Queue `event` for the run's targets (run.yaml's spec `notify`); sent by one thread per process (not a
-    daemon: the process waits for it at exit), in order. Returns that thread (None: no target). Never raises."""
+    """Queue `event` for the run's targets (run.yaml's spec `notify`); sent in order by one thread per process
+    (a process that ends waits for it, at most EXIT_WAIT_S). Returns that thread (None: no target). Never raises."""
     global _worker
     try:
         record, _ = layout.load_run_yaml(path)
@@ -230,8 +253,9 @@ def on_change(path: str, event: str, st: Mapping[str, Any], detail: str | None =
         body = redact(payload(event, st, record, path, detail), secrets)
         with _guard:
             _queue.append((path, targets, body, secrets))
+            _done.clear()
             if _worker is None:
-                _worker = threading.Thread(target=_drain, name="launch-notify")
+                _worker = threading.Thread(target=_drain, name="launch-notify", daemon=True)
                 _worker.start()
             return _worker
     except Exception as e:           # a notification never breaks the status write that triggered it

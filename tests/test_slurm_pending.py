@@ -51,7 +51,7 @@ def ask(scontrol, squeue=SQUEUE, partition=PARTITION.format(max="UNLIMITED")):
         if argv[0] == "squeue":
             return 0, squeue
         return 0, partition if argv[1:3] == ["show", "partition"] else scontrol
-    return ss.ask_slurm("12", run), calls
+    return ss.ask_slurm("12", run, explain=True), calls
 
 
 @pytest.mark.parametrize("reason, extra, words", [

@@ -25,8 +25,9 @@ NO_TIME = ("", "N/A", "Unknown", "None", "(null)")
 
 # Reason code -> (kind, words); {job} {part} {nodes} {max} {dep} {maxtime} are filled in by explain()
 REASONS: dict[str, tuple[str, str]] = {
-    "Priority": ("queue", "jobs of higher priority come first"),
-    "Resources": ("queue", "waiting for resources: the nodes it needs are busy"),
+    "Priority": ("queue", "jobs of higher priority come first; it starts after them"),
+    "Resources": ("queue", "waiting for resources: the nodes it needs are busy; it starts as they free up (a "
+                  "shorter --time lets the backfill scheduler fit it in sooner)"),
     "None": ("queue", "not scheduled yet"),
     "Prolog": ("queue", "its prolog is running"),
     "JobHeldUser": ("held", "held (scontrol hold): `scontrol release {job}` lets it start"),

@@ -119,9 +119,9 @@ def unanswered(rc: int, out: str) -> bool:
     return rc in (124, 127) or (rc != 0 and any(m in out for m in NO_CONTROLLER))
 
 
-def ask_slurm(job_id: str, run: Runner = _run) -> SlurmJob:
+def ask_slurm(job_id: str, run: Runner = _run, explain: bool = False) -> SlurmJob:
     """scontrol (live and recently ended, with the restart count), then squeue, then sacct -c; GONE if
-    none of them knows the job."""
+    none of them knows the job. explain: a pending job's `waiting` too (explain_wait: one or two more calls)."""
     rc, out = run(["scontrol", "show", "job", "-o", job_id])
     job = parse_scontrol(out, job_id) if rc == 0 else None
     silent = unanswered(rc, out)
@@ -130,7 +130,7 @@ def ask_slurm(job_id: str, run: Runner = _run) -> SlurmJob:
         job = parse_squeue(out, job_id) if rc == 0 else None
         silent = silent and unanswered(rc, out)
     if job is not None:
-        if job.state == "PENDING":
+        if explain and job.state == "PENDING":
             job.waiting = explain_wait(job, run)
         return job
     why = " ".join(out.split())[:200]
@@ -168,7 +168,7 @@ def query(job_id: str, cache_dir: str, run: Runner = _run, min_interval: float =
             return cached
     except (OSError, ValueError, TypeError):
         pass
-    job = ask_slurm(job_id, run)
+    job = ask_slurm(job_id, run, explain=True)
     job.checked = now()
     try:
         os.makedirs(cache_dir, exist_ok=True)
