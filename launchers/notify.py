@@ -53,12 +53,20 @@ def parse_targets(items: Any, what: str = "--notify") -> tuple[str, ...]:
         t = t.strip()
         if _SCHEME.match(t):
             url = urllib.parse.urlsplit(t)
-            if url.scheme.lower() not in SCHEMES or not url.hostname:
-                raise LaunchError(f"{what} {shown(t)!r} is not accepted (scheme {url.scheme!r}"
-                                  f"{'' if url.hostname else ', no host'}); give {ACCEPTED}")
+            bad = (f"scheme {url.scheme!r}" if url.scheme.lower() not in SCHEMES else "no host" if not url.hostname
+                   else "bad port" if _port(url) == -1 else None)
+            if bad:
+                raise LaunchError(f"{what} {shown(t)!r} is not accepted ({bad}); give {ACCEPTED}")
         if t not in out:
             out.append(t)
     return tuple(out)
+
+
+def _port(url: urllib.parse.SplitResult) -> int | None:
+    try:
+        return url.port
+    except ValueError:                 # not a number, or out of range
+        return -1
 
 
 def is_url(target: str) -> bool:
@@ -70,7 +78,7 @@ def shown(target: str) -> str:
     token), a command's first word."""
     if is_url(target):
         url = urllib.parse.urlsplit(target)
-        port = f":{url.port}" if url.port else ""
+        port = f":{_port(url)}" if _port(url) not in (None, -1) else ""
         return f"{url.scheme}://{url.hostname or '?'}{port}/..."
     words = target.split()
     return (words[0] + (" ..." if len(words) > 1 else "")) if words else ""

@@ -80,7 +80,7 @@ def test_local_runs_tell_the_server(workdir, server):
 
 @pytest.mark.parametrize("value, needle", [
     ("", "empty or more than one line"), ("  ", "empty or more than one line"), ("a\nb", "more than one line"),
-    ("ftp://example.org/x", "scheme 'ftp'"), ("http://", "no host"), (7, "type int"), ([3], "'int'"),
+    ("ftp://example.org/x", "scheme 'ftp'"), ("http://", "no host"), ("http://h:99999/x", "bad port"), (7, "type int"), ([3], "'int'"),
 ])
 def test_bad_targets_are_refused(value, needle):
     with pytest.raises(LaunchError) as e:
