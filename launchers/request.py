@@ -40,6 +40,7 @@ class JobSpec:
     forward_env: Sequence[str] = ()
     secrets: Sequence[str] = ()       # ("HF_TOKEN", "DB_PASS=@/run/keys/db"): --secret (never written nor shown)
     preflight: Sequence[str] = ()     # ("gpu",): --preflight gpu
+    notify: Sequence[str] = ()        # ("https://hooks.example/x", "notify-send launch"): --notify URL|COMMAND
     master_port: int | None = None
     max_restarts: int | None = None
     stop_grace: float | None = None
@@ -64,6 +65,7 @@ class JobSpec:
         object.__setattr__(self, "forward_env", _words("forward_env", self.forward_env))
         object.__setattr__(self, "secrets", _words("secrets", self.secrets))
         object.__setattr__(self, "preflight", _words("preflight", self.preflight))
+        object.__setattr__(self, "notify", _words("notify", self.notify))
         if not self.program and self.profile is None:
             raise LaunchError("JobSpec.program is empty; give the program and its arguments, e.g. "
                               "('train.py', '--lr', '3e-4') or ('-m', 'workloads.convnet')")
@@ -87,7 +89,7 @@ class JobSpec:
         out: dict[str, Any] = {k: (os.fspath(v) if isinstance(v, os.PathLike) else v)
                                for k, v in ((n, getattr(self, n)) for n in _TYPES) if k != "profile"}
         out.update(env=self.env or {}, forward_env=self.forward_env, secrets=self.secrets, options=self.options,
-                   preflight=list(self.preflight) or None)
+                   preflight=list(self.preflight) or None, notify=self.notify)
         return out
 
     def resolve(self) -> specmod.JobSpec:

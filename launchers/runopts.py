@@ -87,6 +87,9 @@ COMMON: tuple[Opt, ...] = (
         "one NUMA node, else none), none, numa (its GPU's NUMA node), cores (whole cores of it, one set per rank)."),
     Opt("preflight", L, "Checks on every node before anything starts: gpu (the tools of `launch doctor --gpu`; "
         "a node with a fault stops the launch, one line per bad node).", kind="list"),
+    Opt("notify", (list, str), "URL or COMMAND told of each change of state (RUNNING, REQUEUED, HANG, FAILED with the "
+        "first failure, CANCELLED, COMPLETED): an http(s) URL gets a JSON POST, a command runs with LAUNCH_EVENT, "
+        "LAUNCH_EVENT_JSON, ... in its environment (repeatable).", kind="multi"),
     Opt("nccl_preset", S, "NCCL preset(s), e.g. moe or moe,roce or ./mine.yaml."),
     Opt("python", S, "Python interpreter on the nodes (default: this one)."),
     Opt("dry_run", B, "Print exactly what would run; start nothing.", kind="flag", in_profile=False),

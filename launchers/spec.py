@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import cpubind, layout, secretenv, values
+from . import cpubind, layout, notify, secretenv, values
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
@@ -46,6 +46,7 @@ class JobSpec:
     stop_signal: str = "SIGTERM"                # what a program gets on a stop that is not Ctrl-C (launchers.rankexec)
     cpu_bind: str = "auto"                      # each local rank's CPUs (launchers.cpubind, applied by rankexec)
     preflight: tuple[str, ...] = ()             # checks on every node before the start (launchers.doctor.preflight)
+    notify: tuple[str, ...] = ()                # --notify URL|COMMAND: told of each change of state (launchers.notify)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)   # --secret: name -> value (run.yaml: names)
 
@@ -70,6 +71,7 @@ class JobSpec:
         d["explicit"] = list(self.explicit)
         d["forward_env"] = list(self.forward_env)
         d["preflight"] = list(self.preflight)
+        d["notify"] = list(self.notify)
         d["secrets"] = dict(self.secrets)
         return d
 
@@ -88,6 +90,7 @@ class JobSpec:
         d["explicit"] = tuple(d.get("explicit") or ())
         d["forward_env"] = tuple(d.get("forward_env") or ())
         d["preflight"] = tuple(d.get("preflight") or ())
+        d["notify"] = tuple(d.get("notify") or ())
         sec = d.get("secrets") or {}         # run.yaml: the names only (their values: secretenv.REDACTED)
         d["secrets"] = tuple(sec.items()) if isinstance(sec, Mapping) else tuple((k, secretenv.REDACTED) for k in sec)
         return cls(**d)
@@ -367,6 +370,8 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
         forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,
         preflight=preflight, secrets=tuple(secrets.items()),
+        notify=notify.parse_targets([*notify.parse_targets(prof.get("notify") or (), f"profile {profile!r}: notify"),
+                                     *(flags.get("notify") or ())]),
     )
 
 

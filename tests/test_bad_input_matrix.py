@@ -95,6 +95,7 @@ CASES = [
     Case("hang-timeout-nan", local("--hang-timeout", "nan"), ("'nan'", "seconds > 0")),
     Case("stop-signal-kill", local("--stop-signal", "SIGKILL"), ("--stop-signal 'SIGKILL'", "SIGTERM, SIGINT")),
     Case("stop-signal-number", local("--stop-signal", "2"), ("'2'", "SIGTERM, SIGINT, SIGHUP, SIGQUIT")),
+    Case("notify-ftp", local("--notify", "ftp://u:pw@h/x"), ("--notify 'ftp://h/...'", "http:// or https:// URL")),
     Case("name-empty", local("--name", ""), ("--name ''", "letters, digits")),
     Case("name-slash", local("--name", "a/b"), ("'a/b'", "letters, digits")),
     Case("name-5000", ["local", "--name", LONG, "--", "marker.py"], ("--name 'aaa", "1-200")),
