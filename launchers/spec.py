@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import cpubind, layout, secretenv, values
+from . import containeropts, cpubind, layout, secretenv, values
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
@@ -48,6 +48,11 @@ class JobSpec:
     preflight: tuple[str, ...] = ()             # checks on every node before the start (launchers.doctor.preflight)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)   # --secret: name -> value (run.yaml: names)
+    container_image: str = ""                   # --container-image ("" = no container; launchers.containeropts)
+    container_runtime: str = ""                 # resolved: pyxis | oci | podman | apptainer (launchers.container)
+    container_mounts: tuple[str, ...] = ()      # SRC:DST[:ro], SRC absolute
+    container_python: str = ""                  # the image's interpreter (runs the agent and the program)
+    container_workdir: str = ""                 # the launch dir: mounted at the same path, the program's cwd
 
     @property
     def world_size(self) -> int:
@@ -71,6 +76,7 @@ class JobSpec:
         d["forward_env"] = list(self.forward_env)
         d["preflight"] = list(self.preflight)
         d["secrets"] = dict(self.secrets)
+        d["container_mounts"] = list(self.container_mounts)
         return d
 
     @classmethod
@@ -88,6 +94,7 @@ class JobSpec:
         d["explicit"] = tuple(d.get("explicit") or ())
         d["forward_env"] = tuple(d.get("forward_env") or ())
         d["preflight"] = tuple(d.get("preflight") or ())
+        d["container_mounts"] = tuple(d.get("container_mounts") or ())
         sec = d.get("secrets") or {}         # run.yaml: the names only (their values: secretenv.REDACTED)
         d["secrets"] = tuple(sec.items()) if isinstance(sec, Mapping) else tuple((k, secretenv.REDACTED) for k in sec)
         return cls(**d)
@@ -366,8 +373,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
         forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,
-        preflight=preflight, secrets=tuple(secrets.items()),
-    )
+        preflight=preflight, secrets=tuple(secrets.items()), **containeropts.fields(backend, pick, os.getcwd()))
 
 
 PREFLIGHTS = ("gpu",)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import procs
+from ..container import wrap
 from ..cpubind import describe
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
@@ -122,8 +123,10 @@ def busy_line(path: str, why: str) -> str:
 
 def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
                   dist_backend: str, one_machine: bool = False) -> list[NodeCommand]:
-    return [node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port, run_id=run_id,
-                         attempt=attempt, dist_backend=dist_backend, one_machine=one_machine)
+    """Each node's command from the one builder, in the job's container when it has one (launchers.container)."""
+    return [wrap(spec, node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port,
+                                    run_id=run_id, attempt=attempt, dist_backend=dist_backend,
+                                    one_machine=one_machine), run_id)
             for k in range(spec.nodes)]
 
 
