@@ -9,13 +9,14 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import procs
-from ..container import wrap
+from ..container import cleanup_argv, wrap
 from ..cpubind import describe
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
@@ -128,6 +129,18 @@ def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, ma
                                     run_id=run_id, attempt=attempt, dist_backend=dist_backend,
                                     one_machine=one_machine), run_id)
             for k in range(spec.nodes)]
+
+
+def remove_containers(spec: JobSpec, run_id: str, nodes) -> None:
+    """The nodes' containers (run here), when the job's runtime leaves one behind a SIGKILLed agent
+    (launchers.container.cleanup_argv: podman); one already gone is not an error."""
+    for k in nodes:
+        argv = cleanup_argv(spec, run_id, k)
+        if argv:
+            try:
+                subprocess.run(argv, capture_output=True, timeout=60)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                print(f"launch: node {k}: {' '.join(argv)} failed: {e}", file=sys.stderr, flush=True)
 
 
 def cuda_here() -> bool:

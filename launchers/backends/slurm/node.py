@@ -248,6 +248,8 @@ class NodeRun:
         (not the ranks this stops) is the first failure when its agent died."""
         from ...hang.sample import is_rank_wrapper
         from ...remote import node_pids, stop_node
+        from ..base import remove_containers
+        remove_containers(self.ns.spec, self.ns.run_id, [self.node])     # a podman container its agent left
         left = node_pids(self.ns.run_id, self.node)
         if not left:
             return
