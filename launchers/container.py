@@ -58,11 +58,13 @@ def podman_name(run_id: str, node: int) -> str:
 def _podman(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str) -> list[str]:
     # podman run(1): --rm removes it when the agent ends; --replace removes a same-named leftover of an earlier
     # attempt (a SIGKILLed agent); --runtime runc (crun refuses a hybrid cgroup layout); --network/--ipc host:
-    # the rendezvous port and NCCL's shared memory as on the host; --init: a PID 1 that passes podman's
-    # proxied signals (--sig-proxy, the default) on to the agent; --ulimit host: the host's limits (a value
-    # above the host's hard limit is refused by a rootless podman); --env NAME: the value from podman's env.
+    # the rendezvous port and NCCL's shared memory as on the host; --pid host: the pids the rank wrappers
+    # record and the hang monitor's py-spy reads are the host's, the tagged sweep finds every process, the
+    # agent is no PID 1 (podman passes the signals it gets on: --sig-proxy, the default); --ulimit host: the
+    # host's limits (one above the host's hard limit is refused by a rootless podman); --env NAME: the value
+    # from podman's own environment.
     words = ["podman", "run", "--rm", "--replace", "--runtime", "runc", "--network", "host", "--ipc", "host",
-             "--init", "--name", podman_name(run_id, nc.node_rank), "--ulimit", "host"]
+             "--pid", "host", "--name", podman_name(run_id, nc.node_rank), "--ulimit", "host"]
     if env.get("LAUNCH_DIST_BACKEND") == "nccl":       # GPUs through CDI (the host ran `nvidia-ctk cdi generate`)
         words += ["--device", "nvidia.com/gpu=all"]
     for src, dst, ro in mounts(spec, package):
