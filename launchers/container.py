@@ -160,7 +160,8 @@ def cleanup_line(spec: JobSpec, run_id: str, node: int) -> str:
 
 def host_check(spec: JobSpec) -> dict[str, list[str]]:
     """What an SSH host's preflight (launchers.remote CHECK) looks for when the job runs in a container: the
-    runtime on PATH, launchers (its host agent) but not torch (the image has it)."""
+    runtime on PATH and launchers (its host agent); not torch nor the program (the image has them: looking a
+    module up on the host would import its packages there)."""
     if not in_container(spec):
         return {}
-    return {"modules": ["launchers"], "binaries": list(BINARIES[spec.container_runtime])}
+    return {"modules": ["launchers"], "binaries": list(BINARIES[spec.container_runtime]), "program": []}

@@ -53,14 +53,14 @@ bins = a.get("binaries") or []
 if bins and not any(shutil.which(b) for b in bins):
     r["errors"].append("container runtime %s is not on PATH there" % " or ".join(bins))
 prog = a["program"]
-if prog[0] == "-m":
+if prog and prog[0] == "-m":
     try:
         ok = importlib.util.find_spec(prog[1]) is not None
     except Exception:
         ok = False
     if not ok:
         r["errors"].append("program module %s cannot be found (cwd %s)" % (prog[1], cwd))
-elif not os.path.isfile(prog[0]):
+elif prog and not os.path.isfile(prog[0]):
     r["errors"].append("program file %s does not exist there" % prog[0])
 for d in a.get("dirs", []):
     p = d

@@ -208,3 +208,21 @@ def test_doctor_checks_the_runtime_binary():
     assert (found.status, found.value) == ("ok", "apptainer")
     missing = container_runtime({"container": {"podman": None, "apptainer": None, "singularity": None}}, ctx)
     assert missing.status == "fail" and "none of podman, apptainer, singularity is on PATH" in missing.why
+
+
+def test_ssh_host_preflight_with_a_container_checks_the_runtime_not_torch(tmp_path):
+    """The host side of `launch ssh`'s preflight (launchers.remote CHECK, stdlib, run as on a host): with a
+    container it wants the runtime and launchers, not torch nor the program (the image has them)."""
+    import json
+    import subprocess
+    import sys
+
+    from launchers.remote import CHECK
+    arg = {"cwd": str(tmp_path), "program": ["-m", "no_such_module_here"], "dirs": [], "ports": [],
+           **container.host_check(spec("apptainer"))}
+    arg["binaries"] = ["no-such-runtime-here"]
+    out = subprocess.run([sys.executable, "-c", CHECK, json.dumps(arg)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(Path(container.PACKAGE_DIR).parent)}).stdout
+    errors = json.loads(out.split("CHECK ", 1)[1])["errors"]
+    assert errors == ["container runtime no-such-runtime-here is not on PATH there"]
+    assert container.host_check(spec(container_image="")) == {}
