@@ -11,7 +11,8 @@ import pytest
 from launchers import container, containeropts
 from launchers.backends.local import LocalBackend
 from launchers.backends.slurm.backend import SlurmBackend
-from launchers.backends.slurm.render import header_for, node_task_command, render_sbatch, sbatch_parameters
+from launchers.backends.slurm.render import (header_for, node_task_command, render_sbatch, sbatch_parameters,
+                                             srun_argv)
 from launchers.backends.ssh import SSHBackend
 from launchers.doctor.checks import Context, container_runtime
 from launchers.errors import LaunchError
@@ -103,6 +104,8 @@ def test_pyxis_flags_and_the_submitit_layout():
     assert "--container-name=launch-r1" in args and "--container-workdir=/shared/code" in args
     env = next(a for a in args if a.startswith("--container-env=")).split("=", 1)[1].split(",")
     assert {"PYTHONPATH", "DB_PASS", "HF_TOKEN", "NVIDIA_VISIBLE_DEVICES", "MELLANOX_VISIBLE_DEVICES"} <= set(env)
+    inside = srun_argv(sp, run_id=RUN_ID, job_id="7", base_attempt=0)        # launch slurm inside an allocation
+    assert set(args) <= set(inside) and inside[inside.index("--open-mode=append") + 1] == "python3"
     gloo = sbatch_parameters(spec("pyxis", backend="slurm", dist_backend="gloo"))["srun_args"]
     assert not any("NVIDIA_VISIBLE_DEVICES" in a for a in gloo)
     theirs = _make_sbatch_string(command=node_task_command("python3", sp.run_dir, 1), folder=path(sp.run_dir, "slurm"),
