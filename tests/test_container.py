@@ -229,3 +229,17 @@ def test_ssh_host_preflight_with_a_container_checks_the_runtime_not_torch(tmp_pa
     errors = json.loads(out.split("CHECK ", 1)[1])["errors"]
     assert errors == ["container runtime no-such-runtime-here is not on PATH there"]
     assert container.host_check(spec(container_image="")) == {}
+
+
+def test_profile_keys(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.yaml").write_text("container_image: img\ncontainer_mounts: [/d:/d:ro]\ncontainer_runtime: oci\n"
+                                     "container_python: /opt/venv/bin/python\n")
+    with pytest.raises(LaunchError, match="--container-mount is not accepted with --container-runtime oci"):
+        build_spec("slurm", {"options": {}}, ["-m", "json"], str(tmp_path / "p.yaml"))
+    s = build_spec("slurm", {"options": {}, "container_runtime": "apptainer"}, ["-m", "json"], str(tmp_path / "p.yaml"))
+    assert (s.container_image, s.container_runtime, s.container_mounts, s.container_python) == \
+        ("img", "apptainer", ("/d:/d:ro",), "/opt/venv/bin/python")            # the flag wins over the profile
+    (tmp_path / "q.yaml").write_text("container_mounts: /d:/d\n")
+    with pytest.raises(LaunchError, match="container_mounts has a value of the wrong type"):
+        build_spec("slurm", {"options": {}}, ["-m", "json"], str(tmp_path / "q.yaml"))
