@@ -92,6 +92,15 @@ COMMON: tuple[Opt, ...] = (
         "LAUNCH_EVENT_JSON, ... in its environment (repeatable).", kind="multi"),
     Opt("nccl_preset", S, "NCCL preset(s), e.g. moe or moe,roce or ./mine.yaml."),
     Opt("python", S, "Python interpreter on the nodes (default: this one)."),
+    Opt("container_image", S, "Run every node's agent and ranks in this image (pyxis: an enroot URI or squashfs; "
+        "podman: an image name; apptainer: a SIF or URI; oci: a bundle dir); the run dir and the launch dir are "
+        "mounted at the same paths."),
+    Opt("container_mounts", (list,), "SRC:DST[:ro]: one more bind mount into the container (repeatable).",
+        kind="multi", flag="--container-mount"),
+    Opt("container_runtime", S, "auto (Slurm: pyxis; SSH: podman; local: podman or apptainer, whichever is "
+        "installed), pyxis, apptainer, podman or oci (Slurm's own: srun --container)."),
+    Opt("container_python", S, "The interpreter inside the image that runs the agent and the program (default "
+        "python3)."),
     Opt("dry_run", B, "Print exactly what would run; start nothing.", kind="flag", in_profile=False),
     Opt("sweep", (list,), "KEY=V1,V2: one run per combination, each with `--KEY V` appended to its program "
         "args, under one sweep dir (repeatable; Slurm: one job array, local/SSH: one after another).",

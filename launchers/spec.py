@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import cpubind, layout, notify, secretenv, values
+from . import containeropts, cpubind, layout, notify, secretenv, values
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
@@ -49,6 +49,11 @@ class JobSpec:
     notify: tuple[str, ...] = ()                # --notify URL|COMMAND: told of each change of state (launchers.notify)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)   # --secret: name -> value (run.yaml: names)
+    container_image: str = ""                   # --container-image ("" = no container; launchers.containeropts)
+    container_runtime: str = ""                 # resolved: pyxis | oci | podman | apptainer (launchers.container)
+    container_mounts: tuple[str, ...] = ()      # SRC:DST[:ro], SRC absolute
+    container_python: str = ""                  # the image's interpreter (runs the agent and the program)
+    container_workdir: str = ""                 # the launch dir: mounted at the same path, the program's cwd
 
     @property
     def world_size(self) -> int:
@@ -73,6 +78,7 @@ class JobSpec:
         d["preflight"] = list(self.preflight)
         d["notify"] = list(self.notify)
         d["secrets"] = dict(self.secrets)
+        d["container_mounts"] = list(self.container_mounts)
         return d
 
     @classmethod
@@ -91,6 +97,7 @@ class JobSpec:
         d["forward_env"] = tuple(d.get("forward_env") or ())
         d["preflight"] = tuple(d.get("preflight") or ())
         d["notify"] = tuple(d.get("notify") or ())
+        d["container_mounts"] = tuple(d.get("container_mounts") or ())
         sec = d.get("secrets") or {}         # run.yaml: the names only (their values: secretenv.REDACTED)
         d["secrets"] = tuple(sec.items()) if isinstance(sec, Mapping) else tuple((k, secretenv.REDACTED) for k in sec)
         return cls(**d)
@@ -100,10 +107,7 @@ def _freeze_options(opts: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in opts.items()))
 
 
-def redact_env(env: Mapping[str, str], names: Any = ()) -> dict[str, str]:
-    """Secret values (launchers.secretenv: the names given, a name with TOKEN, KEY, SECRET or PASS, a value
-    that looks like a secret) become '***'."""
-    return secretenv.redact(env, names)
+redact_env = secretenv.redact      # secret values (the names given, TOKEN/KEY/SECRET/PASS names, secret-looking) -> ***
 
 
 # ---------------------------------------------------------------- parsing helpers (each raises LaunchError)
@@ -372,7 +376,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         preflight=preflight, secrets=tuple(secrets.items()),
         notify=notify.parse_targets([*notify.parse_targets(prof.get("notify") or (), f"profile {profile!r}: notify"),
                                      *(flags.get("notify") or ())]),
-    )
+        **containeropts.fields(backend, pick, os.getcwd()))
 
 
 PREFLIGHTS = ("gpu",)
