@@ -49,6 +49,7 @@ class JobSpec:
     cpu_bind: str | None = None       # "auto" (None: the default), "none", "numa" or "cores"
     nccl_preset: str | None = None
     python: str | os.PathLike | None = None
+    snapshot: bool | None = None      # --snapshot / --no-snapshot (None: on for slurm, off for local and ssh)
     profile: str | os.PathLike | None = None
     local: Mapping[str, Any] | None = None
     ssh: Mapping[str, Any] | None = None
@@ -60,6 +61,8 @@ class JobSpec:
         specmod.check_choice("JobSpec.backend", self.backend, BACKENDS)
         for name, (types, said) in _TYPES.items():
             _check_type(name, getattr(self, name), types, said)
+        if self.snapshot is not None and not isinstance(self.snapshot, bool):
+            raise TypeError(f"JobSpec.snapshot must be a bool (or None), got {_what(self.snapshot)}")
         object.__setattr__(self, "program", _words("program", self.program))
         object.__setattr__(self, "forward_env", _words("forward_env", self.forward_env))
         object.__setattr__(self, "secrets", _words("secrets", self.secrets))
@@ -87,7 +90,7 @@ class JobSpec:
         out: dict[str, Any] = {k: (os.fspath(v) if isinstance(v, os.PathLike) else v)
                                for k, v in ((n, getattr(self, n)) for n in _TYPES) if k != "profile"}
         out.update(env=self.env or {}, forward_env=self.forward_env, secrets=self.secrets, options=self.options,
-                   preflight=list(self.preflight) or None)
+                   preflight=list(self.preflight) or None, snapshot=self.snapshot)
         return out
 
     def resolve(self) -> specmod.JobSpec:

@@ -16,7 +16,7 @@ import shutil
 import sys
 from typing import Callable, TextIO
 
-from ... import __version__, layout, sweep
+from ... import __version__, layout, manifest, sweep
 from ...errors import LaunchError
 from ...rundir import RunDir, new_run_id
 from ...spec import JobSpec
@@ -79,6 +79,7 @@ def create_runs(plans: list[Plan], rec: dict, prepare: Callable[[JobSpec, str], 
         rds = []
         for plan in plans:
             rd = RunDir.create(plan.spec, plan.run_id, plan.record())
+            manifest.write_launcher(rd.path, plan.spec, plan)
             rd.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None, reason=None)
             write_node_spec(rd, plan.spec, plan.run_id, 0)
             if prepare is not None:
