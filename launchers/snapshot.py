@@ -144,7 +144,12 @@ def scan(root: str, exclude: tuple[str, ...] = ()) -> Snapshot:
                           f"with {IGNORE_FILE} (or .gitignore), or give --no-snapshot")
     h = hashlib.sha256()
     for rel in files:
-        h.update(_line(rel, *_entry(root, rel)))
+        try:
+            h.update(_line(rel, *_entry(root, rel)))
+        except OSError as e:
+            raise LaunchError(f"{brief(os.path.join(root, rel))} of the program's tree cannot be read for its "
+                              f"snapshot ({e.strerror}); accepted: readable files (leave it out with {IGNORE_FILE} "
+                              "or .gitignore), or --no-snapshot") from None
     return Snapshot(root=root, files=tuple(files), digest=h.hexdigest(), size=size)
 
 
