@@ -34,7 +34,7 @@ def get_backend(name: str) -> Backend:
 
 
 def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
-    spec = snapshot.take(resolve_job_env(spec, sys.stderr), write_it=not dry_run)   # --snapshot: hashed, written
+    spec = snapshot.take(resolve_job_env(spec, sys.stderr))     # --snapshot: named (hashed); written below
     backend = get_backend(spec.backend)
     run_id = new_run_id(spec)
     plan = backend.plan(spec, run_id, attempt=0)
@@ -44,6 +44,7 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
         return 0
     backend.preflight(plan)
     _gpu_preflight(spec, plan)
+    snapshot.commit(spec)
     rd = RunDir.create(spec, run_id, plan.record())
     manifest.write_launcher(rd.path, spec, plan)
     _make_nccl_dirs(spec, plan.dist_backend)
@@ -94,7 +95,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     spec = spec.replace(run_dir=rd.path, **{k: v for k, v in changes.items() if v is not None})
     if program_args is not None:
         spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
-    spec = snapshot.take(resolve_job_env(spec, sys.stderr), write_it=not dry_run)
+    spec = snapshot.take(resolve_job_env(spec, sys.stderr))
     layout.check_own_dirs(rd.path)                # nothing is written through a symlink out of the run dir
     run_id = new_run_id(spec) if adopt else data["run_id"]
     plan = backend.plan(spec, run_id, attempt=len(data["attempts"]))
@@ -104,6 +105,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         return 0
     backend.preflight(plan)
     _gpu_preflight(spec, plan)
+    snapshot.commit(spec)
     if adopt:
         rd.write_run_yaml(dict(data, run_id=run_id, adopted_from={"run_id": data["run_id"],
                                                                    "run_dir": data["spec"]["run_dir"]}))

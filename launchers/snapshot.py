@@ -208,10 +208,14 @@ def program_in(snap: Snapshot, program: tuple[str, ...]) -> None:
                           f"--no-snapshot")
 
 
-def take(spec, write_it: bool = True):
-    """The spec with its snapshot (spec.snapshot: the store, "" = none): a recorded one (snapshot_dir) must
-    still be there; else the launch directory's tree (or the one recorded) is scanned and, with write_it,
-    written. Duck-typed over launchers.spec.JobSpec (which imports this module)."""
+_scanned: dict[str, Snapshot] = {}      # snapshot dir -> what take() scanned for it (commit() copies that)
+
+
+def take(spec):
+    """The spec with its snapshot named (spec.snapshot: the store, "" = none): a recorded one (snapshot_dir) must
+    still be there; else the launch directory's tree (or the one recorded) is scanned -- nothing is written
+    until commit(), after every check of the launch has passed. Duck-typed over launchers.spec.JobSpec (which
+    imports this module)."""
     if not spec.snapshot:
         return spec
     if spec.opts.get("shared_storage") is False:         # ssh --no-shared-storage: the hosts could not see it
@@ -225,8 +229,19 @@ def take(spec, write_it: bool = True):
     snap = scan(spec.snapshot_from or os.getcwd(), exclude=(os.path.dirname(spec.snapshot), spec.snapshot,
                                                             spec.run_dir))
     program_in(snap, spec.program)
-    return spec.replace(snapshot_dir=write(snap, spec.snapshot) if write_it else snap.dir(spec.snapshot),
-                        snapshot_from=snap.root)
+    _scanned[snap.dir(spec.snapshot)] = snap
+    return spec.replace(snapshot_dir=snap.dir(spec.snapshot), snapshot_from=snap.root)
+
+
+def commit(spec) -> None:
+    """Write the snapshot take() named, unless it is there already. A tree changed since take() is refused in one
+    line (the plan names the snapshot by the content take() saw)."""
+    if not spec.snapshot_dir or os.path.isdir(spec.snapshot_dir):
+        return
+    snap = _scanned.get(spec.snapshot_dir) or scan(spec.snapshot_from)
+    if write(snap, os.path.dirname(spec.snapshot_dir)) != spec.snapshot_dir:
+        raise LaunchError(f"the program's tree {brief(spec.snapshot_from)} changed while its snapshot was taken; "
+                          "accepted: a tree that stays as it is during the launch (launch again)")
 
 
 def for_resume(spec, given: bool | None, store: str):

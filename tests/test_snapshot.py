@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import rank_lines, run_launch
-from launchers import api, manifest, snapshot
+from launchers import api, manifest, rankexec, snapshot
 from launchers.errors import LaunchError
 from launchers.spec import JobSpec, build_spec, load_profile
 
@@ -80,20 +80,28 @@ def test_store_resume_choice_and_refusals(repo, tmp_path, monkeypatch):
     assert snapshot.store_for("/elsewhere/x", "/r/runs") == "/elsewhere/.snapshots"
     spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=(str(repo / "train.py"),), program_args=(),
                    run_dir=str(repo / "runs/a"), name="a", snapshot=str(repo / "runs/.snapshots"))
-    taken = snapshot.take(spec, write_it=False)        # a dry-run: the dir named, nothing written
+    taken = snapshot.take(spec)                      # named (a dry-run shows it); nothing written before commit
     assert taken.snapshot_dir.startswith(spec.snapshot + "/") and not os.path.exists(spec.snapshot)
     assert taken.snapshot_from == str(repo)
     assert snapshot.for_resume(taken, None, "/s") is taken                              # kept
     assert snapshot.for_resume(taken, False, "/s").snapshot == ""                       # --no-snapshot
     new = snapshot.for_resume(taken, True, "/s")                                        # --snapshot: a new one
     assert (new.snapshot, new.snapshot_dir, new.snapshot_from) == (spec.snapshot, "", str(repo))
+    (repo / "new.py").write_text("edited between the plan and the copy\n")
+    with pytest.raises(LaunchError, match="changed while its snapshot was taken"):
+        snapshot.commit(taken)
+    again = snapshot.take(spec)
+    snapshot.commit(again)
+    assert os.path.isdir(again.snapshot_dir) and snapshot.take(again) is again          # a resume keeping it
     with pytest.raises(LaunchError, match="snapshot .* is gone; accepted: `launch resume --snapshot`"):
-        snapshot.take(taken)
+        snapshot.take(spec.replace(snapshot_dir=str(tmp_path / "deleted")))
     for prog, why in ((str(tmp_path / "t.py"), "is outside the snapshot"), (str(repo / "x.log"), "is left out of")):
         with pytest.raises(LaunchError, match=why):
-            snapshot.take(spec.replace(program=(prog,)), write_it=False)
+            snapshot.take(spec.replace(program=(prog,)))
     with pytest.raises(LaunchError, match="--snapshot is not accepted with --no-shared-storage"):
-        snapshot.take(spec.replace(backend="ssh", options=(("shared_storage", False),)), write_it=False)
+        snapshot.take(spec.replace(backend="ssh", options=(("shared_storage", False),)))
+    with pytest.raises(LaunchError, match="its snapshot /nowhere is not on this node"):
+        rankexec.snapshot_dir({"LAUNCH_SNAPSHOT_DIR": "/nowhere"})
 
 
 @pytest.mark.parametrize("case,needle", [
