@@ -55,6 +55,7 @@ class JobSpec:
     container_mounts: Sequence[str] = ()      # ("/data:/data:ro",): --container-mount
     container_runtime: str | None = None      # "auto" (None: the default), "pyxis", "apptainer", "podman", "oci"
     container_python: str | None = None       # the image's interpreter (None: python3)
+    snapshot: bool | None = None      # --snapshot / --no-snapshot (None: on for slurm, off for local and ssh)
     profile: str | os.PathLike | None = None
     local: Mapping[str, Any] | None = None
     ssh: Mapping[str, Any] | None = None
@@ -66,6 +67,8 @@ class JobSpec:
         specmod.check_choice("JobSpec.backend", self.backend, BACKENDS)
         for name, (types, said) in _TYPES.items():
             _check_type(name, getattr(self, name), types, said)
+        if self.snapshot is not None and not isinstance(self.snapshot, bool):
+            raise TypeError(f"JobSpec.snapshot must be a bool (or None), got {_what(self.snapshot)}")
         object.__setattr__(self, "program", _words("program", self.program))
         object.__setattr__(self, "forward_env", _words("forward_env", self.forward_env))
         object.__setattr__(self, "secrets", _words("secrets", self.secrets))
@@ -96,7 +99,7 @@ class JobSpec:
                                for k, v in ((n, getattr(self, n)) for n in _TYPES) if k != "profile"}
         out.update(env=self.env or {}, forward_env=self.forward_env, secrets=self.secrets, options=self.options,
                    preflight=list(self.preflight) or None, notify=self.notify,
-                   container_mounts=self.container_mounts)
+                   container_mounts=self.container_mounts, snapshot=self.snapshot)
         return out
 
     def resolve(self) -> specmod.JobSpec:

@@ -184,6 +184,10 @@ CASES = [
     Case("env-reserved-master-port", local("--env", "MASTER_PORT=29500"), ("--env MASTER_PORT", "--master-port")),
     Case("env-reserved-run-id", local("--env", "LAUNCH_RUN_ID=x"), ("--env LAUNCH_RUN_ID", "--run-dir")),
     Case("env-reserved-world-size", local("--env", "WORLD_SIZE=8"), ("--env WORLD_SIZE", "--nodes")),
+    Case("snapshot-program-ignored", local("--snapshot"), ("marker.py", "left out of the snapshot", "--no-snapshot"),
+         files={".launchignore": "marker.py\n"}),           # refused before the snapshot store is written
+    Case("profile-snapshot-word", **prof("snapshot: 'yes'\n", backend="slurm"), needles=("p.yaml", "snapshot",
+                                                                                        "'yes'", "expected bool")),
     Case("port-plus", local("--master-port", "+29500"), ("'+29500'", "1024-65535")),
     Case("port-fullwidth", local("--master-port", "\uff12\uff19\uff15\uff10\uff10"), ("'\uff12", "1024-65535")),
     Case("port-underscore", local("--master-port", "29_500"), ("'29_500'", "plain decimal")),

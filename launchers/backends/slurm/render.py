@@ -14,7 +14,7 @@ from typing import Any
 
 from ... import container, layout
 from ...errors import LaunchError
-from ...secretenv import looks_secret, secret_keys, secret_name
+from ...secretenv import redact_argv, secret_keys
 from ...spec import JobSpec
 
 DEFAULT_SIGNAL_SECONDS = 120
@@ -220,13 +220,7 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
 
 def header_for(argv: list[str] | tuple[str, ...], version: str) -> str:
     """'produced by: launch slurm ...' with secret-looking --env values (by name or value) shown as ***."""
-    words = []
-    for w in argv:
-        name, eq, value = w.partition("=")
-        if eq and (secret_name(name) or looks_secret(value)):
-            w = f"{name}=***"
-        words.append(w)
-    return f"produced by: {shlex.join(['launch', *words])}\nlaunchers {version}; submitted with submitit"
+    return f"produced by: {shlex.join(['launch', *redact_argv(argv)])}\nlaunchers {version}; submitted with submitit"
 
 
 def allocation_env(signal_seconds: int) -> dict[str, str]:
