@@ -15,7 +15,7 @@ LAYERS = {
         "launchers.secretenv"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
-        "launchers.rankcause", "launchers.firstfail",
+        "launchers.rankcause", "launchers.firstfail", "launchers.nodecheck",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor", "launchers.client",

@@ -8,8 +8,9 @@ import subprocess
 import sys
 import time
 
-from .. import procs
+from .. import nodecheck, procs
 from ..cpubind import node_plan
+from ..errors import LaunchError
 from ..follow import follow_in_thread
 from ..hang.watch import LauncherWatch, describe
 from ..ports import choose_port
@@ -32,6 +33,14 @@ class LocalBackend(Backend):
         sets = node_plan(spec.cpu_bind, spec.world_size, os.environ) if spec.cpu_bind != "none" else []
         return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER, master_port=port, dist_backend=dist,
                     nodes=node_commands(spec, run_id, attempt, MASTER, port, dist, one_machine=True), cpu_sets=sets)
+
+    def preflight(self, plan: Plan) -> None:
+        """The nodes' python, once (they all run here, in one environment): torch and launchers importable, the
+        program found -- the check an SSH host runs (launchers.nodecheck); one line naming the nodes and python."""
+        spec = plan.spec
+        errors = nodecheck.run_here(spec.python, node_environ(os.environ, plan.nodes[0]), os.getcwd(), spec.program)
+        if errors:
+            raise LaunchError(f"{nodecheck.where(spec.nodes)}: {'; '.join(errors)}")
 
     def start(self, plan: Plan, rd: RunDir) -> int:
         attempt, spec = plan.attempt, plan.spec
