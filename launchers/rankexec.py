@@ -137,6 +137,7 @@ def main(argv: list[str]) -> int:
     run_dir = env.get("LAUNCH_RUN_DIR") or os.getcwd()
     try:                                         # never through a symlink out of the run dir: one line, exit 2
         log = layout.own_path(run_dir, "rank_log", node=node, rank=rank)
+        layout.present(run_dir)                  # a removed run dir is not recreated
         os.makedirs(os.path.dirname(log), exist_ok=True)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
     except (LaunchError, OSError) as e:

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import ports, procs
-from ..errors import LaunchError
+from ..errors import LaunchError, RunDirGone
 from ..firstfail import node_failed
 from ..hang import watch as hang_watch
 from ..hostfile import ResolvedHost, hosts_from_options, resolve
+from ..layout import Presence
 from ..remote import HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
 from ..show import counted
@@ -181,13 +182,14 @@ class SSHBackend(Backend):
         spec = plan.spec
         watch = hang_watch.LauncherWatch(rd, plan.run_id, plan.attempt, spec.hang_timeout, n, spec.world_size,
                                          monitor_here=False) if spec.hang_timeout else None
+        here = Presence(rd.path)
         with Interrupts() as intr:
             try:
-                pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence)
+                pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence, here)
                 if pending:
                     if not intr.got:                   # a stop was already announced by Interrupts
                         print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
-                    hung = watch is not None and watch.coord.verdict is not None
+                    hung = watch is not None and watch.coord.verdict is not None or here.gone()    # now: no grace
                     self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],
                                        signal.SIGKILL if hung else (intr.signal or signal.SIGTERM))
                 self._stop(plan, conns, [k for k in range(n) if k not in silence.lost], signal.SIGKILL, final=True)
@@ -197,6 +199,9 @@ class SSHBackend(Backend):
                           file=sys.stderr, flush=True)
             finally:
                 pool.shutdown(wait=False)
+        if here.gone():       # nothing collected nor recorded: that would recreate half a run dir
+            close_all(conns)
+            raise RunDirGone(here.gone_line())
         if plan.staged:
             self._collect(plan, conns, rd)
         close_all(conns)
@@ -213,14 +218,17 @@ class SSHBackend(Backend):
 
     @staticmethod
     def _wait_nodes(pending: set, ended: dict, intr: Interrupts, watch: hang_watch.LauncherWatch | None,
-                    silence: Silence) -> tuple[set, str]:
-        """Until every node ended, one failed or went silent, a hang was decided or we are interrupted."""
+                    silence: Silence, here: Presence) -> tuple[set, str]:
+        """Until every node ended, one failed or went silent, a hang was decided, the run dir was removed or we
+        are interrupted."""
         while pending and not intr.got:
             _, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
             silence.check(ended)
             bad = sorted((t, k) for k, (t, code, _err) in ended.items() if code != 0)
             if bad:
                 return pending, f"node {bad[0][1]} failed" + (f" ({e})" if (e := ended[bad[0][1]][2]) else "")
+            if here.gone():
+                return pending, "the run dir was removed"
             if watch and (verdict := watch.poll()):
                 return pending, hang_watch.describe(verdict)
         return pending, f"got {signal.Signals(intr.signal).name}" if intr.got else "interrupted"
