@@ -3,8 +3,9 @@
 It appends the rank's stdout/stderr to <run dir>/logs/node<K>/rank<R>.log after a header line naming the
 attempt, runs the program as a child in its own process group (it dies with the wrapper: PR_SET_PDEATHSIG),
 passes stop signals on and records how the rank ended in status/rank<R>.json, with why when it can tell
-(launchers.rankcause: the exception line of its traceback, an OOM kill). Stdlib only: it costs a few
-milliseconds per rank.
+(launchers.rankcause: the exception line of its traceback, an OOM kill). A secret the job names (--secret, or an
+env secret still ***: secretenv.NAMES_ENV) that is not set or is *** refuses the start: one line, exit 2.
+Stdlib only: it costs a few milliseconds per rank.
 
 Stop signals (issue: a program must get each stop exactly once): the agent's stop reaches only this wrapper
 (the program is in another process group), which passes each kind of signal on once. A signal that a Slurm
@@ -144,8 +145,10 @@ def main(argv: list[str]) -> int:
         os.write(2, f"launch rankexec: rank {rank}: cannot open its log: {e}\n".encode())
         return 2
     base = dict(rank=rank, node=node, attempt=attempt)
+    from .secretenv import unusable              # a secret not given (or ***) is never handed to the program
+    why = unusable(env)
     try:
-        bound, refused = bind(env), None
+        bound, refused = (bind(env), None) if why is None else ({}, why)
     except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set) or an OSError of sched_setaffinity
         bound, refused = {}, e
     cpus = f"cpu-bind {bound['cpu_bind']}: CPUs {bound['cpus']} | " if "mempolicy" in bound else ""
@@ -158,7 +161,7 @@ def main(argv: list[str]) -> int:
         os.write(fd, line)
         os.write(2, line)
         record(run_dir, dict(base, time=time.time(), pid=None, cpu_bind=env.get("LAUNCH_CPU_BIND"),
-                             error=str(refused), exit_code=2, signal=None))
+                             error=str(refused), exit_code=2, signal=None, **({"reason": why} if why else {})))
         return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     oom = rankcause.OomWatch()                   # the cgroup's oom_kill counter before the program runs
