@@ -13,6 +13,7 @@ from typing import Any, Callable, TextIO
 from . import layout, manifest, snapshot
 from .backends.base import Backend, busy_line, verdict_code
 from .errors import LaunchError
+from .firstfail import describe as describe_failure
 from .jobenv import resolve_job_env
 from .rundir import TERMINAL, RunDir, new_run_id
 from .secretenv import refuse_missing
@@ -162,7 +163,7 @@ def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_le
     while backend.owns_restarts and code == 1 and restarts_left > 0:
         restarts_left -= 1
         ff = rd.read_status().get("first_failure")
-        print(f"launch: attempt {plan.attempt} failed ({_describe_failure(ff)}); restarting from "
+        print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); restarting from "
               f"{_resume_point(rd)} ({restarts_left} restarts left)", file=sys.stderr)
         attempt = len(rd.read_run_yaml()["attempts"])
         plan = backend.plan(spec, rd.run_id, attempt=attempt)
@@ -190,26 +191,13 @@ def end_line(st: dict[str, Any]) -> str:
     INTERRUPTED (Ctrl-C)`: the one line every backend ends with."""
     state, reason = st.get("state"), st.get("reason") or ""
     if state == "FAILED":
-        what = _describe_failure(st["first_failure"]) if st.get("first_failure") else reason or "no rank recorded a failure"
+        what = describe_failure(st["first_failure"]) if st.get("first_failure") else reason or "no rank recorded a failure"
         return f"launch: run FAILED ({what})"
     if state == "CANCELLED" and st.get("stopped_by") == "SIGINT":
         return f"launch: run INTERRUPTED ({reason or 'Ctrl-C'})"
     if state == "CANCELLED":
         return f"launch: run CANCELLED ({reason or 'stopped'})"
     return f"launch: run {state}"
-
-
-def _describe_failure(ff: dict | None) -> str:
-    """`rank 1 on node 1, exit code 1: RuntimeError: boom` (a rank's exception line, or its reason, e.g. out of
-    memory, when its wrapper found one); a hang or a lost host: its reason in place of an exit code."""
-    if not ff:
-        return "no rank recorded a failure"
-    how = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff['exit_code']}" \
-        if ff.get("exit_code") is not None else None
-    why = ff.get("exception") or (ff.get("reason") if ff.get("rank") is not None else None)
-    how = f"{how}: {why}" if how and why else how or ff.get("reason") or "no exit code"    # a hang, a lost host
-    where = f"rank {ff['rank']} on node {ff['node']}" if ff.get("rank") is not None else f"node {ff.get('node')}"
-    return f"{where}, {how}"
 
 
 def cancel(path: str) -> str | None:
@@ -274,7 +262,7 @@ def format_status(st: dict[str, Any]) -> str:
     if nodes:
         lines.append("nodes:      " + "  ".join(f"node{k}={v}" for k, v in sorted(nodes.items(), key=lambda kv: int(kv[0]))))
     if st.get("first_failure"):
-        lines.append(f"first failure: {_describe_failure(st['first_failure'])}")
+        lines.append(f"first failure: {describe_failure(st['first_failure'])}")
     if st.get("hang"):
         lines.append(explain.format_hang(st["hang"]))
     if st.get("surviving_pids"):

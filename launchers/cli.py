@@ -145,7 +145,7 @@ def _env_named(backend: str):
         for flag, var in env.items():
             if re.search(re.escape(flag) + r"\b(?!-)", msg):
                 msg = re.sub(re.escape(flag) + r"\b(?!-)", f"{flag} (from ${var})", msg, count=1)
-        raise LaunchError(msg) from None
+        raise type(e)(msg) from None          # its kind kept (RunDirGone: exit 1)
 
 
 @main.command(context_settings=RUN_SETTINGS, epilog=EXAMPLES)

@@ -159,7 +159,7 @@ def cleanup_line(spec: JobSpec, run_id: str, node: int) -> str:
 
 
 def host_check(spec: JobSpec) -> dict[str, list[str]]:
-    """What an SSH host's preflight (launchers.remote CHECK) looks for when the job runs in a container: the
+    """What a node's preflight (launchers.nodecheck CHECK) looks for when the job runs in a container: the
     runtime on PATH and launchers (its host agent); not torch nor the program (the image has them: looking a
     module up on the host would import its packages there)."""
     if not in_container(spec):

@@ -18,3 +18,10 @@ def brief(value: object, limit: int = 60) -> str:
     r.maxlevel = 2
     text = r.repr(value)
     return text if len(text) <= limit + 10 else text[:limit] + "..."
+
+
+class RunDirGone(LaunchError):
+    """The run dir was removed while its run ran (the one LaunchError raised after a start): every rank was
+    stopped and nothing recorded (a record would recreate half a run dir); exit 1."""
+
+    exit_code = 1

@@ -42,6 +42,33 @@ def decide(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
     return ff
 
 
+def describe(ff: dict[str, Any] | None) -> str:
+    """`rank 1 on node 1, exit code 1: RuntimeError: boom` (a rank's exception line, or its reason, e.g. out of
+    memory, when its wrapper found one); a hang or a lost host: its reason in place of an exit code."""
+    if not ff:
+        return "no rank recorded a failure"
+    where = f"rank {ff['rank']} on node {ff['node']}" if ff.get("rank") is not None else f"node {ff.get('node')}"
+    return f"{where}, {how(ff) or 'no exit code'}"
+
+
+def how(ff: dict[str, Any], node_code: int | None = None) -> str | None:
+    """How the failure ended and why: `exit code 1: RuntimeError: boom`, `signal SIGKILL: out of memory ...`; a
+    node's failure without a rank record: its reason (a hang, a lost host), else its exit code when given."""
+    code = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff['exit_code']}" \
+        if ff.get("exit_code") is not None else None
+    why = ff.get("exception") or (ff.get("reason") if ff.get("rank") is not None else None)
+    if code and why:
+        return f"{code}: {why}"
+    return code or ff.get("reason") or (f"exit code {node_code}" if node_code is not None else None)
+
+
+def node_failed(ff: dict[str, Any], node_code: int | None = None) -> str:
+    """What a node's `failed` line says of the first failure on it: `rank 1, exit code 1: RuntimeError: boom`,
+    or the node's own reason (`connection lost (...)`) or exit code."""
+    what = how(ff, node_code) or "no exit code"
+    return f"rank {ff['rank']}, {what}" if ff.get("rank") is not None else what
+
+
 def killed_after_grace(recs: list[dict[str, Any]]) -> str | None:
     """`ranks 0, 1 did not stop within 3 s; killed`, or None when no rank was killed after the stop grace."""
     killed = sorted((r for r in recs if r.get("killed_after_grace")), key=lambda r: r["rank"])

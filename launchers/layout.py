@@ -204,6 +204,36 @@ def agent_header(attempt: int | str, node: int, where: str = "") -> str:
     return f"===== launch attempt {attempt} | node {node}{at} | {time.strftime('%F %T')} =====\n"
 
 
+class Presence:
+    """A run dir as an attempt found it at its start (the directory's device and inode, run.yaml in it): gone()
+    once it was removed or replaced while the attempt ran (`rm -rf`); gone_line() is the launcher's one line."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir, self.ident = run_dir, _ident(run_dir)
+
+    def gone(self) -> bool:
+        return self.ident is None or _ident(self.run_dir) != self.ident or not os.path.exists(path(self.run_dir, "run_yaml"))
+
+    def gone_line(self) -> str:
+        return (f"run dir {self.run_dir!r} was removed while the run ran; the job is cancelled (every rank stopped "
+                "now): its records could not be kept")
+
+
+def _ident(d: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(d)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def present(run_dir: str) -> None:
+    """A record is written only into a run dir that is there: FileNotFoundError when it was removed (writing would
+    recreate half a run dir)."""
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(errno.ENOENT, "the run dir is gone", run_dir)
+
+
 # ------------------------------------------------------------------------------------------ atomic writes
 
 def atomic_write(path: str, text: str, durable: bool = True) -> None:

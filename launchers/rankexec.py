@@ -3,8 +3,9 @@
 It appends the rank's stdout/stderr to <run dir>/logs/node<K>/rank<R>.log after a header line naming the
 attempt, runs the program as a child in its own process group (it dies with the wrapper: PR_SET_PDEATHSIG),
 passes stop signals on and records how the rank ended in status/rank<R>.json, with why when it can tell
-(launchers.rankcause: the exception line of its traceback, an OOM kill). Stdlib only: it costs a few
-milliseconds per rank.
+(launchers.rankcause: the exception line of its traceback, an OOM kill). A secret the job names (--secret, or an
+env secret still ***: secretenv.NAMES_ENV) that is not set or is *** refuses the start: one line, exit 2.
+Stdlib only: it costs a few milliseconds per rank.
 
 Stop signals (issue: a program must get each stop exactly once): the agent's stop reaches only this wrapper
 (the program is in another process group), which passes each kind of signal on once. A signal that a Slurm
@@ -160,14 +161,17 @@ def main(argv: list[str]) -> int:
     run_dir = env.get("LAUNCH_RUN_DIR") or os.getcwd()
     try:                                         # never through a symlink out of the run dir: one line, exit 2
         log = layout.own_path(run_dir, "rank_log", node=node, rank=rank)
+        layout.present(run_dir)                  # a removed run dir is not recreated
         os.makedirs(os.path.dirname(log), exist_ok=True)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
     except (LaunchError, OSError) as e:
         os.write(2, f"launch rankexec: rank {rank}: cannot open its log: {e}\n".encode())
         return 2
     base = dict(rank=rank, node=node, attempt=attempt)
+    from .secretenv import unusable              # a secret not given (or ***) is never handed to the program
+    why = unusable(env)
     try:
-        bound, refused, workdir = bind(env), None, snapshot_dir(env)
+        bound, refused, workdir = (bind(env), None, snapshot_dir(env)) if why is None else ({}, why, None)
     except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set, no snapshot) or sched_setaffinity's
         bound, refused, workdir = {}, e, None
     cpus = f"cpu-bind {bound['cpu_bind']}: CPUs {bound['cpus']} | " if "mempolicy" in bound else ""
@@ -180,7 +184,7 @@ def main(argv: list[str]) -> int:
         os.write(fd, line)
         os.write(2, line)
         record(run_dir, dict(base, time=time.time(), pid=None, cpu_bind=env.get("LAUNCH_CPU_BIND"),
-                             error=str(refused), exit_code=2, signal=None))
+                             error=str(refused), exit_code=2, signal=None, **({"reason": why} if why else {})))
         return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     oom = rankcause.OomWatch()                   # the cgroup's oom_kill counter before the program runs

@@ -166,6 +166,7 @@ class RunDir:
         with _held_guard:
             depth, f = _held.get(self.path, (0, None))
             if depth == 0:
+                layout.present(self.path)            # never recreates a removed run dir
                 os.makedirs(layout.own_path(self.path, "records"), exist_ok=True)
                 f = open(layout.own_path(self.path, "lock"), "a")
                 fcntl.flock(f, fcntl.LOCK_EX)
@@ -247,6 +248,7 @@ class RunDir:
 
     # ------------------------------------------------------------------ per-rank and per-node records
     def write_rank_record(self, rec: dict[str, Any]) -> None:
+        layout.present(self.path)
         layout.atomic_write(layout.own_path(self.path, "rank_record", rank=rec["rank"]), json.dumps(rec), durable=False)
 
     def rank_exits(self, attempt: int) -> list[dict[str, Any]]:
@@ -261,6 +263,7 @@ class RunDir:
         return sorted(out, key=lambda r: r["time"])
 
     def write_node_record(self, node: int, rec: dict[str, Any]) -> None:
+        layout.present(self.path)
         layout.atomic_write(layout.own_path(self.path, "node_record", node=node), json.dumps(rec), durable=False)
 
     def node_records(self, nnodes: int, attempt: int) -> dict[int, dict[str, Any]]:

@@ -19,6 +19,7 @@ from .errors import LaunchError, brief
 from .values import check_env_value
 
 REDACTED = "***"
+NAMES_ENV = "LAUNCH_PRIVATE_ENV"     # the secrets each rank's wrapper checks before its program starts (their names)
 NAME_MARKERS = ("TOKEN", "KEY", "SECRET", "PASS")          # PASS: PASSWORD, PASSWD, MY_DB_PASS
 URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s/@]+@")
 TOKEN = re.compile(r"[A-Za-z0-9_-]{32,}")
@@ -48,8 +49,9 @@ def looks_secret(value: str) -> str | None:
 
 
 def secret_keys(env: Mapping[str, str], names: Iterable[str] = ()) -> set[str]:
-    """The variables of env whose value is secret: named in `names`, by their name, or by their value."""
-    names = set(names)
+    """The variables of env whose value is secret: named in `names`, by their name, or by their value; NAMES_ENV
+    too (the secrets' names stay off command lines as well)."""
+    names = {*names, NAMES_ENV}
     return {k for k, v in env.items() if k in names or secret_name(k) or looks_secret(v)}
 
 
@@ -125,3 +127,20 @@ def refuse_missing(recorded: Mapping[str, Any], environ: Mapping[str, str], path
         one = len(gone) == 1
         raise LaunchError(f"run {path!r} needs {', '.join(gone)} from your environment ({'a secret' if one else 'secrets'}"
                           f": not kept in the run dir); export {'it' if one else 'them'} and resume again")
+
+
+def needed(env: Mapping[str, str], names: Iterable[str]) -> list[str]:
+    """The variables a rank must be given a real value of (NAMES_ENV): the --secret names, and the job's env
+    values still REDACTED (a spec read back from run.yaml whose value nothing gave again)."""
+    return sorted({*names, *(k for k, v in env.items() if v == REDACTED)})
+
+
+def unusable(environ: Mapping[str, str]) -> str | None:
+    """A rank's wrapper, before its program starts: why a secret of NAMES_ENV cannot be handed to the program
+    (not set, or the placeholder REDACTED), one line naming it; None when every one has a value."""
+    for name in filter(None, (environ.get(NAMES_ENV) or "").split(",")):
+        if environ.get(name) in (None, REDACTED):
+            what = "is not set" if name not in environ else f"is the placeholder {REDACTED}"
+            return (f"secret {name} {what} in this rank's environment (run dirs keep no secret); give it where the "
+                    "job starts (resume: your environment; Slurm: the job's) -- the program was not started")
+    return None

@@ -13,7 +13,7 @@ from typing import Mapping
 
 from . import layout
 from .cpubind import ENV as CPU_BIND_ENV
-from .secretenv import secret_keys
+from .secretenv import NAMES_ENV, needed, secret_keys
 from .snapshot import ENV as SNAPSHOT_ENV
 from .spec import JobSpec, redact_env
 
@@ -107,6 +107,8 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
     env[CPU_BIND_ENV] = spec.cpu_bind                 # the rank wrapper binds each rank from its node's topology
     if one_machine and spec.nodes > 1:
         env[CPU_BIND_ENV + "_SLOT"] = f"{node_rank * spec.gpus_per_node}/{spec.world_size}"
+    if names := needed(dict(spec.env), (k for k, _ in spec.secrets)):    # each rank's wrapper checks them
+        env[NAMES_ENV] = ",".join(names)
     if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
         env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
     if spec.snapshot_dir:                             # the rank wrapper runs the program there (--snapshot)

@@ -32,6 +32,7 @@ RESERVED_ENV = {
     "LAUNCH_HANG_TIMEOUT": "--hang-timeout", "PYTHONUNBUFFERED": "launch (always 1)",
     "LAUNCH_CPU_BIND": "--cpu-bind", "LAUNCH_CPU_BIND_SLOT": "--cpu-bind (the local backend: each node's slots)",
     "LAUNCH_SNAPSHOT_DIR": "--snapshot",
+    "LAUNCH_PRIVATE_ENV": "--secret NAME (launch lists the job's secret names there)",
 }
 
 

@@ -188,6 +188,9 @@ CASES = [
          files={".launchignore": "marker.py\n"}),           # refused before the snapshot store is written
     Case("profile-snapshot-word", **prof("snapshot: 'yes'\n", backend="slurm"), needles=("p.yaml", "snapshot",
                                                                                         "'yes'", "expected bool")),
+    Case("env-reserved-private-env", local("--env", "LAUNCH_PRIVATE_ENV=HF_TOKEN"), ("--env LAUNCH_PRIVATE_ENV", "--secret")),
+    Case("secret-reserved-private-env", local("--secret", "LAUNCH_PRIVATE_ENV=@s.txt"),
+         ("--secret LAUNCH_PRIVATE_ENV", "is set by launch"), files={"s.txt": "x\n"}),
     Case("port-plus", local("--master-port", "+29500"), ("'+29500'", "1024-65535")),
     Case("port-fullwidth", local("--master-port", "\uff12\uff19\uff15\uff10\uff10"), ("'\uff12", "1024-65535")),
     Case("port-underscore", local("--master-port", "29_500"), ("'29_500'", "plain decimal")),

@@ -123,7 +123,7 @@ def test_every_backends_dry_run_shows_the_wrapped_commands(tmp_path, monkeypatch
     slurm = SlurmBackend().plan(spec("pyxis", backend="slurm"), "r-1", 0).render()
     assert "--container-image=localhost/train:1" in slurm and " python3 -u -m launchers.backends.slurm.task" in slurm
     assert slurm.count("PYTHONPATH=/opt/launchers:/shared/code/src ") == 2
-    assert slurm.count("LAUNCH_CPU_BIND=auto python3 -m torch.distributed.run ") == 2
+    assert slurm.count(" python3 -m torch.distributed.run ") == 2       # the image's interpreter runs each agent
     podman_on_slurm = SlurmBackend().plan(spec("podman", backend="slurm"), "r-1", 0).render()
     assert "--container-image" not in podman_on_slurm and "-- podman run" not in podman_on_slurm
     assert "podman run --rm" in podman_on_slurm and "/venv/bin/python -u -m launchers" in podman_on_slurm
@@ -214,13 +214,13 @@ def test_doctor_checks_the_runtime_binary():
 
 
 def test_ssh_host_preflight_with_a_container_checks_the_runtime_not_torch(tmp_path):
-    """The host side of `launch ssh`'s preflight (launchers.remote CHECK, stdlib, run as on a host): with a
+    """The host side of `launch ssh`'s preflight (launchers.nodecheck CHECK, stdlib, run as on a host): with a
     container it wants the runtime and launchers, not torch nor the program (the image has them)."""
     import json
     import subprocess
     import sys
 
-    from launchers.remote import CHECK
+    from launchers.nodecheck import CHECK
     arg = {"cwd": str(tmp_path), "program": ["-m", "no_such_module_here"], "dirs": [], "ports": [],
            **container.host_check(spec("apptainer"))}
     arg["binaries"] = ["no-such-runtime-here"]

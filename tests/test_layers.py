@@ -17,6 +17,7 @@ LAYERS = {
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
+        "launchers.nodecheck",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor", "launchers.client",

@@ -94,7 +94,7 @@ def test_record_keeps_names_only_and_resume_needs_them(monkeypatch):
 def test_node_command_secrets_never_on_a_command_line(tmp_path):
     nc = node_command(spec(), node_rank=0, master_addr="a", master_port=1, run_id="rid", attempt=0)
     assert nc.env_dict["MY_DB_PASS"] == "pw-71x" and nc.secret == ("MY_DB_PASS",)
-    assert set(nc.secret_env()) == {"MY_DB_PASS", "DATABASE_URL", "WANDB_API_KEY"}
+    assert set(nc.secret_env()) == {"MY_DB_PASS", "DATABASE_URL", "WANDB_API_KEY", "LAUNCH_PRIVATE_ENV"}  # + their names
     shown = nc.shell()
     assert "MY_DB_PASS=***" in shown and "pw-71x" not in shown and URL not in shown and WANDB not in shown
     (tmp_path / "cfg").write_text("")

@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 
-from .. import procs
+from .. import container, nodecheck, procs
 from ..cpubind import node_plan
+from ..errors import LaunchError, RunDirGone
 from ..follow import follow_in_thread
 from ..hang.watch import LauncherWatch, describe
+from ..layout import Presence
 from ..ports import choose_port
 from ..rundir import TERMINAL, RunDir, exit_fields
 from ..spec import JobSpec
@@ -33,6 +35,15 @@ class LocalBackend(Backend):
         return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER, master_port=port, dist_backend=dist,
                     nodes=node_commands(spec, run_id, attempt, MASTER, port, dist, one_machine=True), cpu_sets=sets)
 
+    def preflight(self, plan: Plan) -> None:
+        """The nodes' python, once (they all run here, in one environment): torch and launchers importable, the
+        program found -- the check an SSH host runs (launchers.nodecheck); one line naming the nodes and python."""
+        spec = plan.spec
+        errors = nodecheck.run_here(spec.python, node_environ(os.environ, plan.nodes[0]), os.getcwd(), spec.program,
+                                    container.host_check(spec))
+        if errors:
+            raise LaunchError(f"{nodecheck.where(spec.nodes)}: {'; '.join(errors)}")
+
     def start(self, plan: Plan, rd: RunDir) -> int:
         attempt, spec = plan.attempt, plan.spec
         rd.mark_running(attempt)
@@ -40,17 +51,18 @@ class LocalBackend(Backend):
         watch = LauncherWatch(rd, plan.run_id, attempt, spec.hang_timeout, spec.nodes, spec.world_size,
                               monitor_here=True) if spec.hang_timeout else None
         thread, stop = follow_in_thread(rd.path) if self.stream else (None, None)
+        here = Presence(rd.path)
         with Interrupts() as intr:
             try:
                 for nc in plan.nodes:
                     log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
                     agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
                 exited_at: dict[int, float] = {}      # node -> when its agent's exit was first seen
-                codes, hung = self._watch(agents, intr, watch, exited_at)
-                if intr.got or hung or any(c not in (0, None) for c in codes):
-                    wait = 0.0 if hung or intr.urgent() else spec.stop_grace + 15
+                codes, why = self._watch(agents, intr, watch, exited_at, here)
+                if intr.got or why or any(c not in (0, None) for c in codes):
+                    wait = 0.0 if why or intr.urgent() else spec.stop_grace + 15      # a hang, a removed run dir: now
                     procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],      # not a reaped pid
-                                   intr.signal or signal.SIGTERM, wait, intr.urgent)
+                                   signal.SIGKILL if why == "gone" else intr.signal or signal.SIGTERM, wait, intr.urgent)
                     codes = [reap(a) for a in agents]
             finally:
                 if watch:
@@ -63,6 +75,8 @@ class LocalBackend(Backend):
         if left:
             print(f"launch: killed {len(left)} process(es) the job left running (pids {', '.join(map(str, left))})",
                   file=sys.stderr, flush=True)
+        if here.gone():       # nothing recorded: a record would recreate half a run dir
+            raise RunDirGone(here.gone_line())
         now = time.time()    # a node that ended in the stop ended after the one that made us stop
         failures = [dict(node=k, time=exited_at.get(k, now), **exit_fields(c))
                     for k, c in enumerate(codes) if c not in (0, None)]
@@ -71,21 +85,24 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _watch(agents: list[subprocess.Popen], intr: Interrupts, watch: LauncherWatch | None,
-               exited_at: dict[int, float]) -> tuple[list, bool]:
-        """Wait until every agent exits, one fails, a hang is decided, or we are interrupted: (codes, hung);
-        exited_at gets the time each agent's exit was seen (the first failure is the earliest in time)."""
+               exited_at: dict[int, float], here: Presence) -> tuple[list, str | None]:
+        """Wait until every agent exits, one fails, a hang is decided, the run dir is removed or we are
+        interrupted: (codes, None | "hung" | "gone"); exited_at gets the time each agent's exit was seen (the
+        first failure is the earliest in time)."""
         while not intr.got:
             codes = [a.poll() for a in agents]
             for k, c in enumerate(codes):
                 if c is not None:
                     exited_at.setdefault(k, time.time())
             if any(c not in (0, None) for c in codes) or all(c is not None for c in codes):
-                return codes, False
+                return codes, None
+            if here.gone():
+                return codes, "gone"
             if watch and (verdict := watch.poll()):
                 print(f"launch: {describe(verdict)}", file=sys.stderr, flush=True)
-                return codes, True
+                return codes, "hung"
             time.sleep(0.05)
-        return [a.poll() for a in agents], False
+        return [a.poll() for a in agents], None
 
     def active(self, rd: RunDir) -> bool:
         return rd.launcher_alive() or bool(procs.tagged_pids(rd.run_id))

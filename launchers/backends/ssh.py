@@ -2,7 +2,7 @@
 
 plan (no network; that is --dry-run) -> preflight (connect all in parallel with verified host keys; on
 every host python/torch/launchers/program present and run dir writable; master port probed on the
-master; the master reachable at MASTER_ADDR:port from every other host) -> start (each host runs the
+master; the master reachable at MASTER_ADDR:port from every other host: backends/sshcheck.py) -> start (each host runs the
 shared builder's command under `python -m launchers.remote run`, on a pty, output streamed as
 "[host] [nK rR] line") -> the first failing node stops the rest (`launchers.remote kill` on each host,
 then a final sweep) -> with --no-shared-storage the staged files are collected into the run dir (SFTP).
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shlex
 import signal
 import stat
@@ -22,16 +21,18 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import container, layout, ports, procs
-from ..errors import LaunchError
+from .. import container, ports, procs
+from ..errors import LaunchError, RunDirGone
+from ..firstfail import node_failed
 from ..hang import watch as hang_watch
 from ..hostfile import ResolvedHost, hosts_from_options, resolve
-from ..remote import CHECK, HEARTBEAT, REACH, env_file
+from ..layout import Presence
+from ..remote import HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import JobSpec, redact_env
-from ..sshconn import (Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, put_private,
-                       run_all)
+from ..sshconn import Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, put_private
+from . import sshcheck
 from .base import Backend, Interrupts, Plan, dist_backend_for, node_code_fields, node_commands
 
 STAGING_ROOT = "/tmp/launch-staging"
@@ -133,69 +134,17 @@ class SSHBackend(Backend):
     def preflight(self, plan: SSHPlan) -> None:
         conns = connect_all(plan.rhosts, plan.settings)
         try:
-            self._check_hosts(plan, conns)
+            port = sshcheck.check_hosts(plan, conns)
+            if port != plan.master_port:          # the master's first free candidate
+                plan.master_port = port
+                plan.nodes = self._commands(plan.spec, plan.node_dir, plan.run_id, plan.attempt, plan.master_addr,
+                                            port, plan.dist_backend)
             if len(conns) > 1:
-                self._check_reach(plan, conns)
+                sshcheck.check_reach(plan, conns)
         except BaseException:
             close_all(conns)
             raise
         self._ready = (id(plan), conns)
-
-    def _check_hosts(self, plan: SSHPlan, conns) -> None:
-        py = shlex.quote(plan.spec.python)
-        tries = [plan.master_port] if plan.port_fixed else ports.candidates(plan.run_id, 16)
-        cmds = []
-        for k in range(len(conns)):
-            arg = {"cwd": plan.cwd, "program": list(plan.spec.program), **container.host_check(plan.spec),
-                   "dirs": [layout.path(plan.node_dir, "node_logs", node=k)], "ports": tries if k == 0 else []}
-            cmds.append(f"{py} -c {shlex.quote(CHECK)} {shlex.quote(json.dumps(arg))}")
-        errors = []
-        say = counted("preflight", len(conns), terminal_only=True)     # a failure stays one line in a log
-        results = run_all(conns, cmds, timeout=60, done=lambda i, r: say(
-            f"host {plan.rhosts[i].label}", "checked" if getattr(r, "exited", None) == 0 else "failed"))
-        for k, (h, r) in enumerate(zip(plan.rhosts, results)):
-            if isinstance(r, BaseException):
-                errors.append(describe(r, h, plan.settings))
-                continue
-            line = next((ln for ln in r.stdout.splitlines() if ln.startswith("CHECK ")), None)
-            if line is None:
-                why = f"python {plan.spec.python!r} not found" if r.exited == 127 else \
-                    (r.stderr.strip().splitlines() or [f"exit code {r.exited}"])[-1]
-                errors.append(f"host {h.label}: {why} (give --python)")
-                continue
-            rec = json.loads(line[6:])
-            errors += [f"host {h.label}: {e}" for e in rec["errors"]]
-            if k == 0 and not rec["errors"]:
-                if "port" not in rec:
-                    raise LaunchError(f"master port {plan.master_port if plan.port_fixed else 'candidates'} in use on "
-                                      f"{h.label}; pick a free --master-port")
-                if rec["port"] != plan.master_port:
-                    plan.master_port = rec["port"]
-                    plan.nodes = self._commands(plan.spec, plan.node_dir, plan.run_id, plan.attempt,
-                                                plan.master_addr, plan.master_port, plan.dist_backend)
-        if errors:
-            raise LaunchError("; ".join(errors))
-
-    def _check_reach(self, plan: SSHPlan, conns) -> None:
-        """The master listens on MASTER_ADDR's port; every other host must connect and read our token."""
-        py = shlex.quote(plan.spec.python)
-        token = secrets.token_hex(8)
-        t = max(plan.settings.timeout_for(h) for h in plan.rhosts)
-        base = {"port": plan.master_port, "token": token, "timeout": t, "addr": plan.master_addr}
-        cmds = [f"{py} -c {shlex.quote(REACH)} " + shlex.quote(json.dumps(
-            dict(base, role="master" if k == 0 else "client", clients=len(conns) - 1))) for k in range(len(conns))]
-        say = counted("reach", len(conns), terminal_only=True)     # a failure stays one line in a log
-        results = run_all(conns, cmds, timeout=t + 30, done=lambda i, r: say(
-            f"host {plan.rhosts[i].label}", "is the master" if i == 0 else
-            "reaches the master" if "REACHED" in getattr(r, "stdout", "") else "cannot reach the master"))
-        bad = []
-        for h, r in zip(plan.rhosts[1:], results[1:]):
-            out = r.stdout.strip() if not isinstance(r, BaseException) else str(r)
-            if "REACHED" not in out:
-                bad.append(f"host {h.label} cannot reach the master at {plan.master_addr}:{plan.master_port} "
-                           f"({out.replace('UNREACHABLE ', '') or 'no answer'})")
-        if bad:
-            raise LaunchError("; ".join(bad) + " - MASTER_ADDR must be the master's address as the hosts see it")
 
     # ------------------------------------------------------------------ start one attempt
     def start(self, plan: SSHPlan, rd: RunDir) -> int:
@@ -233,13 +182,14 @@ class SSHBackend(Backend):
         spec = plan.spec
         watch = hang_watch.LauncherWatch(rd, plan.run_id, plan.attempt, spec.hang_timeout, n, spec.world_size,
                                          monitor_here=False) if spec.hang_timeout else None
+        here = Presence(rd.path)
         with Interrupts() as intr:
             try:
-                pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence)
+                pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence, here)
                 if pending:
                     if not intr.got:                   # a stop was already announced by Interrupts
                         print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
-                    hung = watch is not None and watch.coord.verdict is not None
+                    hung = watch is not None and watch.coord.verdict is not None or here.gone()    # now: no grace
                     self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],
                                        signal.SIGKILL if hung else (intr.signal or signal.SIGTERM))
                 self._stop(plan, conns, [k for k in range(n) if k not in silence.lost], signal.SIGKILL, final=True)
@@ -249,6 +199,9 @@ class SSHBackend(Backend):
                           file=sys.stderr, flush=True)
             finally:
                 pool.shutdown(wait=False)
+        if here.gone():       # nothing collected nor recorded: that would recreate half a run dir
+            close_all(conns)
+            raise RunDirGone(here.gone_line())
         if plan.staged:
             self._collect(plan, conns, rd)
         close_all(conns)
@@ -265,14 +218,17 @@ class SSHBackend(Backend):
 
     @staticmethod
     def _wait_nodes(pending: set, ended: dict, intr: Interrupts, watch: hang_watch.LauncherWatch | None,
-                    silence: Silence) -> tuple[set, str]:
-        """Until every node ended, one failed or went silent, a hang was decided or we are interrupted."""
+                    silence: Silence, here: Presence) -> tuple[set, str]:
+        """Until every node ended, one failed or went silent, a hang was decided, the run dir was removed or we
+        are interrupted."""
         while pending and not intr.got:
             _, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
             silence.check(ended)
             bad = sorted((t, k) for k, (t, code, _err) in ended.items() if code != 0)
             if bad:
                 return pending, f"node {bad[0][1]} failed" + (f" ({e})" if (e := ended[bad[0][1]][2]) else "")
+            if here.gone():
+                return pending, "the run dir was removed"
             if watch and (verdict := watch.poll()):
                 return pending, hang_watch.describe(verdict)
         return pending, f"got {signal.Signals(intr.signal).name}" if intr.got else "interrupted"
@@ -289,11 +245,10 @@ class SSHBackend(Backend):
         code = rd.record_outcome(plan.attempt, nodes, stopped_by=stopped, stopped_at=intr.at, node_failures=failures,
                                  hosts=[h.entry.word for h in plan.rhosts])
         ff = rd.read_status().get("first_failure") or {}
-        if code == 1 and ff.get("node") is not None:
+        if code == 1 and ff.get("node") is not None:     # the rank's exception line too (launchers.rankcause)
             k = ff["node"]
-            what = ff.get("reason") or (f"rank {ff['rank']} exit code {ff.get('exit_code')}" if ff.get("rank") is not None
-                                        else f"exit code {nodes.get(str(k))}")
-            print(f"launch: node {k} on {plan.rhosts[k].label} failed: {what}", file=sys.stderr, flush=True)
+            print(f"launch: node {k} on {plan.rhosts[k].label} failed: {node_failed(ff, nodes.get(str(k)))}",
+                  file=sys.stderr, flush=True)
         return code
 
     # ------------------------------------------------------------------ stopping and sweeping

@@ -52,6 +52,7 @@ class NodeMonitor(threading.Thread):
                 continue              # the run dir is going away (cleanup): nothing to watch any more
 
     def tick(self, now: float) -> None:
+        layout.present(self.run_dir)          # a removed run dir is not recreated by a progress record
         ranks = self.tracker.sample(now)
         by_node: dict[int, dict] = {}
         for r, t in ranks.items():

@@ -1,0 +1,104 @@
+"""The preflight's check of a node, run with the job's python on every node before anything starts (SSH: over
+each host's connection; local: once here, in the nodes' environment): the working directory there, torch and
+launchers importable (importlib.util.find_spec: found, nothing imported), the program present, the node log
+directory creatable, and on the master the first free port of the candidates. Stdlib only.
+
+The check is sent inline (`python -c CHECK JSON`: it works before `launchers` is importable there) and answers
+one line, `CHECK {host, errors[, port]}`; answer() reads it, and says why when the python gave none.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from typing import Mapping, Sequence
+
+CHECK = r'''
+import importlib.util, json, os, shutil, socket, sys, time
+a = json.loads(sys.argv[1]); r = {"host": socket.gethostname(), "errors": []}
+cwd = a["cwd"]
+if os.path.isdir(cwd):
+    os.chdir(cwd); sys.path.insert(0, cwd)
+else:
+    r["errors"].append("working directory %s does not exist there" % cwd)
+for m in a.get("modules", ("torch", "launchers")):
+    try:
+        ok = importlib.util.find_spec(m) is not None
+    except Exception:
+        ok = False
+    if not ok:
+        r["errors"].append("python %s cannot import %s (give --python an interpreter that can)" % (sys.executable, m))
+bins = a.get("binaries") or []
+if bins and not any(shutil.which(b) for b in bins):
+    r["errors"].append("container runtime %s is not on PATH there" % " or ".join(bins))
+prog = a["program"]
+if prog and prog[0] == "-m":
+    try:
+        ok = importlib.util.find_spec(prog[1]) is not None
+    except Exception:
+        ok = False
+    if not ok:
+        r["errors"].append("program module %s cannot be found (cwd %s)" % (prog[1], cwd))
+elif prog and not os.path.isfile(prog[0]):
+    r["errors"].append("program file %s does not exist there" % prog[0])
+for d in a.get("dirs", []):
+    p = d
+    while not os.path.exists(p) and os.path.dirname(p) != p:
+        p = os.path.dirname(p)
+    if not os.access(p, os.W_OK | os.X_OK):
+        r["errors"].append("cannot create %s (%s is not writable)" % (d, p))
+if a.get("ports"):
+    for p in a["ports"]:
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", p)); r["port"] = p; break
+        except OSError:
+            pass
+        finally:
+            s.close()
+print("CHECK " + json.dumps(r), flush=True)
+'''
+TIMEOUT_S = 60
+
+
+def argv(python: str, cwd: str, program: Sequence[str], dirs: Sequence[str] = (), ports: Sequence[int] = (),
+         extra: Mapping[str, list] | None = None) -> list[str]:
+    """The check's command: the job's python, the inline script, its argument (no secret in it); extra: what a
+    container job looks for instead (launchers.container.host_check: modules, runtime binaries, no program)."""
+    arg = {"cwd": cwd, "program": list(program), "dirs": list(dirs), "ports": list(ports), **(extra or {})}
+    return [python, "-c", CHECK, json.dumps(arg)]
+
+
+def shell(words: Sequence[str]) -> str:
+    """argv() as one shell line (what sshd runs)."""
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def answer(stdout: str, stderr: str, code: int | None, python: str) -> tuple[dict | None, list[str]]:
+    """(the check's record, the node's errors) from the python's output; no record when it gave no answer: not
+    found (exit 127) or dead before answering (its last stderr line)."""
+    line = next((ln for ln in stdout.splitlines() if ln.startswith("CHECK ")), None)
+    if line is None:
+        why = f"python {python!r} not found" if code == 127 else \
+            (stderr.strip().splitlines() or [f"exit code {code}"])[-1]
+        return None, [f"{why} (give --python)"]
+    rec = json.loads(line[6:])
+    return rec, list(rec["errors"])
+
+
+def run_here(python: str, env: Mapping[str, str], cwd: str, program: Sequence[str],
+             extra: Mapping[str, list] | None = None) -> list[str]:
+    """The check run on this machine (the local backend's nodes), in the nodes' environment: its errors."""
+    try:
+        r = subprocess.run(argv(python, cwd, program, extra=extra), env=dict(env), cwd=cwd, capture_output=True, text=True,
+                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except OSError as e:
+        return [f"python {python!r} cannot be run ({e.strerror}) (give --python)"]
+    except subprocess.TimeoutExpired:
+        return [f"python {python!r} did not answer the check within {TIMEOUT_S} s"]
+    return answer(r.stdout, r.stderr, r.returncode, python)[1]
+
+
+def where(nodes: int) -> str:
+    """The local backend's nodes, all on this machine, as an error names them."""
+    return "node 0 (this machine)" if nodes == 1 else f"nodes 0-{nodes - 1} (this machine)"
