@@ -119,9 +119,10 @@ def stop_run(run_id: str, agents: Iterable[int], sig: int = signal.SIGTERM, wait
     agents = list(agents)
     for pid in agents:
         kill(pid, sig)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and not urgent() and any(alive(p) for p in agents):
-        time.sleep(0.05)
+    deadline = time.monotonic() + wait_s          # an agent that ended before its rank wrappers (a second signal
+    while time.monotonic() < deadline and not urgent() and \
+            (any(alive(p) for p in agents) or rank_wrappers(run_id)):    # ends torchrun's own wait) leaves
+        time.sleep(0.05)                          # its programs in their grace: they get it all the same
     settle = time.monotonic() + (2.0 if wait_s and not urgent() else 0.0)    # wrappers writing their records
     while tagged_pids(run_id) and time.monotonic() < settle and not urgent():
         time.sleep(0.05)
@@ -129,6 +130,19 @@ def stop_run(run_id: str, agents: Iterable[int], sig: int = signal.SIGTERM, wait
     for pid in killed:
         kill(pid, signal.SIGKILL)
     return killed
+
+
+def is_rank_wrapper(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"launchers.rankexec" in f.read()
+    except OSError:
+        return False
+
+
+def rank_wrappers(run_id: str) -> list[int]:
+    """The live rank wrappers (launchers.rankexec) of a run on this machine."""
+    return [p for p in tagged_pids(run_id) if is_rank_wrapper(p)]
 
 
 def kill(pid: int, sig: int) -> None:

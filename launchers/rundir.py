@@ -26,9 +26,10 @@ from .hang.verdict import hang_failure, hang_reason
 from .procs import exit_fields      # noqa: F401  (its home: procs; imported from here by the backends)
 from .secretenv import REDACTED
 from .spec import JobSpec, redact_env
+from .stops import ENDINGS, exit_code
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+TERMINAL = tuple(ENDINGS)                      # the one table of endings: launchers.stops
 EMPTY_STATUS = {"state": "PENDING", "attempt": 0, "nodes": {}, "first_failure": None}
 
 _held: dict[str, tuple[int, Any]] = {}       # run dir -> (depth, open lock file): the lock is re-entrant
@@ -295,7 +296,7 @@ class RunDir:
                     ("Ctrl-C" if stopped_by == "SIGINT" else f"by {stopped_by}")
                 self.update_status(state="CANCELLED", nodes=nodes, first_failure=ff, stopped_by=stopped_by,
                                    reason=join(reason or how, killed))
-                return 130 if stopped_by == "SIGINT" else 143
+                return exit_code({"state": "CANCELLED", "stopped_by": stopped_by})
             if nodes and all(c == 0 for c in nodes.values()) and not node_failures:
                 self.update_status(state="COMPLETED", nodes=nodes, first_failure=None, reason=None)
                 return 0
