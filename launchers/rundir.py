@@ -297,11 +297,12 @@ class RunDir:
                 self.update_status(state="CANCELLED", nodes=nodes, first_failure=ff, stopped_by=stopped_by,
                                    reason=join(reason or how, killed))
                 return exit_code({"state": "CANCELLED", "stopped_by": stopped_by})
-            if nodes and all(c == 0 for c in nodes.values()) and not node_failures:
-                self.update_status(state="COMPLETED", nodes=nodes, first_failure=None, reason=None)
-                return 0
             hang = st.get("hang") or {}
-            if hang.get("attempt") == attempt and hang.get("stalled_ranks"):
+            hung = hang.get("attempt") == attempt and hang.get("stalled_ranks")   # a hang's stop is FAILED, even
+            if not hung and nodes and all(c == 0 for c in nodes.values()) and not node_failures:   # if every
+                self.update_status(state="COMPLETED", nodes=nodes, first_failure=None, reason=None)  # program
+                return 0                                                                 # ended well on the stop
+            if hung:
                 ff, reason = hang_failure(hang, hosts), reason or hang_reason(hang)
             else:
                 ff = self.decide_first_failure(attempt, node_failures, hosts)

@@ -98,9 +98,20 @@ def test_local_program_ignoring_the_stop_is_killed_after_the_grace(workdir):
 def test_local_survivor_of_a_peer_crash_or_a_hang_gets_one_stop_and_the_grace(workdir, how):
     """1 node x 2: rank 1's program is SIGKILLed (a crash) or SIGSTOPped until --hang-timeout fires; rank 0 gets
     one SIGTERM (the run's --stop-signal) and the grace: its 2 s cleanup completes. The run FAILED on rank 1."""
+    check_survivor(["local", "--nodes", "1", "--gpus-per-node", "2"], how)
+
+
+@pytest.mark.ssh
+def test_ssh_survivor_of_a_hang_gets_one_stop_and_the_grace(workdir):
+    """The same on one SSH host (the launcher stops the host's agent for the hang: no longer SIGKILL)."""
+    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the SSH test hosts", st.returncode == 0, "make ssh-up")
+    check_survivor([*SSH[:2], "sshhost1", *SSH[3:], "--gpus-per-node", "2"], "hang")
+
+
+def check_survivor(backend_args, how):
     hang = ["--hang-timeout", "3"] if how == "hang" else []
-    proc = start(["local", "--nodes", "1", "--gpus-per-node", "2"], "runs/p", *hang, "--env", "TEST_CLEANUP_S=2",
-                 world=2)
+    proc = start(backend_args, "runs/p", *hang, "--env", "TEST_CLEANUP_S=2", world=2)
     run_id = yaml.safe_load(Path("runs/p/run.yaml").read_text())["run_id"]
     os.kill(rank_programs(run_id)[1][0], signal.SIGSTOP if how == "hang" else signal.SIGKILL)
     out, err = proc.communicate(timeout=120)

@@ -44,3 +44,17 @@ def test_one_name_per_ending_everywhere(st, code, line):
     assert tuple(stops.ENDINGS) == TERMINAL
     assert stops.exit_code(st) == code and api.end_line(st) == line
     assert line.split()[2] == st["state"] == RunStatus.from_dict(st).state      # the end line names the state
+
+
+def test_a_hang_stop_is_failed_even_when_every_program_ended_well_on_it(tmp_path):
+    """The survivors of a hang clean up and may exit 0 on the stop: the attempt still FAILED, on the hung rank."""
+    from launchers.rundir import RunDir
+    from launchers.spec import JobSpec
+    rd = RunDir.create(JobSpec("local", 1, 2, ("t.py",), (), str(tmp_path / "r"), "r"), "r-1234", {})
+    hang = {"attempt": 0, "stalled_ranks": [1], "waiting_ranks": [0], "since": 1.0, "timeout": 3, "dir": "d",
+            "ranks": {"1": {"why": "process stopped", "node": 0}, "0": {"why": "in all_reduce", "node": 0}}}
+    rd.update_status(hang=hang)
+    assert rd.record_outcome(0, {"0": 0}) == 1
+    st = rd.read_status()
+    assert st["state"] == "FAILED" and st["first_failure"]["rank"] == 1, st
+    assert api.end_line(st) == "launch: run FAILED (rank 1 on node 0, hang: process stopped)"
