@@ -26,7 +26,7 @@ from .hang.verdict import hang_failure, hang_reason
 from .procs import exit_fields      # noqa: F401  (its home: procs; imported from here by the backends)
 from .secretenv import REDACTED
 from .spec import JobSpec, redact_env
-from .stops import ENDINGS, exit_code
+from .stops import ENDINGS, exit_code, stopped_reason
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
 TERMINAL = tuple(ENDINGS)                      # the one table of endings: launchers.stops
@@ -292,8 +292,7 @@ class RunDir:
                 ff = self.first_failure(attempt)
                 if ff is not None and (stopped_at is None or ff["time"] >= stopped_at):
                     ff = None
-                how = "by launch cancel" if st.get("cancel_requested") else \
-                    ("Ctrl-C" if stopped_by == "SIGINT" else f"by {stopped_by}")
+                how = stopped_reason(stopped_by, bool(st.get("cancel_requested")))
                 self.update_status(state="CANCELLED", nodes=nodes, first_failure=ff, stopped_by=stopped_by,
                                    reason=join(reason or how, killed))
                 return exit_code({"state": "CANCELLED", "stopped_by": stopped_by})

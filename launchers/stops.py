@@ -56,3 +56,8 @@ def exit_code(st: dict[str, Any]) -> int:
     if state == "CANCELLED" and st.get("stopped_by") == "SIGINT":
         return INTERRUPT_CODE
     return ENDINGS.get(state, 1)
+
+
+def stopped_reason(stopped_by: str, cancel_requested: bool = False) -> str:
+    """A CANCELLED run's reason, the same on every backend: `by launch cancel`, `Ctrl-C` or `by SIGTERM`."""
+    return "by launch cancel" if cancel_requested else "Ctrl-C" if stopped_by == "SIGINT" else f"by {stopped_by}"

@@ -44,6 +44,8 @@ def test_one_name_per_ending_everywhere(st, code, line):
     assert tuple(stops.ENDINGS) == TERMINAL
     assert stops.exit_code(st) == code and api.end_line(st) == line
     assert line.split()[2] == st["state"] == RunStatus.from_dict(st).state      # the end line names the state
+    if st.get("stopped_by"):               # the reason every backend records for a stop
+        assert stops.stopped_reason(st["stopped_by"], "cancel" in st["reason"]) == st["reason"]
 
 
 def test_a_hang_stop_is_failed_even_when_every_program_ended_well_on_it(tmp_path):

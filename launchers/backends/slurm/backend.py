@@ -26,7 +26,7 @@ from ... import __version__, layout, procs
 from ...errors import LaunchError
 from ...rundir import TERMINAL, RunDir
 from ...spec import JobSpec, redact_env
-from ...stops import exit_code, wait_s
+from ...stops import exit_code, stopped_reason, wait_s
 from ..base import Backend, Plan
 from . import status as slurm_status
 from .after import check_parent, resolve_after
@@ -174,9 +174,10 @@ class SlurmBackend(Backend):
             for s, h in old.items():
                 signal.signal(s, h)
         code = finalize(rd.path, plan.attempt, in_allocation=True)
-        if interrupted:
-            rd.update_status(state="CANCELLED", reason=f"launcher got {signal.Signals(interrupted[0]).name}")
-            return 130
+        if interrupted:                   # recorded as every backend records a stop (launchers.stops)
+            by = signal.Signals(interrupted[0]).name
+            return exit_code(rd.update_status(state="CANCELLED", stopped_by=by, first_failure=None,
+                                              reason=stopped_reason(by, bool(rd.read_status().get("cancel_requested")))))
         return code
 
     # ------------------------------------------------------------------ watch / cancel
