@@ -14,13 +14,19 @@ $(STAMP): requirements.txt requirements-deepspeed.txt requirements-frameworks.tx
 	command -v c++ >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q build-essential || \
 	  { apt-get update -q && apt-get install -y -q build-essential; }; }   # DeepSpeed's CPU op
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -r requirements.txt
-	$(BIN)/pip install -q --no-build-isolation --no-deps -r requirements-deepspeed.txt
-	$(BIN)/pip install -q --no-deps -r requirements-frameworks.txt   # Lightning, Accelerate (docs/FRAMEWORKS.md)
-	$(BIN)/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
-	$(BIN)/python -m compileall -q launchers workloads nccl_tuning >/dev/null   # editable installs get no bytecode
-	$(BIN)/python -m workloads.common.dsops   # prebuild DeepSpeed's CPU op once (~75 s) into .venv/torch_extensions
+	$(BIN)/pip install -q --no-compile torch==2.13.0
+	$(BIN)/pip install -q --no-compile -r requirements.txt
+	$(BIN)/pip install -q --no-compile --no-build-isolation --no-deps -r requirements-deepspeed.txt
+	# The rest side by side on the 2 cores: DeepSpeed's CPU op prebuilt once into .venv/torch_extensions (~20 s),
+	# the frameworks and the project installed, then every module byte-compiled in parallel (pip's own compile
+	# is one file at a time: --no-compile above, compileall -j 0 here, its errors ignored as pip ignores them: torch
+	# ships a Python 3.12-only test file; editable installs get no bytecode at all).
+	$(BIN)/python -m workloads.common.dsops & ds=$$!; \
+	  $(BIN)/pip install -q --no-compile --no-deps -r requirements-frameworks.txt && \
+	  $(BIN)/pip install -q --no-compile --no-deps --no-build-isolation --config-settings editable_mode=compat -e . && \
+	  { $(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+	    >/dev/null 2>&1; $(BIN)/python -m compileall -q -j 0 launchers workloads nccl_tuning >/dev/null; }; rc=$$?; \
+	  wait $$ds || rc=1; exit $$rc
 	touch $@
 
 venv: $(STAMP)

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from . import layout
+from . import layout, manifest, snapshot
 from .backends.base import Backend, busy_line
 from .stops import exit_code
 from .errors import LaunchError
@@ -35,17 +35,19 @@ def get_backend(name: str) -> Backend:
 
 
 def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
-    spec = resolve_job_env(spec, sys.stderr)
+    spec = snapshot.take(resolve_job_env(spec, sys.stderr))     # --snapshot: named (hashed); written below
     backend = get_backend(spec.backend)
     run_id = new_run_id(spec)
     plan = backend.plan(spec, run_id, attempt=0)
     spec = plan.spec          # a backend may settle the shape (ssh: hosts and slots=)
     if dry_run:
-        out.write(plan.render())
+        out.write(snapshot.dry_run_line(spec) + plan.render())
         return 0
     backend.preflight(plan)
     _gpu_preflight(spec, plan)
+    snapshot.commit(spec)
     rd = RunDir.create(spec, run_id, plan.record())
+    manifest.write_launcher(rd.path, spec, plan)
     _make_nccl_dirs(spec, plan.dist_backend)
     print(f"launch: run dir {rd.path}", file=sys.stderr)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
@@ -76,7 +78,8 @@ make_nccl_dirs = _make_nccl_dirs          # public: a Slurm sweep's array create
 def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,
            dry_run: bool = False, out: TextIO = sys.stdout, adopt: bool = False) -> int:
     """A new attempt of the recorded spec (optionally a new shape or new program args), run where the run dir
-    is now: a moved run dir resumes into itself; a copy is refused unless adopted (a new run id)."""
+    is now: a moved run dir resumes into itself; a copy is refused unless adopted (a new run id). The run's
+    snapshot is kept unless changes["snapshot"] says otherwise (True: a new one of its tree; False: none)."""
     rd = RunDir.open(path)
     data = rd.read_run_yaml()
     refuse_missing(data["spec"], os.environ, rd.path)        # a secret is never `***` to the program
@@ -87,19 +90,23 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
                           f"--adopt is only for a copy of another run dir; {rd.path!r} is not one: resume it without")
     if not adopt:                                 # an adopted copy's recorded state is the original's
         _refuse_busy(backend, rd)
-    spec = rd.spec().replace(run_dir=rd.path, **{k: v for k, v in changes.items() if v is not None})
+    changes = dict(changes)
+    store = snapshot.store_for(rd.path, os.path.dirname(rd.path))      # a run that had none: beside it
+    spec = snapshot.for_resume(rd.spec(), changes.pop("snapshot", None), store)
+    spec = spec.replace(run_dir=rd.path, **{k: v for k, v in changes.items() if v is not None})
     if program_args is not None:
         spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
-    spec = resolve_job_env(spec, sys.stderr)
+    spec = snapshot.take(resolve_job_env(spec, sys.stderr))
     layout.check_own_dirs(rd.path)                # nothing is written through a symlink out of the run dir
     run_id = new_run_id(spec) if adopt else data["run_id"]
     plan = backend.plan(spec, run_id, attempt=len(data["attempts"]))
     spec = plan.spec
     if dry_run:
-        out.write(plan.render())
+        out.write(snapshot.dry_run_line(spec) + plan.render())
         return 0
     backend.preflight(plan)
     _gpu_preflight(spec, plan)
+    snapshot.commit(spec)
     if adopt:
         rd.write_run_yaml(dict(data, run_id=run_id, adopted_from={"run_id": data["run_id"],
                                                                    "run_dir": data["spec"]["run_dir"]}))
@@ -108,6 +115,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         runindex.note(rd.path)
     rd.claim_attempt(spec, plan.record(), plan.attempt,                 # under the lock
                      (lambda st: None) if adopt else (lambda st: _busy_line(backend, rd, st)))
+    manifest.write_launcher(rd.path, spec, plan)
     _make_nccl_dirs(spec, plan.dist_backend)
     return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
 
@@ -241,7 +249,8 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
     st.update(run_dir=rd.path, run_id=data["run_id"], backend=spec["backend"],
               shape=f"{spec['nodes']}x{spec['gpus_per_node']}", last_step=rd.last_step(),
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
-              nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify))
+              nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),
+              snapshot=spec.get("snapshot_dir") or None)
     if ranks:
         st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0))
     return st
@@ -266,6 +275,8 @@ def format_status(st: dict[str, Any]) -> str:
     if st.get("surviving_pids"):
         lines.append(f"still alive: pids {', '.join(map(str, st['surviving_pids']))} (`launch cancel "
                      f"{st['run_dir']}` ends them)")
+    if st.get("snapshot"):
+        lines.append(f"snapshot:   {os.path.basename(st['snapshot'])}  ({st['snapshot']})")
     lines.append(f"last step:  {st['last_step'] if st['last_step'] is not None else '-'}")
     lines.append(explain.format_checkpoint(st.get("checkpoint")) if "checkpoint" in st
                  else f"checkpoint: {st['latest_checkpoint'] or '-'}")

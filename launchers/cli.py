@@ -98,6 +98,8 @@ def main() -> None:
 
 
 def _click_option(o: Opt, env: str | None = None):
+    if o.kind == "switch":
+        return click.option(f"{o.cli_flag}/--no-{o.cli_flag[2:]}", o.key, default=None, help=o.help or None)
     if o.kind == "flag":
         return click.option(o.cli_flag, o.key, is_flag=True, default=None, help=o.help or None)
     return click.option(o.cli_flag, o.key, default=None, multiple=o.kind == "multi", help=o.help or None,
@@ -178,9 +180,11 @@ def slurm(**kw):
 @click.option("--dry-run", is_flag=True)
 @click.option("--adopt", is_flag=True, help="RUN is a copy of another run dir: resume it as a run of its own "
               "(a new run id).")
+@_click_option(Opt("snapshot", (bool,), "Default: keep the run's snapshot. --snapshot: a new snapshot of the run's "
+                   "tree as it is now; --no-snapshot: run from the tree itself.", kind="switch"))
 @click.argument("program_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
-def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, program_args):
+def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, snapshot, program_args):
     """Start a new attempt of RUN; the workload continues from checkpoints/latest.
 
     New program arguments (replacing the recorded ones) go after `--`. Every path of the attempt is RUN where
@@ -191,7 +195,8 @@ def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, program_args
     from .spec import positive_int
     changes = {"nodes": positive_int("--nodes", nodes) if nodes is not None else None,
                "gpus_per_node": positive_int("--gpus-per-node", gpus_per_node) if gpus_per_node is not None else None,
-               "max_restarts": positive_int("--max-restarts", max_restarts, 0) if max_restarts is not None else None}
+               "max_restarts": positive_int("--max-restarts", max_restarts, 0) if max_restarts is not None else None,
+               "snapshot": snapshot}
     sys.exit(api.resume(run, changes, tuple(program_args) if program_args else None, dry_run=dry_run,
                         adopt=adopt))
 
@@ -200,18 +205,24 @@ def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, program_args
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--ranks", is_flag=True, help="Per rank: last step, age of its last progress, step time, straggler.")
+@click.option("--manifest", "with_manifest", is_flag=True, help="Also what ran: manifest.json (git commit and diff "
+              "hash, snapshot, image, command line, NCCL env, hosts; rank 0's Python/torch/CUDA/NCCL/DeepSpeed "
+              "versions and package list hash).")
 @_errors
-def status(run, as_json, ranks):
-    """State, per-node exit codes, first failure, hang, NCCL refusals and last step of RUN."""
+def status(run, as_json, ranks, with_manifest):
+    """State, per-node exit codes, first failure, hang, NCCL refusals, snapshot and last step of RUN."""
     import json
 
-    from . import api
-    from . import show
+    from . import api, manifest, show
     st = api.status(run, ranks=ranks, verify=True)     # the latest checkpoint's sha256 as well
+    if with_manifest:
+        st["manifest"] = manifest.read(st["run_dir"])
     if as_json:
         click.echo(json.dumps(st, indent=1, sort_keys=True, default=str))
     else:
         show.status(api.format_status(st))       # a terminal: rich tables; otherwise the plain text
+        if with_manifest:
+            show.status("\n".join(manifest.format_manifest(st["manifest"], manifest.path(st["run_dir"]))))
 
 
 @main.command()

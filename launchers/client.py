@@ -141,14 +141,17 @@ class Run:
 
     def resume(self, *, nodes: int | None = None, gpus_per_node: int | None = None,
                max_restarts: int | None = None, program_args: tuple[str, ...] | list[str] | None = None,
-               adopt: bool = False) -> "Run":
+               adopt: bool = False, snapshot: bool | None = None) -> "Run":
         """`launch resume`: a new attempt (optionally a new shape or new program args), continuing from
         checkpoints/latest. Returns once it is started, like submit. Refused while the run is active, and for a
-        copy of another run dir unless adopt (`--adopt`: it becomes a run of its own, with a new run id)."""
-        if not isinstance(adopt, bool):
-            raise TypeError(f"resume adopt must be a bool, got {type(adopt).__name__} {brief(adopt)}")
+        copy of another run dir unless adopt (`--adopt`: it becomes a run of its own, with a new run id).
+        snapshot: None keeps the run's snapshot, True takes a new one of its tree, False runs from the tree."""
+        for name, v in (("adopt", adopt), ("snapshot", snapshot)):
+            if not isinstance(v, bool) and not (name == "snapshot" and v is None):
+                raise TypeError(f"resume {name} must be a bool, got {type(v).__name__} {brief(v)}")
         changes = {k: _count(k, v, 0 if k == "max_restarts" else 1)
                    for k, v in (("nodes", nodes), ("gpus_per_node", gpus_per_node), ("max_restarts", max_restarts))}
+        changes["snapshot"] = snapshot
         args = None if program_args is None else list(_args(program_args))
         detach.start({"verb": "resume", "path": self.path, "changes": changes, "program_args": args,
                       "adopt": adopt}, self.path)

@@ -117,6 +117,8 @@ FILES = {                                   # what -> path inside the run dir ({
     "run_yaml": RUN_YAML,                   # resolved spec, per-node commands, versions, attempts
     "status": STATUS,                       # state, attempt, per-node exit codes, first failure
     "launcher_log": "launcher.log",         # a detached launcher's own output (the Python API: launchers.detach)
+    "manifest": "manifest.json",            # what ran: the launcher's part at submit, rank 0's (launchers.manifest)
+    "packages": "packages.txt",             # rank 0's installed packages, `name==version` sorted (its sha256 there)
     "records": "status",                    # the per-rank and per-node exit records
     "lock": "status/.lock",                 # held by every writer of status.json and the records
     "rank_record": "status/rank{rank}.json",

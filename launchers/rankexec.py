@@ -37,10 +37,11 @@ def _die_with_parent() -> None:
         pass
 
 
-def _spawn(argv: list[str], fd: int) -> int:
+def _spawn(argv: list[str], fd: int, workdir: str | None = None) -> int:
     """fork + exec of `python -u <argv>` with stdout/stderr on fd, stdin from /dev/null, dying with this
-    wrapper. Plain fork/exec rather than subprocess: the wrapper sits on every rank's start-up path, and
-    this keeps its imports to os/signal/sys/time (json only once the program has ended)."""
+    wrapper; in workdir (the run's snapshot: also first on its PYTHONPATH) when given. Plain fork/exec rather
+    than subprocess: the wrapper sits on every rank's start-up path, and this keeps its imports to
+    os/signal/sys/time (json only once the program has ended)."""
     pid = os.fork()
     if pid:
         return pid
@@ -54,6 +55,9 @@ def _spawn(argv: list[str], fd: int) -> int:
         os.dup2(fd, 2)
         for s in FORWARDED:                 # exec resets caught signals to their defaults; be explicit anyway
             signal.signal(s, signal.SIG_DFL)
+        if workdir:                         # --snapshot: the program's tree as frozen at submit
+            os.chdir(workdir)
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (workdir, os.environ.get("PYTHONPATH"))))
         os.execv(sys.executable, [sys.executable, "-u", *argv])
     except BaseException as e:  # noqa: BLE001
         os.write(2, f"launch rankexec: cannot start {sys.executable}: {e}\n".encode())
@@ -130,6 +134,25 @@ def bind(env) -> dict:
     return rec
 
 
+def snapshot_dir(env) -> str | None:
+    """--snapshot (LAUNCH_SNAPSHOT_DIR): where the program runs; LaunchError when this node cannot see it."""
+    d = env.get("LAUNCH_SNAPSHOT_DIR")
+    if d and not os.path.isdir(d):
+        raise LaunchError(f"its snapshot {d} is not on this node; accepted: a runs root on storage every node "
+                          "shares, or --no-snapshot")
+    return d or None
+
+
+def node_manifest(run_dir: str, attempt: int) -> None:
+    """Global rank 0, once its program runs: the node's part of manifest.json (launchers.manifest); a failure is
+    one line on stderr (the agent's log), never the rank's end."""
+    try:
+        from . import manifest
+        manifest.add_node_part(run_dir, attempt)
+    except Exception as e:  # noqa: BLE001
+        os.write(2, f"launch rankexec: rank 0: manifest.json not completed: {e}\n".encode())
+
+
 def record(run_dir: str, rec: dict) -> None:
     from .rundir import RunDir                   # only now: nothing but os/signal/sys/time before the program
     try:
@@ -157,9 +180,9 @@ def main(argv: list[str]) -> int:
         return 2
     base = dict(rank=rank, node=node, attempt=attempt)
     try:
-        bound, refused = bind(env), None
-    except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set) or an OSError of sched_setaffinity
-        bound, refused = {}, e
+        bound, refused, workdir = bind(env), None, snapshot_dir(env)
+    except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set, no snapshot) or sched_setaffinity's
+        bound, refused, workdir = {}, e, None
     cpus = f"cpu-bind {bound['cpu_bind']}: CPUs {bound['cpus']} | " if "mempolicy" in bound else ""
     header = (f"===== launch attempt {attempt} | rank {rank} of {env.get('WORLD_SIZE', '?')} | node {node} | "
               f"{cpus}{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
@@ -174,8 +197,10 @@ def main(argv: list[str]) -> int:
         return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     oom = rankcause.OomWatch()                   # the cgroup's oom_kill counter before the program runs
-    pid = _spawn(argv, fd)
+    pid = _spawn(argv, fd, workdir)
     os.close(fd)
+    if rank == 0:                                # signals stay blocked meanwhile: sigtimedwait takes them after
+        node_manifest(run_dir, attempt)
     code, killed = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
                              getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
     from .rundir import exit_fields

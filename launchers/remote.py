@@ -36,29 +36,32 @@ HEARTBEAT_S = 1.0
 
 # Preflight check, sent inline (`python -c CHECK JSON`): works before we know `launchers` is importable there.
 CHECK = r'''
-import importlib.util, json, os, socket, sys, time
+import importlib.util, json, os, shutil, socket, sys, time
 a = json.loads(sys.argv[1]); r = {"host": socket.gethostname(), "errors": []}
 cwd = a["cwd"]
 if os.path.isdir(cwd):
     os.chdir(cwd); sys.path.insert(0, cwd)
 else:
     r["errors"].append("working directory %s does not exist there" % cwd)
-for m in ("torch", "launchers"):
+for m in a.get("modules", ("torch", "launchers")):
     try:
         ok = importlib.util.find_spec(m) is not None
     except Exception:
         ok = False
     if not ok:
         r["errors"].append("python %s cannot import %s" % (sys.executable, m))
+bins = a.get("binaries") or []
+if bins and not any(shutil.which(b) for b in bins):
+    r["errors"].append("container runtime %s is not on PATH there" % " or ".join(bins))
 prog = a["program"]
-if prog[0] == "-m":
+if prog and prog[0] == "-m":
     try:
         ok = importlib.util.find_spec(prog[1]) is not None
     except Exception:
         ok = False
     if not ok:
         r["errors"].append("program module %s cannot be found (cwd %s)" % (prog[1], cwd))
-elif not os.path.isfile(prog[0]):
+elif prog and not os.path.isfile(prog[0]):
     r["errors"].append("program file %s does not exist there" % prog[0])
 for d in a.get("dirs", []):
     p = d

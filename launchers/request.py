@@ -22,6 +22,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {   # optional fields: accepte
     "hang_timeout": (_NUM, "a number of seconds"), "name": ((str,), "a str"), "run_dir": (_STR, "a path"),
     "runs_root": (_STR, "a path"), "profile": (_STR, "a path"), "python": (_STR, "a path or command"),
     "dist_backend": ((str,), "a str"), "nccl_preset": ((str,), "a str"), "cpu_bind": ((str,), "a str"),
+    "container_image": ((str,), "a str"), "container_runtime": ((str,), "a str"), "container_python": ((str,), "a str"),
 }
 NOT_IN_API = {"wait": "submit never blocks; use run.wait()"}     # backend options the API refuses
 
@@ -40,6 +41,7 @@ class JobSpec:
     forward_env: Sequence[str] = ()
     secrets: Sequence[str] = ()       # ("HF_TOKEN", "DB_PASS=@/run/keys/db"): --secret (never written nor shown)
     preflight: Sequence[str] = ()     # ("gpu",): --preflight gpu
+    notify: Sequence[str] = ()        # ("https://hooks.example/x", "notify-send launch"): --notify URL|COMMAND
     master_port: int | None = None
     max_restarts: int | None = None
     stop_grace: float | None = None
@@ -49,6 +51,11 @@ class JobSpec:
     cpu_bind: str | None = None       # "auto" (None: the default), "none", "numa" or "cores"
     nccl_preset: str | None = None
     python: str | os.PathLike | None = None
+    container_image: str | None = None        # --container-image (launchers.containeropts)
+    container_mounts: Sequence[str] = ()      # ("/data:/data:ro",): --container-mount
+    container_runtime: str | None = None      # "auto" (None: the default), "pyxis", "apptainer", "podman", "oci"
+    container_python: str | None = None       # the image's interpreter (None: python3)
+    snapshot: bool | None = None      # --snapshot / --no-snapshot (None: on for slurm, off for local and ssh)
     profile: str | os.PathLike | None = None
     local: Mapping[str, Any] | None = None
     ssh: Mapping[str, Any] | None = None
@@ -60,10 +67,14 @@ class JobSpec:
         specmod.check_choice("JobSpec.backend", self.backend, BACKENDS)
         for name, (types, said) in _TYPES.items():
             _check_type(name, getattr(self, name), types, said)
+        if self.snapshot is not None and not isinstance(self.snapshot, bool):
+            raise TypeError(f"JobSpec.snapshot must be a bool (or None), got {_what(self.snapshot)}")
         object.__setattr__(self, "program", _words("program", self.program))
         object.__setattr__(self, "forward_env", _words("forward_env", self.forward_env))
         object.__setattr__(self, "secrets", _words("secrets", self.secrets))
         object.__setattr__(self, "preflight", _words("preflight", self.preflight))
+        object.__setattr__(self, "notify", _words("notify", self.notify))
+        object.__setattr__(self, "container_mounts", _words("container_mounts", self.container_mounts))
         if not self.program and self.profile is None:
             raise LaunchError("JobSpec.program is empty; give the program and its arguments, e.g. "
                               "('train.py', '--lr', '3e-4') or ('-m', 'workloads.convnet')")
@@ -87,7 +98,8 @@ class JobSpec:
         out: dict[str, Any] = {k: (os.fspath(v) if isinstance(v, os.PathLike) else v)
                                for k, v in ((n, getattr(self, n)) for n in _TYPES) if k != "profile"}
         out.update(env=self.env or {}, forward_env=self.forward_env, secrets=self.secrets, options=self.options,
-                   preflight=list(self.preflight) or None)
+                   preflight=list(self.preflight) or None, notify=self.notify,
+                   container_mounts=self.container_mounts, snapshot=self.snapshot)
         return out
 
     def resolve(self) -> specmod.JobSpec:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from . import __version__, firstfail, layout, procs, runindex, sweep
+from . import __version__, firstfail, layout, notify, procs, runindex, sweep
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
@@ -71,6 +71,7 @@ class RunDir:
 
     def write_new(self, spec: JobSpec, run_id: str, plan: dict[str, Any]) -> None:
         """The new run dir's layout, status.json and then run.yaml (what makes it a run dir, last)."""
+        notify.remember(dict(spec.env), dict(spec.secrets))        # kept out of --notify's events
         for sub in ("logs", "checkpoints", "records"):
             os.makedirs(layout.own_path(self.path, sub), exist_ok=True)
         self.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None,
@@ -132,6 +133,7 @@ class RunDir:
         data["attempts"].append(dict(plan, attempt=attempt, started=now(), nodes=spec.nodes,
                                      gpus_per_node=spec.gpus_per_node))
         data["spec"] = redacted_spec(spec)
+        notify.remember(dict(spec.env), dict(spec.secrets))
         self.write_run_yaml(data)
         return attempt
 
@@ -193,6 +195,7 @@ class RunDir:
             raise ValueError(f"bad state {fields['state']!r}")
         with self.lock():
             st = layout.read_json(self.status_path) or {}
+            old = dict(st)
             st.update(fields)
             st["updated"] = now()
             try:
@@ -204,6 +207,8 @@ class RunDir:
                 self.unrecorded = st
                 print(f"launch: disk full: cannot write {self.status_path} ({e.strerror}); not recorded: "
                       f"state {st.get('state')}", file=sys.stderr, flush=True)
+            if event := notify.event_of(old, st):        # --notify: once per change, by whoever recorded it
+                notify.on_change(self.path, event, st, hang_reason(st["hang"]) if event == "HANG" else None)
             return st
 
     def start_attempt(self, **fields: Any) -> dict[str, Any]:

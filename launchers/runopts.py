@@ -19,7 +19,7 @@ class Opt:
     key: str                          # the spec's option key and the profile key
     types: tuple[type, ...]           # what a profile value may be
     help: str = ""
-    kind: str = "str"                 # how the CLI value is read: str | int | float | flag | list
+    kind: str = "str"                 # how the CLI value is read: str | int | float | flag | switch | list
     flag: str | None = ""             # CLI flag ("" = --key-with-dashes; None = profile only)
     cli_value: Any = True             # kind "flag": the value the flag sets
     in_profile: bool = True           # also a profile key
@@ -28,8 +28,17 @@ class Opt:
     def cli_flag(self) -> str | None:
         return None if self.flag is None else (self.flag or "--" + self.key.replace("_", "-"))
 
+    @property
+    def cli_words(self) -> tuple[str, ...]:
+        """The flags that set it: a switch's --KEY and --no-KEY, else its one flag (none: profile only)."""
+        if self.cli_flag is None:
+            return ()
+        return (self.cli_flag, "--no-" + self.cli_flag[2:]) if self.kind == "switch" else (self.cli_flag,)
+
     def from_cli(self, raw: Any) -> Any:
         """The CLI's value (a string, or True for a flag; None when not given) -> the option's value."""
+        if self.kind == "switch":            # --KEY / --no-KEY: True / False (None: neither given)
+            return raw
         if raw is None or raw is False:
             return None
         if self.kind == "flag":
@@ -87,8 +96,24 @@ COMMON: tuple[Opt, ...] = (
         "one NUMA node, else none), none, numa (its GPU's NUMA node), cores (whole cores of it, one set per rank)."),
     Opt("preflight", L, "Checks on every node before anything starts: gpu (the tools of `launch doctor --gpu`; "
         "a node with a fault stops the launch, one line per bad node).", kind="list"),
+    Opt("notify", (list, str), "URL or COMMAND told of each change of state (RUNNING, REQUEUED, HANG, FAILED with the "
+        "first failure, CANCELLED, COMPLETED): an http(s) URL gets a JSON POST, a command runs with LAUNCH_EVENT, "
+        "LAUNCH_EVENT_JSON, ... in its environment (repeatable).", kind="multi"),
     Opt("nccl_preset", S, "NCCL preset(s), e.g. moe or moe,roce or ./mine.yaml."),
     Opt("python", S, "Python interpreter on the nodes (default: this one)."),
+    Opt("container_image", S, "Run every node's agent and ranks in this image (pyxis: an enroot URI or squashfs; "
+        "podman: an image name; apptainer: a SIF or URI; oci: a bundle dir); the run dir and the launch dir are "
+        "mounted at the same paths."),
+    Opt("container_mounts", (list,), "SRC:DST[:ro]: one more bind mount into the container (repeatable).",
+        kind="multi", flag="--container-mount"),
+    Opt("container_runtime", S, "auto (Slurm: pyxis; SSH: podman; local: podman or apptainer, whichever is "
+        "installed), pyxis, apptainer, podman or oci (Slurm's own: srun --container)."),
+    Opt("container_python", S, "The interpreter inside the image that runs the agent and the program (default "
+        "python3)."),
+    Opt("snapshot", B, "Run the ranks from a copy of the program's tree frozen at submit (git-tracked and "
+        "untracked-not-ignored files; outside git the directory less .launchignore), content-addressed under "
+        "<runs root>/.snapshots; default on for slurm, off for local and ssh. A resume keeps the run's snapshot "
+        "unless given again.", kind="switch"),
     Opt("dry_run", B, "Print exactly what would run; start nothing.", kind="flag", in_profile=False),
     Opt("sweep", (list,), "KEY=V1,V2: one run per combination, each with `--KEY V` appended to its program "
         "args, under one sweep dir (repeatable; Slurm: one job array, local/SSH: one after another).",
@@ -157,7 +182,7 @@ def backend_option(backend: str, key: str) -> Opt | None:
 
 def cli_flags(backend: str) -> set[str]:
     """Every flag `launch BACKEND` accepts (common and the backend's own)."""
-    return {o.cli_flag for o in (*COMMON, *BACKEND_OPTIONS[backend]) if o.cli_flag} | {"-h", "--help"}
+    return {w for o in (*COMMON, *BACKEND_OPTIONS[backend]) for w in o.cli_words} | {"-h", "--help"}
 
 
 def options_from_cli(backend: str, raw: dict[str, Any]) -> dict[str, Any]:

@@ -59,6 +59,15 @@ def redact(env: Mapping[str, str], names: Iterable[str] = ()) -> dict[str, str]:
     return {k: (REDACTED if k in hidden else v) for k, v in env.items()}
 
 
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """A command line's words with secret-looking `NAME=VALUE` values (by name or by value) shown as REDACTED."""
+    out = []
+    for w in argv:
+        name, eq, value = w.partition("=")
+        out.append(f"{name}={REDACTED}" if eq and (secret_name(name) or looks_secret(value)) else w)
+    return out
+
+
 def content_secrets(env: Mapping[str, str]) -> dict[str, str]:
     """name -> why, for the variables treated as secrets only because of their value (the user is told once)."""
     return {k: why for k, v in env.items() if not secret_name(k) and (why := looks_secret(v))}

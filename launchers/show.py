@@ -104,7 +104,7 @@ class Progress:
         if state in ("COMPLETED", "FAILED", "CANCELLED"):
             return                      # the end line says it
         slurm = st.get("slurm_state")
-        why = st.get("slurm_reason") if slurm == "PENDING" else st.get("reason")
+        why = (st.get("reason") or st.get("slurm_reason")) if slurm == "PENDING" else st.get("reason")   # in words
         detail = "; ".join(x for x in ((f"Slurm {slurm}" if slurm and slurm != state else ""),
                                        (f"reason: {why}" if why and why != "None" else "")) if x)
         self.say("state", f"{what} {state}" + (f" ({detail})" if detail else ""))

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import cpubind, layout, secretenv, values
+from . import containeropts, cpubind, layout, notify, secretenv, snapshot, values
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
@@ -46,8 +46,17 @@ class JobSpec:
     stop_signal: str = "SIGTERM"                # what a program gets on a stop that is not Ctrl-C (launchers.rankexec)
     cpu_bind: str = "auto"                      # each local rank's CPUs (launchers.cpubind, applied by rankexec)
     preflight: tuple[str, ...] = ()             # checks on every node before the start (launchers.doctor.preflight)
+    notify: tuple[str, ...] = ()                # --notify URL|COMMAND: told of each change of state (launchers.notify)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
     secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)   # --secret: name -> value (run.yaml: names)
+    container_image: str = ""                   # --container-image ("" = no container; launchers.containeropts)
+    container_runtime: str = ""                 # resolved: pyxis | oci | podman | apptainer (launchers.container)
+    container_mounts: tuple[str, ...] = ()      # SRC:DST[:ro], SRC absolute
+    container_python: str = ""                  # the image's interpreter (runs the agent and the program)
+    container_workdir: str = ""                 # the launch dir: mounted at the same path, the program's cwd
+    snapshot: str = ""                          # --snapshot: the store of the run's snapshots ("" = none)
+    snapshot_dir: str = ""                      # the snapshot the ranks run from (launchers.snapshot.take)
+    snapshot_from: str = ""                     # the tree it was taken from (a program file's path maps into it)
 
     @property
     def world_size(self) -> int:
@@ -70,7 +79,9 @@ class JobSpec:
         d["explicit"] = list(self.explicit)
         d["forward_env"] = list(self.forward_env)
         d["preflight"] = list(self.preflight)
+        d["notify"] = list(self.notify)
         d["secrets"] = dict(self.secrets)
+        d["container_mounts"] = list(self.container_mounts)
         return d
 
     @classmethod
@@ -85,9 +96,8 @@ class JobSpec:
         d["env"] = tuple((d.get("env") or {}).items())
         d["nccl_env"] = tuple((d.get("nccl_env") or {}).items())
         d["options"] = _freeze_options(d.get("options") or {})
-        d["explicit"] = tuple(d.get("explicit") or ())
-        d["forward_env"] = tuple(d.get("forward_env") or ())
-        d["preflight"] = tuple(d.get("preflight") or ())
+        for key in ("explicit", "forward_env", "preflight", "notify", "container_mounts"):
+            d[key] = tuple(d.get(key) or ())
         sec = d.get("secrets") or {}         # run.yaml: the names only (their values: secretenv.REDACTED)
         d["secrets"] = tuple(sec.items()) if isinstance(sec, Mapping) else tuple((k, secretenv.REDACTED) for k in sec)
         return cls(**d)
@@ -97,10 +107,7 @@ def _freeze_options(opts: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in opts.items()))
 
 
-def redact_env(env: Mapping[str, str], names: Any = ()) -> dict[str, str]:
-    """Secret values (launchers.secretenv: the names given, a name with TOKEN, KEY, SECRET or PASS, a value
-    that looks like a secret) become '***'."""
-    return secretenv.redact(env, names)
+redact_env = secretenv.redact      # secret values (the names given, TOKEN/KEY/SECRET/PASS names, secret-looking) -> ***
 
 
 # ---------------------------------------------------------------- parsing helpers (each raises LaunchError)
@@ -336,11 +343,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     grace = parse_seconds(said("stop_grace"), pick("stop_grace", 30))
     stop_signal = parse_stop_signal(pick("stop_signal", "SIGTERM"))
     cpu_bind = cpubind.check_mode(pick("cpu_bind", "auto"), said("cpu_bind"))
-    preflight = parse_preflight(pick("preflight"))
-    if preflight and backend == "slurm":
-        raise LaunchError("--preflight gpu is not accepted with the slurm backend (its nodes are known only once "
-                          "the job runs); accepted with: local, ssh. Check the partition first: "
-                          "`launch doctor --slurm --gpu`")
+    preflight = parse_preflight(pick("preflight"), backend)
 
     env = parse_env(prof.get("env") or {}, f"profile {profile!r}: env")
     env.update(parse_env(flags.get("env") or ()))
@@ -359,6 +362,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
 
     name = check_name(default_name(program) if pick("name") is None else pick("name"))
     run_dir = layout.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"))
+    snap = snapshot.store_for(run_dir, layout.runs_root(pick("runs_root"))) if pick("snapshot", backend == "slurm") else ""
     return JobSpec(
         backend=backend, nodes=nodes, gpus_per_node=gpn, program=program, program_args=args,
         run_dir=run_dir, name=name, env=tuple(env.items()), nccl_preset=str(pick("nccl_preset", "") or ""),
@@ -366,22 +370,26 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
         forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,
-        preflight=preflight, secrets=tuple(secrets.items()),
-    )
+        preflight=preflight, secrets=tuple(secrets.items()), snapshot=snap,
+        notify=notify.parse_targets([*notify.parse_targets(prof.get("notify") or (), f"profile {profile!r}: notify"),
+                                     *(flags.get("notify") or ())]),
+        **containeropts.fields(backend, pick, os.getcwd()))
 
 
 PREFLIGHTS = ("gpu",)
 
 
-def parse_preflight(value: Any) -> tuple[str, ...]:
+def parse_preflight(value: Any, backend: str = "local") -> tuple[str, ...]:
     """--preflight gpu[,...] (a profile: a list) -> the checks, each once, in the order given."""
-    if value is None:
-        return ()
     out: list[str] = []
-    for item in (value if isinstance(value, (list, tuple)) else [value]):
+    for item in (value if isinstance(value, (list, tuple)) else [] if value is None else [value]):
         check_choice("--preflight", str(item).strip(), PREFLIGHTS)
         if str(item).strip() not in out:
             out.append(str(item).strip())
+    if out and backend == "slurm":
+        raise LaunchError("--preflight gpu is not accepted with the slurm backend (its nodes are known only once "
+                          "the job runs); accepted with: local, ssh. Check the partition first: "
+                          "`launch doctor --slurm --gpu`")
     return tuple(out)
 
 

@@ -6,6 +6,7 @@ torchrun runs with --max-restarts 0: restarts belong to the launcher (they start
 """
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 from typing import Mapping
@@ -13,6 +14,7 @@ from typing import Mapping
 from . import layout
 from .cpubind import ENV as CPU_BIND_ENV
 from .secretenv import secret_keys
+from .snapshot import ENV as SNAPSHOT_ENV
 from .spec import JobSpec, redact_env
 
 # Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
@@ -79,7 +81,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         "--monitor-interval", "0.1",
         "--signals-to-handle", AGENT_SIGNALS,
         "-m", "launchers.rankexec", "--",
-        *spec.program, *spec.program_args,
+        *snapshot_program(spec), *spec.program_args,
     )
     env: dict[str, str] = {"OMP_NUM_THREADS": "1"}
     if dist_backend == "nccl":
@@ -107,7 +109,16 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         env[CPU_BIND_ENV + "_SLOT"] = f"{node_rank * spec.gpus_per_node}/{spec.world_size}"
     if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
         env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
+    if spec.snapshot_dir:                             # the rank wrapper runs the program there (--snapshot)
+        env[SNAPSHOT_ENV] = spec.snapshot_dir
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()), secret=tuple(k for k, _ in spec.secrets))
+
+
+def snapshot_program(spec: JobSpec) -> tuple[str, ...]:
+    """The program as the ranks run it: a file of the tree is its copy in the snapshot (--snapshot)."""
+    if not spec.snapshot_dir or spec.program[0] == "-m":
+        return spec.program
+    return (os.path.join(spec.snapshot_dir, os.path.relpath(spec.program[0], spec.snapshot_from)),)
 
 
 def node_environ(inherited: Mapping[str, str], nc: NodeCommand) -> dict[str, str]:

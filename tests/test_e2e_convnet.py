@@ -44,13 +44,14 @@ def test_learns_checkpoints_and_resume_continues(workdir):
 
 def test_crash_and_resume_is_bit_exact(workdir):
     args = [*COMMON, "--max-steps", "40"]
-    ok = run_launch("local", "--nodes", "2", "--gpus-per-node", "2", "--run-dir", "runs/ref", "--", *args)
+    # 2 nodes x 1: the crash is on the second node (the 2x2 shape is test_learns_checkpoints_and_resume_continues)
+    ok = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/ref", "--", *args)
     assert ok.returncode == 0, ok.stderr
-    crash = run_launch("local", "--nodes", "2", "--gpus-per-node", "2", "--run-dir", "runs/crash", "--",
-                       *args, "--crash-at-step", "25", "--crash-rank", "3")
+    crash = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/crash", "--",
+                       *args, "--crash-at-step", "25", "--crash-rank", "1")
     assert crash.returncode == 1
     st = read_json("runs/crash/status.json")
-    assert st["state"] == "FAILED" and st["first_failure"]["rank"] == 3 and st["first_failure"]["node"] == 1
+    assert st["state"] == "FAILED" and st["first_failure"]["rank"] == 1 and st["first_failure"]["node"] == 1
     assert (workdir / "runs/crash/checkpoints/latest").read_text().strip() == "step-00000020"
     res = run_launch("resume", "runs/crash", "--", *args)   # same args without the crash
     assert res.returncode == 0, res.stderr

@@ -128,14 +128,12 @@ STOPPABLE = {
 
 
 @pytest.mark.slow
-# SSH: alone, after the parallel part of `make test` -- under the parallel suite's load the Lightning Ctrl-C on
-# 2 SSH hosts ended with both ranks killed after the 30 s grace in 3 of 3 runs (passing 6 of 6 on an idle machine)
-@pytest.mark.parametrize("backend", ["local", pytest.param("ssh", marks=[pytest.mark.ssh, pytest.mark.alone])])
+@pytest.mark.parametrize("backend", ["local", pytest.param("ssh", marks=pytest.mark.ssh)])
 @pytest.mark.parametrize("name", list(STOPPABLE))
 @pytest.mark.parametrize("how", ["ctrl-c", "cancel"])
 def test_finally_cleanup_completes_on_stop(workdir, how, name, backend):
     """Issue 13's real programs (the DDP tutorial's script, a Lightning DDP job), each with a 3-second `finally`
-    cleanup, stopped by Ctrl-C and by `launch cancel` on local (2x2) and SSH (2 hosts x 1), started as their
+    cleanup, stopped by Ctrl-C and by `launch cancel` on local (2 nodes x 1) and SSH (2 hosts x 1), started as their
     recipes say: every rank gets exactly one signal of the right kind (SIGINT for Ctrl-C; SIGTERM for a cancel,
     SIGINT with Lightning's --stop-signal SIGINT), the cleanup completes on every rank (within the
     default 30 s stop grace), the run ends CANCELLED with no invented first failure, one end line, exit
@@ -146,7 +144,7 @@ def test_finally_cleanup_completes_on_stop(workdir, how, name, backend):
         require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0, "make ssh-up")
         where, world = ["ssh", "--hosts", "sshhost1,sshhost2", *SSH_OPTS], 2
     else:
-        where, world = ["local", "--nodes", "2", "--gpus-per-node", "2"], 4
+        where, world = ["local", "--nodes", "2", "--gpus-per-node", "1"], 2   # the 2x2 recipe: test_local_2x2
     prog, training, opts = STOPPABLE[name]
     proc = subprocess.Popen([LAUNCH, *where, *opts, "--run-dir", "runs/s", "--", str(EX / prog[0]), *prog[1:]],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -12,10 +12,11 @@ PACKAGES = ("launchers", "nccl_tuning", "workloads")
 LAYERS = {
     0: ("launchers", "launchers.errors", "launchers.layout", "launchers.spec", "launchers.runopts",
         "launchers.ckptptr", "launchers.heartbeat", "launchers.request", "launchers.cpubind", "launchers.values",
-        "launchers.secretenv", "launchers.stops"),
+        "launchers.secretenv", "launchers.notify", "launchers.containeropts",
+        "launchers.snapshot", "launchers.stops"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
-        "launchers.rankcause", "launchers.firstfail",
+        "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor", "launchers.client",

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import read_json, require_cluster, run_launch
 
-ARGS = ["-m", "workloads.convnet", "--dataset", "digits", "--max-steps", "160", "--checkpoint-every", "50",
+ARGS = ["-m", "workloads.convnet", "--dataset", "digits", "--max-steps", "60", "--checkpoint-every", "25",
         "--seed", "11", "--log-every", "2"]
 SSH_STATE = Path("/run/launch-ssh-hosts")
 
@@ -28,5 +28,5 @@ def test_ssh_convnet_matches_local(workdir, reference):
                    "--run-dir", str(workdir / "runs/h"), "--", *ARGS)
     assert p.returncode == 0, p.stderr[-3000:]
     final = read_json("runs/h/final.json")
-    assert final["step"] == 160 and final["world_size"] == 4
+    assert final["step"] == 60 and final["world_size"] == 4
     assert final["param_sha256"] == reference["param_sha256"]

@@ -9,12 +9,14 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import procs
+from ..container import cleanup_argv, wrap
 from ..cpubind import describe
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
@@ -112,9 +114,23 @@ def busy_line(path: str, why: str) -> str:
 
 def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
                   dist_backend: str, one_machine: bool = False) -> list[NodeCommand]:
-    return [node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port, run_id=run_id,
-                         attempt=attempt, dist_backend=dist_backend, one_machine=one_machine)
+    """Each node's command from the one builder, in the job's container when it has one (launchers.container)."""
+    return [wrap(spec, node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port,
+                                    run_id=run_id, attempt=attempt, dist_backend=dist_backend,
+                                    one_machine=one_machine), run_id)
             for k in range(spec.nodes)]
+
+
+def remove_containers(spec: JobSpec, run_id: str, nodes) -> None:
+    """The nodes' containers (run here), when the job's runtime leaves one behind a SIGKILLed agent
+    (launchers.container.cleanup_argv: podman); one already gone is not an error."""
+    for k in nodes:
+        argv = cleanup_argv(spec, run_id, k)
+        if argv:
+            try:
+                subprocess.run(argv, capture_output=True, timeout=60)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                print(f"launch: node {k}: {' '.join(argv)} failed: {e}", file=sys.stderr, flush=True)
 
 
 def cuda_here() -> bool:

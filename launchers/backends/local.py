@@ -17,7 +17,7 @@ from ..rundir import TERMINAL, RunDir, exit_fields
 from ..spec import JobSpec
 from ..stops import decide, wait_s
 from ..torchrun import node_environ
-from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands, node_exit
+from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands, node_exit, remove_containers
 
 MASTER = "127.0.0.1"
 
@@ -60,6 +60,7 @@ class LocalBackend(Backend):
                     stop.set()
                     thread.join(timeout=5)
         left = procs.stop_run(plan.run_id, [])   # a daemon the job double-forked outlives the agents: it ends too
+        remove_containers(spec, plan.run_id, range(spec.nodes))
         if left:
             print(f"launch: killed {len(left)} process(es) the job left running (pids {', '.join(map(str, left))})",
                   file=sys.stderr, flush=True)
@@ -103,6 +104,7 @@ class LocalBackend(Backend):
                 time.sleep(0.1)
         stop = decide("cancel", grace)
         procs.stop_run(rd.run_id, procs.agent_pids(rd.run_id), stop.signal, stop.wait_s)
+        remove_containers(rd.spec(), rd.run_id, range(rd.spec().nodes))
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
                 rd.update_status(state="CANCELLED", reason="by launch cancel", first_failure=None)

@@ -22,7 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import layout, ports, procs
+from .. import container, layout, ports, procs
 from ..errors import LaunchError
 from ..hang import watch as hang_watch
 from ..hostfile import ResolvedHost, hosts_from_options, resolve
@@ -147,7 +147,7 @@ class SSHBackend(Backend):
         tries = [plan.master_port] if plan.port_fixed else ports.candidates(plan.run_id, 16)
         cmds = []
         for k in range(len(conns)):
-            arg = {"cwd": plan.cwd, "program": list(plan.spec.program),
+            arg = {"cwd": plan.cwd, "program": list(plan.spec.program), **container.host_check(plan.spec),
                    "dirs": [layout.path(plan.node_dir, "node_logs", node=k)], "ports": tries if k == 0 else []}
             cmds.append(f"{py} -c {shlex.quote(CHECK)} {shlex.quote(json.dumps(arg))}")
         errors = []
@@ -301,7 +301,7 @@ class SSHBackend(Backend):
     def _kill_line(plan: SSHPlan, k: int, sig: int, wait_s: float) -> str:
         return (f"cd {shlex.quote(plan.cwd)} 2>/dev/null; {shlex.quote(plan.spec.python)} -m launchers.remote kill "
                 f"{shlex.quote(plan.run_id)} --node {k} --pid-file {shlex.quote(plan.pid_file(k))} "
-                f"--signal {signal.Signals(sig).name} --wait {wait_s:g}")
+                f"--signal {signal.Signals(sig).name} --wait {wait_s:g}{container.cleanup_line(plan.spec, plan.run_id, k)}")
 
     def _stop(self, plan: SSHPlan, conns, nodes, sig: int = signal.SIGTERM, wait_s: float = 0.0,
               final: bool = False) -> None:

@@ -52,6 +52,7 @@ class Context:
     collective: bool
     medians: dict
     gpu: bool = False               # --gpu: the GPU/NIC tools' findings (launchers.doctor.gpucheck)
+    container: tuple | None = None  # --container-runtime: (what is checked, its binaries: any one makes it usable)
 
 
 def versions(r: dict, c: Context) -> dict[str, Check]:
@@ -203,3 +204,14 @@ def nccl_env(r: dict, c: Context) -> Check:
     if warns:
         return Check("warn", f"{len(warns)} warning(s)?", "; ".join(map(str, warns)), "review those variables")
     return ok(f"{len(env)} set" if env else "none set")
+
+
+def container_runtime(r: dict, c: Context) -> Check:
+    """--container-runtime: one of its binaries is on the node's PATH (launchers.containeropts.BINARIES)."""
+    what, bins = c.container
+    found = {b: p for b, p in (r.get("container") or {}).items() if p}
+    if found:
+        return ok(next(iter(found)))
+    return Check("fail", "missing!", f"{what}: none of {', '.join(bins)} is on PATH there",
+                 "install it on that node (Debian: apt-get install podman or apptainer; pyxis: enroot and the pyxis "
+                 "plugin; oci: crun or runc and oci.conf) or choose another --container-runtime")

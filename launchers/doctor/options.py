@@ -8,7 +8,7 @@ from ..runopts import BACKEND_OPTIONS, COMMON, Opt
 
 B, S = (bool,), (str,)
 
-SHARED_COMMON = ("nodes", "gpus_per_node", "master_port", "python", "env")
+SHARED_COMMON = ("nodes", "gpus_per_node", "master_port", "python", "env", "container_runtime")
 SHARED_SLURM = ("partition", "account", "qos", "constraint")
 
 OWN: tuple[Opt, ...] = (
@@ -32,6 +32,8 @@ HELP = {
     "master_port": "Master port to check on node 0 (default: one derived like launch's).",
     "env": "K=V your job adds (repeatable); checked with the nodes' NCCL_* env.",
     "gpus_per_node": "GPUs each node must see when it has any (default 1).",
+    "container_runtime": "Check that every node has this container runtime: auto (Slurm: pyxis's enroot; else "
+                         "podman or apptainer), pyxis, apptainer, podman or oci (crun or runc).",
 }
 
 

@@ -64,6 +64,8 @@ def facts():
         except OSError as e:
             R[key] = {"path": path, "error": e.strerror or str(e)}
     R["nofile"] = list(resource.getrlimit(resource.RLIMIT_NOFILE))
+    if A.get("container_bins"):            # --container-runtime: where each of its binaries is on PATH (or None)
+        R["container"] = {b: shutil.which(b) for b in A["container_bins"]}
     R["env"] = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_"))}
     if A.get("gpu"):
         R["gpu_tools"] = gpu_tools(A.get("tool_timeout", 20))

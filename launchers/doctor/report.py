@@ -5,14 +5,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 
-from .checks import SLOW, Check, Context, gpus, master_port, nccl_env, reach, resources, shared, skip, versions
+from .checks import (SLOW, Check, Context, container_runtime, gpus, master_port, nccl_env, reach, resources, shared,
+                     skip, versions)
 from .gpucheck import gpu_health
 from .targets import NodeRun
 
 COLUMNS = ("reachable", "python", "torch", "launchers", "nccl", "gpus", "port", "master", "shared", "disk",
            "shm", "nofile", "clock", "nccl_env")
 TITLES = {"reachable": "REACH", "master": "REACHES-MASTER", "nccl_env": "NCCL-ENV", "nofile": "NOFILE",
-          "gpu_health": "GPU-HEALTH"}
+          "gpu_health": "GPU-HEALTH", "container": "CONTAINER"}
 
 
 def medians(runs: list[NodeRun]) -> dict:
@@ -55,7 +56,7 @@ def node_checks(run: NodeRun, c: Context, runs: list[NodeRun]) -> dict[str, Chec
         first = "python" if run.reached else "reachable"
         fix = ("check the host is up and its key is known (verify, then add it to --known-hosts), or "
                "--connect-timeout" if first == "reachable" else "give --python with the nodes' interpreter")
-        out = {k: skip("?") for k in COLUMNS}
+        out = {k: skip("?") for k in (*COLUMNS, *(["container"] if c.container else []))}
         out[first] = Check("fail", "no!" if first == "reachable" else "missing!", run.error, fix)
         if first == "python":
             out["reachable"] = Check("ok", "yes")
@@ -65,7 +66,8 @@ def node_checks(run: NodeRun, c: Context, runs: list[NodeRun]) -> dict[str, Chec
     any_gpus = any((n.result or {}).get("gpus") for n in runs)
     return {"reachable": Check("ok", "yes"), **versions(r, c), "gpus": gpus(r, c, any_gpus),
             "port": master_port(run, c), "master": reach(run, c, master_run), "shared": shared(run, c, master_run),
-            **resources(run), "nccl_env": nccl_env(r, c)}
+            **resources(run), "nccl_env": nccl_env(r, c),
+            **({"container": container_runtime(r, c)} if c.container else {})}
 
 
 def verdict(runs: list[NodeRun], c: Context) -> list[dict]:
@@ -100,7 +102,7 @@ def failures(rows: list[dict], statuses=("fail",)) -> list[str]:
 
 
 def render(rows: list[dict], head: str, ref: dict, wall: float) -> str:
-    cols = [k for k in (*COLUMNS, "gpu_health", "collective") if any(k in r["checks"] for r in rows)]
+    cols = [k for k in (*COLUMNS, "container", "gpu_health", "collective") if any(k in r["checks"] for r in rows)]
     table = [["NODE", "HOST", *(TITLES.get(k, k.upper()) for k in cols)]]
     table += [[str(r["node"]), r["host"], *(r["checks"][k].value for k in cols)] for r in rows]
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]

@@ -294,14 +294,17 @@ def preempted(ctx: Ctx) -> None:
 
 
 def time_limit(ctx: Ctx) -> None:
-    """--time 1 with USR2 40 s before the limit; attempt 0 would need ~80 s: Slurm warns (USR2), the program
-    checkpoints and exits, the job is requeued and attempt 1 finishes from the checkpoint (preempt_worker.py:
-    its own deterministic value stands in for param_sha256; one minute is Slurm's smallest --time). USR2 comes no
-    sooner than 20 s into each attempt: a later attempt (start-up included, on a loaded machine: the suite runs
-    its groups side by side) has that long to finish before it is warned again (50 s gave 10 s, too little)."""
+    """--time 2 with USR2 35 s before the limit; attempt 0 would need ~85 s: Slurm warns (USR2), the program
+    checkpoints and exits, the job is requeued and a later attempt finishes from the checkpoint (preempt_worker.py:
+    its own deterministic value stands in for param_sha256). When USR2 comes: sbatch(1) says up to 60 s before
+    the time asked for; slurmctld checks the time limits every 30 s and sends the signal at the first check
+    within 30 s of `end - signal-seconds`, so 25-55 s into an attempt here. The earliest must fall after the
+    ranks started (a USR2 before that requeues the job with nothing to checkpoint: --time 1 with 40 s put it at
+    0-30 s and failed this row once in five runs). A later attempt warned again checkpoints and is requeued
+    again (--max-requeues 3): the row still holds."""
     steps = 160
     ctx.t_launch = time.time()
-    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "1", "--signal-seconds", "40",
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "2", "--signal-seconds", "35",
                    "--max-requeues", "3", "--run-dir", ctx.run_dir, "--env", f"TEST_STEPS={steps}",
                    "--env", "TEST_STEP_SLEEP=0.5", "--env", "TEST_STEP_SLEEP_LATER=0", "--wait",
                    "--", "preempt_worker.py", timeout=400)
@@ -454,7 +457,7 @@ FAULTS = [
     Fault("double-forked daemon", double_fork_daemon),
     Fault("slurmd killed", slurmd_killed, slow=True),
     Fault("preemption (USR2)", preempted),
-    Fault("time limit (--time 1, USR2 warning)", time_limit, slow=True),
+    Fault("time limit (--time 2, USR2 warning)", time_limit, slow=True),
     Fault("slurmctld paused 20 s", ctld_paused(20), slow=True),
     Fault("slurmctld paused 60 s", ctld_paused(60), slow=True),
     Fault("DeepSpeed preempted (USR2)", deepspeed_preempted, slow=True),

@@ -16,7 +16,7 @@ import shutil
 import sys
 from typing import Callable, TextIO
 
-from ... import __version__, layout, sweep
+from ... import __version__, layout, manifest, snapshot, sweep
 from ...errors import LaunchError
 from ...rundir import RunDir, new_run_id
 from ...spec import JobSpec
@@ -51,6 +51,7 @@ def submit_array(specs: list[JobSpec], rec: dict, max_parallel: int | None, dry_
         out.write(render_dry_run(script, plans, rec))
         return 0
     backend.preflight(dataclasses.replace(plans[0], script=script))    # sbatch --test-only of the array
+    snapshot.commit(plans[0].spec)                                     # --snapshot: every run's (one) snapshot
     rds = create_runs(plans, rec, prepare)
     try:
         job = submit_script(plans[0].spec.replace(run_dir=sweep_dir), script, sweep_dir, 0)
@@ -79,6 +80,7 @@ def create_runs(plans: list[Plan], rec: dict, prepare: Callable[[JobSpec, str], 
         rds = []
         for plan in plans:
             rd = RunDir.create(plan.spec, plan.run_id, plan.record())
+            manifest.write_launcher(rd.path, plan.spec, plan)
             rd.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None, reason=None)
             write_node_spec(rd, plan.spec, plan.run_id, 0)
             if prepare is not None:

@@ -194,7 +194,7 @@ class SlurmBackend(Backend):
             return dict(out, reason=f"Slurm does not answer ({job.reason or 'no reply'}); status unknown, retrying")
         state, reason = slurm_status.to_run_state(job)
         if job.live:
-            if state != st.get("state") or not st.get("reason"):
+            if state != st.get("state") or not st.get("reason") or job.state == "PENDING":   # why it waits, now
                 out.update(state=state, reason=reason)
             return out
         nnodes = rd.spec().nodes

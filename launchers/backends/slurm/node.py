@@ -29,6 +29,7 @@ from ... import layout, ports, procs
 from ...errors import LaunchError
 from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
+from ...container import wrap
 from ...stops import decide, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
 from .env import NodelistError, SlurmEnv
@@ -46,11 +47,12 @@ class NodeError(Exception):
 
 def slurm_node_command(spec: JobSpec, node: int, addr: str, port: Any, run_id: str, attempt: int, dist: str,
                        agent_env: dict[str, str]) -> NodeCommand:
-    """The builder's command, plus what the agent needs to pass stop signals on (shown in the dry-run)."""
+    """The builder's command, plus what the agent needs to pass stop signals on (shown in the dry-run), in the
+    job's container (launchers.container: a pyxis/OCI step is inside already, podman/apptainer wrap the agent)."""
     nc = node_command(spec, node_rank=node, master_addr=addr, master_port=port, run_id=run_id,
                       attempt=attempt, dist_backend=dist)
-    return NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=tuple({**dict(nc.env), **agent_env}.items()),
-                       secret=nc.secret)
+    return wrap(spec, NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=tuple({**dict(nc.env), **agent_env}.items()),
+                                  secret=nc.secret), run_id)
 
 
 # ------------------------------------------------------------------------------------------ master address
@@ -247,6 +249,8 @@ class NodeRun:
         are SIGKILLed; with no wrapper left there is nothing to wait for. After the node record, so the node
         (not the ranks this stops) is the first failure when its agent died."""
         from ...remote import node_pids, stop_node
+        from ..base import remove_containers
+        remove_containers(self.ns.spec, self.ns.run_id, [self.node])     # a podman container its agent left
         left = node_pids(self.ns.run_id, self.node)
         if not left:
             return

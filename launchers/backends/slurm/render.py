@@ -12,9 +12,9 @@ import re
 import shlex
 from typing import Any
 
-from ... import layout
+from ... import container, layout
 from ...errors import LaunchError
-from ...secretenv import looks_secret, secret_name
+from ...secretenv import redact_argv, secret_keys
 from ...spec import JobSpec
 
 DEFAULT_SIGNAL_SECONDS = 120
@@ -149,7 +149,7 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     if dependency(spec):
         extra["dependency"] = dependency(spec)
     params["additional_parameters"] = extra
-    params["srun_args"] = srun_binding(spec)
+    params["srun_args"] = srun_binding(spec) + step_container(spec)
     return params
 
 
@@ -158,6 +158,12 @@ def srun_binding(spec: JobSpec) -> list[str]:
     its allocation's CPUs and the wrapper splits them among the ranks, so no rank is bound twice or bound to the
     one core srun's task/affinity would give a task of one CPU."""
     return ["--cpu-bind=none"] if spec.cpu_bind != "none" else []
+
+
+def step_container(spec: JobSpec) -> list[str]:
+    """srun's container flags (launchers.container: pyxis, Slurm's OCI); the secrets cross by name only."""
+    names = secret_keys({**dict(spec.env), **dict(spec.secrets)}, [k for k, _ in spec.secrets])
+    return container.srun_args(spec, tuple(sorted(names)))
 
 
 def node_task_command(python: str, run_dir: str, base_attempt: int, array: bool = False) -> str:
@@ -207,20 +213,14 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
     lines = ["#!/bin/bash", *[f"# {line}" if line else "#" for line in header.splitlines()], "", "# Parameters",
              *[sbatch_flag(k, params[k]) for k in sorted(params)],
              "", "# command", "export SUBMITIT_EXECUTOR=slurm",
-             f"{srun} {node_task_command(spec.python, spec.run_dir, base_attempt, bool(array))}", "",
+             f"{srun} {node_task_command(container.step_python(spec), spec.run_dir, base_attempt, bool(array))}", "",
              "", "# teardown", finalize_command(spec.python, spec.run_dir, base_attempt, bool(array))]
     return "\n".join(lines) + "\n"
 
 
 def header_for(argv: list[str] | tuple[str, ...], version: str) -> str:
     """'produced by: launch slurm ...' with secret-looking --env values (by name or value) shown as ***."""
-    words = []
-    for w in argv:
-        name, eq, value = w.partition("=")
-        if eq and (secret_name(name) or looks_secret(value)):
-            w = f"{name}=***"
-        words.append(w)
-    return f"produced by: {shlex.join(['launch', *words])}\nlaunchers {version}; submitted with submitit"
+    return f"produced by: {shlex.join(['launch', *redact_argv(argv)])}\nlaunchers {version}; submitted with submitit"
 
 
 def allocation_env(signal_seconds: int) -> dict[str, str]:
@@ -233,6 +233,6 @@ def srun_argv(spec: JobSpec, *, run_id: str, job_id: str, base_attempt: int) -> 
     """In-allocation mode: one node task per allocated node, in the current allocation."""
     out = os.path.join(layout.path(spec.run_dir, "slurm"), f"alloc-{job_id}-%s-%t.out")
     return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", *srun_binding(spec),
-            "--kill-on-bad-exit=0", f"--job-name=launch-{run_id}", f"--output={out}", "--open-mode=append",
-            spec.python, "-u", "-m", NODE_ENTRY, "run", spec.run_dir,
+            *step_container(spec), "--kill-on-bad-exit=0", f"--job-name=launch-{run_id}", f"--output={out}",
+            "--open-mode=append", container.step_python(spec), "-u", "-m", NODE_ENTRY, "run", spec.run_dir,
             "--base-attempt", str(base_attempt), "--in-allocation"]

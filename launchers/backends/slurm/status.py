@@ -11,9 +11,12 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from . import pending
+
+FACTS = ("Partition", "Priority", "Dependency", "StartTime", "NumNodes")
 MIN_INTERVAL_S = 2.0        # at most one round of Slurm calls per run per this many seconds
 CMD_TIMEOUT_S = 15.0
 
@@ -33,6 +36,8 @@ class SlurmJob:
     exit_code: str = ""
     nodelist: str = ""
     checked: float = 0.0
+    facts: dict = field(default_factory=dict)    # scontrol's words a pending job is explained by (FACTS)
+    waiting: str = ""                            # why it is pending, in words (launchers.backends.slurm.pending)
 
     @property
     def live(self) -> bool:
@@ -71,7 +76,9 @@ def parse_scontrol(out: str, job_id: str) -> SlurmJob | None:
             except ValueError:
                 restarts = 0
             return SlurmJob(job_id, _base_state(fields["JobState"]), "scontrol", reason=fields.get("Reason", ""),
-                            restarts=restarts, exit_code=fields.get("ExitCode", ""), nodelist=fields.get("NodeList", ""))
+                            restarts=restarts, exit_code=fields.get("ExitCode", ""),
+                            nodelist=fields.get("NodeList", ""),
+                            facts={k: fields[k] for k in FACTS if k in fields})
     return None
 
 
@@ -112,9 +119,9 @@ def unanswered(rc: int, out: str) -> bool:
     return rc in (124, 127) or (rc != 0 and any(m in out for m in NO_CONTROLLER))
 
 
-def ask_slurm(job_id: str, run: Runner = _run) -> SlurmJob:
+def ask_slurm(job_id: str, run: Runner = _run, explain: bool = False) -> SlurmJob:
     """scontrol (live and recently ended, with the restart count), then squeue, then sacct -c; GONE if
-    none of them knows the job."""
+    none of them knows the job. explain: a pending job's `waiting` too (explain_wait: one or two more calls)."""
     rc, out = run(["scontrol", "show", "job", "-o", job_id])
     job = parse_scontrol(out, job_id) if rc == 0 else None
     silent = unanswered(rc, out)
@@ -123,6 +130,8 @@ def ask_slurm(job_id: str, run: Runner = _run) -> SlurmJob:
         job = parse_squeue(out, job_id) if rc == 0 else None
         silent = silent and unanswered(rc, out)
     if job is not None:
+        if explain and job.state == "PENDING":
+            job.waiting = explain_wait(job, run)
         return job
     why = " ".join(out.split())[:200]
     rc, out = run(["sacct", "-c", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList"])
@@ -132,6 +141,20 @@ def ask_slurm(job_id: str, run: Runner = _run) -> SlurmJob:
     if silent:          # the controller did not answer: no verdict from silence
         return SlurmJob(job_id, "UNKNOWN", "none", reason=why or "no reply")
     return SlurmJob(job_id, "GONE", "none")
+
+
+def explain_wait(job: SlurmJob, run: Runner = _run) -> str:
+    """Why a pending job waits, in words (pending.explain): its reason and scontrol's facts, with its partition's
+    queue (`squeue --start`: the jobs ahead, the start estimate) and, for a partition limit, the partition's."""
+    part = job.facts.get("Partition", "")
+    queue = limits = None
+    if part:
+        rc, out = run(["squeue", "-h", "--start", "-p", part, "-t", "PENDING,RUNNING", "-o", pending.SQUEUE_FORMAT])
+        queue = pending.parse_queue(out) if rc == 0 else None
+        if pending.needs_partition(job.reason):
+            rc, out = run(["scontrol", "show", "partition", "-o", part])
+            limits = pending.parse_partition(out) if rc == 0 else None
+    return pending.explain(job.job_id, job.reason, job.facts, queue, limits)
 
 
 def query(job_id: str, cache_dir: str, run: Runner = _run, min_interval: float = MIN_INTERVAL_S,
@@ -145,7 +168,7 @@ def query(job_id: str, cache_dir: str, run: Runner = _run, min_interval: float =
             return cached
     except (OSError, ValueError, TypeError):
         pass
-    job = ask_slurm(job_id, run)
+    job = ask_slurm(job_id, run, explain=True)
     job.checked = now()
     try:
         os.makedirs(cache_dir, exist_ok=True)
@@ -163,8 +186,11 @@ def query(job_id: str, cache_dir: str, run: Runner = _run, min_interval: float =
 def to_run_state(job: SlurmJob) -> tuple[str, str | None]:
     """Slurm state -> (run state, reason). Live states are never terminal; PREEMPTED/REQUEUED neither."""
     s = job.state
-    if s == "PENDING":
-        return ("REQUEUED", f"requeued {job.restarts}x, pending ({job.reason})") if job.restarts else ("PENDING", None)
+    if s == "PENDING":         # why it waits, in words, when scontrol told (else squeue's bare reason)
+        why = job.waiting or job.reason
+        if job.restarts:
+            return "REQUEUED", f"requeued {job.restarts}x, pending ({why})"
+        return "PENDING", job.waiting or None
     if s in ("REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"):
         return "REQUEUED", f"Slurm {s}"
     if s == "PREEMPTED":

@@ -1,0 +1,167 @@
+"""The one place a node's command meets a container runtime (the options: launchers.containeropts). Pure: no I/O.
+
+Every backend calls wrap() on the torchrun builder's NodeCommand (backends.base.node_commands, the Slurm node
+task's slurm_node_command) and the Slurm renderer calls srun_args(); no backend knows which runtime is in use.
+Inside any container:
+- the run dir and the launch dir are mounted at the same paths (LAUNCH_RUN_DIR, checkpoints and relative
+  program paths mean the same inside), the launch dir is the working directory;
+- the launchers package is mounted read-only at /opt/launchers/launchers and /opt/launchers leads PYTHONPATH, so
+  the torchrun agent's rank wrapper (launchers.rankexec) and a Slurm step's node task run inside from the same code;
+- the agent runs with the image's interpreter (--container-python, default python3);
+- every variable of the node command (ranks, ports, LAUNCH_*, MASTER_*, NCCL_*, --env, --secret) reaches the
+  program by name, never by value on a command line: podman `--env NAME` (the value from podman's own
+  environment), apptainer `APPTAINERENV_NAME` in the environment, pyxis `--container-env NAME`.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+
+from .containeropts import BINARIES, WRAPS
+from .spec import JobSpec
+from .torchrun import NodeCommand
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))      # this launchers package, mounted into every container
+PACKAGE_AT = "/opt/launchers"                                # ... at PACKAGE_AT/launchers (PACKAGE_AT on PYTHONPATH)
+
+
+def in_container(spec: JobSpec) -> bool:
+    return bool(spec.container_image)
+
+
+def mounts(spec: JobSpec, package: str = PACKAGE_DIR) -> list[tuple[str, str, bool]]:
+    """(source, destination, read-only): the run dir, the launch dir, launchers, then --container-mount's; a
+    destination given twice keeps its first source; a parent before what is mounted below it (pyxis/enroot
+    mount in the order given)."""
+    out = [(spec.run_dir, spec.run_dir, False), (spec.container_workdir, spec.container_workdir, False),
+           (package, f"{PACKAGE_AT}/launchers", True)]
+    for m in spec.container_mounts:
+        src, dst, *flags = m.split(":")
+        out.append((src, dst, flags == ["ro"]))
+    seen: set[str] = set()
+    out = [m for m in out if not (m[1] in seen or seen.add(m[1]))]
+    return sorted(out, key=lambda m: m[1].rstrip("/").count("/"))
+
+
+def inner_env(nc: NodeCommand) -> dict[str, str]:
+    """The node command's environment as the container needs it: launchers first on PYTHONPATH."""
+    env = nc.env_dict
+    env["PYTHONPATH"] = PACKAGE_AT + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else "")
+    return env
+
+
+def podman_name(run_id: str, node: int) -> str:
+    """One container per run and node: `podman rm -f` finds it after a cancel or a SIGKILLed agent."""
+    return f"{run_id}-node{node}"
+
+
+def _podman(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str) -> list[str]:
+    # podman run(1): --rm removes it when the agent ends; --replace removes a same-named leftover of an earlier
+    # attempt (a SIGKILLed agent); --runtime runc (crun refuses a hybrid cgroup layout); --network/--ipc host:
+    # the rendezvous port and NCCL's shared memory as on the host; --pid host: the pids the rank wrappers
+    # record and the hang monitor's py-spy reads are the host's, the tagged sweep finds every process, the
+    # agent is no PID 1 (podman passes the signals it gets on: --sig-proxy, the default); --ulimit host: the
+    # host's limits (one above the host's hard limit is refused by a rootless podman); --env NAME: the value
+    # from podman's own environment.
+    words = ["podman", "run", "--rm", "--replace", "--runtime", "runc", "--network", "host", "--ipc", "host",
+             "--pid", "host", "--name", podman_name(run_id, nc.node_rank), "--ulimit", "host"]
+    if env.get("LAUNCH_DIST_BACKEND") == "nccl":       # GPUs through CDI (the host ran `nvidia-ctk cdi generate`)
+        words += ["--device", "nvidia.com/gpu=all"]
+    for src, dst, ro in mounts(spec, package):
+        words += ["-v", f"{src}:{dst}" + (":ro" if ro else "")]
+    for name in env:
+        words += ["--env", name]
+    return words + ["-w", spec.container_workdir, spec.container_image]
+
+
+def _apptainer(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str) -> list[str]:
+    # apptainer exec: the host's environment passes in, but a variable the image sets wins over the host's
+    # (apptainer-userdocs environment_and_metadata.rst, "Environment from the host"); APPTAINERENV_NAME wins over
+    # the image ("Environment Variable Precedence"), so wrap() adds one for each variable. --nv: the host's
+    # NVIDIA driver and GPUs; the host's network, IPC and PID namespaces are shared by default.
+    binds = ",".join(f"{src}:{dst}" + (":ro" if ro else "") for src, dst, ro in mounts(spec, package))
+    nv = ["--nv"] if env.get("LAUNCH_DIST_BACKEND") == "nccl" else []
+    return ["apptainer", "exec", *nv, "--bind", binds, "--pwd", spec.container_workdir, spec.container_image]
+
+
+NODE_WRAPPERS = {"podman": _podman, "apptainer": _apptainer}
+ENV_PREFIX = {"apptainer": "APPTAINERENV_"}      # variables the runtime reads from its own environment
+
+
+def wrap(spec: JobSpec, nc: NodeCommand, run_id: str, package: str = PACKAGE_DIR) -> NodeCommand:
+    """The node command as it runs with spec's container: unchanged without one; the image's interpreter and
+    launchers on PYTHONPATH inside; for a node runtime (podman, apptainer), its command line in front."""
+    if not in_container(spec):
+        return nc
+    env = inner_env(nc)
+    argv = (spec.container_python, *nc.argv[1:])            # argv[0]: the builder's interpreter
+    runtime, secret = spec.container_runtime, nc.secret
+    if WRAPS[runtime] == "node":
+        argv = (*NODE_WRAPPERS[runtime](spec, nc, env, run_id, package), *argv)
+    prefix = ENV_PREFIX.get(runtime)
+    if prefix:
+        env.update({prefix + k: v for k, v in list(env.items())})
+        secret = (*secret, *(prefix + k for k in nc.secret_env()))
+    return NodeCommand(node_rank=nc.node_rank, argv=argv, env=tuple(env.items()), secret=secret)
+
+
+# ------------------------------------------------------------------------------------------ Slurm steps
+
+def pyxis_name(spec: JobSpec) -> str:
+    """One pyxis container per run (its run dir's name): pyxis imports the image on a node once and reuses
+    the named container for every later step there -- a requeued attempt, a resume (NVIDIA/pyxis README:
+    --container-name; container_scope=job in pyxis's plugstack config ends it with the job)."""
+    return "launch-" + os.path.basename(spec.run_dir.rstrip("/"))
+
+
+def srun_args(spec: JobSpec, secret_names: tuple[str, ...] = (), package: str = PACKAGE_DIR) -> list[str]:
+    """srun's own flags for a step runtime (pyxis, oci): the node task and all it starts run inside; [] for the
+    others (the node task wraps its agent: wrap()) and without a container."""
+    if not in_container(spec) or WRAPS[spec.container_runtime] != "step":
+        return []
+    if spec.container_runtime == "oci":     # Slurm's OCI support: the bundle's config.json has the mounts, oci.conf the runtime
+        return [f"--container={spec.container_image}", f"--export=ALL,PYTHONPATH={PACKAGE_AT}"]
+    # pyxis (NVIDIA/pyxis README, args.c): --container-mounts SRC:DST[:FLAGS] joined by ',' (flags by '+');
+    # --container-env NAME,...: these host values win over the image's (by default an image's value wins);
+    # GPUs and /dev/infiniband come through enroot's hooks (98-nvidia.sh, 99-mellanox.sh), which act on
+    # NVIDIA_VISIBLE_DEVICES / MELLANOX_VISIBLE_DEVICES: set to all unless the job runs gloo.
+    gpu = {} if spec.dist_backend == "gloo" else {"NVIDIA_VISIBLE_DEVICES": "all", "MELLANOX_VISIBLE_DEVICES": "all"}
+    exported = {"PYTHONPATH": PACKAGE_AT, **gpu}
+    crossing = [*exported, *sorted(set(secret_names))]
+    return [f"--container-image={spec.container_image}",
+            "--container-mounts=" + ",".join(f"{s}:{d}" + (":ro" if ro else "") for s, d, ro in mounts(spec, package)),
+            f"--container-workdir={spec.container_workdir}", f"--container-name={pyxis_name(spec)}",
+            "--container-env=" + ",".join(crossing),
+            "--export=" + ",".join(["ALL", *(f"{k}={v}" for k, v in exported.items())])]
+
+
+def step_python(spec: JobSpec) -> str:
+    """The interpreter of a Slurm step's node task: the image's when the step runs in the container."""
+    return spec.container_python if in_container(spec) and WRAPS[spec.container_runtime] == "step" else spec.python
+
+
+# ------------------------------------------------------------------------------------------ cleanup
+
+def cleanup_argv(spec: JobSpec, run_id: str, node: int) -> list[str] | None:
+    """What removes node's container after a cancel or a SIGKILLed agent (run on that node; a container already
+    gone is not an error), or None when nothing outlives the agent (apptainer's processes are the host's,
+    Slurm ends a step's pyxis/OCI container with the step)."""
+    if not in_container(spec) or spec.container_runtime != "podman":
+        return None
+    return ["podman", "rm", "--force", "--ignore", "--time", "0", podman_name(run_id, node)]
+
+
+def cleanup_line(spec: JobSpec, run_id: str, node: int) -> str:
+    """cleanup_argv as `; ARGV` to append to a shell line on that node, its output dropped ("" when there is
+    nothing to remove)."""
+    argv = cleanup_argv(spec, run_id, node)
+    return "" if argv is None else f"; {shlex.join(argv)} >/dev/null 2>&1"
+
+
+def host_check(spec: JobSpec) -> dict[str, list[str]]:
+    """What an SSH host's preflight (launchers.remote CHECK) looks for when the job runs in a container: the
+    runtime on PATH and launchers (its host agent); not torch nor the program (the image has them: looking a
+    module up on the host would import its packages there)."""
+    if not in_container(spec):
+        return {}
+    return {"modules": ["launchers"], "binaries": list(BINARIES[spec.container_runtime]), "program": []}

@@ -1,0 +1,118 @@
+"""--container-image / --container-mount / --container-runtime / --container-python: read and checked once, for
+the flags, a profile and the Python API alike (launchers.spec calls fields()); what they render into is
+launchers.container's. Stdlib only.
+
+Where a runtime wraps: `step` runtimes wrap a whole Slurm step (srun's own flags: pyxis, Slurm's OCI support),
+so everything srun starts on a node -- the node task, the torchrun agent, the rank wrappers -- runs inside;
+`node` runtimes (podman, apptainer) wrap the agent's command on any backend.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import Any, Callable
+
+from .errors import LaunchError, brief
+
+RUNTIMES = ("auto", "pyxis", "apptainer", "podman", "oci")
+WRAPS = {"pyxis": "step", "oci": "step", "podman": "node", "apptainer": "node"}
+ACCEPTED = {                       # backend -> the runtimes it can use; auto picks the first usable one
+    "slurm": ("pyxis", "oci", "podman", "apptainer"),
+    "local": ("podman", "apptainer"),
+    "ssh": ("podman", "apptainer"),
+}
+# the binaries that make a runtime usable on a node (any one of them), checked by `launch doctor`
+BINARIES = {"pyxis": ("enroot",), "oci": ("crun", "runc"), "podman": ("podman",),
+            "apptainer": ("apptainer", "singularity")}
+DEFAULT_PYTHON = "python3"         # the image's interpreter unless --container-python names another
+MOUNT_WORDS = "SRC:DST[:ro] with an absolute DST and no ',' (e.g. /data:/data:ro)"
+_MOUNT_PART = re.compile(r"^[^:,\s\x00]+$")
+
+
+def parse_mount(value: Any, cwd: str) -> str:
+    """`SRC:DST[:ro|rw]` -> the same with SRC made absolute (against cwd); ',' and ':' are the runtimes'
+    separators (pyxis --container-mounts, podman -v, apptainer --bind) and cannot be in a path."""
+    parts = value.split(":") if isinstance(value, str) else []
+    if not 2 <= len(parts) <= 3 or not all(_MOUNT_PART.match(p) for p in parts[:2]) \
+            or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise LaunchError(f"--container-mount {brief(value)} is malformed; expected {MOUNT_WORDS}")
+    src, dst = parts[0], parts[1]
+    if not dst.startswith("/"):
+        raise LaunchError(f"--container-mount {brief(value)}: DST {dst!r} is relative; give an absolute path "
+                          "inside the container, e.g. /data")
+    flags = parts[2:] if parts[2:] == ["ro"] else []
+    return ":".join([os.path.normpath(os.path.join(cwd, src)), os.path.normpath(dst), *flags])
+
+
+def check_runtime(value: Any, backend: str) -> str:
+    """--container-runtime: one of RUNTIMES that this backend can use (auto included)."""
+    name = str(value).strip().lower() if isinstance(value, str) else value
+    if name not in RUNTIMES:
+        raise LaunchError(f"--container-runtime {brief(value)} is not accepted; choose one of: {', '.join(RUNTIMES)}")
+    if name != "auto" and name not in ACCEPTED[backend]:
+        raise LaunchError(f"--container-runtime {name} is not accepted with the {backend} backend (it wraps a Slurm "
+                          f"step); accepted with {backend}: auto, {', '.join(ACCEPTED[backend])}")
+    return name
+
+
+def resolve_runtime(value: Any, backend: str, which: Callable[[str], Any] = shutil.which) -> str:
+    """--container-runtime for this backend: the one given when the backend can use it, else auto's pick --
+    Slurm: pyxis; SSH: podman (the hosts are checked by `launch doctor`); local: podman or apptainer, the first
+    on PATH here."""
+    name, usable = check_runtime(value, backend), ACCEPTED[backend]
+    if backend != "local":
+        return usable[0] if name == "auto" else name
+    found = [r for r in (usable if name == "auto" else (name,)) if any(which(b) for b in BINARIES[r])]
+    if not found:
+        wanted = " or ".join(b for r in (usable if name == "auto" else (name,)) for b in BINARIES[r])
+        raise LaunchError(f"--container-image needs a container runtime here: {wanted} is not on PATH; install "
+                          f"one or run without --container-image")
+    return found[0]
+
+
+def doctor_binaries(value: Any, backend: str) -> tuple[str, tuple[str, ...]]:
+    """`launch doctor --container-runtime R`: (what is checked, the binaries any one of which makes it usable on
+    a node); auto: Slurm's pyxis, elsewhere podman or apptainer."""
+    name = check_runtime(value, backend)
+    runtimes = (name,) if name != "auto" else ACCEPTED[backend][:1] if backend == "slurm" else ACCEPTED[backend]
+    return " or ".join(runtimes), tuple(b for r in runtimes for b in BINARIES[r])
+
+
+def check_image(value: Any, runtime: str) -> str:
+    """An image reference (pyxis: an enroot URI or a squashfs path; podman: a name or a ref; apptainer: a SIF
+    path or a URI), one word; Slurm's OCI support takes a bundle directory (absolute)."""
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() or c == "\x00" for c in value):
+        raise LaunchError(f"--container-image {brief(value)} is not accepted; give one image reference without "
+                          "spaces, e.g. nvcr.io#nvidia/pytorch:24.05-py3, ./image.sif or localhost/train:1")
+    if runtime == "oci" and not value.startswith("/"):
+        raise LaunchError(f"--container-image {brief(value)}: with --container-runtime oci the image is an OCI "
+                          "bundle directory (srun --container=PATH); give its absolute path")
+    return value
+
+
+def check_python(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+        raise LaunchError(f"--container-python {brief(value)} is not accepted; give the image's interpreter, "
+                          f"e.g. {DEFAULT_PYTHON} or /opt/venv/bin/python")
+    return value
+
+
+def fields(backend: str, pick: Callable[[str], Any], cwd: str) -> dict[str, Any]:
+    """The JobSpec fields of the container options (pick: a key -> the flag's value, else the profile's,
+    else None); no image: no container, and the other container options are refused."""
+    image, runtime, mounts, python = (pick(k) for k in ("container_image", "container_runtime",
+                                                          "container_mounts", "container_python"))
+    if image is None:
+        given = [f for f, v in (("--container-runtime", runtime), ("--container-mount", mounts),
+                                ("--container-python", python)) if v]
+        if given:
+            raise LaunchError(f"{given[0]} needs --container-image IMAGE (the image every node runs the job in)")
+        return {}
+    runtime = resolve_runtime("auto" if runtime is None else runtime, backend)
+    mounts = tuple(parse_mount(m, cwd) for m in (mounts or ()))
+    if mounts and runtime == "oci":
+        raise LaunchError("--container-mount is not accepted with --container-runtime oci: the bundle's config.json "
+                          "lists its mounts (the run dir, the launch dir and launchers among them)")
+    return dict(container_image=check_image(image, runtime), container_runtime=runtime, container_mounts=mounts,
+                container_python=check_python(DEFAULT_PYTHON if python is None else python), container_workdir=cwd)

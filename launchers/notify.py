@@ -1,0 +1,271 @@
+"""--notify URL|COMMAND: tell someone when a run changes state (RUNNING, REQUEUED, HANG, FAILED, CANCELLED,
+COMPLETED). An http(s) URL gets the event as a JSON POST (urllib, a short timeout); anything else is a shell
+command run with the event in its environment (LAUNCH_EVENT, LAUNCH_RUN_ID, LAUNCH_RUN_DIR, LAUNCH_STATE,
+LAUNCH_REASON, LAUNCH_EVENT_JSON). RunDir.update_status (the one writer of status.json) calls on_change() once
+per change of state, whichever process recorded it (the launcher; a Slurm job's node 0 or batch side when no
+launcher waits). One sender thread per process sends the events in order, each target tried a few times with
+backoff (a process that ends waits for it at most EXIT_WAIT_S); a notification that fails never affects the
+job: it is logged to the run's launcher.log. Secret values (the job's --secret and
+secret-named variables, as far as this process has them, and anything that looks like a secret by its content:
+launchers.secretenv) never leave: they are *** in the payload, and a target is logged by its scheme and host
+(a URL) or first word (a command) only. Layer 0: stdlib and layout, secretenv, errors.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Callable, Iterable, Mapping
+
+from . import layout, secretenv
+from .errors import LaunchError
+
+EVENTS = ("RUNNING", "REQUEUED", "HANG", "FAILED", "CANCELLED", "COMPLETED")
+SCHEMES = ("http", "https")
+TRIES, BACKOFF_S = 3, (1.0, 3.0)         # attempts per target; the waits between them
+HTTP_TIMEOUT_S, COMMAND_TIMEOUT_S = 5.0, 10.0
+EXIT_WAIT_S = 20.0        # how long a process that ends waits for its events still being sent
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+WORD = re.compile(r"[^\s()\[\]{}'\",;]+")     # a word of a message, its brackets and punctuation left out
+ACCEPTED = "an http:// or https:// URL (a JSON POST per event) or a shell command (the event in its environment)"
+
+
+# ------------------------------------------------------------------------------------------ the option
+
+def parse_targets(items: Any, what: str = "--notify") -> tuple[str, ...]:
+    """--notify (repeatable; a profile: a list or one str) -> the targets, each once, in the order given."""
+    items = [items] if isinstance(items, str) else items
+    if not isinstance(items, (list, tuple)):
+        raise LaunchError(f"{what} of type {type(items).__name__} is not accepted; give {ACCEPTED}")
+    out: list[str] = []
+    for t in items:
+        if not isinstance(t, str) or not t.strip() or any(c in t for c in "\0\n\r"):
+            raise LaunchError(f"{what} {shown(t) if isinstance(t, str) else type(t).__name__!r} is not accepted "
+                              f"(empty or more than one line); give {ACCEPTED}")
+        t = t.strip()
+        if _SCHEME.match(t):
+            url = urllib.parse.urlsplit(t)
+            bad = (f"scheme {url.scheme!r}" if url.scheme.lower() not in SCHEMES else "no host" if not url.hostname
+                   else "bad port" if _port(url) == -1 else None)
+            if bad:
+                raise LaunchError(f"{what} {shown(t)!r} is not accepted ({bad}); give {ACCEPTED}")
+        if t not in out:
+            out.append(t)
+    return tuple(out)
+
+
+def _port(url: urllib.parse.SplitResult) -> int | None:
+    try:
+        return url.port
+    except ValueError:                 # not a number, or out of range
+        return -1
+
+
+def is_url(target: str) -> bool:
+    return bool(_SCHEME.match(target))
+
+
+def shown(target: str) -> str:
+    """What a log or an error may show of a target: a URL's scheme://host[:port] (its path and user may hold a
+    token), a command's first word."""
+    if is_url(target):
+        url = urllib.parse.urlsplit(target)
+        port = f":{_port(url)}" if _port(url) not in (None, -1) else ""
+        return f"{url.scheme}://{url.hostname or '?'}{port}/..."
+    words = target.split()
+    return (words[0] + (" ..." if len(words) > 1 else "")) if words else ""
+
+
+# ------------------------------------------------------------------------------------------ events (pure)
+
+def event_of(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """The event of a status.json change, or None: a new state among EVENTS (FAILED -> RUNNING again on a
+    restart counts), or a hang verdict newly recorded."""
+    if new.get("state") != old.get("state") and new.get("state") in EVENTS:
+        return new["state"]
+    hang = new.get("hang")
+    if hang and hang != old.get("hang") and hang.get("stalled_ranks"):
+        return "HANG"
+    return None
+
+
+def payload(event: str, st: Mapping[str, Any], record: Mapping[str, Any], path: str,
+            detail: str | None = None) -> dict[str, Any]:
+    """The event as the JSON body / LAUNCH_EVENT_JSON: what happened, to which run, and why when known."""
+    spec = record.get("spec") or {}
+    reason = detail or st.get("reason")
+    return {"event": event, "state": st.get("state"), "run_id": record.get("run_id"), "run_dir": path,
+            "name": spec.get("name"), "backend": spec.get("backend"), "attempt": st.get("attempt", 0),
+            "reason": reason, "first_failure": st.get("first_failure"), "slurm_job_id": st.get("slurm_job_id"),
+            "host": socket.gethostname(), "time": time.time(),
+            "summary": f"run {spec.get('name') or os.path.basename(path)} {event}" + (f" ({reason})" if reason else "")
+                       + (f": {failure_line(st['first_failure'])}" if st.get("first_failure") else "")}
+
+
+def failure_line(ff: Mapping[str, Any]) -> str:
+    where = f"rank {ff['rank']} on node {ff.get('node')}" if ff.get("rank") is not None else f"node {ff.get('node')}"
+    how = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff.get('exit_code')}"
+    why = ff.get("exception") or ff.get("reason")
+    return f"{where}, {how}" + (f": {why}" if why else "")
+
+
+_remembered: set[str] = set()         # secret values of the specs this process wrote (remember())
+
+
+def remember(env: Mapping[str, str], secrets: Mapping[str, str]) -> None:
+    """The secret values of a spec this process starts (run.yaml keeps them as ***): kept out of its events."""
+    hidden = secretenv.secret_keys({**env, **secrets}, secrets)
+    _remembered.update(v for k, v in {**env, **secrets}.items() if k in hidden and v and v != secretenv.REDACTED)
+
+
+def secret_values(record: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:
+    """The values of the run's secrets this process has: those remembered, and its --secret names and the
+    variables run.yaml keeps as *** (secret-named or secret-looking) as `environ` gives them (a Slurm job's)."""
+    spec = record.get("spec") or {}
+    names = [k for k, v in (spec.get("env") or {}).items() if v == secretenv.REDACTED] + list(spec.get("secrets") or ())
+    return sorted(_remembered | {environ[k] for k in names if environ.get(k)})
+
+
+def redact(value: Any, secrets: Iterable[str]) -> Any:
+    """Every string in value with each secret value, and each word that looks like a secret, as ***."""
+    if isinstance(value, dict):
+        return {k: redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, secrets) for v in value]
+    if not isinstance(value, str):
+        return value
+    for s in sorted(set(secrets), key=len, reverse=True):
+        value = value.replace(s, secretenv.REDACTED)
+    return WORD.sub(lambda m: secretenv.REDACTED if secretenv.looks_secret(m.group(0)) else m.group(0), value)
+
+
+def command_env(body: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
+    """A command target's environment: the caller's, plus the event."""
+    return {**environ, "LAUNCH_EVENT": body["event"], "LAUNCH_RUN_ID": str(body.get("run_id") or ""),
+            "LAUNCH_RUN_DIR": body["run_dir"], "LAUNCH_STATE": str(body.get("state") or ""),
+            "LAUNCH_REASON": str(body.get("reason") or ""), "LAUNCH_EVENT_JSON": json.dumps(body, sort_keys=True)}
+
+
+# ------------------------------------------------------------------------------------------ delivery
+
+def post(url: str, body: Mapping[str, Any]) -> None:
+    """One JSON POST; raises OSError (urllib's errors are OSErrors) unless the answer is 2xx."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "User-Agent": "launchers-notify"})
+    with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:
+        if not 200 <= r.status < 300:
+            raise OSError(f"HTTP {r.status}")
+
+
+def run_command(command: str, body: Mapping[str, Any]) -> None:
+    """The command under /bin/sh with the event in its environment; raises OSError unless it exits 0."""
+    try:
+        p = subprocess.run(["/bin/sh", "-c", command], env=command_env(body, os.environ), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise OSError(f"did not end within {COMMAND_TIMEOUT_S:g} s") from None
+    if p.returncode != 0:
+        last = (p.stderr.decode(errors="replace").strip().splitlines() or [""])[-1][:200]
+        raise OSError(f"exit status {p.returncode}" + (f": {last}" if last else ""))
+
+
+def deliver(target: str, body: Mapping[str, Any], send: Callable[[str, Mapping[str, Any]], None] | None = None,
+            sleep: Callable[[float], None] = time.sleep, tries: int = TRIES) -> tuple[int, str | None]:
+    """Send one event to one target, retried with backoff: (tries used, None) once sent, else (tries, the
+    last error). Never raises."""
+    send = send or (post if is_url(target) else run_command)
+    why = None
+    for i in range(tries):
+        if i:
+            sleep(BACKOFF_S[min(i - 1, len(BACKOFF_S) - 1)])
+        try:
+            send(target, body)
+            return i + 1, None
+        except Exception as e:           # any failure of a notification stays here: the job goes on
+            plain = isinstance(e, urllib.error.URLError) and not isinstance(e, urllib.error.HTTPError)
+            why = (str(e.reason) if plain else str(e) or type(e).__name__)[:200]    # HTTP Error 500: ...
+    return tries, why
+
+
+def log_line(path: str, line: str) -> None:
+    try:
+        with open(layout.path(path, "launcher_log"), "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} launch: {line}\n")
+    except OSError:
+        pass
+
+
+def send_all(path: str, targets: Iterable[str], body: Mapping[str, Any], secrets: Iterable[str]) -> None:
+    """Deliver to each target (one after another) and log the outcome to launcher.log."""
+    for t in targets:
+        n, why = deliver(t, body)
+        what = f"notify {shown(t)}: {body['event']}"
+        log_line(path, f"{what} sent" if why is None else f"{what} failed after {n} tries: {redact(why, secrets)}")
+
+
+_queue: list[tuple[str, list[str], dict[str, Any], list[str]]] = []     # events not yet sent, oldest first
+_guard = threading.Lock()
+_worker: threading.Thread | None = None
+_done = threading.Event()            # set when the queue is empty
+
+
+def _forget() -> None:
+    """In a forked child: the parent's sender thread is not there; its queue is the parent's to send."""
+    global _guard, _worker
+    _guard, _worker = threading.Lock(), None
+    _queue.clear()
+
+
+def _at_exit() -> None:
+    """A process that ends waits for its events, at most EXIT_WAIT_S (a slow target never holds up a job's end
+    for long; what is not sent by then is lost)."""
+    if _worker is not None:
+        _done.wait(EXIT_WAIT_S)
+
+
+os.register_at_fork(after_in_child=_forget)
+atexit.register(_at_exit)
+
+
+def _drain() -> None:
+    """The one sender of this process: the events in the order they happened (RUNNING before COMPLETED)."""
+    global _worker
+    while True:
+        with _guard:
+            if not _queue:
+                _worker = None
+                _done.set()
+                return
+            item = _queue.pop(0)
+        send_all(*item)
+
+
+def on_change(path: str, event: str, st: Mapping[str, Any], detail: str | None = None) -> threading.Thread | None:
+    """Queue `event` for the run's targets (run.yaml's spec `notify`); sent in order by one thread per process
+    (a process that ends waits for it, at most EXIT_WAIT_S). Returns that thread (None: no target). Never raises."""
+    global _worker
+    try:
+        record, _ = layout.load_run_yaml(path)
+        targets = list(((record or {}).get("spec") or {}).get("notify") or ())
+        if not targets:
+            return None
+        secrets = secret_values(record, os.environ)
+        body = redact(payload(event, st, record, path, detail), secrets)
+        with _guard:
+            _queue.append((path, targets, body, secrets))
+            _done.clear()
+            if _worker is None:
+                _worker = threading.Thread(target=_drain, name="launch-notify", daemon=True)
+                _worker.start()
+            return _worker
+    except Exception as e:           # a notification never breaks the status write that triggered it
+        log_line(path, f"notify: {event} not sent: {type(e).__name__}: {e}"[:300])
+        return None

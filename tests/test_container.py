@@ -1,0 +1,245 @@
+"""Issue 22 item 1 (rendering): --container-image/-mount/-runtime/-python. Pure: golden command lines per runtime
+(podman, apptainer: a node's wrapped command; pyxis, Slurm OCI: the sbatch script), secrets by name only, every
+backend's dry-run plan wrapped, the options refused in one line, the cleanup hook, doctor's runtime check."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from launchers import container, containeropts
+from launchers.backends.local import LocalBackend
+from launchers.backends.slurm.backend import SlurmBackend
+from launchers.backends.slurm.render import (header_for, node_task_command, render_sbatch, sbatch_parameters,
+                                             srun_argv)
+from launchers.backends.ssh import SSHBackend
+from launchers.doctor.checks import Context, container_runtime
+from launchers.errors import LaunchError
+from launchers.request import JobSpec as ApiJobSpec
+from launchers.spec import JobSpec, build_spec
+from launchers.torchrun import node_command
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+PKG = "/opt/src/launchers"          # where launchers is installed, for the golden lines
+RUN_ID = "r1-abcd"
+
+
+def spec(runtime="podman", backend="ssh", **kw):
+    base = dict(backend=backend, nodes=2, gpus_per_node=2, program=("-m", "workloads.convnet"),
+                program_args=("--max-steps", "4"), run_dir="/shared/runs/r1", name="r1",
+                env=(("FOO", "bar"), ("HF_TOKEN", "hunter2"), ("PYTHONPATH", "/shared/code/src")),
+                secrets=(("DB_PASS", "s3cret"),), python="/venv/bin/python",
+                container_image={"apptainer": "/images/train.sif", "oci": "/images/train-bundle"}.get(
+                    runtime, "localhost/train:1"),
+                container_runtime=runtime, container_mounts=("/data:/data:ro", "/scratch:/scratch"),
+                container_python="python3", container_workdir="/shared/code")
+    base.update(kw)
+    return JobSpec(**base)
+
+
+def wrapped(sp, dist="nccl", node=1):
+    nc = node_command(sp, node_rank=node, master_addr="10.0.0.1", master_port=29123, run_id=RUN_ID, attempt=0,
+                      dist_backend=dist)
+    return container.wrap(sp, nc, RUN_ID, package=PKG)
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("runtime", ["podman", "apptainer"])
+def test_golden_node_command(runtime):
+    """The node's whole command: the runtime's line, the mounts (run dir, launch dir, launchers, --container-mount),
+    the image's interpreter running torchrun and the rank wrapper inside; shown with secrets as ***."""
+    w = wrapped(spec(runtime))
+    check_golden(f"{runtime}_node1.sh", w.shell() + "\n")
+    assert w.argv[0] == runtime and "python3" in w.argv and "/venv/bin/python" not in w.argv
+    assert w.argv[w.argv.index("python3") + 1:][:2] == ("-m", "torch.distributed.run")
+    assert w.env_dict["PYTHONPATH"] == "/opt/launchers:/shared/code/src"
+
+
+@pytest.mark.parametrize("runtime", ["podman", "apptainer"])
+def test_secrets_reach_the_container_by_name_only(runtime):
+    w = wrapped(spec(runtime))
+    line = " ".join(w.argv)
+    assert "s3cret" not in line and "hunter2" not in line and "s3cret" not in w.shell()
+    assert w.env_dict["DB_PASS"] == "s3cret"                        # in the agent's environment, as outside
+    if runtime == "podman":                                          # podman takes the value from its own env
+        assert {"DB_PASS", "HF_TOKEN", "LAUNCH_RUN_DIR", "MASTER_PORT"} <= set(
+            w.argv[i + 1] for i, a in enumerate(w.argv) if a == "--env")
+    else:                                                            # APPTAINERENV_X wins over the image's X
+        assert w.env_dict["APPTAINERENV_DB_PASS"] == "s3cret" and "APPTAINERENV_DB_PASS" in w.secret_env()
+        assert w.env_dict["APPTAINERENV_LAUNCH_RUN_DIR"] == "/shared/runs/r1"
+
+
+def test_gpu_passthrough_only_for_nccl_and_nothing_without_an_image():
+    assert "nvidia.com/gpu=all" not in wrapped(spec("podman"), dist="gloo").argv
+    assert "--nv" in wrapped(spec("apptainer")).argv and "--nv" not in wrapped(spec("apptainer"), dist="gloo").argv
+    plain = node_command(spec(container_image=""), node_rank=0, master_addr="h", master_port=1, run_id="i", attempt=0)
+    assert container.wrap(spec(container_image=""), plain, "i") is plain
+
+
+@pytest.mark.parametrize("runtime", ["pyxis", "oci"])
+def test_golden_sbatch(runtime):
+    sp = spec(runtime, backend="slurm", container_mounts=() if runtime == "oci" else spec().container_mounts)
+    header = header_for(["slurm", "--container-image", sp.container_image, "--", "-m", "workloads.convnet"], "0.1.0")
+    text = render_sbatch(sp, base_attempt=0, header=header).replace(container.PACKAGE_DIR, PKG)
+    check_golden(f"slurm_{runtime}.sbatch", text)
+    assert "hunter2" not in text and "s3cret" not in text
+
+
+def test_pyxis_flags_and_the_submitit_layout():
+    """pyxis: one named container per run (reused by a requeued attempt), the secrets' names in --container-env;
+    the script is still submitit's own layout for these srun flags."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    from launchers.backends.slurm.render import finalize_command
+    from launchers.layout import path
+    sp = spec("pyxis", backend="slurm")
+    args = sbatch_parameters(sp)["srun_args"]
+    assert "--container-name=launch-r1" in args and "--container-workdir=/shared/code" in args
+    env = next(a for a in args if a.startswith("--container-env=")).split("=", 1)[1].split(",")
+    assert {"PYTHONPATH", "DB_PASS", "HF_TOKEN", "NVIDIA_VISIBLE_DEVICES", "MELLANOX_VISIBLE_DEVICES"} <= set(env)
+    inside = srun_argv(sp, run_id=RUN_ID, job_id="7", base_attempt=0)        # launch slurm inside an allocation
+    assert set(args) <= set(inside) and inside[inside.index("--open-mode=append") + 1] == "python3"
+    gloo = sbatch_parameters(spec("pyxis", backend="slurm", dist_backend="gloo"))["srun_args"]
+    assert not any("NVIDIA_VISIBLE_DEVICES" in a for a in gloo)
+    theirs = _make_sbatch_string(command=node_task_command("python3", sp.run_dir, 1), folder=path(sp.run_dir, "slurm"),
+                                 teardown=[finalize_command(sp.python, sp.run_dir, 1)], **sbatch_parameters(sp))
+    shebang, rest = theirs.split("\n", 1)
+    assert render_sbatch(sp, base_attempt=1, header="h") == f"{shebang}\n# h\n{rest}\n"
+
+
+def test_every_backends_dry_run_shows_the_wrapped_commands(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    local = LocalBackend().plan(spec("podman", backend="local", nodes=1, env=(), secrets=()), "r-1", 0).render()
+    assert "podman run --rm" in local and "--name r-1-node0" in local and "localhost/train:1 python3 -m torch" in local
+    ssh = SSHBackend().plan(spec("apptainer", options=ssh_opts(tmp_path)), "r-1", 0).render()
+    assert ssh.count(" -- apptainer exec ") == 2 and ssh.count(" /images/train.sif python3 -m torch.distributed.run ") == 2
+    slurm = SlurmBackend().plan(spec("pyxis", backend="slurm"), "r-1", 0).render()
+    assert "--container-image=localhost/train:1" in slurm and " python3 -u -m launchers.backends.slurm.task" in slurm
+    assert slurm.count("PYTHONPATH=/opt/launchers:/shared/code/src ") == 2
+    assert slurm.count("LAUNCH_CPU_BIND=auto python3 -m torch.distributed.run ") == 2
+    podman_on_slurm = SlurmBackend().plan(spec("podman", backend="slurm"), "r-1", 0).render()
+    assert "--container-image" not in podman_on_slurm and "-- podman run" not in podman_on_slurm
+    assert "podman run --rm" in podman_on_slurm and "/venv/bin/python -u -m launchers" in podman_on_slurm
+
+
+def ssh_opts(tmp_path):
+    (tmp_path / "ssh_config").write_text("")
+    return (("hosts", ["h1", "h2"]), ("ssh_config", str(tmp_path / "ssh_config")))
+
+
+def test_cleanup_hook(tmp_path):
+    assert container.cleanup_argv(spec("podman"), RUN_ID, 1) == ["podman", "rm", "--force", "--ignore", "--time", "0",
+                                                                  "r1-abcd-node1"]
+    assert container.cleanup_argv(spec("apptainer"), RUN_ID, 1) is None
+    assert container.cleanup_argv(spec(container_image=""), RUN_ID, 1) is None
+    plan = SSHBackend().plan(spec("podman", options=ssh_opts(tmp_path)), RUN_ID, 0)
+    assert SSHBackend._kill_line(plan, 1, 15, 5).endswith("; podman rm --force --ignore --time 0 r1-abcd-node1 "
+                                                          ">/dev/null 2>&1")
+
+
+def test_mounts_normalised_ordered_and_kept_in_run_yaml():
+    assert containeropts.parse_mount("data:/d/:ro", "/code") == "/code/data:/d:ro"
+    assert containeropts.parse_mount("/a:/b:rw", "/code") == "/a:/b"
+    sp = spec(run_dir="/shared/code/runs/r1", container_mounts=("/x:/shared/code/runs/r1",))
+    assert [m[1] for m in container.mounts(sp, PKG)] == ["/shared/code", "/opt/launchers/launchers",
+                                                         "/shared/code/runs/r1"]      # parents first, once each
+    assert JobSpec.from_dict(sp.to_dict()) == sp
+
+
+def build(backend, **flags):
+    return build_spec(backend, dict(flags, options={}), ["-m", "json"])
+
+
+def test_resolution_of_auto_and_the_api(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = build("slurm", container_image="img", container_mounts=("d:/d:ro",))
+    assert (s.container_runtime, s.container_python, s.container_workdir) == ("pyxis", "python3", str(tmp_path))
+    assert s.container_mounts == (f"{tmp_path}/d:/d:ro",)
+    assert build("ssh", container_image="img").container_runtime == "podman"
+    assert containeropts.resolve_runtime("auto", "local", {"apptainer": "/usr/bin/apptainer"}.get) == "apptainer"
+    with pytest.raises(LaunchError, match="needs a container runtime here: podman or apptainer or singularity is not on PATH"):
+        containeropts.resolve_runtime("auto", "local", lambda b: None)
+    api = ApiJobSpec(backend="slurm", program=("-m", "json"), container_image="img", container_runtime="apptainer",
+                     container_mounts=["/d:/d"], container_python="/opt/venv/bin/python").resolve()
+    assert (api.container_runtime, api.container_mounts, api.container_python) == \
+        ("apptainer", ("/d:/d",), "/opt/venv/bin/python")
+
+
+BAD = [
+    ("slurm", dict(container_image="img", container_runtime="docker"), "--container-runtime 'docker' is not accepted; "
+     "choose one of: auto, pyxis, apptainer, podman, oci"),
+    ("slurm", dict(container_image="img", container_mounts=("/data",)), "'/data' is malformed; expected SRC:DST[:ro]"),
+    ("slurm", dict(container_image="img", container_mounts=("/a:/b:rx",)), "'/a:/b:rx' is malformed"),
+    ("slurm", dict(container_image="img", container_mounts=("/a:/b:ro:x",)), "'/a:/b:ro:x' is malformed"),
+    ("slurm", dict(container_image="img", container_mounts=("/a,/c:/b",)), "no ','"),
+    ("slurm", dict(container_image="img", container_mounts=("/a:b",)), "DST 'b' is relative"),
+    ("slurm", dict(container_runtime="pyxis"), "--container-runtime needs --container-image IMAGE"),
+    ("slurm", dict(container_mounts=("/a:/b",)), "--container-mount needs --container-image IMAGE"),
+    ("ssh", dict(container_python="python3"), "--container-python needs --container-image IMAGE"),
+    ("ssh", dict(container_image="img", container_runtime="oci"), "not accepted with the ssh backend"),
+    ("slurm", dict(container_image="rel/bundle", container_runtime="oci"), "an OCI bundle directory"),
+    ("slurm", dict(container_image="/b", container_runtime="oci", container_mounts=("/a:/b",)),
+     "--container-mount is not accepted with --container-runtime oci"),
+    ("slurm", dict(container_image="my image"), "--container-image 'my image' is not accepted"),
+    ("slurm", dict(container_image="img", container_python="my python"), "--container-python 'my python'"),
+]
+
+
+@pytest.mark.parametrize("backend,flags,message", BAD, ids=[m[:30] for _, _, m in BAD])
+def test_refused_in_one_line(backend, flags, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LaunchError) as e:
+        build(backend, **flags)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert list(tmp_path.iterdir()) == []                       # nothing written
+
+
+def test_doctor_checks_the_runtime_binary():
+    assert containeropts.doctor_binaries("auto", "slurm") == ("pyxis", ("enroot",))
+    assert containeropts.doctor_binaries("auto", "ssh") == ("podman or apptainer", ("podman", "apptainer", "singularity"))
+    assert containeropts.doctor_binaries("oci", "slurm") == ("oci", ("crun", "runc"))
+    ctx = Context(ref={}, first={}, master="m", port=1, gpus_per_node=1, require_gpus=False, shared_required=True,
+                  env={}, collective=False, medians={}, container=containeropts.doctor_binaries("auto", "ssh"))
+    found = container_runtime({"container": {"podman": None, "apptainer": "/usr/bin/apptainer"}}, ctx)
+    assert (found.status, found.value) == ("ok", "apptainer")
+    missing = container_runtime({"container": {"podman": None, "apptainer": None, "singularity": None}}, ctx)
+    assert missing.status == "fail" and "none of podman, apptainer, singularity is on PATH" in missing.why
+
+
+def test_ssh_host_preflight_with_a_container_checks_the_runtime_not_torch(tmp_path):
+    """The host side of `launch ssh`'s preflight (launchers.remote CHECK, stdlib, run as on a host): with a
+    container it wants the runtime and launchers, not torch nor the program (the image has them)."""
+    import json
+    import subprocess
+    import sys
+
+    from launchers.remote import CHECK
+    arg = {"cwd": str(tmp_path), "program": ["-m", "no_such_module_here"], "dirs": [], "ports": [],
+           **container.host_check(spec("apptainer"))}
+    arg["binaries"] = ["no-such-runtime-here"]
+    out = subprocess.run([sys.executable, "-c", CHECK, json.dumps(arg)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(Path(container.PACKAGE_DIR).parent)}).stdout
+    errors = json.loads(out.split("CHECK ", 1)[1])["errors"]
+    assert errors == ["container runtime no-such-runtime-here is not on PATH there"]
+    assert container.host_check(spec(container_image="")) == {}
+
+
+def test_profile_keys(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.yaml").write_text("container_image: img\ncontainer_mounts: [/d:/d:ro]\ncontainer_runtime: oci\n"
+                                     "container_python: /opt/venv/bin/python\n")
+    with pytest.raises(LaunchError, match="--container-mount is not accepted with --container-runtime oci"):
+        build_spec("slurm", {"options": {}}, ["-m", "json"], str(tmp_path / "p.yaml"))
+    s = build_spec("slurm", {"options": {}, "container_runtime": "apptainer"}, ["-m", "json"], str(tmp_path / "p.yaml"))
+    assert (s.container_image, s.container_runtime, s.container_mounts, s.container_python) == \
+        ("img", "apptainer", ("/d:/d:ro",), "/opt/venv/bin/python")            # the flag wins over the profile
+    (tmp_path / "q.yaml").write_text("container_mounts: /d:/d\n")
+    with pytest.raises(LaunchError, match="container_mounts has a value of the wrong type"):
+        build_spec("slurm", {"options": {}}, ["-m", "json"], str(tmp_path / "q.yaml"))
