@@ -11,7 +11,8 @@ import time
 from typing import Any, Callable, TextIO
 
 from . import layout, manifest, snapshot
-from .backends.base import Backend, busy_line, verdict_code
+from .backends.base import Backend, busy_line
+from .stops import exit_code
 from .errors import LaunchError
 from .firstfail import describe as describe_failure
 from .jobenv import resolve_job_env
@@ -187,14 +188,12 @@ def _resume_point(rd: RunDir) -> str:
 
 
 def end_line(st: dict[str, Any]) -> str:
-    """`launch: run COMPLETED | FAILED (rank 2 on node 1, exit code 3[: RuntimeError: boom]) | CANCELLED (by launch cancel) |
-    INTERRUPTED (Ctrl-C)`: the one line every backend ends with."""
+    """`launch: run COMPLETED | FAILED (rank 2 on node 1, exit code 3[: RuntimeError: boom]) | CANCELLED (by launch cancel |
+    Ctrl-C)`: the one line every backend ends with, the state named as status.json names it (launchers.stops)."""
     state, reason = st.get("state"), st.get("reason") or ""
     if state == "FAILED":
         what = describe_failure(st["first_failure"]) if st.get("first_failure") else reason or "no rank recorded a failure"
         return f"launch: run FAILED ({what})"
-    if state == "CANCELLED" and st.get("stopped_by") == "SIGINT":
-        return f"launch: run INTERRUPTED ({reason or 'Ctrl-C'})"
     if state == "CANCELLED":
         return f"launch: run CANCELLED ({reason or 'stopped'})"
     return f"launch: run {state}"
@@ -202,7 +201,7 @@ def end_line(st: dict[str, Any]) -> str:
 
 def cancel(path: str) -> str | None:
     """Stop the run; None once stopped. A run that already ended is left as it is (nothing written): its state
-    is returned (COMPLETED, FAILED, CANCELLED, INTERRUPTED)."""
+    is returned (COMPLETED, FAILED, CANCELLED: launchers.stops.ENDINGS)."""
     from . import sweep
     if sweep.is_sweep_dir(path) and not layout.is_run_dir(path):    # a sweep: each of its runs not yet ended
         for d in sweep.member_dirs(path):
@@ -217,16 +216,12 @@ def cancel(path: str) -> str | None:
         if st.get("state") not in TERMINAL:
             raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} and runs nothing; `launch cancel "
                               f"{original}` stops the original")
-        return _ended_as(st)
+        return st["state"]
     if st.get("state") in TERMINAL and st.get("surviving_pids") is None and not backend.busy(st) \
             and not backend.active(rd):     # nothing starting, running or left over (a dead launcher's: swept)
-        return _ended_as(st)
+        return st["state"]
     backend.cancel(rd)
     return None
-
-
-def _ended_as(st: dict[str, Any]) -> str:
-    return "INTERRUPTED" if st["state"] == "CANCELLED" and st.get("stopped_by") == "SIGINT" else st["state"]
 
 
 def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, Any]:
@@ -280,7 +275,7 @@ def format_status(st: dict[str, Any]) -> str:
 
 
 def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:
-    """Follow until the run ends; the launcher's exit code for its verdict (backends.base.verdict_code)."""
+    """Follow until the run ends; the launcher's exit code for its verdict (launchers.stops.exit_code)."""
     from .show import Progress
     progress, rd = Progress(), RunDir.open(path)
     try:        # on stderr: the state (Slurm's pending reason), each node as it starts
@@ -289,7 +284,7 @@ def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:
     except TimeoutError as e:
         raise LaunchError(str(e)) from None
     print(end_line(st), file=sys.stderr, flush=True)
-    return verdict_code(st)
+    return exit_code(st)
 
 
 def wait_status(path: str, interval: float = 2.0, timeout: float | None = None,

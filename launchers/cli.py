@@ -265,7 +265,7 @@ def list_(root, as_json):
 def cancel(run):
     """Stop RUN on every node (scancel on Slurm); nothing of it keeps running.
 
-    A run that already ended (COMPLETED, FAILED, CANCELLED, INTERRUPTED) is left as it is: one line on stderr
+    A run that already ended (COMPLETED, FAILED, CANCELLED) is left as it is: one line on stderr
     says so and the exit code is 0 (nothing of it runs, as asked).
     """
     from . import api

@@ -14,6 +14,7 @@ import time
 from typing import Callable, Iterable
 
 TAG = "LAUNCH_RUN_ID"
+AGENT = b"torch.distributed.run"        # in a torchrun agent's command line
 
 
 def start_session(argv: list[str] | tuple[str, ...], env: dict[str, str], log_path: str,
@@ -99,28 +100,21 @@ def signal_groups(pgids: Iterable[int], sig: int) -> None:
 
 def agent_pids(run_id: str) -> list[int]:
     """The torchrun agents of a run on this machine (found by tag and command line)."""
-    out = []
-    for pid in tagged_pids(run_id):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"torch.distributed.run" in f.read():
-                    out.append(pid)
-        except OSError:
-            continue
-    return out
+    return [pid for pid in tagged_pids(run_id) if cmdline_has(pid, AGENT)]
 
 
 def stop_run(run_id: str, agents: Iterable[int], sig: int = signal.SIGTERM, wait_s: float = 0.0,
              urgent: Callable[[], bool] = lambda: False) -> list[int]:
     """Stop a run the way programs expect: one `sig` to each agent pid (it passes it once to each rank wrapper,
-    which passes it once to its program and gives it the stop grace), wait up to wait_s for the agents to end
-    (unless urgent() says otherwise: a second Ctrl-C), then SIGKILL whatever still carries the run's tag -- the
+    which passes it once to its program and gives it the stop grace), wait up to wait_s for the agents and the rank
+    wrappers to end (an agent ended by a second signal leaves its programs in their grace: they keep it), unless
+    urgent() says otherwise (a second Ctrl-C), then SIGKILL whatever still carries the run's tag -- the
     sweep is the last resort, never a first signal. Returns the pids that had to be killed."""
     agents = list(agents)
-    for pid in agents:
+    for pid in agents + rank_wrappers(run_id, orphaned=True):     # a wrapper whose agent died gets it directly
         kill(pid, sig)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and not urgent() and any(alive(p) for p in agents):
+    while time.monotonic() < deadline and not urgent() and (any(alive(p) for p in agents) or rank_wrappers(run_id)):
         time.sleep(0.05)
     settle = time.monotonic() + (2.0 if wait_s and not urgent() else 0.0)    # wrappers writing their records
     while tagged_pids(run_id) and time.monotonic() < settle and not urgent():
@@ -129,6 +123,34 @@ def stop_run(run_id: str, agents: Iterable[int], sig: int = signal.SIGTERM, wait
     for pid in killed:
         kill(pid, signal.SIGKILL)
     return killed
+
+
+def cmdline_has(pid: int, word: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return word in f.read()
+    except OSError:
+        return False
+
+
+def is_rank_wrapper(pid: int) -> bool:
+    return cmdline_has(pid, b"launchers.rankexec")
+
+
+def rank_wrappers(run_id: str, orphaned: bool = False) -> list[int]:
+    """The live rank wrappers (launchers.rankexec) of a run on this machine; orphaned: those whose torchrun agent
+    is gone (their parent is another process now)."""
+    found = [p for p in tagged_pids(run_id) if is_rank_wrapper(p)]
+    return [p for p in found if not cmdline_has(_parent(p), AGENT)] if orphaned else found
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
 
 
 def kill(pid: int, sig: int) -> None:

@@ -11,8 +11,9 @@ Stop signals (issue: a program must get each stop exactly once): the agent's sto
 (the program is in another process group), which passes each kind of signal on once. A signal that a Slurm
 step daemon sent to every process of the step (it reached the program directly) is not passed on again.
 After SIGINT/SIGTERM/SIGHUP/SIGQUIT the program has LAUNCH_STOP_GRACE seconds (default 30) to end; then it is killed
-and the record says so (`killed_after_grace`). USR1/USR2 (checkpoint requests) start no grace. A SIGTERM is passed
-on as LAUNCH_STOP_SIGNAL when the job set one (--stop-signal SIGINT: Python programs get KeyboardInterrupt).
+and the record says so (`killed_after_grace`); a program stopped by SIGSTOP is continued with its stop, as scancel
+does. USR1/USR2 (checkpoint requests) start no grace. A SIGTERM is passed on as LAUNCH_STOP_SIGNAL when the job
+set one (--stop-signal SIGINT: Python programs get KeyboardInterrupt).
 """
 from __future__ import annotations
 
@@ -74,6 +75,16 @@ def broadcast(sender: int) -> bool:
         return False
 
 
+def stopped(pid: int) -> bool:
+    """Whether the program is stopped by a signal (state T; not t, a debugger's)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] == b"T"      # the state letter follows "(comm) "
+
+
 def supervise(pid: int, grace: float, term_as: int = signal.SIGTERM) -> tuple[int, float | None]:
     """Wait for the program, passing each kind of stop signal on once (a SIGTERM as `term_as`); (exit code,
     grace if it was killed)."""
@@ -96,11 +107,13 @@ def supervise(pid: int, grace: float, term_as: int = signal.SIGTERM) -> tuple[in
         if sig == signal.SIGCHLD or sig in delivered:
             continue
         delivered.update(GRACE_STARTERS if sig in GRACE_STARTERS else (sig,))     # one stop, whatever its kind
-        if not broadcast(info.si_pid):
-            try:
+        try:
+            if not broadcast(info.si_pid):
                 os.kill(pid, term_as if sig == signal.SIGTERM else sig)
-            except ProcessLookupError:
-                pass
+            if sig in GRACE_STARTERS and stopped(pid):     # a stopped program (SIGSTOP: a hang) cannot act on
+                os.kill(pid, signal.SIGCONT)               # its stop: continued, as scancel does
+        except ProcessLookupError:
+            pass
         if sig in GRACE_STARTERS and deadline is None:
             deadline = time.monotonic() + grace
 

@@ -27,7 +27,8 @@ import time
 
 from . import layout, procs
 from .follow import LogTail, node_logs
-from .hang.sample import is_rank_wrapper
+from .procs import is_rank_wrapper
+from .stops import wait_s
 
 STOP_WAIT_S = 45.0        # the default stop grace (30 s) + the agent's margin + slack
 HEARTBEAT = "@@launch-alive@@"   # `run` prints this line every HEARTBEAT_S to the launcher (never shown)
@@ -114,8 +115,8 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = si
 
 
 def stop_wait() -> float:
-    """How long a stopped node may take: the programs' stop grace, the agent's margin and some slack."""
-    return float(os.environ.get("LAUNCH_STOP_GRACE") or 30) + 15
+    """How long a stopped node may take (launchers.stops.wait_s) with this node's --stop-grace."""
+    return wait_s(float(os.environ.get("LAUNCH_STOP_GRACE") or 30))
 
 
 class _Shared:

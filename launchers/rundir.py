@@ -26,9 +26,10 @@ from .hang.verdict import hang_failure, hang_reason
 from .procs import exit_fields      # noqa: F401  (its home: procs; imported from here by the backends)
 from .secretenv import REDACTED
 from .spec import JobSpec, redact_env
+from .stops import ENDINGS, exit_code, stopped_reason
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+TERMINAL = tuple(ENDINGS)                      # the one table of endings: launchers.stops
 EMPTY_STATUS = {"state": "PENDING", "attempt": 0, "nodes": {}, "first_failure": None}
 
 _held: dict[str, tuple[int, Any]] = {}       # run dir -> (depth, open lock file): the lock is re-entrant
@@ -299,16 +300,16 @@ class RunDir:
                 ff = self.first_failure(attempt)
                 if ff is not None and (stopped_at is None or ff["time"] >= stopped_at):
                     ff = None
-                how = "by launch cancel" if st.get("cancel_requested") else \
-                    ("Ctrl-C" if stopped_by == "SIGINT" else f"by {stopped_by}")
+                how = stopped_reason(stopped_by, bool(st.get("cancel_requested")))
                 self.update_status(state="CANCELLED", nodes=nodes, first_failure=ff, stopped_by=stopped_by,
                                    reason=join(reason or how, killed))
-                return 130 if stopped_by == "SIGINT" else 143
-            if nodes and all(c == 0 for c in nodes.values()) and not node_failures:
-                self.update_status(state="COMPLETED", nodes=nodes, first_failure=None, reason=None)
-                return 0
+                return exit_code({"state": "CANCELLED", "stopped_by": stopped_by})
             hang = st.get("hang") or {}
-            if hang.get("attempt") == attempt and hang.get("stalled_ranks"):
+            hung = hang.get("attempt") == attempt and hang.get("stalled_ranks")   # a hang's stop is FAILED, even
+            if not hung and nodes and all(c == 0 for c in nodes.values()) and not node_failures:   # if every
+                self.update_status(state="COMPLETED", nodes=nodes, first_failure=None, reason=None)  # program
+                return 0                                                                 # ended well on the stop
+            if hung:
                 ff, reason = hang_failure(hang, hosts), reason or hang_reason(hang)
             else:
                 ff = self.decide_first_failure(attempt, node_failures, hosts)

@@ -84,8 +84,8 @@ COMMON: tuple[Opt, ...] = (
     Opt("profile", S, "YAML profile; flags override its values.", in_profile=False),
     Opt("master_port", I, "Rendezvous port (default: derived from the run id)."),
     Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times."),
-    Opt("stop_grace", (int, float), "Seconds a program has to end after Ctrl-C / launch cancel before it is "
-        "killed (default 30, like torchrun)."),
+    Opt("stop_grace", (int, float), "Seconds a program has to end after a stop (Ctrl-C, launch cancel, a peer's "
+        "failure, a hang) before it is killed (default 30, like torchrun)."),
     Opt("stop_signal", S, "What each program gets on `launch cancel` / SIGTERM to the launcher / scancel: SIGTERM "
         "(default, like torchrun) or SIGINT (Python raises KeyboardInterrupt: `finally` blocks run), SIGHUP, SIGQUIT. "
         "Ctrl-C always gives SIGINT."),

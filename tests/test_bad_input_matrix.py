@@ -253,7 +253,7 @@ CASES = [
     *[Case(f"cancel-ended-{name}", ["cancel", "bad"], (f"run bad already ended ({shown})", "nothing to cancel"),
            run_copy={"bad": {"status.json": status_json(state, **extra)}}, code=0, prefix="launch: run ")
       for name, state, shown, extra in (("failed", "FAILED", "FAILED", {}), ("cancelled", "CANCELLED", "CANCELLED", {}),
-                                        ("interrupted", "CANCELLED", "INTERRUPTED", {"stopped_by": "SIGINT"}))],
+                                        ("interrupted", "CANCELLED", "CANCELLED", {"stopped_by": "SIGINT"}))],
     Case("cancel-ended-completed", ["cancel", "ok"], ("run ok already ended (COMPLETED)", "nothing to cancel"),
          code=0, prefix="launch: run "),
     Case("logs-rank-absent", ["logs", "--rank", "99", "ok"], ("--rank 99", "accepted: 0")),

@@ -1,7 +1,9 @@
 """Stopping a job the way programs expect, on every backend: Ctrl-C -> each program gets exactly one SIGINT,
 `launch cancel` -> exactly one SIGTERM, then the stop grace (the program's `finally` completes), a program that
 ignores the stop is killed after --stop-grace and the status says so, a second Ctrl-C kills now; the run is
-CANCELLED (INTERRUPTED for Ctrl-C) with no invented first failure, one end line, exit 130 / 143, nothing left."""
+CANCELLED (the same name in the end line, status and the API: `launch: run CANCELLED (Ctrl-C)`) with no invented
+first failure, one end line, exit 130 / 143, nothing left. A peer's crash or a hang stops the surviving programs
+the same way: one stop signal and the grace (issue 21 item 5: launchers.stops)."""
 import os
 import signal
 import subprocess
@@ -13,6 +15,7 @@ import yaml
 
 from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
 from launchers import procs
+from launchers.hang.sample import rank_programs
 
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH = ["ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"),
@@ -53,7 +56,7 @@ def test_local_ctrl_c_gives_each_program_one_sigint(workdir):
     proc = start(["local", "--nodes", "2", "--gpus-per-node", "2"], "runs/i", "--env", "TEST_CLEANUP_S=3", world=4)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    st = check_stopped("runs/i", proc, "SIGINT", 130, 4, "launch: run INTERRUPTED (Ctrl-C)", err)
+    st = check_stopped("runs/i", proc, "SIGINT", 130, 4, "launch: run CANCELLED (Ctrl-C)", err)
     assert st["stopped_by"] == "SIGINT"
     assert run_launch("wait", "runs/i").returncode == 130       # `launch wait` exits with the launcher's code
 
@@ -91,6 +94,40 @@ def test_local_program_ignoring_the_stop_is_killed_after_the_grace(workdir):
     assert "did not stop within 3 s; killed" in err
 
 
+@pytest.mark.parametrize("how", ["peer crash", "hang"])
+def test_local_survivor_of_a_peer_crash_or_a_hang_gets_one_stop_and_the_grace(workdir, how):
+    """1 node x 2: rank 1's program is SIGKILLed (a crash) or SIGSTOPped until --hang-timeout fires; rank 0 gets
+    one SIGTERM (the run's --stop-signal) and the grace: its 2 s cleanup completes. The run FAILED on rank 1."""
+    check_survivor(["local", "--nodes", "1", "--gpus-per-node", "2"], how)
+
+
+@pytest.mark.ssh
+def test_ssh_survivor_of_a_hang_gets_one_stop_and_the_grace(workdir):
+    """The same on one SSH host (the launcher stops the host's agent for the hang: no longer SIGKILL)."""
+    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the SSH test hosts", st.returncode == 0, "make ssh-up")
+    check_survivor([*SSH[:2], "sshhost1", *SSH[3:], "--gpus-per-node", "2"], "hang")
+
+
+def check_survivor(backend_args, how):
+    hang = ["--hang-timeout", "3"] if how == "hang" else []
+    proc = start(backend_args, "runs/p", *hang, "--env", "TEST_CLEANUP_S=2", world=2)
+    run_id = yaml.safe_load(Path("runs/p/run.yaml").read_text())["run_id"]
+    os.kill(rank_programs(run_id)[1][0], signal.SIGSTOP if how == "hang" else signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    survivor = rank_logs("runs/p")[0]
+    assert [ln for ln in survivor.splitlines() if ln.startswith("GOT ")] == ["GOT SIGTERM"], survivor
+    assert "CLEANUP DONE" in survivor, survivor                 # the whole cleanup, not cut short
+    rec = read_json("runs/p/status/rank0.json")
+    assert rec["exit_code"] == 0 and "killed_after_grace" not in rec, rec
+    st = read_json("runs/p/status.json")
+    ff = st["first_failure"]
+    assert st["state"] == "FAILED" and ff["rank"] == 1, st
+    assert ff["reason"].startswith("hang: process stopped") if how == "hang" else ff["signal"] == "SIGKILL", st
+    assert procs.tagged_pids(run_id) == []
+
+
 def test_local_second_ctrl_c_kills_now(workdir):
     proc = start(["local", "--nodes", "1", "--gpus-per-node", "2"], "runs/k", "--stop-grace", "120",
                  "--env", "TEST_IGNORE=1", world=2)
@@ -116,7 +153,7 @@ def test_ssh_stop_gives_each_program_one_signal(workdir, how):
         assert run_launch("cancel", "runs/s", timeout=180).returncode == 0
     out, err = proc.communicate(timeout=180)
     if how == "ctrl-c":
-        check_stopped("runs/s", proc, "SIGINT", 130, 2, "launch: run INTERRUPTED (Ctrl-C)", err)
+        check_stopped("runs/s", proc, "SIGINT", 130, 2, "launch: run CANCELLED (Ctrl-C)", err)
     else:
         check_stopped("runs/s", proc, "SIGTERM", 143, 2, "launch: run CANCELLED (by launch cancel)", err)
 

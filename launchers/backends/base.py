@@ -20,18 +20,8 @@ from ..container import cleanup_argv, wrap
 from ..cpubind import describe
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
+from ..stops import decide
 from ..torchrun import NodeCommand, node_command, resolve_dist_backend
-
-
-def verdict_code(st: dict[str, Any]) -> int:
-    """The exit code of a run's verdict, the launcher's own rule (RunDir.record_outcome) for a run followed from
-    outside it (`launch wait`, `launch slurm --wait`): 0 COMPLETED, 130 CANCELLED by Ctrl-C, 143 CANCELLED
-    otherwise (launch cancel, scancel, SIGTERM), 1 anything else."""
-    if st.get("state") == "COMPLETED":
-        return 0
-    if st.get("state") == "CANCELLED":
-        return 130 if st.get("stopped_by") == "SIGINT" else 143
-    return 1
 
 
 @dataclass
@@ -182,6 +172,13 @@ class Interrupts:
 
     def urgent(self) -> bool:
         return len(self.got) >= 2
+
+    def stop(self, why: str, grace: float):
+        """The stop to carry out (launchers.stops.decide): the signal we got, or `why`'s (a hang, a peer's
+        failure) when we got none; a second Ctrl-C: kill now."""
+        if self.urgent():
+            return decide("urgent", grace)
+        return decide("signal", grace, self.signal) if self.got else decide(why, grace)
 
 
 def node_code_fields(code: int | None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from ..layout import Presence
 from ..ports import choose_port
 from ..rundir import TERMINAL, RunDir, exit_fields
 from ..spec import JobSpec
+from ..stops import decide, wait_s
 from ..torchrun import node_environ
 from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands, node_exit, remove_containers
 
@@ -60,9 +61,10 @@ class LocalBackend(Backend):
                 exited_at: dict[int, float] = {}      # node -> when its agent's exit was first seen
                 codes, why = self._watch(agents, intr, watch, exited_at, here)
                 if intr.got or why or any(c not in (0, None) for c in codes):
-                    wait = 0.0 if why or intr.urgent() else spec.stop_grace + 15      # a hang, a removed run dir: now
+                    how = decide("run dir gone", 0) if why == "gone" else \
+                        intr.stop("hang" if why else "peer failure", spec.stop_grace)      # launchers.stops
                     procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],      # not a reaped pid
-                                   signal.SIGKILL if why == "gone" else intr.signal or signal.SIGTERM, wait, intr.urgent)
+                                   how.signal, how.wait_s, intr.urgent)
                     codes = [reap(a) for a in agents]
             finally:
                 if watch:
@@ -115,10 +117,11 @@ class LocalBackend(Backend):
         if rd.launcher_alive(st):
             pid = st["launcher"]["pid"]
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + grace + 30
+            deadline = time.monotonic() + wait_s(grace) + 15
             while procs.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-        procs.stop_run(rd.run_id, procs.agent_pids(rd.run_id), signal.SIGTERM, grace + 15)
+        stop = decide("cancel", grace)
+        procs.stop_run(rd.run_id, procs.agent_pids(rd.run_id), stop.signal, stop.wait_s)
         remove_containers(rd.spec(), rd.run_id, range(rd.spec().nodes))
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:

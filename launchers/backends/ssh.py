@@ -32,6 +32,7 @@ from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import JobSpec, redact_env
 from ..sshconn import Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, put_private
+from ..stops import Stop, decide, wait_s
 from . import sshcheck
 from .base import Backend, Interrupts, Plan, dist_backend_for, node_code_fields, node_commands
 
@@ -189,9 +190,10 @@ class SSHBackend(Backend):
                 if pending:
                     if not intr.got:                   # a stop was already announced by Interrupts
                         print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
-                    hung = watch is not None and watch.coord.verdict is not None or here.gone()    # now: no grace
-                    self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],
-                                       signal.SIGKILL if hung else (intr.signal or signal.SIGTERM))
+                    hung = watch is not None and watch.coord.verdict is not None
+                    self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],     # stops.decide
+                                       decide("run dir gone", 0) if here.gone() else
+                                       intr.stop("hang" if hung else "peer failure", spec.stop_grace))
                 self._stop(plan, conns, [k for k in range(n) if k not in silence.lost], signal.SIGKILL, final=True)
                 for k in sorted(silence.lost):
                     print(f"launch: node {k} ({plan.rhosts[k].label}) is lost, not swept: its processes stop when its sshd "
@@ -207,11 +209,10 @@ class SSHBackend(Backend):
         close_all(conns)
         return self._finish(plan, rd, ended, intr)
 
-    def _stop_pending(self, plan: SSHPlan, conns, futs, nodes: list[int], sig: int) -> None:
-        """The nodes still running get one `sig` (through their agents), then the stop grace."""
-        wait_s = plan.spec.stop_grace + 15
-        self._stop(plan, conns, nodes, sig, wait_s)
-        wait(futs, timeout=10 if sig == signal.SIGKILL else wait_s + 10)
+    def _stop_pending(self, plan: SSHPlan, conns, futs, nodes: list[int], stop: Stop) -> None:
+        """The nodes still running get one stop signal (through their agents), then the stop grace."""
+        self._stop(plan, conns, nodes, stop.signal, stop.wait_s)
+        wait(futs, timeout=10 if stop.signal == signal.SIGKILL else stop.wait_s + 10)
         if any(not f.done() for f in futs):
             close_all(conns)                # dropping the pty SIGHUPs the host agents
             wait(futs, timeout=10)
@@ -318,13 +319,13 @@ class SSHBackend(Backend):
         if rd.launcher_alive(st):
             pid = st["launcher"]["pid"]
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + spec.stop_grace + 45
+            deadline = time.monotonic() + wait_s(spec.stop_grace) + 30
             while procs.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
         data = rd.read_run_yaml()
         plan = self.plan(spec, data["run_id"], attempt=len(data["attempts"]) - 1)
         self._stop(plan, [make_connection(h, plan.settings) for h in plan.rhosts], range(len(plan.rhosts)),
-                   signal.SIGTERM, spec.stop_grace + 15, final=True)
+                   signal.SIGTERM, wait_s(spec.stop_grace), final=True)
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
                 rd.update_status(state="CANCELLED", reason="by launch cancel", first_failure=None)

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from .. import heartbeat, layout, procs
+from ..procs import is_rank_wrapper
 
 BUSY = 0.10
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -31,14 +32,6 @@ def environ_of(pid: int) -> dict[str, str]:
     except OSError:
         return {}
     return dict(i.decode("utf-8", "replace").partition("=")[::2] for i in items if b"=" in i)
-
-
-def is_rank_wrapper(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"launchers.rankexec" in f.read()
-    except OSError:
-        return False
 
 
 def rank_programs(run_id: str, node: int | None = None) -> dict[int, tuple[int, int]]:

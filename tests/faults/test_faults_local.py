@@ -162,7 +162,7 @@ def ctrl_c(wd, row, reference):
     job, t = inject(wd, "cc", lambda j: os.killpg(j.proc.pid, signal.SIGINT))
     st = finish_row(job, row, code=130, state="CANCELLED", fault_at=t)
     assert st["first_failure"] is None and st["stopped_by"] == "SIGINT", st
-    assert job.end_line() == "launch: run INTERRUPTED (Ctrl-C)"
+    assert job.end_line() == "launch: run CANCELLED (Ctrl-C)"
     resume_row(job, row, reference, t)
 
 

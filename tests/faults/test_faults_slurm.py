@@ -194,8 +194,20 @@ def launch_cancel(ctx: Ctx) -> None:
     assert ctx.row["end_line"] == "launch: run CANCELLED (by launch cancel)" and ctx.row["end_line"] in err, err
     assert st["state"] == "CANCELLED" and st["first_failure"] is None and "launch cancel" in st["reason"], st
     assert waiter.returncode == ctx.row["exit_code"] == 143, err[-2000:]   # `launch wait`: the launcher's codes
-    ctx.row["user_sees"] = f"{ctx.row['end_line']}; launch wait exits 143; launch resume finishes"
+    job = ctx.jobs()[-1]                  # Slurm's accounting agrees (issue 21): CANCELLED, not FAILED 1:0
+    ctx.row["sacct"] = wait_for(lambda: sacct_state(job), 60, f"job {job} in sacct")
+    assert ctx.row["sacct"] == "CANCELLED", ctx.row["sacct"]
+    ctx.row["user_sees"] = f"{ctx.row['end_line']}; sacct {ctx.row['sacct']}; launch wait exits 143; launch resume finishes"
     ctx.resumed(t, attempt=ctx.attempt + 1)
+
+
+def sacct_state(job: str) -> str | None:
+    """The job's state in Slurm's accounting (the jobcomp log: `sacct -c`), once it has a row."""
+    from launchers.backends.slurm.status import parse_sacct
+    p = subprocess.run(["sacct", "-c", "-X", "-n", "-P", "-j", job, "-o", "JobID,State,ExitCode,NodeList"],
+                       capture_output=True, text=True, timeout=60)
+    found = parse_sacct(p.stdout, job) if p.returncode == 0 else None
+    return found.state if found else None
 
 
 def scancel_by_hand(ctx: Ctx) -> None:

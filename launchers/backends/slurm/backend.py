@@ -26,7 +26,8 @@ from ... import __version__, layout, procs
 from ...errors import LaunchError
 from ...rundir import TERMINAL, RunDir
 from ...spec import JobSpec, redact_env
-from ..base import Backend, Plan, verdict_code
+from ...stops import exit_code, stopped_reason, wait_s
+from ..base import Backend, Plan
 from . import status as slurm_status
 from .after import check_parent, resolve_after
 from .env import SlurmEnv
@@ -145,7 +146,7 @@ class SlurmBackend(Backend):
             print(f"launch: stopped following; the job keeps running (`launch cancel {rd.path}` stops it)",
                   file=sys.stderr)
             return 130
-        return verdict_code(rd.read_status())      # the end line: api._run_attempts
+        return exit_code(rd.read_status())      # the end line: api._run_attempts
 
     def _start_in_allocation(self, plan: Plan, rd: RunDir) -> int:
         from ...follow import follow_in_thread
@@ -173,9 +174,10 @@ class SlurmBackend(Backend):
             for s, h in old.items():
                 signal.signal(s, h)
         code = finalize(rd.path, plan.attempt, in_allocation=True)
-        if interrupted:
-            rd.update_status(state="CANCELLED", reason=f"launcher got {signal.Signals(interrupted[0]).name}")
-            return 130
+        if interrupted:                   # recorded as every backend records a stop (launchers.stops)
+            by = signal.Signals(interrupted[0]).name
+            return exit_code(rd.update_status(state="CANCELLED", stopped_by=by, first_failure=None,
+                                              reason=stopped_reason(by, bool(rd.read_status().get("cancel_requested")))))
         return code
 
     # ------------------------------------------------------------------ watch / cancel
@@ -231,7 +233,7 @@ class SlurmBackend(Backend):
             spec = rd.spec()                        # run.yaml, read once
             scancel(job_id, "--signal=" + spec.stop_signal[3:])
             try:
-                wait_gone(job_id, spec.stop_grace + 15)
+                wait_gone(job_id, wait_s(spec.stop_grace))     # the batch side then scancels the job
             except LaunchError:
                 scancel(job_id)
                 wait_gone(job_id)

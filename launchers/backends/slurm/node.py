@@ -30,6 +30,7 @@ from ...errors import LaunchError
 from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
 from ...container import wrap
+from ...stops import decide, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
 from .env import NodelistError, SlurmEnv
 from .nodespec import load_node_spec
@@ -207,9 +208,10 @@ class NodeRun:
         from ...hang.watch import Coordinator, NodeMonitor
         from ...remote import stop_node
 
-        def stop(verdict: dict) -> None:
+        def stop(verdict: dict) -> None:          # the ranks waiting on the hung one get the stop and the grace
             print(f"launch: node {self.node}: {hang_reason(verdict)}; stopping this node", file=sys.stderr, flush=True)
-            stop_node(self.ns.run_id, self.node, sig=signal.SIGKILL, agent_pid=agent_pid)
+            how = decide("hang", spec.stop_grace)
+            stop_node(self.ns.run_id, self.node, sig=how.signal, wait_s=how.wait_s, agent_pid=agent_pid)
 
         NodeMonitor(self.rd.path, self.ns.run_id, self.attempt, nodes=[self.node], on_verdict=stop).start()
         if self.node == 0:
@@ -234,7 +236,7 @@ class NodeRun:
                       file=sys.stderr, flush=True)
                 from ...remote import node_pids, stop_node
                 if [p for p in node_pids(self.ns.run_id, self.node) if p != agent.pid]:
-                    stop_node(self.ns.run_id, self.node, wait_s=self.ns.spec.stop_grace + 15, agent_pid=agent.pid)
+                    stop_node(self.ns.run_id, self.node, wait_s=wait_s(self.ns.spec.stop_grace), agent_pid=agent.pid)
                 else:        # only the agent is left, in the exit barrier: a C++ wait no signal handler interrupts
                     procs.kill(agent.pid, signal.SIGKILL)
                 return
@@ -246,16 +248,15 @@ class NodeRun:
         parents) loses both. Rank wrappers get the stop (their programs the stop grace), then the leftovers
         are SIGKILLed; with no wrapper left there is nothing to wait for. After the node record, so the node
         (not the ranks this stops) is the first failure when its agent died."""
-        from ...hang.sample import is_rank_wrapper
         from ...remote import node_pids, stop_node
         from ..base import remove_containers
         remove_containers(self.ns.spec, self.ns.run_id, [self.node])     # a podman container its agent left
         left = node_pids(self.ns.run_id, self.node)
         if not left:
             return
-        graceful = any(is_rank_wrapper(p) for p in left)
+        graceful = any(procs.is_rank_wrapper(p) for p in left)
         done = stop_node(self.ns.run_id, self.node, sig=signal.SIGTERM if graceful else signal.SIGKILL,
-                         wait_s=self.ns.spec.stop_grace + 15)
+                         wait_s=wait_s(self.ns.spec.stop_grace))
         print(f"launch: node {self.node}: {len(left)} process(es) of the run outlived the agent; stopped "
               f"(killed: {len(done['forced'])})", file=sys.stderr, flush=True)
 

@@ -20,6 +20,7 @@ from .nodespec import load_node_spec
 
 PEERS_WAIT_S = 30.0        # node 0 waits this long for every node's record before requeueing
 DECIDED = ("REQUEUED", "FAILED", "CANCELLED", "COMPLETED")
+SELF_CANCEL_WAIT_S = 30.0  # the batch script waits this long for its own scancel to end it
 
 
 def node_codes(recs: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -91,4 +92,15 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         cancelled = "SIGTERM" if st.get("cancel_requested") else None       # launch cancel: not a failure
         code = rd.record_outcome(attempt, nodes, node_failures=failures, reason=None if cancelled else reason,
                                  stopped_by=cancelled, stopped_at=st.get("cancel_at"))
-        return 0 if code == 0 else 1
+    if cancelled and not in_allocation:
+        end_as_cancelled(env.job_id)
+    return 0 if code == 0 else 1
+
+
+def end_as_cancelled(job_id: str) -> None:
+    """`launch cancel` stopped the steps gracefully (`scancel --signal`, which spares the batch script): the job
+    itself is cancelled too, so Slurm's accounting (sacct, scontrol) names it CANCELLED like the run, not FAILED
+    1:0 from this script's exit. A plain scancel of our own job ends this script (the run is recorded first)."""
+    p = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60)
+    if p.returncode == 0:
+        time.sleep(SELF_CANCEL_WAIT_S)          # Slurm's SIGTERM/SIGKILL to the batch step arrives meanwhile
