@@ -114,19 +114,21 @@ def synthetic(desc: str, allowed=None) -> Topology:
 
 
 def parse_gpu_numa(text: str) -> dict[int, int]:
-    """`nvidia-smi topo -m` -> {GPU index: NUMA node id} for the GPUs whose 'NUMA Affinity' is one node."""
+    """`nvidia-smi topo -m` -> {GPU index: NUMA node id} for the GPUs whose 'NUMA Affinity' is one node. Reads the
+    tool's tab-separated layout and a paste whose tabs became spaces: every row cell is one word, so the column is
+    found by counting the header's names before 'NUMA Affinity' ('CPU Affinity' is the one name with a space)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     lines = text.splitlines()
-    header = next((ln.split("\t") for ln in lines if "NUMA Affinity" in ln), None)
+    header = next((ln for ln in lines if "NUMA Affinity" in ln), None)
     if header is None:
         return {}
-    col = [h.strip() for h in header].index("NUMA Affinity")
+    col = 1 + len(header[:header.index("NUMA Affinity")].replace("CPU Affinity", "CPU_Affinity").split())
     out = {}
     for ln in lines:
-        cells = ln.split("\t")
-        m = re.fullmatch(r"GPU(\d+)", cells[0].strip())
-        if m and len(cells) > col and cells[col].strip().isdigit():
-            out[int(m.group(1))] = int(cells[col].strip())
+        cells = ln.split()
+        m = re.fullmatch(r"GPU(\d+)", cells[0]) if cells else None
+        if m and len(cells) > col and cells[col].isdigit():
+            out[int(m.group(1))] = int(cells[col])
     return out
 
 

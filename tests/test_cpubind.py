@@ -19,11 +19,12 @@ def cl(text):
 
 
 def dgx_h100(allowed=None):
-    """The 2-socket 8-GPU machine of tests/data/nvidia_smi_topo_2socket_8gpu.txt: 56 cores a socket, two threads
-    a core numbered as Linux does (core c = CPUs c and c+112)."""
-    every = cl("0-223")
-    return Topology(numa=((0, cl("0-55,112-167")), (1, cl("56-111,168-223"))),
-                    cores=tuple((c, c + 112) for c in range(112)),
+    """The 2-socket 8-GPU machine of tests/data/nvidia_smi_topo_2socket_8gpu.txt (a real paste, its source on line 1):
+    CPU Affinity 0-47,96-143 (NUMA 0) and 48-95,144-191 (NUMA 1), so 48 cores a socket, two threads a core numbered
+    as Linux does (core c = CPUs c and c+96)."""
+    every = cl("0-191")
+    return Topology(numa=((0, cl("0-47,96-143")), (1, cl("48-95,144-191"))),
+                    cores=tuple((c, c + 96) for c in range(96)),
                     allowed=frozenset(every if allowed is None else allowed))
 
 
@@ -46,12 +47,13 @@ PLANS = [   # (topology, local ranks, mode, gpu_numa, expected CPU lists)
     (synthetic("package:2 core:4 pu:1"), 2, "numa", {0: 1, 1: 1}, ["4-7", "4-7"]),   # both GPUs on socket 1
     (synthetic("package:2 core:4 pu:1"), 2, "cores", {0: 1, 1: 1}, ["4-5", "6-7"]),
     (synthetic("package:2 core:4 pu:1"), 2, "numa", {0: 7}, ["0-3", "4-7"]),          # unknown node: blocks
-    (dgx_h100(), 8, "auto", GPU_NUMA, ["0-55,112-167"] * 4 + ["56-111,168-223"] * 4),
-    (dgx_h100(), 8, "cores", GPU_NUMA, [f"{a}-{a + 13},{a + 112}-{a + 125}" for a in range(0, 112, 14)]),
-    (dgx_h100(), 2, "cores", {0: 1, 1: 0}, ["56-111,168-223", "0-55,112-167"]),
-    (dgx_h100(allowed=cl("0-3,112-115")), 8, "auto", GPU_NUMA, []),    # a 4-core Slurm step: one node left
-    (dgx_h100(allowed=cl("0-3,112-115")), 8, "cores", GPU_NUMA,
-     ["0", "1", "2", "3", "112", "113", "114", "115"]),
+    (dgx_h100(), 8, "auto", GPU_NUMA, ["0-47,96-143"] * 4 + ["48-95,144-191"] * 4),
+    (dgx_h100(), 8, "numa", GPU_NUMA, ["0-47,96-143"] * 4 + ["48-95,144-191"] * 4),
+    (dgx_h100(), 8, "cores", GPU_NUMA, [f"{a}-{a + 11},{a + 96}-{a + 107}" for a in range(0, 96, 12)]),
+    (dgx_h100(), 2, "cores", {0: 1, 1: 0}, ["48-95,144-191", "0-47,96-143"]),
+    (dgx_h100(allowed=cl("0-3,96-99")), 8, "auto", GPU_NUMA, []),    # a 4-core Slurm step: one node left
+    (dgx_h100(allowed=cl("0-3,96-99")), 8, "cores", GPU_NUMA,
+     ["0", "1", "2", "3", "96", "97", "98", "99"]),
 ]
 
 
@@ -96,7 +98,11 @@ def test_cpulist(text, cpus):
 
 
 def test_gpu_numa_from_nvidia_smi():
+    # the real paste (tabs turned to spaces by the thread): GPU0-3 on NUMA node 0, GPU4-7 on node 1
     assert GPU_NUMA == {0: 0, 1: 0, 2: 0, 3: 0, 4: 1, 5: 1, 6: 1, 7: 1}
+    # the tool's own tab-separated layout (NVIDIA/go-gpuallocator#17, tests/data/gpu/topo): the same reading
+    tabbed = (DATA / "gpu" / "topo" / "go-gpuallocator-issue-17-rtx4090-pcie.txt").read_text()
+    assert parse_gpu_numa(tabbed) == {0: 0, 1: 0, 2: 0, 3: 0, 4: 1, 5: 1, 6: 1, 7: 1}
     # newer drivers underline the header (an ANSI escape), a single-socket machine says 0 for every GPU
     text = "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\nGPU0\t X \tPIX\t0-47\t0\t\tN/A\n" \
            "GPU1\tPIX\t X \t0-47\tN/A\t\tN/A\n"

@@ -200,3 +200,20 @@ def test_infolog_command_does_not_ask_for_the_tuning_log_it_has():
     res = CliRunner().invoke(nccl, ["infolog", str(REAL / "aws_libfabric_info.log")])
     assert res.output.startswith("NCCL ?  network AWS Libfabric  channels ?")
     assert "no algorithm choice lines" in res.output       # here there are none: it says so
+
+
+def test_oldest_format_error_column_with_real_errors_keeps_the_files_count():
+    """nccl-tests of early 2020 (NVIDIA/nccl-tests#37): no '#' before the table lines, no redop/root
+    columns, an 'error' column of 1e+00 that is the largest deviation, and the file's own
+    'Out of bounds values : 2 FAILED' -- read, not counted as wrong rows, the file's words kept."""
+    run = _run("old_format_error_failed.txt")
+    assert (run.op, len(run.rows), run.errors, run.ranks) == ("all_gather", 1, [], None)
+    row = run.rows[0]
+    assert (row["bytes"], row["dtype"], row["redop"], row["root"]) == (4294967296, "float", "", "")
+    assert (row["busbw_gbps"], row["inplace_busbw_gbps"]) == (129.05, 128.84)
+    assert (row["wrong"], row["max_error"], row["inplace_max_error"]) == ("", 1.0, 1.0)
+    assert (run.printed_oob, run.printed_avg) == ("2 FAILED", 128.942) and not run.footer_differs()
+    res = CliRunner().invoke(nccl, ["import", str(REAL / "old_format_error_failed.txt")])
+    assert res.exit_code == 0, res.output
+    assert "the file says 128.942); its out of bounds values: 2 FAILED" in res.output
+    assert "WRONG" not in res.output
