@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from . import ckptptr, heartbeat, layout
+from .hang import sample
 from .rundir import RunDir
 
 LOG_TAIL_BYTES = 1 << 20        # NCCL refusals are searched in the last MiB of each rank log
@@ -28,6 +29,17 @@ def monitor_views(rd: RunDir, nodes: set[int], attempt: int) -> dict[int, dict[s
         if view.get("attempt") == attempt:
             seen.update({int(r): v for r, v in view.get("ranks", {}).items()})
     return seen
+
+
+def stopped_here(run_id: str) -> set[int]:
+    """Ranks of this run whose program is stopped (SIGSTOP, state T in /proc) on this machine (the hang
+    monitor's own reading: launchers.hang.sample); read-only, and nothing for ranks on other machines."""
+    found = set()
+    for rank, (pid, _) in sample.rank_programs(run_id).items():
+        st = sample.proc_stat(pid)
+        if st is not None and st[0] in sample.STOPPED:
+            found.add(rank)
+    return found
 
 
 def rank_rows(rd: RunDir, attempt: int, now: float | None = None, ranks: list[tuple[int, int]] | None = None,
@@ -55,23 +67,30 @@ def rank_rows(rd: RunDir, attempt: int, now: float | None = None, ranks: list[tu
         for r in rows:
             if r["step_time_s"] and median > 0:
                 r["straggler"] = round(r["step_time_s"] / median, 2)
-    return flag(rows, hang)
+    return flag(rows, hang, stopped_here(rd.run_id))
 
 
-def flag(rows: list[dict[str, Any]], hang: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Each row's flags: STALLED / waiting as the hang verdict (status.json's `hang`) says; `silent`: its last
-    progress SILENT_STEPS median step times (at least SILENT_MIN_S) older than the freshest rank's (so a pause
-    every rank takes, a checkpoint or the end, flags nobody); `slow`: a straggler score of SLOW or more."""
+def flag(rows: list[dict[str, Any]], hang: dict[str, Any] | None = None,
+         stopped: set[int] = frozenset()) -> list[dict[str, Any]]:
+    """Each row's flags: STOPPED (its program SIGSTOPped on this machine); STALLED / waiting as the hang verdict
+    (status.json's `hang`) says; `silent`: its last progress silent_limit() older than the freshest rank's (so a
+    pause every rank takes, a checkpoint or the end, flags nobody); `slow`: a straggler score of SLOW or more."""
     hang = hang or {}
     stalled, waiting = set(hang.get("stalled_ranks", [])), set(hang.get("waiting_ranks", []))
     ages = [r["age_s"] for r in rows if r["age_s"] is not None]
-    times = [r["step_time_s"] for r in rows if r["step_time_s"]]
-    limit = max(SILENT_STEPS * (statistics.median(times) if times else 0.0), SILENT_MIN_S)
+    limit = silent_limit(rows)
     for r in rows:
-        r["flags"] = [f for f, on in (("STALLED", r["rank"] in stalled), ("waiting", r["rank"] in waiting),
+        r["flags"] = [f for f, on in (("STOPPED", r["rank"] in stopped), ("STALLED", r["rank"] in stalled),
+                                      ("waiting", r["rank"] in waiting),
                                       ("silent", r["age_s"] is not None and r["age_s"] - min(ages) > limit),
                                       ("slow", (r["straggler"] or 0) >= SLOW)) if on]
     return rows
+
+
+def silent_limit(rows: list[dict[str, Any]]) -> float:
+    """SILENT_STEPS median step times, at least SILENT_MIN_S: how far behind the freshest rank is `silent`."""
+    times = [r["step_time_s"] for r in rows if r["step_time_s"]]
+    return max(SILENT_STEPS * (statistics.median(times) if times else 0.0), SILENT_MIN_S)
 
 
 def last_step(rd: RunDir, attempt: int) -> int | None:

@@ -116,8 +116,11 @@ def render(view: dict[str, Any]) -> list[str]:
     rows = view["rows"]
     head = (f"{view['run']}  {view['state']}  attempt {view['attempt']}  {view['shape']} ({len(rows)} ranks, "
             f"{sum(1 for r in rows if r['flags'])} flagged)")
-    if not any(r["reported"] for r in rows):
+    ages = [r["age_s"] for r in rows if r["reported"]]
+    if not ages:
         return [head, f"  {explain.NO_REPORT}"]
+    if view["state"] == "RUNNING" and min(ages) > explain.silent_limit(rows):
+        head += f"  -- no rank advanced for {min(ages):.1f}s"
     return [head] + (([RANK_HEAD] + [rank_line(r) for r in rows]) if len(rows) <= MANY else by_node(rows))
 
 

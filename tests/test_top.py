@@ -56,8 +56,12 @@ def test_top_per_rank_step_rate_eta_last_seen_flags(tmp_path):
     assert table[0].split()[-1] == "FLAGS" and table[-1].split() == ["3", "0", "-", "-", "-", "-",
                                                                      *explain.NO_REPORT.split()]
     assert explain.last_step(rd, 0) == 10                     # no metrics.jsonl: rank 0's reported step
-    assert top.render(top.look(str(fake_run(tmp_path / "q", 1, 2).path), now=NOW))[1:] == [
-        f"  {explain.NO_REPORT}"]
+    quiet = fake_run(tmp_path / "q", 1, 2)
+    assert top.render(top.look(quiet.path, now=NOW))[1:] == [f"  {explain.NO_REPORT}"]
+    for rank in (0, 1):                                       # every rank still: nobody singled out, said once
+        beat(quiet, rank, range(0, 5), NOW - 20.0)
+    lines = top.render(top.look(quiet.path, now=NOW))
+    assert lines[0].endswith("(2 ranks, 0 flagged)  -- no rank advanced for 20.0s"), lines
 
 
 @pytest.mark.parametrize("nodes,gpus", [(128, 8), (4, 256)])
