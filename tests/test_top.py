@@ -22,6 +22,12 @@ from launchers.spec import JobSpec
 NOW = 1_800_000_000.0
 
 
+@pytest.fixture(autouse=True)
+def own_index(monkeypatch, tmp_path):
+    """These fake runs stay RUNNING: kept out of the shared runs index (other tests' `launch list`)."""
+    monkeypatch.setenv("LAUNCH_STATE_DIR", str(tmp_path / "state"))
+
+
 def fake_run(where: Path, nodes: int, gpus: int, **status) -> RunDir:
     rd = RunDir.create(JobSpec("local", nodes, gpus, ("t.py",), (), str(where), where.name), f"{where.name}-1", {})
     rd.update_status(state="RUNNING", attempt=0, **status)
