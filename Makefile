@@ -13,6 +13,8 @@ PYTEST_ARGS ?=
 $(STAMP): requirements.txt requirements-deepspeed.txt requirements-frameworks.txt setup.cfg pyproject.toml
 	command -v c++ >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q build-essential || \
 	  { apt-get update -q && apt-get install -y -q build-essential; }; }   # DeepSpeed's CPU op
+	command -v tmux >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q tmux || \
+	  { apt-get update -q && apt-get install -y -q tmux; }; }   # tests/test_top.py drives `launch top` in tmux
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --no-compile torch==2.13.0
 	$(BIN)/pip install -q --no-compile -r requirements.txt

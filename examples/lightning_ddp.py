@@ -9,6 +9,7 @@ MASTER_ADDR from the environment. Everything it writes goes into the run directo
   default_root_dir = $LAUNCH_RUN_DIR        -> lightning_logs/version_<N>/ there, never ./lightning_logs
   checkpoints      = $LAUNCH_CHECKPOINT_DIR  -> step-<N>.ckpt, and `latest` naming the newest complete one
   metrics.jsonl    = rank 0, one {step, loss} line per step (what `launch status` reads as the last step)
+  progress         = every rank's step and total (launchers.integrations' callback: `launch top`, status --ranks)
 A resumed attempt (LAUNCH_ATTEMPT > 0) continues from `checkpoints/latest`.
 
 Stops: Ctrl-C's SIGINT becomes Lightning's graceful shutdown ("attempting graceful shutdown", exit 1) on every
@@ -36,6 +37,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy
 
+from launchers import integrations
 from launchers.ckptptr import read_latest, write_latest
 
 
@@ -165,9 +167,9 @@ def main() -> None:
         strategy=DDPStrategy(process_group_backend=backend),
         default_root_dir=run_dir,                                 # lightning_logs/ here, not in the cwd
         max_steps=args.max_steps, log_every_n_steps=1,
-        callbacks=[AgreedStop(), Report(run_dir), LatestCheckpoint(dirpath=ckpt_dir, filename="step-{step:08d}",
-                                                     auto_insert_metric_name=False, save_top_k=-1,
-                                                     every_n_train_steps=args.checkpoint_every)],
+        callbacks=[AgreedStop(), Report(run_dir), integrations.lightning_callback(),      # steps, total: `launch top`
+                   LatestCheckpoint(dirpath=ckpt_dir, filename="step-{step:08d}", auto_insert_metric_name=False,
+                                    save_top_k=-1, every_n_train_steps=args.checkpoint_every)],
         enable_progress_bar=False, enable_model_summary=False)
     latest = read_latest(ckpt_dir)
     resume = os.path.join(ckpt_dir, latest) if latest and int(os.environ.get("LAUNCH_ATTEMPT", "0")) > 0 else None

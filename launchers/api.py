@@ -235,12 +235,13 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
     spec = data["spec"]
     st = dict(st, written_by=rd.newer) if rd.newer else dict(st)
     st.update(run_dir=rd.path, run_id=data["run_id"], backend=spec["backend"],
-              shape=f"{spec['nodes']}x{spec['gpus_per_node']}", last_step=rd.last_step(),
+              shape=f"{spec['nodes']}x{spec['gpus_per_node']}",
+              last_step=explain.last_step(rd, st.get("attempt", 0)),
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
               nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),
               snapshot=spec.get("snapshot_dir") or None)
     if ranks:
-        st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0))
+        st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0), hang=st.get("hang"))
     return st
 
 

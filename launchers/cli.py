@@ -226,6 +226,22 @@ def status(run, as_json, ranks, with_manifest):
 
 
 @main.command()
+@click.argument("runs", nargs=-1, metavar="[RUN]...")
+@click.option("--interval", default="2", show_default=True, help="Seconds between refreshes.")
+@click.option("--once", is_flag=True, help="Print the view once and exit.")
+@_errors
+def top(runs, interval, once):
+    """Live view of RUN's ranks (default: the runs not ended): step, steps/s, ETA, last seen, straggler, hang
+    flags; this machine's GPUs. `q` or Ctrl-C quits; the job is never touched."""
+    from . import top as view
+    from .values import parse_number
+    seconds = parse_number("--interval", interval, "a number of seconds from 0.1 up")
+    if seconds < 0.1:
+        raise LaunchError(f"--interval {interval} is out of range; give a number of seconds from 0.1 up")
+    view.top(list(runs), seconds, once)
+
+
+@main.command()
 @click.argument("run")
 @click.option("--rank", default=None, help="Only this global rank (unprefixed).")
 @click.option("-f", "--follow", is_flag=True, help="Keep following until the run ends.")

@@ -10,35 +10,97 @@ import time
 from typing import Any
 
 from . import ckptptr, heartbeat, layout
+from .hang import sample
 from .rundir import RunDir
 
 LOG_TAIL_BYTES = 1 << 20        # NCCL refusals are searched in the last MiB of each rank log
 
 
-def rank_rows(rd: RunDir, attempt: int, now: float | None = None) -> list[dict[str, Any]]:
-    """One row per rank with a log: last step, age of its last progress (s), step time (s), straggler score
-    (its step time over the median). Progress: its heartbeat, else the hang monitor's view, else its log."""
-    now = time.time() if now is None else now
-    seen = {}
-    for k in {n for n, _, _ in rd.rank_logs()}:
+SILENT_STEPS, SILENT_MIN_S = 5, 0.5     # `silent`: this many median step times (at least SILENT_MIN_S) behind
+SLOW = 1.5                              # `slow`: a straggler score from here up
+NO_REPORT = "no progress reported"
+
+
+def monitor_views(rd: RunDir, nodes: set[int], attempt: int) -> dict[int, dict[str, Any]]:
+    """rank -> the hang monitors' view of it this attempt (progress/node<K>.json: step, last_advance)."""
+    seen: dict[int, dict[str, Any]] = {}
+    for k in nodes:
         view = layout.read_json(layout.path(rd.path, "node_progress", node=k)) or {}
         if view.get("attempt") == attempt:
             seen.update({int(r): v for r, v in view.get("ranks", {}).items()})
+    return seen
+
+
+def stopped_here(run_id: str) -> set[int]:
+    """Ranks of this run whose program is stopped (SIGSTOP, state T in /proc) on this machine (the hang
+    monitor's own reading: launchers.hang.sample); read-only, and nothing for ranks on other machines."""
+    found = set()
+    for rank, (pid, _) in sample.rank_programs(run_id).items():
+        st = sample.proc_stat(pid)
+        if st is not None and st[0] in sample.STOPPED:
+            found.add(rank)
+    return found
+
+
+def rank_rows(rd: RunDir, attempt: int, now: float | None = None, ranks: list[tuple[int, int]] | None = None,
+              hang: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per rank (ranks: (node, rank) pairs; default every rank with a log): last step, the program's
+    total, age of its last progress (s), step time (s), straggler score (its step time over the median), flags
+    (flag()). Progress: its heartbeat, else the hang monitor's view; neither: age None (`reported` False) --
+    a quiet rank's log is no measure of its progress."""
+    now = time.time() if now is None else now
+    pairs = ranks if ranks is not None else [(n, r) for n, r, _ in rd.rank_logs()]
+    seen = monitor_views(rd, {n for n, _ in pairs}, attempt)
     rows = []
-    for node, rank, log in rd.rank_logs():
+    for node, rank in pairs:
         hb = heartbeat.read(rd.path, rank)
         hb = hb if hb and hb.get("attempt") == attempt else None
-        last = hb["time"] if hb else seen.get(rank, {}).get("last_advance") or os.path.getmtime(log)
-        rows.append({"rank": rank, "node": node, "step": hb["step"] if hb else seen.get(rank, {}).get("step"),
-                     "age_s": round(max(0.0, now - last), 1), "step_time_s": hb.get("step_time") if hb else None,
-                     "straggler": None})
+        mon = seen.get(rank, {})
+        last = hb["time"] if hb else mon.get("last_advance")
+        rows.append({"rank": rank, "node": node, "step": hb["step"] if hb else mon.get("step"),
+                     "total": hb.get("total") if hb else None, "reported": last is not None,
+                     "age_s": None if last is None else round(max(0.0, now - last), 1),
+                     "step_time_s": hb.get("step_time") if hb else None, "straggler": None})
     times = [r["step_time_s"] for r in rows if r["step_time_s"]]
     if times:
         median = statistics.median(times)
         for r in rows:
             if r["step_time_s"] and median > 0:
                 r["straggler"] = round(r["step_time_s"] / median, 2)
+    return flag(rows, hang, stopped_here(rd.run_id))
+
+
+def flag(rows: list[dict[str, Any]], hang: dict[str, Any] | None = None,
+         stopped: set[int] = frozenset()) -> list[dict[str, Any]]:
+    """Each row's flags: STOPPED (its program SIGSTOPped on this machine); STALLED / waiting as the hang verdict
+    (status.json's `hang`) says; `silent`: its last progress silent_limit() older than the freshest rank's (so a
+    pause every rank takes, a checkpoint or the end, flags nobody); `slow`: a straggler score of SLOW or more."""
+    hang = hang or {}
+    stalled, waiting = set(hang.get("stalled_ranks", [])), set(hang.get("waiting_ranks", []))
+    ages = [r["age_s"] for r in rows if r["age_s"] is not None]
+    limit = silent_limit(rows)
+    for r in rows:
+        r["flags"] = [f for f, on in (("STOPPED", r["rank"] in stopped), ("STALLED", r["rank"] in stalled),
+                                      ("waiting", r["rank"] in waiting),
+                                      ("silent", r["age_s"] is not None and r["age_s"] - min(ages) > limit),
+                                      ("slow", (r["straggler"] or 0) >= SLOW)) if on]
     return rows
+
+
+def silent_limit(rows: list[dict[str, Any]]) -> float:
+    """SILENT_STEPS median step times, at least SILENT_MIN_S: how far behind the freshest rank is `silent`."""
+    times = [r["step_time_s"] for r in rows if r["step_time_s"]]
+    return max(SILENT_STEPS * (statistics.median(times) if times else 0.0), SILENT_MIN_S)
+
+
+def last_step(rd: RunDir, attempt: int) -> int | None:
+    """`last step:` -- metrics.jsonl's last line, else rank 0's last reported step this attempt
+    (launchers.heartbeat: a program without the workloads' metrics), None without either."""
+    step = rd.last_step()
+    if step is not None:
+        return step
+    hb = heartbeat.read(rd.path, 0)
+    return hb.get("step") if hb and hb.get("attempt") == attempt else None
 
 
 def nccl_refusals(rd: RunDir) -> list[str]:
@@ -63,10 +125,14 @@ def nccl_refusals(rd: RunDir) -> list[str]:
 def format_ranks(rows: list[dict[str, Any]]) -> list[str]:
     def cell(v, fmt="{}"):
         return "-" if v is None else fmt.format(v)
-    lines = [f"{'RANK':>5} {'NODE':>5} {'STEP':>8} {'AGE(s)':>8} {'STEP(s)':>9} {'STRAGGLER':>9}"]
+    lines = [f"{'RANK':>5} {'NODE':>5} {'STEP':>8} {'AGE(s)':>8} {'STEP(s)':>9} {'STRAGGLER':>9}  FLAGS"]
     for r in rows:
+        if not r.get("reported", True):       # never an age made up from its log: said in the FLAGS column
+            lines.append(f"{r['rank']:>5} {r['node']:>5} {'-':>8} {'-':>8} {'-':>9} {'-':>9}  {NO_REPORT}")
+            continue
         lines.append(f"{r['rank']:>5} {r['node']:>5} {cell(r['step']):>8} {cell(r['age_s']):>8} "
-                     f"{cell(r['step_time_s'], '{:.3f}'):>9} {cell(r['straggler'], '{:.2f}'):>9}")
+                     f"{cell(r['step_time_s'], '{:.3f}'):>9} {cell(r['straggler'], '{:.2f}'):>9}  "
+                     f"{' '.join(r.get('flags', []))}".rstrip())
     return lines
 
 

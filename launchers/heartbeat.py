@@ -3,10 +3,13 @@
     from launchers import heartbeat
     for step, batch in enumerate(loader):
         ...
-        heartbeat.step(step)
+        heartbeat.step(step, total=len(loader))     # total: optional, gives `launch top` its ETA
+
+    heartbeat.checkpoint(path)      # rank 0, once a checkpoint under $LAUNCH_CHECKPOINT_DIR is complete
 
 Stdlib only and cheap: the record (<run dir>/progress/rank<R>.json: step, time, step time) is rewritten in
-place, one pwrite per call (bench/heartbeat_overhead.py measures it next to a training step). Outside a
+place, one pwrite per call (bench/heartbeat_overhead.py measures it next to a training step). The record's
+`total` (null when never given) was added later: readers use .get("total"). Outside a
 `launch` run (no LAUNCH_RUN_DIR) every call is a no-op, so a program may call it unconditionally.
 """
 from __future__ import annotations
@@ -14,23 +17,25 @@ from __future__ import annotations
 import os
 import time
 
-from . import layout
+from . import ckptptr, layout
 
 RECORD_BYTES = 192        # the record is padded to this size and rewritten in place (one pwrite)
 
 
-class _Beat:
-    def __init__(self) -> None:
-        env = os.environ
-        self.run_dir = env.get("LAUNCH_RUN_DIR")
-        self.rank = int(env.get("RANK", "0"))
-        self.attempt = int(env.get("LAUNCH_ATTEMPT", "0"))
+class Reporter:
+    """One rank's progress record writer (step() uses one made from the rank's environment)."""
+
+    def __init__(self, run_dir: str | None, rank: int, attempt: int) -> None:
+        self.run_dir, self.rank, self.attempt = run_dir, rank, attempt
+        self.total: int | None = None
         self.fd: int | None = None
         self.step: int | None = None
         self.last_step_at: float | None = None
         self.step_time: float | None = None
 
-    def beat(self, step: int | None, now: float) -> None:
+    def beat(self, step: int | None, now: float, total: int | None = None) -> None:
+        if total is not None:
+            self.total = int(total)
         if step is None:
             step = 0 if self.step is None else self.step + 1
         if self.step is not None and step != self.step and self.last_step_at is not None:
@@ -47,20 +52,47 @@ class _Beat:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         st = "null" if self.step_time is None else f"{self.step_time:.6f}"
         rec = (f'{{"rank": {self.rank}, "attempt": {self.attempt}, "step": {self.step}, "time": {now:.3f}, '
-               f'"step_time": {st}, "pid": {os.getpid()}}}')
+               f'"step_time": {st}, "total": {"null" if self.total is None else self.total}, "pid": {os.getpid()}}}')
         os.pwrite(self.fd, rec.ljust(RECORD_BYTES - 1).encode() + b"\n", 0)
 
 
-_beat: _Beat | None = None
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
-def step(n: int | None = None) -> None:
-    """Report that training reached step n (default: the previous step + 1)."""
+_beat: Reporter | None = None
+
+
+def _reporter() -> Reporter:
     global _beat
     if _beat is None:
-        _beat = _Beat()
-    if _beat.run_dir:
-        _beat.beat(n, time.time())
+        env = os.environ
+        _beat = Reporter(env.get("LAUNCH_RUN_DIR"), int(env.get("RANK", "0")), int(env.get("LAUNCH_ATTEMPT", "0")))
+    return _beat
+
+
+def step(n: int | None = None, total: int | None = None) -> None:
+    """Report that training reached step n (default: the previous step + 1); total: the steps the run will take,
+    when known (given once is enough; `launch top` shows an ETA from it)."""
+    beat = _reporter()
+    if beat.run_dir:
+        beat.beat(n, time.time(), total)
+
+
+def checkpoint(path: str) -> bool:
+    """Report a complete checkpoint (a directory or file) on global rank 0: when it lies directly in this run's
+    checkpoints dir ($LAUNCH_CHECKPOINT_DIR), `checkpoints/latest` names it (what `launch status` shows as
+    `checkpoint:`). False (nothing written) elsewhere, on other ranks, or outside a `launch` run."""
+    beat, ckpt_dir = _reporter(), os.environ.get("LAUNCH_CHECKPOINT_DIR")
+    if not (beat.run_dir and ckpt_dir) or beat.rank != 0:
+        return False
+    path = os.path.realpath(path)
+    if os.path.dirname(path) != os.path.realpath(ckpt_dir) or not os.path.exists(path):
+        return False
+    ckptptr.write_latest(ckpt_dir, os.path.basename(path))
+    return True
 
 
 def read(run_dir: str, rank: int) -> dict | None:

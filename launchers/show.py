@@ -74,9 +74,10 @@ def status(text: str, out: TextIO | None = None) -> None:
         grid.add_row(*(m.groups() if m else ("", ln)))
     console.print(grid)
     if head < len(lines):
-        t = Table(*lines[head].split(), header_style="bold", pad_edge=False)
+        names = lines[head].split()
+        t = Table(*names, header_style="bold", pad_edge=False)
         for ln in lines[head + 1:]:
-            t.add_row(*ln.split())
+            t.add_row(*ln.split(None, len(names) - 1))     # the last column may hold words (FLAGS)
         console.print(t)
 
 

@@ -230,6 +230,8 @@ CASES = [
     *[Case(f"{verb}-plain-dir", [verb, "plain"], ("plain", "not a run dir", "made by `launch`"), files={"plain": None})
       for verb in ("status", "logs", "resume", "cancel")],
     Case("status-missing-path", ["status", "nowhere"], ("nowhere", "not a run dir")),
+    Case("top-missing-path", ["top", "--once", "nowhere"], ("nowhere", "not a run dir")),
+    Case("top-interval-zero", ["top", "--interval", "0", "nowhere"], ("--interval 0", "seconds from 0.1 up")),
     Case("wait-on-file", ["wait", "afile"], ("afile", "not a run dir"), files={"afile": "x"}),
     *[Case(f"{verb}-garbage-run-yaml", [verb, "bad"], ("bad", "run.yaml cannot be read", "written by `launch`"),
            run_copy={"bad": {"run.yaml": "spec: [unclosed\n"}}) for verb in ("status", "logs", "resume", "cancel")],

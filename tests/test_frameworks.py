@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, assert_ranks_refused, rank_lines, read_json, require_cluster, run_launch
-from launchers import procs
+from launchers import heartbeat, procs
 
 # real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
 pytestmark = pytest.mark.slow
@@ -70,6 +70,8 @@ def check_run(workdir: Path, before: set, name: str, run: str, nodes: int, per_n
         assert (workdir / run / f).is_file(), f
     assert (workdir / run / "checkpoints/latest").read_text().strip() == LATEST[name]
     assert json.loads((workdir / run / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4
+    if name == "lightning":       # launchers.integrations' callback: every rank's step and the total (issue 25)
+        assert [(hb["step"], hb["total"]) for hb in (heartbeat.read(run, r) for r in range(world))] == [(4, 4)] * world
     out = run_launch("status", run, check=True).stdout
     assert f"checkpoint: {LATEST[name]}" in out and "last step:  4" in out, out
     # committed with a manifest (launchers.ckptptr.commit); Lightning's latest names its one file: unverified

@@ -17,10 +17,10 @@ LAYERS = {
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
-        "launchers.nodecheck",
+        "launchers.nodecheck", "launchers.integrations",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth"),
     2: ("launchers.backends",),
-    3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor", "launchers.client",
+    3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor", "launchers.client", "launchers.top",
         "launchers.detach", "launchers.sweeprun"),
     4: ("launchers.cli", "launchers.entry", "launchers.slurmnode"),
 }
