@@ -2,8 +2,8 @@
 
 The tree is the launch's working directory: in a git work tree its tracked files plus the untracked ones git does
 not ignore (`git ls-files -co --exclude-standard`), elsewhere every file below it minus the `.launchignore`
-patterns (gitignore-like: `name`, `*.ext`, `dir/`, `sub/path`, `# comment`); `__pycache__/` and the runs root
-(run dirs, the store itself) never belong to it. Its hash is the sha256 over each file's path, kind (file,
+patterns (gitignore-like: `name`, `*.ext`, `dir/`, `sub/path`, `# comment`); `__pycache__/`, run dirs (a
+directory holding a run.yaml, wherever it is) and snapshot stores never belong to it. Its hash is the sha256 over each file's path, kind (file,
 executable, symlink) and content sha256, in path order: the same content is the same directory,
 `<store>/<hash>`, written once (into a temporary directory, then renamed into place) and reused by every run,
 resume and array task with that content. The store is `<runs root>/.snapshots` for a run dir inside the runs
@@ -104,8 +104,10 @@ def tree_files(root: str, exclude: tuple[str, ...] = ()) -> list[str]:
     files = [f for f in listed.decode("utf-8", "surrogateescape").split("\0") if f] if listed is not None \
         else walk_files(root, ignore_patterns(root), skip)
     pats = ALWAYS_IGNORED if listed is not None else ()
+    skip += tuple(f[:-len("run.yaml")] for f in files if f.endswith("/run.yaml"))   # other run dirs, in any runs root
     return sorted(f for f in set(files) if _file_or_link(os.path.join(root, f))      # not a deleted file, a submodule
-                  and not any(f.startswith(s) for s in skip) and not ignored_dirs(f, pats))
+                  and not any(f.startswith(s) for s in skip) and not ignored_dirs(f, pats)
+                  and f"/{STORE}/" not in f"/{f}")
 
 
 def _file_or_link(path: str) -> bool:
@@ -226,8 +228,7 @@ def take(spec):
             raise LaunchError(f"the run's snapshot {brief(spec.snapshot_dir)} is gone; accepted: `launch resume "
                               "--snapshot` (a new one of its tree) or `--no-snapshot` (run from the tree)")
         return spec
-    snap = scan(spec.snapshot_from or os.getcwd(), exclude=(os.path.dirname(spec.snapshot), spec.snapshot,
-                                                            spec.run_dir))
+    snap = scan(spec.snapshot_from or os.getcwd(), exclude=(spec.snapshot, spec.run_dir))   # + every run dir, store
     program_in(snap, spec.program)
     _scanned[snap.dir(spec.snapshot)] = snap
     return spec.replace(snapshot_dir=snap.dir(spec.snapshot), snapshot_from=snap.root)

@@ -74,6 +74,18 @@ def test_plain_directory_uses_launchignore(tmp_path):
     assert snapshot.scan(str(tmp_path)).files == (".launchignore", "a.py", "sub/keep.py")
 
 
+def test_run_dirs_and_stores_never_belong_to_the_tree_wherever_they_are(tmp_path, monkeypatch):
+    """A run dir outside the runs root puts its store beside it, next to the program (the Slurm security test
+    found the program's own directory left out): only run dirs (a run.yaml) and stores are left out."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, {"code/train.py": "", "code/old/run.yaml": "", "code/old/logs/a.log": "", "code/.snapshots/h/x": "",
+                    "runs/r1/run.yaml": "", "runs/r1/checkpoints/c": "", "runs/.snapshots/h/y": "", "lib/u.py": ""})
+    sp = build_spec("slurm", {"run_dir": str(tmp_path / "code/new")}, ["code/train.py"])
+    assert sp.snapshot == str(tmp_path / "code/.snapshots")
+    assert snapshot.take(sp).snapshot_dir and \
+        snapshot.scan(str(tmp_path), (sp.snapshot, sp.run_dir)).files == ("code/train.py", "lib/u.py")
+
+
 def test_store_resume_choice_and_refusals(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(repo)                              # the tree is the launch directory
     assert snapshot.store_for("/r/runs/x", "/r/runs") == "/r/runs/.snapshots"
