@@ -116,16 +116,22 @@ def test_requeued_pending_and_progress_line():
 
 # ------------------------------------------------------------------------------------------ the dev cluster
 
-@pytest.fixture
-def blocker(workdir):
-    """Every node of the dev cluster's partition taken by one exclusive job, cancelled at the end."""
+@pytest.fixture(scope="module")
+def blocker():
+    """Every node of the dev cluster's partition taken by someone else's exclusive job (a plain `sbatch --wrap`,
+    no torch: only its place in the queue matters), running before the tests submit; cancelled at the end."""
     p = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", p.returncode == 0, "make slurm-up")
-    b = run_launch("slurm", "--nodes", "4", "--exclusive", "--time", "10", "--run-dir", "runs/block",
-                   "--env", "TEST_SLEEP=300", "--", "report.py")
-    assert b.returncode == 0, b.stderr
-    yield "runs/block"
-    run_launch("cancel", "runs/block")
+    job = subprocess.run(["sbatch", "--parsable", "--exclusive", "-N", "4", "-t", "10", "-o", "/dev/null",
+                          "-J", "blocker", "--wrap", "sleep 600"], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 120
+        while subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline, f"blocker job {job} never ran"
+            time.sleep(0.5)
+        yield job
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)
 
 
 def _status_line(run_dir):
@@ -142,7 +148,7 @@ def _wait_line(run_dir, needle, timeout=90):
 
 
 @pytest.mark.slurm
-def test_waiting_job_names_the_blocker(blocker):
+def test_waiting_job_names_the_blocker(blocker, workdir):
     p = run_launch("slurm", "--nodes", "1", "--time", "10", "--run-dir", "runs/wait", "--", "report.py")
     try:
         assert p.returncode == 0, p.stderr
@@ -156,7 +162,7 @@ def test_waiting_job_names_the_blocker(blocker):
 
 
 @pytest.mark.slurm
-def test_held_job_says_how_to_release(blocker):
+def test_held_job_says_how_to_release(blocker, workdir):
     p = run_launch("slurm", "--nodes", "1", "--time", "10", "--run-dir", "runs/held", "--", "report.py")
     try:
         assert p.returncode == 0, p.stderr
