@@ -20,9 +20,7 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Callable, Iterable, Mapping
 
 from . import layout, secretenv
@@ -158,6 +156,7 @@ def command_env(body: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str
 
 def post(url: str, body: Mapping[str, Any]) -> None:
     """One JSON POST; raises OSError (urllib's errors are OSErrors) unless the answer is 2xx."""
+    import urllib.request       # only when sending: every rank wrapper imports this module (through rundir)
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json", "User-Agent": "launchers-notify"})
     with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:
@@ -190,8 +189,9 @@ def deliver(target: str, body: Mapping[str, Any], send: Callable[[str, Mapping[s
             send(target, body)
             return i + 1, None
         except Exception as e:           # any failure of a notification stays here: the job goes on
-            plain = isinstance(e, urllib.error.URLError) and not isinstance(e, urllib.error.HTTPError)
-            why = (str(e.reason) if plain else str(e) or type(e).__name__)[:200]    # HTTP Error 500: ...
+            reason = getattr(e, "reason", None)       # urllib's URLError (not its HTTPError): the cause inside
+            plain = reason is not None and not hasattr(e, "code")
+            why = (str(reason) if plain else str(e) or type(e).__name__)[:200]    # HTTP Error 500: ...
     return tries, why
 
 

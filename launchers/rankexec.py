@@ -207,8 +207,9 @@ def main(argv: list[str]) -> int:
         node_manifest(run_dir, attempt)
     code, killed = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
                              getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
+    ended = time.time()                          # before any import: the records' order is the failures' order
     from .rundir import exit_fields
-    rec = dict(base, time=time.time(), pid=pid, **exit_fields(code), **bound)
+    rec = dict(base, time=ended, pid=pid, **exit_fields(code), **bound)
     rec.update({"killed_after_grace": killed} if killed else rankcause.cause(code, log, start, oom))    # why
     record(run_dir, rec)
     if code < 0:  # die the same way, so torchrun reports the signal
