@@ -5,6 +5,7 @@ cluster: a blocker job filling the partition, then `scontrol hold`."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -170,5 +171,11 @@ def test_held_job_says_how_to_release(blocker, workdir):
         subprocess.run(["scontrol", "hold", job], check=True, capture_output=True)
         line = _wait_line("runs/held", f"`scontrol release {job}`")
         assert "PENDING" in line and ("JobHeldUser: held" in line or "JobHeldAdmin: held" in line), line
+        c = run_launch("cancel", "runs/held")         # a job that never ran: scancel at once, no graceful stop
+        assert c.returncode == 0, c.stderr
+        st = json.loads(Path("runs/held/status.json").read_text())
+        assert st["state"] == "CANCELLED" and "launch cancel" in st["reason"], st
+        assert subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip() \
+            in ("", "CANCELLED"), "the held job is still queued"
     finally:
         run_launch("cancel", "runs/held")

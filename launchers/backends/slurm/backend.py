@@ -229,6 +229,9 @@ class SlurmBackend(Backend):
         job_id = st.get("slurm_job_id") or last_job(rd)
         if st.get("in_allocation"):
             self._cancel_in_allocation(rd, st, job_id)
+        elif job_id and queued_only(job_id):       # nothing runs yet: no program to stop gracefully
+            scancel(job_id)
+            wait_gone(job_id)
         elif job_id:
             spec = rd.spec()                        # run.yaml, read once
             scancel(job_id, "--signal=" + spec.stop_signal[3:])
@@ -294,6 +297,12 @@ def scancel(job_id: str, *flags: str) -> None:
     p = subprocess.run(["scancel", *flags, job_id], capture_output=True, text=True, timeout=60)
     if p.returncode != 0 and "already completing or completed" not in p.stderr and "Invalid job id" not in p.stderr:
         raise LaunchError(f"scancel {job_id} failed: {one_line(p.stderr)}")
+
+
+def queued_only(job_id: str) -> bool:
+    """squeue lists the job (every task of an array) as PENDING only: `scancel --signal` would reach nothing."""
+    p = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
+    return p.returncode == 0 and set(p.stdout.split()) == {"PENDING"}
 
 
 def wait_gone(job_id: str, wait_s: float = CANCEL_WAIT_S) -> None:
