@@ -13,7 +13,7 @@ from typing import Any, Callable, TextIO
 from . import layout, manifest, snapshot
 from .backends.base import Backend, busy_line
 from .stops import exit_code
-from .errors import LaunchError
+from .errors import LaunchError, RunDirGone
 from .firstfail import describe as describe_failure
 from .jobenv import resolve_job_env
 from .rundir import TERMINAL, RunDir, new_run_id
@@ -293,8 +293,17 @@ def wait_status(path: str, interval: float = 2.0, timeout: float | None = None,
     """status() once the run has ended; TimeoutError when it has not within `timeout` seconds. on_poll(status)
     after each look (the CLI's progress lines)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    here = None
     while True:
-        st = status(path)
+        try:
+            st = status(path)
+        except (OSError, LaunchError):
+            if here is None or not here.gone():
+                raise
+            st = {}
+        if here is not None and here.gone():       # removed while we waited: one line, nothing recreated
+            raise RunDirGone(here.gone_line())
+        here = here or layout.Presence(st["run_dir"])
         if on_poll is not None:
             on_poll(st)
         if st["state"] in TERMINAL:

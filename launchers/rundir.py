@@ -334,6 +334,7 @@ class RunDir:
 
     def start_agent_log(self, node: int, attempt: int, command: str, where: str = "") -> str:
         """Append the attempt's header and the node's command to its agent.log; returns the log's path."""
+        layout.present(self.path)                    # never recreates a removed run dir
         log = layout.own_path(self.path, "agent_log", node=node)
         os.makedirs(os.path.dirname(log), exist_ok=True)
         with open(log, "a", encoding="utf-8") as f:

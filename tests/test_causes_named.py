@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,10 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCH, ROOT, rank_lines, read_json, run_launch
-from launchers import firstfail, layout, nodecheck, procs, secretenv
-from launchers.rundir import RunDir
-from launchers.spec import JobSpec
+from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
+from launchers import api, firstfail, layout, nodecheck, procs, secretenv
+from launchers.backends.slurm import gone
+from launchers.backends.slurm import status as slurm_status
+from launchers.backends.slurm import task as slurm_task
+from launchers.backends.slurm.node import NodeRun
+from launchers.errors import RunDirGone
+from launchers.rundir import RunDir, new_run_id, redacted_spec
+from launchers.spec import JobSpec, build_spec
 from launchers.torchrun import node_command
 
 SLEEPER = "import time\nprint('sleeping', flush=True)\ntime.sleep(300)\n"
@@ -88,6 +94,95 @@ def test_records_never_recreate_a_removed_run_dir(tmp_path):
         with pytest.raises(FileNotFoundError):
             write()
     assert not d.exists()
+
+
+def slurm_run_dir(base: Path) -> tuple[RunDir, str]:
+    """A Slurm run dir as the launcher leaves it for its nodes (run.yaml, status PENDING, the node spec); nothing
+    submitted."""
+    (base / "report.py").write_text("print('x')\n")
+    spec = build_spec("slurm", {"nodes": 2, "gpus_per_node": 1, "run_dir": str(base / "runs" / "s"),
+                                "options": {"time": "10"}}, [str(base / "report.py")])
+    run_id = new_run_id(spec)
+    rd = RunDir.create(spec, run_id, api.get_backend("slurm").plan(spec, run_id, 0).record())
+    os.makedirs(layout.path(rd.path, "slurm"), exist_ok=True)
+    Path(layout.path(rd.path, "node_spec", attempt=0)).write_text(json.dumps({"run_id": run_id,
+                                                                             "spec": redacted_spec(spec)}))
+    return rd, run_id
+
+
+def test_slurm_side_of_a_removed_run_dir(tmp_path, monkeypatch, capsys):
+    """A Slurm node task whose run dir is removed after it started, and the batch side's teardown after it: one
+    line naming the run dir each, exit 1, nothing recreated (no SLURM_JOB_ID here: nothing to scancel, said so).
+    The node's watch ends when the agent ends or the run dir goes; node 0 cancels its job, in an allocation only
+    its step."""
+    for k, v in {"SLURM_JOB_ID": "", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "localhost", "SLURM_STEP_ID": "3",
+                 "SLURM_RESTART_COUNT": ""}.items():
+        monkeypatch.setenv(k, v)
+    rd, _ = slurm_run_dir(tmp_path)
+    node = NodeRun(rd.path, 0, in_allocation=False)
+    here = layout.Presence(rd.path)
+    assert not gone.watch(here.gone, lambda: True)                  # the agent ended first
+    shutil.rmtree(rd.path)
+    assert gone.watch(here.gone, lambda: False, sleep=lambda s: pytest.fail("slept with the run dir gone"))
+    assert node() == 1
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if rd.path in ln] == [f"launch: node 0: {here.gone_line()}"], err
+    assert err[-1] == "launch: node 0: scancel of job  failed: no SLURM_JOB_ID", err
+    assert slurm_task.main(["finalize", rd.path, "--base-attempt", "0"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if rd.path in ln] == [f"launch: batch side: {here.gone_line()}"], err
+    assert not os.path.exists(rd.path)
+    assert slurm_status.query("7", layout.path(rd.path, "slurm"), lambda argv: (0, "")).job_id == "7"
+    assert not os.path.exists(rd.path)                              # the state query's cache neither
+    assert [gone.own_job("12", "3", False), gone.own_job("12", "3", True)] == ["12", "12.3"]
+
+
+def test_waiting_on_a_run_whose_dir_is_removed_says_it_once(tmp_path):
+    """`launch wait` (api.wait_status, the API's Run.wait): the run dir removed while waiting is RunDirGone (its
+    one line, exit 1), never a traceback nor a recreated dir."""
+    rd, _ = slurm_run_dir(tmp_path)
+    with pytest.raises(RunDirGone, match="was removed while the run ran"):
+        api.wait_status(rd.path, interval=0.01, on_poll=lambda st: shutil.rmtree(rd.path, ignore_errors=True))
+    assert not os.path.exists(rd.path)
+
+
+@pytest.mark.slurm
+def test_slurm_run_dir_removed_mid_run_cancels_the_job(workdir):
+    """2 nodes x 1 on the dev cluster, a program that sleeps; the run dir is removed: the node tasks stop their
+    ranks at once and node 0 scancels the job (it leaves squeue), no process of the run is left on any node (they
+    share this machine's /proc), `launch wait` says it in one line, exit 1, and the dir is not recreated."""
+    st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
+    Path("sleeper.py").write_text(SLEEPER)
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--run-dir", "runs/gs", "--",
+                   "sleeper.py")
+    assert p.returncode == 0, p.stderr
+    job = read_json("runs/gs/status.json")["slurm_job_id"]
+    run_id = layout.load_run_yaml("runs/gs")[0]["run_id"]
+    deadline = time.monotonic() + 180
+    while len(rank_lines("runs/gs", "sleeping")) < 2:
+        assert time.monotonic() < deadline, subprocess.run(["squeue", "-j", job], capture_output=True, text=True)
+        time.sleep(0.3)
+    waiter = subprocess.Popen([LAUNCH, "wait", "runs/gs"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1)                       # the waiter has had its first look
+    try:
+        subprocess.run(["rm", "-rf", "runs/gs"], check=True)
+        out, err = waiter.communicate(timeout=120)
+        mine = [ln for ln in err.splitlines() if "runs/gs" in ln]
+        assert waiter.returncode == 1 and len(mine) == 1 and "was removed while the run ran" in mine[0], err
+        deadline = time.monotonic() + 60
+        while subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip():
+            assert time.monotonic() < deadline, f"Slurm job {job} still listed 60 s after its run dir was removed"
+            time.sleep(0.5)
+        deadline = time.monotonic() + 15
+        while procs.tagged_pids(run_id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert procs.tagged_pids(run_id) == []
+        assert not Path("runs/gs").exists()
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)
+        for pid in procs.tagged_pids(run_id):
+            procs.kill(pid, 9)
 
 
 @pytest.mark.parametrize("ff, code, want", [

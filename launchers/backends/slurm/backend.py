@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from ... import __version__, layout, procs
-from ...errors import LaunchError
+from ...errors import LaunchError, RunDirGone
 from ...rundir import TERMINAL, RunDir
 from ...spec import JobSpec, redact_env
 from ...stops import exit_code, stopped_reason, wait_s
@@ -133,10 +133,21 @@ class SlurmBackend(Backend):
         """--wait: stream the ranks' output until the run ends; 0 only if every rank succeeded."""
         from ...follow import follower
         from ...show import Progress
-        progress, nnodes = Progress(), rd.spec().nodes
+        progress, nnodes, here = Progress(), rd.spec().nodes, layout.Presence(rd.path)
+        job_id = rd.read_status().get("slurm_job_id")
 
         def done() -> bool:            # on stderr: the queue state and Slurm's reason, then each node as it starts
-            st = self.refresh(rd)
+            try:
+                st = self.refresh(rd)
+            except (OSError, LaunchError):
+                if not here.gone():
+                    raise
+                st = {}
+            if here.gone():            # the nodes stop and cancel it too (launchers.backends.slurm.gone)
+                if job_id:
+                    with contextlib.suppress(LaunchError, OSError, subprocess.SubprocessError):
+                        scancel(job_id)
+                raise RunDirGone(here.gone_line())
             progress.run(st, rd.node_records(nnodes, st.get("attempt", 0)))
             return st["state"] in TERMINAL
 
@@ -157,6 +168,7 @@ class SlurmBackend(Backend):
         os.makedirs(layout.path(rd.path, "slurm"), exist_ok=True)
         print(f"slurm job {env.job_id}: running in the current allocation; run dir {rd.path}", flush=True)
         interrupted: list[int] = []
+        here = layout.Presence(rd.path)
         srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
 
         def stop(signum, _frame):
@@ -173,6 +185,8 @@ class SlurmBackend(Backend):
             thread.join(timeout=5)
             for s, h in old.items():
                 signal.signal(s, h)
+        if here.gone():           # node 0 cancelled the step (launchers.backends.slurm.gone): nothing recorded
+            raise RunDirGone(here.gone_line())
         code = finalize(rd.path, plan.attempt, in_allocation=True)
         if interrupted:                   # recorded as every backend records a stop (launchers.stops)
             by = signal.Signals(interrupted[0]).name

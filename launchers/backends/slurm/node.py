@@ -32,6 +32,7 @@ from ...spec import JobSpec
 from ...container import wrap
 from ...stops import decide, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
+from . import gone
 from .env import NodelistError, SlurmEnv
 from .nodespec import load_node_spec
 from .requeue import after_stop
@@ -139,7 +140,9 @@ class NodeRun:
         self.restart = 0 if in_allocation else self.env.restart_count
         self.attempt = base_attempt + self.restart
         self.rd = RunDir(run_dir)
+        self.here = layout.Presence(self.rd.path)       # the run dir as this node found it (watch_gone)
         self.ns = load_node_spec(self.rd, base_attempt)
+        self.dir_gone = False
         self.stops: list[str] = []
         self.peer_failed: str | None = None
         self.base_rec = {"node": self.node, "attempt": self.attempt, "host": socket.gethostname(),
@@ -161,6 +164,7 @@ class NodeRun:
             self.beacon = beacon                  # kept open while the node runs
             key = f"slurm-{job}" + (f".{self.env.step_id}" if self.in_allocation else "")
             port = ports.choose_port(key, spec.master_port, addr)
+            layout.present(self.rd.path)          # never recreates a removed run dir (its slurm/ folder)
             layout.atomic_write(path, json.dumps({"addr": addr, "port": port, "beacon": beacon.port,
                                                   "host": hosts[0]}), durable=False)
             return addr, port
@@ -190,6 +194,7 @@ class NodeRun:
         agent = procs.start_session(nc.argv, node_environ(os.environ, nc), log)
         self.watch_hangs(agent.pid)
         threading.Thread(target=self.watch_peers, args=(agent,), daemon=True, name="launch-peer-watch").start()
+        threading.Thread(target=self.watch_gone, args=(agent,), daemon=True, name="launch-gone-watch").start()
         if self.node == 0:           # bookkeeping while the agent imports torch (off the start-up path)
             self.record_attempt(addr, port, hosts[:self.ns.spec.nodes])
             self.rd.update_status(state="RUNNING", attempt=self.attempt, nodes={}, first_failure=None, reason=None,
@@ -242,6 +247,28 @@ class NodeRun:
                 return
             time.sleep(1.0)
 
+    def watch_gone(self, agent) -> None:
+        """The run dir removed while this node runs: its records cannot be kept. This node's processes are
+        killed at once (no grace: what a program wrote would recreate half a run dir), the node writes nothing
+        more, node 0 cancels the job (launchers.backends.slurm.gone)."""
+        if gone.watch(self.here.gone, lambda: agent.poll() is not None):
+            from ...remote import stop_node
+            self.dir_gone = True
+            how = decide("run dir gone", 0)
+            stop_node(self.ns.run_id, self.node, sig=how.signal, wait_s=how.wait_s, agent_pid=agent.pid)
+
+    def end_gone(self) -> int:
+        """The run dir is gone (noticed by watch_gone, or once the agent ended): one line in this node's Slurm
+        log, what is left of the run on this node killed, node 0 cancels the job; nothing written."""
+        print(f"launch: node {self.node}: {self.here.gone_line()}", file=sys.stderr, flush=True)
+        from ...remote import stop_node
+        from ..base import remove_containers
+        stop_node(self.ns.run_id, self.node, sig=signal.SIGKILL, wait_s=0)
+        remove_containers(self.ns.spec, self.ns.run_id, [self.node])
+        if self.node == 0 and (why := gone.cancel_own(self.env.job_id, self.env.step_id, self.in_allocation)):
+            print(f"launch: node 0: scancel of job {self.env.job_id} failed: {why}", file=sys.stderr, flush=True)
+        return 1
+
     def sweep(self) -> None:
         """What still carries the run id on this node once its agent is gone -- the workers of an agent that
         died hard, a daemon a program double-forked: Slurm's process tracking (proctrack/linuxproc follows
@@ -276,9 +303,17 @@ class NodeRun:
         error = None
         try:
             code = self.start()
+        except FileNotFoundError:                    # a record refused to recreate the removed run dir
+            if not self.here.gone():
+                raise
+            code = 1
         except (NodeError, LaunchError) as e:
+            if self.here.gone():
+                return self.end_gone()
             error, code = str(e), 1
             print(f"launch: node {self.node}: {error}", file=sys.stderr, flush=True)
+        if self.dir_gone or self.here.gone():
+            return self.end_gone()
         self.rd.write_node_record(self.node, dict(self.base_rec, state="EXITED", stop_signals=sorted(set(self.stops)),
                                                   error=error, time=time.time(), stopped_because=self.peer_failed,
                                                   **exit_fields(code)))
@@ -291,8 +326,11 @@ class NodeRun:
 
 def coordinate(coord) -> None:
     from ...hang.watch import INTERVAL_S
-    while coord.check(time.time()) is None:
-        time.sleep(INTERVAL_S)
+    try:
+        while coord.check(time.time()) is None:
+            time.sleep(INTERVAL_S)
+    except FileNotFoundError:            # the run dir was removed: NodeRun.watch_gone ends the node
+        return
 
 
 def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> int:

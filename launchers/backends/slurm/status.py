@@ -171,6 +171,8 @@ def query(job_id: str, cache_dir: str, run: Runner = _run, min_interval: float =
     job = ask_slurm(job_id, run, explain=True)
     job.checked = now()
     try:
+        if not os.path.isdir(os.path.dirname(cache_dir)):      # the run dir was removed: never recreated
+            return job
         os.makedirs(cache_dir, exist_ok=True)
         tmp = f"{path}.tmp.{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from ... import layout, sweep
+from . import gone
 from .env import SlurmEnv
 from .node import run_node
 from .requeue import finalize
@@ -73,6 +74,8 @@ def submitit_task(run_dir: str, base_attempt: int) -> int:
         code, outcome = 1, ("error", traceback.format_exc())
         print(outcome[1], file=sys.stderr, flush=True)
     env = SlurmEnv.read()
+    if not os.path.isdir(layout.path(run_dir, "slurm")):      # the run dir was removed: nothing recreated
+        return code
     path = os.path.join(layout.path(run_dir, "slurm"), f"{env.submitit_job_id}_{env.procid}_result.pkl")
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
@@ -113,11 +116,26 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
+    if not layout.is_run_dir(a["run_dir"]):
+        return run_dir_gone(a)
     if a["what"] == "task":
         return submitit_task(a["run_dir"], a["base_attempt"])
     if a["what"] == "run":
         return run_node(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"])
     return finalize(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"], srun_status=a["srun_status"])
+
+
+def run_dir_gone(a: dict[str, Any]) -> int:
+    """The run dir was removed before this node task or the batch side's teardown ran: one line in the job's
+    Slurm log, nothing written, and the job cancelled (by node 0, or by the batch side) so Slurm does not keep
+    running it."""
+    env = SlurmEnv.read()
+    where = "batch side" if a["what"] == "finalize" else f"node {env.node_id}"
+    print(f"launch: {where}: {layout.Presence(a['run_dir']).gone_line()}", file=sys.stderr, flush=True)
+    if a["what"] == "finalize" or env.node_id == 0:
+        if why := gone.cancel_own(env.job_id, env.step_id, a["in_allocation"]):
+            print(f"launch: {where}: scancel of job {env.job_id} failed: {why}", file=sys.stderr, flush=True)
+    return 1
 
 
 def exit_status(code: int) -> int:
