@@ -109,6 +109,17 @@ def test_ssh_survivor_of_a_hang_gets_one_stop_and_the_grace(workdir):
     check_survivor([*SSH[:2], "sshhost1", *SSH[3:], "--gpus-per-node", "2"], "hang")
 
 
+@pytest.mark.ssh
+def test_ssh_survivor_of_a_peer_crash_gets_one_stop_and_the_grace(workdir):
+    """2 SSH hosts x 1 rank: rank 1's program (on sshhost2) is SIGKILLed; its host's agent ends in failure and the
+    launcher stops the other host for the peer failure (launchers.stops: one SIGTERM through that host's agent,
+    the run's --stop-grace before any SIGKILL): rank 0 gets exactly one SIGTERM and its 2 s cleanup completes.
+    The run FAILED on rank 1 (SIGKILL), nothing of it left on either host."""
+    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the SSH test hosts", st.returncode == 0, "make ssh-up")
+    check_survivor([*SSH, "--stop-grace", "20"], "peer crash")
+
+
 def check_survivor(backend_args, how):
     hang = ["--hang-timeout", "3"] if how == "hang" else []
     proc = start(backend_args, "runs/p", *hang, "--env", "TEST_CLEANUP_S=2", world=2)
