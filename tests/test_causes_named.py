@@ -159,13 +159,13 @@ def test_slurm_run_dir_removed_mid_run_cancels_the_job(workdir):
     assert p.returncode == 0, p.stderr
     job = read_json("runs/gs/status.json")["slurm_job_id"]
     run_id = layout.load_run_yaml("runs/gs")[0]["run_id"]
-    deadline = time.monotonic() + 180
-    while len(rank_lines("runs/gs", "sleeping")) < 2:
-        assert time.monotonic() < deadline, subprocess.run(["squeue", "-j", job], capture_output=True, text=True)
-        time.sleep(0.3)
     waiter = subprocess.Popen([LAUNCH, "wait", "runs/gs"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1)                       # the waiter has had its first look
-    try:
+    try:                                # the waiter follows from before the ranks start
+        deadline = time.monotonic() + 180
+        while len(rank_lines("runs/gs", "sleeping")) < 2:
+            assert time.monotonic() < deadline and waiter.poll() is None, \
+                subprocess.run(["squeue", "-j", job], capture_output=True, text=True)
+            time.sleep(0.3)
         subprocess.run(["rm", "-rf", "runs/gs"], check=True)
         out, err = waiter.communicate(timeout=120)
         mine = [ln for ln in err.splitlines() if "runs/gs" in ln]
@@ -180,6 +180,8 @@ def test_slurm_run_dir_removed_mid_run_cancels_the_job(workdir):
         assert procs.tagged_pids(run_id) == []
         assert not Path("runs/gs").exists()
     finally:
+        if waiter.poll() is None:
+            waiter.kill()
         subprocess.run(["scancel", job], capture_output=True)
         for pid in procs.tagged_pids(run_id):
             procs.kill(pid, 9)
