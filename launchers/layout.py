@@ -142,6 +142,7 @@ FILES = {                                   # what -> path inside the run dir ({
     "slurm_jobs": "slurm/jobs",             # "<attempt> <job id>" per submission
     "node_spec": "slurm/spec-a{attempt}.json",                  # what the launcher resolved for the nodes
     "rendezvous": "slurm/master-{job}-{step}-r{restart}.json",  # node 0's address and port
+    "gpu_verdict": "slurm/gpucheck-{job}-{step}-r{restart}-node{node}.json",  # --preflight gpu: a node's verdict
 }
 
 

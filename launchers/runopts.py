@@ -95,7 +95,8 @@ COMMON: tuple[Opt, ...] = (
     Opt("cpu_bind", S, "CPUs of each local rank, from the node's topology: auto (numa where a node has more than "
         "one NUMA node, else none), none, numa (its GPU's NUMA node), cores (whole cores of it, one set per rank)."),
     Opt("preflight", L, "Checks on every node before anything starts: gpu (the tools of `launch doctor --gpu`; "
-        "a node with a fault stops the launch, one line per bad node).", kind="list"),
+        "a node with a fault stops the launch, one line per bad node; on Slurm each node checks itself when the job "
+        "runs and a bad node ends it FAILED before any agent starts).", kind="list"),
     Opt("notify", (list, str), "URL or COMMAND told of each change of state (RUNNING, REQUEUED, HANG, FAILED with the "
         "first failure, CANCELLED, COMPLETED): an http(s) URL gets a JSON POST, a command runs with LAUNCH_EVENT, "
         "LAUNCH_EVENT_JSON, ... in its environment (repeatable).", kind="multi"),

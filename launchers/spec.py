@@ -343,7 +343,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     grace = parse_seconds(said("stop_grace"), pick("stop_grace", 30))
     stop_signal = parse_stop_signal(pick("stop_signal", "SIGTERM"))
     cpu_bind = cpubind.check_mode(pick("cpu_bind", "auto"), said("cpu_bind"))
-    preflight = parse_preflight(pick("preflight"), backend)
+    preflight = parse_preflight(pick("preflight"))
 
     env = parse_env(prof.get("env") or {}, f"profile {profile!r}: env")
     env.update(parse_env(flags.get("env") or ()))
@@ -379,17 +379,13 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
 PREFLIGHTS = ("gpu",)
 
 
-def parse_preflight(value: Any, backend: str = "local") -> tuple[str, ...]:
+def parse_preflight(value: Any) -> tuple[str, ...]:
     """--preflight gpu[,...] (a profile: a list) -> the checks, each once, in the order given."""
     out: list[str] = []
     for item in (value if isinstance(value, (list, tuple)) else [] if value is None else [value]):
         check_choice("--preflight", str(item).strip(), PREFLIGHTS)
         if str(item).strip() not in out:
             out.append(str(item).strip())
-    if out and backend == "slurm":
-        raise LaunchError("--preflight gpu is not accepted with the slurm backend (its nodes are known only once "
-                          "the job runs); accepted with: local, ssh. Check the partition first: "
-                          "`launch doctor --slurm --gpu`")
     return tuple(out)
 
 

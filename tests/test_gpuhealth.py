@@ -7,12 +7,13 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import run_launch
-from launchers.gpuhealth import ib, nvlink, smi, topo, xid
+from launchers.gpuhealth import ib, nvlink, smi, topo, verdict, xid
 
 DATA = Path(__file__).parent / "data" / "gpu"
 
@@ -251,10 +252,61 @@ def test_python_api_takes_preflight_like_the_cli(tmp_path, monkeypatch):
         JobSpec(backend="local", program=("hello.py",), preflight=("nvlink",)).resolve()
 
 
-def test_preflight_gpu_on_slurm_is_refused_before_anything(tmp_path):
+def test_preflight_gpu_is_taken_on_every_backend(tmp_path, monkeypatch):
+    """Slurm too: its node tasks run the check when the job runs (launchers.backends.slurm.gpugate)."""
+    from launchers.request import JobSpec
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "hello.py").write_text("print('HELLO')\n")
-    p = run_launch("slurm", "--preflight", "gpu", "--dry-run", "--", "hello.py", cwd=tmp_path, timeout=60)
-    assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
-    assert p.stderr.strip().splitlines() == [
-        "launch: error: --preflight gpu is not accepted with the slurm backend (its nodes are known only once the "
-        "job runs); accepted with: local, ssh. Check the partition first: `launch doctor --slurm --gpu`"]
+    for backend in ("local", "slurm"):
+        spec = JobSpec(backend=backend, program=("hello.py",), preflight=("gpu",)).resolve()
+        assert (spec.backend, spec.preflight) == (backend, ("gpu",))
+
+
+def test_preflight_lines_and_a_slurm_node_s_decision_on_its_peers_verdicts():
+    found = verdict.node_findings({"gpu_tools": {
+        "smi_xml": {"missing": True}, "ibstat": {"out": text("ibstat/network-operator-issue-249-ib-down.txt"), "rc": 0},
+        "dmesg": {"out": text("xid/gpud-dmesg-with-xid-119.log"), "rc": 0}}}, "node 1 [lnode2]", None)
+    line = verdict.bad_line(found, "node 1 [lnode2]")
+    assert line.startswith("node 1 [lnode2]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand); "
+                           "GPU PCI:0000:9b:00: Xid 119 GSP RPC timeout"), line
+    assert verdict.bad_line([f for f in found if f.level != "fail"], "n") is None
+    ok = {"bad": None}
+    assert verdict.peers_verdict({0: ok, 1: ok}, 2, 0) is None
+    assert verdict.peers_verdict({0: ok, 1: {"bad": line}, 2: None}, 3, 0) == \
+        f"--preflight gpu: 1 bad node(s) of 3, nothing started (node 0 not started): {line}"
+    assert verdict.peers_verdict({0: ok, 1: None, 2: None}, 3, 0) == \
+        "--preflight gpu: no verdict from node(s) 1, 2 in time, nothing started (node 0 not started)"
+
+
+def test_slurm_gate_one_bad_node_stops_every_node(tmp_path, monkeypatch):
+    """The Slurm node task's gate (slurm.gpugate.check_node) on this machine, with the stand-ins a cluster test
+    uses: the faulty ibstat output is placed on this hostname only. As node 1 it writes its bad verdict and
+    stops; as node 0 (healthy tools) it reads node 1's verdict and stops too, naming node 1; alone, it passes."""
+    import socket
+    from gpu_standins import per_host_tools, python_with_tools
+    from launchers.backends.slurm.gpugate import check_node
+    from launchers.errors import LaunchError
+    me = socket.gethostname()
+    bad_bin = per_host_tools(tmp_path / "bad", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
+                             {me: "ibstat/network-operator-issue-249-ib-down.txt"},
+                             "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
+    good_bin = per_host_tools(tmp_path / "good", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
+                              {"some-other-host": "ibstat/network-operator-issue-249-ib-down.txt"},
+                              "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
+    py = python_with_tools(tmp_path / "py", bad_bin)
+    assert subprocess.run([py, "-c", "import shutil; print(shutil.which('ibstat'))"], capture_output=True,
+                          text=True, timeout=60).stdout.strip() == str(bad_bin / "ibstat")
+    where = {"job": "77", "step": "0", "restart": 0}
+    monkeypatch.setenv("PATH", f"{bad_bin}:{os.environ['PATH']}")
+    with pytest.raises(LaunchError) as bad:
+        check_node(str(tmp_path / "run"), dict(where, node=1), 2, 1, lambda: False)
+    mine = f"node 1 [{me}]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"
+    assert str(bad.value).startswith(f"--preflight gpu: 1 bad node(s) of 2, nothing started: {mine}"), bad.value
+    rec = json.loads((tmp_path / "run/slurm/gpucheck-77-0-r0-node1.json").read_text())
+    assert rec["node"] == 1 and rec["bad"].startswith(mine)
+    monkeypatch.setenv("PATH", f"{good_bin}:{os.environ['PATH']}")
+    with pytest.raises(LaunchError) as peer:
+        check_node(str(tmp_path / "run"), dict(where, node=0), 2, 1, lambda: False)
+    assert str(peer.value) == f"--preflight gpu: 1 bad node(s) of 2, nothing started (node 0 not started): " \
+        f"{rec['bad']}"
+    assert check_node(str(tmp_path / "run2"), dict(where, node=0), 1, 1, lambda: False) is None

@@ -271,3 +271,29 @@ def test_cpu_bind_cores_two_ranks_disjoint_srun_does_not_bind(workdir):
     dry = run_launch("slurm", "--nodes", "1", "--gpus-per-node", "2", "--cpu-bind", "cores", "--dry-run", "--",
                      "affinity.py", check=True).stdout
     assert "--cpu-bind=none" in next(ln for ln in dry.splitlines() if ln.startswith("srun "))
+
+
+def test_preflight_gpu_one_bad_node_fails_the_job_before_any_agent(workdir):
+    """--preflight gpu on Slurm: each node task runs the GPU check (the code local and SSH nodes run) before its
+    agent and waits for every node's verdict. The stand-in tools (tests/gpu_standins.py: real outputs, picked by
+    the node's hostname) show a Down InfiniBand port on lnode3 only: no agent starts anywhere, every node's
+    record names lnode3's node and port, and the run is FAILED with that line (`launch status`)."""
+    from gpu_standins import per_host_tools, python_with_tools
+    bin_dir = per_host_tools(workdir / "gpubin", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
+                             {"lnode3": "ibstat/network-operator-issue-249-ib-down.txt"},
+                             "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
+    py = python_with_tools(workdir / "py-gpu", bin_dir)
+    p = run_launch("slurm", "--nodes", "4", "--gpus-per-node", "1", "--time", "10", "--python", py,
+                   "--preflight", "gpu", "--run-dir", "runs/g", "--wait", "--", "report.py")
+    assert p.returncode != 0, p.stdout + p.stderr
+    recs = {k: read_json(f"runs/g/status/node{k}.json") for k in range(4)}
+    (bad,) = [k for k, r in recs.items() if r["host"] == "lnode3"]
+    line = f"node {bad} [lnode3]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"
+    assert recs[bad]["error"].startswith(f"--preflight gpu: 1 bad node(s) of 4, nothing started: {line}"), recs
+    for k, r in recs.items():
+        assert r["state"] == "EXITED" and r["exit_code"] == 1 and line in r["error"], (k, r)
+        assert not Path(f"runs/g/logs/node{k}/agent.log").exists()
+    assert not records("runs/g") and not list(Path("runs/g/slurm").glob("master-*.json"))    # no rendezvous
+    st = status("runs/g")
+    assert st["state"] == "FAILED" and line in st["reason"], st
+    assert line in run_launch("status", "runs/g", check=True).stdout

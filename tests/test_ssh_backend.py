@@ -172,6 +172,26 @@ def test_remote_python_torch_program_auth_checked_before_anything_starts(workdir
     assert not (workdir / "runs").exists()
 
 
+def test_preflight_gpu_names_the_one_bad_host_and_starts_nothing(workdir):
+    """--preflight gpu over SSH: every host runs the GPU check (the doctor's probe, the code local and Slurm
+    nodes run) over its connection before anything starts. The stand-in tools (tests/gpu_standins.py: real
+    outputs, picked by hostname; on PATH through a --python wrapper) show a Down InfiniBand port on sshhost2
+    only: one line naming node 1, its host, the port and the fact; no run dir."""
+    from gpu_standins import per_host_tools, python_with_tools
+    bin_dir = per_host_tools(workdir / "gpubin", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
+                             {"sshhost2": "ibstat/network-operator-issue-249-ib-down.txt"},
+                             "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
+    py = python_with_tools(workdir / "py-gpu", bin_dir)
+    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", *OPTS, "--python", py, "--preflight", "gpu",
+                   "--run-dir", "runs/g", "--", "report.py")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    err = [ln for ln in p.stderr.splitlines() if not ln.startswith("launch: preflight gpu: warning: ")]
+    assert err[0] == "launch: error: --preflight gpu: 1 bad node(s) of 3, nothing started", p.stderr
+    (bad,) = err[1:]
+    assert bad.startswith("node 1 [sshhost2]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"), bad
+    assert not (workdir / "runs").exists() and not rank_lines(workdir / "runs/g", "REPORT ")
+
+
 def test_failing_rank_stops_every_node(workdir):
     p = run_launch("ssh", "--hosts", HOSTS4, *OPTS, "--run-dir", "runs/f",
                    "--env", "TEST_FAIL_RANK=2", "--env", "TEST_SLEEP=120", "--", "report.py", timeout=240)

@@ -1,11 +1,12 @@
 """`--preflight gpu` (every backend's launch): before anything is created or started, the doctor's probe
-with its GPU/NIC tools (launchers.doctor.gputools) runs on every node and the faults it finds
-(launchers.doctor.gpucheck: level fail) stop the launch -- one line per bad node, naming it, each device
+with its GPU/NIC tools (launchers.gpuhealth.tools) runs on every node and the faults it finds
+(launchers.gpuhealth.verdict: level fail) stop the launch -- one line per bad node, naming it, each device
 and fact. Warnings are printed and the launch goes on.
 
 local: the one machine the simulated nodes share, probed once. ssh: every host of the plan, through the
-doctor's SSH target (verified host keys). slurm: not here -- the nodes are only known once the job runs;
-`launch doctor --slurm --gpu` checks a partition's nodes beforehand.
+doctor's SSH target (verified host keys). slurm: not here -- the nodes are only known once the job runs, so
+each node task runs the same check on its node before its agent starts and waits for every node's verdict
+(launchers.backends.slurm.node); a bad node ends the job FAILED, naming it, before any agent starts.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 
 from .. import layout, ports
 from ..errors import LaunchError
-from .gpucheck import node_findings
+from ..gpuhealth.verdict import bad_line, node_findings, summary, warnings
 from .targets import NodeRun, run_local, run_ssh
 
 TIMEOUT, TOOL_TIMEOUT = 60.0, 20.0
@@ -29,13 +30,12 @@ def _base(spec, nnodes: int) -> dict:
 
 
 def probe(spec, plan) -> list[NodeRun]:
+    """The nodes' answers; none on Slurm (its node tasks check themselves when the job runs)."""
     if spec.backend == "local":
         return run_local(spec.python, _base(spec, 1), TIMEOUT + 120)
     if spec.backend == "ssh":
         return run_ssh(plan.rhosts, plan.settings, spec.python, _base(spec, len(plan.rhosts)), TIMEOUT)
-    raise LaunchError(f"--preflight gpu is not accepted with the {spec.backend} backend (its nodes are known only "
-                      "once the job runs); accepted with: local, ssh. Check the partition first: "
-                      "`launch doctor --slurm --gpu`")
+    return []
 
 
 def bad_lines(runs: list[NodeRun], gpus_per_node: int | None, out=sys.stderr) -> list[str]:
@@ -47,12 +47,11 @@ def bad_lines(runs: list[NodeRun], gpus_per_node: int | None, out=sys.stderr) ->
             bad.append(f"{label}: the GPU preflight could not run there ({run.error})")
             continue
         found = node_findings(run.result, label, gpus_per_node)
-        for f in found:
-            if f.level == "warn":
-                print(f"launch: preflight gpu: warning: {f.line()}", file=out)
-        fails = [f"{f.device}: {f.fact}" for f in found if f.level == "fail"]
-        if fails:
-            bad.append(f"{label}: " + "; ".join(fails))
+        for w in warnings(found):
+            print(f"launch: preflight gpu: warning: {w}", file=out)
+        line = bad_line(found, label)
+        if line:
+            bad.append(line)
     return bad
 
 
@@ -62,4 +61,4 @@ def check(spec, plan) -> None:
     gpus = spec.gpus_per_node if plan.dist_backend != "gloo" else None      # the GPU count matters with nccl
     bad = bad_lines(runs, gpus)
     if bad:
-        raise LaunchError(f"--preflight gpu: {len(bad)} bad node(s) of {len(runs)}, nothing started\n" + "\n".join(bad))
+        raise LaunchError(summary(bad, len(runs)) + "\n" + "\n".join(bad))

@@ -4,7 +4,7 @@
 It prints `DOCTOR-T <epoch>` first (the submitting side stamps its arrival: clock skew), then one line
 `DOCTOR <json>`: versions (python, torch, launchers, NCCL when CUDA exists), GPUs (nvidia-smi; none = CPU
 only), free disk under the run root, /dev/shm, the open-file limit, the NCCL_* / TORCH_NCCL_* environment; with
-`gpu`, the GPU and NIC tools' raw outputs (launchers.doctor.gputools).
+`gpu`, the GPU and NIC tools' raw outputs (launchers.gpuhealth.tools).
 Node 0 writes `<root>/.launch-doctor-<token>`, then (after its imports) binds the master port (when it is
 taken, its holder is named from /proc) and serves every other node: a node connects to MASTER:port, must read
 the token, then reads the probe file (shared storage) and reports back. With `collective`, once every node
@@ -13,7 +13,7 @@ CPU) on the same port and print their bus bandwidths (nccl-tests' busbw factors)
 """
 from __future__ import annotations
 
-from .gputools import GPU_TOOLS
+from ..gpuhealth.tools import GPU_TOOLS
 
 _HEAD = r'''
 import json, os, resource, shutil, socket, subprocess, sys, threading, time

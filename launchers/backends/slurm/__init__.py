@@ -7,6 +7,7 @@
     backend.py  SlurmBackend: plan (= dry-run), preflight, start, refresh, cancel
     nodespec.py what the launcher resolved for the nodes (slurm/spec-a<A>.json): they read, never re-derive
     node.py     the per-node task: master address and rendezvous, then the one torchrun command
+    gpugate.py  --preflight gpu in each node task: the GPU check, every node's verdict before any agent
     requeue.py  the end of an attempt on Slurm: requeue after USR2, or record the result (finalize)
     task.py     the node entry point (`python -m launchers.backends.slurm.task`) and submitit's NodeTask
 

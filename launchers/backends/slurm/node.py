@@ -6,7 +6,8 @@ resolved (spec, run id, dist backend, the agent's stop settings, max requeues) f
 binds a small beacon socket on it (proof that the address is local), chooses the port (--master-port, else
 derived from the Slurm job id, probed) and publishes both in slurm/master-<job>-<step>-r<restart>.json; the
 other nodes read it and check that the beacon answers before starting their agent, so an unreachable master
-is a one-line failure, never a hang. Each node runs the command from launchers.torchrun.node_command (the one
+is a one-line failure, never a hang. With --preflight gpu every node first runs the GPU check and waits for
+every node's verdict (launchers.backends.slurm.gpugate): a bad node stops the job before any agent. Each node runs the command from launchers.torchrun.node_command (the one
 builder) and records how it ended in status/node<K>.json (through RunDir).
 
 Stop signals: Slurm signals every process of the step (the agent, each rank's wrapper, the program). The
@@ -34,6 +35,7 @@ from ...stops import decide, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
 from . import gone
 from .env import NodelistError, SlurmEnv
+from .gpugate import check_node
 from .nodespec import load_node_spec
 from .requeue import after_stop
 
@@ -185,6 +187,10 @@ class NodeRun:
         if len(hosts) < self.ns.spec.nodes:
             raise NodeError(f"the allocation has {len(hosts)} nodes ({self.env.nodelist}), "
                             f"the job needs {self.ns.spec.nodes}")
+        if "gpu" in self.ns.spec.preflight:      # every node's verdict before any rendezvous (slurm.gpugate)
+            gpus = self.ns.spec.gpus_per_node if self.ns.dist_backend != "gloo" else None
+            check_node(self.rd.path, {"job": self.env.job_id, "step": self.env.step_id, "restart": self.restart,
+                                      "node": self.node}, self.ns.spec.nodes, gpus, self.stopped)
         addr, port = self.rendezvous(hosts)
         nc = self.command(self.node, addr, port)
         if self.stops:

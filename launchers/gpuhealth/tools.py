@@ -1,6 +1,7 @@
-"""The node side of `launch doctor --gpu`: a stdlib fragment joined into the probe (launchers.doctor.probe).
-It runs the GPU and NIC tools a node has, each with a timeout, and returns their raw text (parsing is the
-submitting side's job: launchers.gpuhealth, through launchers.doctor.gpucheck):
+"""The node side of the GPU check (`launch doctor --gpu`, `--preflight gpu` on every backend): a stdlib
+fragment joined into the doctor's probe (launchers.doctor.probe: local and SSH nodes) and run as is by a Slurm
+node task before its agent starts (run() below). It runs the GPU and NIC tools a node has, each with a
+timeout, and returns their raw text (parsing: launchers.gpuhealth.verdict, on the submitting side or the node):
 
   nvidia-smi -q -x, nvidia-smi topo -m, nvidia-smi nvlink -s   (when nvidia-smi is on PATH)
   ibstat, else the files /sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}
@@ -78,3 +79,11 @@ def gpu_tools(timeout):
         out["ib_sysfs"] = ib_sysfs()
     return out
 '''
+
+
+def run(timeout: float) -> dict:
+    """The same fragment run in this process (a Slurm node task, where launchers is importable): the tools'
+    raw outputs, keyed like the probe's `gpu_tools`."""
+    space: dict = {}
+    exec(compile("import os, shutil, subprocess\n" + GPU_TOOLS, "launchers.gpuhealth.tools", "exec"), space)  # noqa: S102
+    return space["gpu_tools"](timeout)

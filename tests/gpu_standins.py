@@ -1,0 +1,40 @@
+"""Stand-in GPU/NIC tools for the cluster tests of `--preflight gpu`: executables that print real outputs
+captured on other machines (tests/data/gpu/, sources in tests/data/gpu/sources.md), picked by the node's
+`hostname` -- the SSH test hosts and the Slurm dev nodes share this machine's filesystem but each has its own
+hostname (UTS namespace: sshhost<k>, lnode<k>), so the tools' faulty outputs are "placed" on one node only.
+They reach a node's PATH through a `--python` wrapper that puts their folder first and runs the real python."""
+from __future__ import annotations
+
+import shlex
+import stat
+import sys
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "gpu"
+
+
+def _tool(path: Path, body: str) -> None:
+    path.write_text(f"#!/bin/sh\n# stand-in printing real outputs captured elsewhere (tests/data/gpu/sources.md)\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _by_host(outputs: dict[str, str], default: str) -> str:
+    """A shell `case` on the hostname: the fixture to print there (default elsewhere)."""
+    arms = "".join(f"  {shlex.quote(h)}) cat {shlex.quote(str(DATA / rel))} ;;\n" for h, rel in outputs.items())
+    return f'case "$(hostname)" in\n{arms}  *) cat {shlex.quote(str(DATA / default))} ;;\nesac'
+
+
+def per_host_tools(bin_dir: Path, smi_xml: str, ibstat: dict[str, str], ibstat_default: str) -> Path:
+    """nvidia-smi (-q -x: smi_xml everywhere; other arguments exit 9) and ibstat (by hostname); returns
+    bin_dir."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    _tool(bin_dir / "nvidia-smi", f'case "$*" in\n  "-q -x") cat {shlex.quote(str(DATA / smi_xml))} ;;\n'
+                                  '  *) exit 9 ;;\nesac')
+    _tool(bin_dir / "ibstat", _by_host(ibstat, ibstat_default))
+    return bin_dir
+
+
+def python_with_tools(path: Path, bin_dir: Path, python: str = sys.executable) -> str:
+    """A --python for the nodes: the stand-ins first on PATH, then the real interpreter."""
+    _tool(path, f'PATH={shlex.quote(str(bin_dir))}:"$PATH"; export PATH\nexec {shlex.quote(python)} "$@"')
+    return str(path)
