@@ -126,9 +126,11 @@ def node_part(attempt: int, text: str) -> dict[str, Any]:
 def add_node_part(run_dir: str, attempt: int) -> None:
     """Rank 0's part: packages.txt, then manifest.json with `node` set (the launcher's part kept as written)."""
     text = "".join(p + "\n" for p in packages())
+    layout.present(run_dir)                      # a run dir removed meanwhile is not recreated by this
     layout.atomic_write(layout.own_path(run_dir, "packages"), text)
     data = read(run_dir) or {"format": FORMAT}
     data["node"] = node_part(attempt, text)
+    layout.present(run_dir)
     _write(run_dir, data)
 
 

@@ -188,7 +188,7 @@ def test_preflight_gpu_names_the_one_bad_host_and_starts_nothing(workdir):
     err = [ln for ln in p.stderr.splitlines() if not ln.startswith("launch: preflight gpu: warning: ")]
     assert err[0] == "launch: error: --preflight gpu: 1 bad node(s) of 3, nothing started", p.stderr
     (bad,) = err[1:]
-    assert bad.startswith("node 1 [sshhost2]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"), bad
+    assert bad.startswith("node 1 [sshhost2 (") and bad.endswith("]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"), bad
     assert not (workdir / "runs").exists() and not rank_lines(workdir / "runs/g", "REPORT ")
 
 
