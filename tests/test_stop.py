@@ -120,6 +120,17 @@ def test_ssh_survivor_of_a_peer_crash_gets_one_stop_and_the_grace(workdir):
     check_survivor([*SSH, "--stop-grace", "20"], "peer crash")
 
 
+@pytest.mark.slurm
+@pytest.mark.parametrize("how", ["peer crash", "hang"])
+def test_slurm_survivor_of_a_peer_crash_or_a_hang_gets_one_stop_and_the_grace(workdir, how):
+    """The same on the dev Slurm cluster, 2 nodes x 1 (`launch slurm --wait`): the node tasks carry out the same
+    stop (launchers.stops) -- one SIGTERM through the survivor's agent and the run's --stop-grace."""
+    st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
+    check_survivor(["slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--wait", "--stop-grace", "20"],
+                   how)
+
+
 def check_survivor(backend_args, how):
     hang = ["--hang-timeout", "3"] if how == "hang" else []
     proc = start(backend_args, "runs/p", *hang, "--env", "TEST_CLEANUP_S=2", world=2)
