@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from .errors import LaunchError, brief
 
 STORE = ".snapshots"
+RUN_DIR_MARKS = ("run.yaml", "status.json")     # a run dir (status.json comes first while one is being made)
+ATOMIC_TEMP = re.compile(r"\.tmp\.\d+$")        # layout.atomic_write's temporary file: there for a moment
 IGNORE_FILE = ".launchignore"
 ALWAYS_IGNORED = ("__pycache__/",)
 MAX_BYTES = 2 << 30                 # a tree this big is not a program's: refuse, naming .launchignore
@@ -104,10 +107,10 @@ def tree_files(root: str, exclude: tuple[str, ...] = ()) -> list[str]:
     files = [f for f in listed.decode("utf-8", "surrogateescape").split("\0") if f] if listed is not None \
         else walk_files(root, ignore_patterns(root), skip)
     pats = ALWAYS_IGNORED if listed is not None else ()
-    skip += tuple(f[:-len("run.yaml")] for f in files if f.endswith("/run.yaml"))   # other run dirs, in any runs root
+    skip += tuple(f[:-len(m)] for f in files for m in RUN_DIR_MARKS if f.endswith("/" + m))  # other run dirs
     return sorted(f for f in set(files) if _file_or_link(os.path.join(root, f))      # not a deleted file, a submodule
                   and not any(f.startswith(s) for s in skip) and not ignored_dirs(f, pats)
-                  and f"/{STORE}/" not in f"/{f}")
+                  and f"/{STORE}/" not in f"/{f}" and not ATOMIC_TEMP.search(f))
 
 
 def _file_or_link(path: str) -> bool:

@@ -79,7 +79,8 @@ def test_run_dirs_and_stores_never_belong_to_the_tree_wherever_they_are(tmp_path
     found the program's own directory left out): only run dirs (a run.yaml) and stores are left out."""
     monkeypatch.chdir(tmp_path)
     write(tmp_path, {"code/train.py": "", "code/old/run.yaml": "", "code/old/logs/a.log": "", "code/.snapshots/h/x": "",
-                    "runs/r1/run.yaml": "", "runs/r1/checkpoints/c": "", "runs/.snapshots/h/y": "", "lib/u.py": ""})
+                    "runs/r1/run.yaml": "", "runs/r1/checkpoints/c": "", "runs/.snapshots/h/y": "", "lib/u.py": "",
+                     "making/status.json": "", "making/records/x": "", "lib/v.py.tmp.42": ""})   # a run dir being made
     sp = build_spec("slurm", {"run_dir": str(tmp_path / "code/new")}, ["code/train.py"])
     assert sp.snapshot == str(tmp_path / "code/.snapshots")
     assert snapshot.take(sp).snapshot_dir and \
