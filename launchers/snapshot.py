@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .errors import LaunchError, brief
 
 STORE = ".snapshots"
-RUN_DIR_MARKS = ("run.yaml", "status.json")     # a run dir (status.json comes first while one is being made)
+RUN_DIR_MARKS = ("run.yaml", "status/.lock")    # a run dir (its lock comes first while one is being made)
 ATOMIC_TEMP = re.compile(r"\.tmp\.\d+$")        # layout.atomic_write's temporary file: there for a moment
 IGNORE_FILE = ".launchignore"
 ALWAYS_IGNORED = ("__pycache__/",)

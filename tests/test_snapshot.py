@@ -80,11 +80,11 @@ def test_run_dirs_and_stores_never_belong_to_the_tree_wherever_they_are(tmp_path
     monkeypatch.chdir(tmp_path)
     write(tmp_path, {"code/train.py": "", "code/old/run.yaml": "", "code/old/logs/a.log": "", "code/.snapshots/h/x": "",
                     "runs/r1/run.yaml": "", "runs/r1/checkpoints/c": "", "runs/.snapshots/h/y": "", "lib/u.py": "",
-                     "making/status.json": "", "making/records/x": "", "lib/v.py.tmp.42": ""})   # a run dir being made
+                     "making/status/.lock": "", "making/status.json": "", "cfg/status.json": "", "lib/v.py.tmp.42": ""})   # a run dir being made
     sp = build_spec("slurm", {"run_dir": str(tmp_path / "code/new")}, ["code/train.py"])
     assert sp.snapshot == str(tmp_path / "code/.snapshots")
     assert snapshot.take(sp).snapshot_dir and \
-        snapshot.scan(str(tmp_path), (sp.snapshot, sp.run_dir)).files == ("code/train.py", "lib/u.py")
+        snapshot.scan(str(tmp_path), (sp.snapshot, sp.run_dir)).files == ("cfg/status.json", "code/train.py", "lib/u.py")   # a user's own status.json stays
 
 
 def test_store_resume_choice_and_refusals(repo, tmp_path, monkeypatch):
