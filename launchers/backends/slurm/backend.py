@@ -313,19 +313,23 @@ def scancel(job_id: str, *flags: str) -> None:
         raise LaunchError(f"scancel {job_id} failed: {one_line(p.stderr)}")
 
 
+def queue_states(job_id: str) -> list[str] | None:
+    """The states squeue lists for the job (one per array task); None when squeue fails."""
+    p = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
+    return p.stdout.split() if p.returncode == 0 else None
+
+
 def queued_only(job_id: str) -> bool:
     """squeue lists the job (every task of an array) as PENDING only: `scancel --signal` would reach nothing."""
-    p = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
-    return p.returncode == 0 and set(p.stdout.split()) == {"PENDING"}
+    return set(queue_states(job_id) or ()) == {"PENDING"}
 
 
 def wait_gone(job_id: str, wait_s: float = CANCEL_WAIT_S) -> None:
     """Until squeue no longer lists the job as pending, running or completing (all its tasks are gone)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        p = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
-        states = p.stdout.split()
-        if p.returncode != 0 or not states or all(s not in slurm_status.LIVE for s in states):
+        states = queue_states(job_id)
+        if not states or all(s not in slurm_status.LIVE for s in states):
             return
         time.sleep(0.2)
     raise LaunchError(f"Slurm job {job_id} is still listed {wait_s:.0f} s after scancel")
