@@ -134,7 +134,14 @@ def cmdline_has(pid: int, word: bytes) -> bool:
 
 
 def is_rank_wrapper(pid: int) -> bool:
-    return cmdline_has(pid, b"launchers.rankexec")
+    """A rank wrapper (`python -m launchers.rankexec -- ...`), not the torchrun agent whose command line names
+    it as its entry point (it did count as one: the hang sampler then took a wrapper for its rank's program)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"launchers.rankexec" in argv and AGENT not in argv
 
 
 def rank_wrappers(run_id: str, orphaned: bool = False) -> list[int]:

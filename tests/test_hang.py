@@ -4,6 +4,7 @@ ends and nothing is left. Local here; SSH and Slurm at the end (the dev clusters
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -49,6 +50,37 @@ def test_decide_behind_in_steps_and_all_waiting():
     assert v["stalled_ranks"] == [0, 1] and "mismatched collectives" in v["ranks"]["0"]["why"]
     v = decide({0: dict(w, step=None)}, 2, 1.0, 5, "/d", 0)
     assert v["stalled_ranks"] == [1] and v["ranks"]["1"]["why"] == "no answer from its node"
+
+
+def test_rank_programs_are_the_wrappers_children_not_the_wrappers(tmp_path):
+    """The torchrun agent names launchers.rankexec in its command line; it is not a wrapper, so the wrapper (the
+    agent's child) is never taken for its rank's program, whatever the pid order (CI: pids wrapped round, and a
+    rank's stack was the wrapper's supervise)."""
+    from launchers.hang.sample import rank_programs
+    run_id = f"t-{os.getpid()}-{time.time_ns()}"
+    code = ("import os,subprocess,sys,time\n"
+            "role=sys.argv[1]\n"
+            "nxt={'agent':'wrapper','wrapper':'program'}.get(role)\n"
+            "env=dict(os.environ, RANK='0', NODE_RANK='0')\n"
+            "argv=[sys.executable,'-c',sys.argv[-1],nxt] + (['-m','launchers.rankexec'] if nxt=='wrapper' else [])\n"
+            "c=subprocess.Popen(argv + [sys.argv[-1]], env=env) if nxt else None\n"
+            "time.sleep(60)\n")
+    agent = subprocess.Popen([sys.executable, "-c", code, "agent", "-m", "torch.distributed.run", "-m",
+                              "launchers.rankexec", code], env=dict(os.environ, LAUNCH_RUN_ID=run_id))
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(procs.tagged_pids(run_id)) < 3:
+            time.sleep(0.05)
+        pids = procs.tagged_pids(run_id)
+        assert len(pids) == 3, pids
+        wrappers = [p for p in pids if procs.is_rank_wrapper(p)]
+        assert len(wrappers) == 1 and agent.pid not in wrappers
+        found = rank_programs(run_id)
+        assert list(found) == [0] and found[0][0] not in (agent.pid, wrappers[0]) and found[0][0] in pids
+    finally:
+        for p in procs.tagged_pids(run_id):
+            procs.kill(p, 9)
+        agent.wait()
 
 
 @pytest.mark.parametrize("value,why", [("0", "is out of range"), ("-3", "is out of range"),
