@@ -8,17 +8,17 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from . import layout, manifest, snapshot
-from .backends.base import Backend, busy_line
+from . import layout
 from .stops import exit_code
 from .errors import LaunchError, RunDirGone
 from .firstfail import describe as describe_failure
-from .jobenv import resolve_job_env
 from .rundir import TERMINAL, RunDir, new_run_id
-from .secretenv import refuse_missing
-from .spec import JobSpec
+
+if TYPE_CHECKING:      # what only submit and resume need is imported there: `launch status` starts in half the time
+    from .backends.base import Backend
+    from .spec import JobSpec
 
 
 def get_backend(name: str) -> Backend:
@@ -36,6 +36,8 @@ def get_backend(name: str) -> Backend:
 
 
 def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
+    from . import manifest, snapshot
+    from .jobenv import resolve_job_env
     spec = snapshot.take(resolve_job_env(spec, sys.stderr))     # --snapshot: named (hashed); written below
     backend = get_backend(spec.backend)
     run_id = new_run_id(spec)
@@ -81,6 +83,9 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     """A new attempt of the recorded spec (optionally a new shape or new program args), run where the run dir
     is now: a moved run dir resumes into itself; a copy is refused unless adopted (a new run id). The run's
     snapshot is kept unless changes["snapshot"] says otherwise (True: a new one of its tree; False: none)."""
+    from . import manifest, snapshot
+    from .jobenv import resolve_job_env
+    from .secretenv import refuse_missing
     rd = RunDir.open(path)
     data = rd.read_run_yaml()
     refuse_missing(data["spec"], os.environ, rd.path)        # a secret is never `***` to the program
@@ -122,6 +127,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
 
 
 def _busy_line(backend: Backend, rd: RunDir, st: dict[str, Any]) -> str | None:
+    from .backends.base import busy_line
     why = backend.busy(st)
     return busy_line(rd.path, why) if why else None
 
@@ -135,6 +141,7 @@ def _refuse_busy(backend: Backend, rd: RunDir) -> None:
         state = backend.refresh(rd).get("state")
         why = f"still {state}" if state not in TERMINAL else f"{state} with processes of it still alive"
     if why:
+        from .backends.base import busy_line
         raise LaunchError(busy_line(rd.path, why))
 
 

@@ -10,8 +10,10 @@ def will_submit_to_slurm(argv: list[str]) -> bool:
     """`launch slurm ...` that will submit: not a dry-run or help, not inside an allocation. A guess from argv
     before it is parsed; a wrong guess only costs or saves a fork (the submitter submits only what it is
     handed, and exits on EOF when the launcher ends without handing it anything)."""
-    from .backends.slurm.env import SlurmEnv
-    if len(argv) < 2 or argv[1] != "slurm" or SlurmEnv.read().in_allocation:
+    if len(argv) < 2 or argv[1] != "slurm":
+        return False
+    from .backends.slurm.env import SlurmEnv          # only for `launch slurm` (a sixth of `launch status`'s start)
+    if SlurmEnv.read().in_allocation:
         return False
     opts = argv[2:argv.index("--")] if "--" in argv else argv[2:]
     return not any(a in ("--dry-run", "-h", "--help") for a in opts)

@@ -15,7 +15,6 @@ import os
 import time
 
 from .errors import LaunchError, brief
-from .runopts import BACKENDS
 
 RUN_YAML = "run.yaml"
 STATUS = "status.json"
@@ -75,6 +74,7 @@ def record_problem(data: object) -> str | None:
         return f"cannot be read ({brief(str(data).splitlines()[0] if str(data) else type(data).__name__)})"
     if not isinstance(data, dict):
         return f"is not a mapping (got {type(data).__name__})"
+    from .runopts import BACKENDS              # here: the rank wrapper imports this module, not the option table
     spec = data.get("spec")
     if not isinstance(data.get("run_id"), str) or not isinstance(data.get("attempts"), list) or not data["attempts"]:
         return "lacks run_id or attempts"

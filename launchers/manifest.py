@@ -101,14 +101,31 @@ def torch_cuda() -> str | None:
 
 
 def packages() -> list[str]:
-    """`name==version` of every installed distribution this Python sees, sorted (each name once, lower case)."""
+    """`name==version` of every installed distribution this Python sees, sorted (each name once, lower case): the
+    Name and Version headers of each METADATA (PKG-INFO), read up to the first blank line -- a full email parse of
+    every METADATA, as importlib.metadata's `.metadata` does, cost rank 0 a quarter of a CPU second."""
     from importlib import metadata
     seen: dict[str, str] = {}
     for d in metadata.distributions():
-        name = (d.metadata["Name"] or "").strip()
+        head = _headers(d.read_text("METADATA") or d.read_text("PKG-INFO") or "")
+        name, ver = head.get("name", "").strip(), head.get("version", "").strip()
         if name:
-            seen.setdefault(re.sub(r"[-_.]+", "-", name).lower(), d.version)
+            seen.setdefault(re.sub(r"[-_.]+", "-", name).lower(), ver)
     return sorted(f"{n}=={v}" for n, v in seen.items())
+
+
+def _headers(text: str) -> dict[str, str]:
+    """The first Name and Version headers of a core-metadata text (RFC 822 style: headers end at a blank line)."""
+    out: dict[str, str] = {}
+    for line in text.split("\n", 64):
+        if not line.strip():
+            break
+        key, sep, value = line.partition(":")
+        if sep and key.lower() in ("name", "version"):
+            out.setdefault(key.lower(), value)
+        if len(out) == 2:
+            break
+    return out
 
 
 def node_part(attempt: int, text: str) -> dict[str, Any]:

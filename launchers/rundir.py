@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import __version__, firstfail, layout, notify, procs, runindex, sweep
 from .ckptptr import read_latest
@@ -25,8 +25,10 @@ from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
 from .procs import exit_fields      # noqa: F401  (its home: procs; imported from here by the backends)
 from .secretenv import REDACTED
-from .spec import JobSpec, redact_env
 from .stops import ENDINGS, exit_code, stopped_reason
+
+if TYPE_CHECKING:                    # the spec module only where a spec is made: the rank wrapper imports this one
+    from .spec import JobSpec
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
 TERMINAL = tuple(ENDINGS)                      # the one table of endings: launchers.stops
@@ -375,11 +377,13 @@ def spec_from_record(recorded: dict[str, Any]) -> JobSpec:
             env[k] = os.environ[k]
     d["env"] = env
     d["secrets"] = {k: os.environ.get(k, REDACTED) for k in d.get("secrets") or ()}
+    from .spec import JobSpec
     return JobSpec.from_dict(d)
 
 
 def redacted_spec(spec: JobSpec) -> dict[str, Any]:
     """What run.yaml records of a spec: every secret value as ***, the --secret variables by name only."""
+    from .spec import redact_env
     d = spec.to_dict()
     d["env"] = redact_env(d["env"])
     d["secrets"] = list(d["secrets"])

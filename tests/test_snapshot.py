@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -136,6 +137,20 @@ def test_defaults_by_backend(workdir):
     assert [bool(specs[b].snapshot) for b in ("local", "ssh", "slurm")] == [False, False, True]
     assert specs["slurm"].snapshot == str(workdir / "runs/.snapshots")
     assert not build_spec("slurm", {"run_dir": "runs/x", "snapshot": False}, ["report.py"]).snapshot
+
+
+def test_packages_list_is_what_importlib_metadata_says():
+    """The fast header read names the same distributions and versions as importlib.metadata's full parse, and
+    reads a METADATA whose Version comes first, or whose body holds other Name: lines, right."""
+    slow = {}
+    for d in metadata.distributions():
+        name = (d.metadata["Name"] or "").strip()
+        if name:
+            slow.setdefault(re.sub(r"[-_.]+", "-", name).lower(), d.version)
+    assert manifest.packages() == sorted(f"{n}=={v}" for n, v in slow.items()) and len(slow) > 10
+    text = "Metadata-Version: 2.1\nVersion: 1.2\nName: a_b\nSummary: x\n\nName: not-me\nVersion: 9\n"
+    assert manifest._headers(text) == {"version": " 1.2", "name": " a_b"}
+    assert manifest._headers("Name: only\n\nVersion: 3\n") == {"name": " only"}
 
 
 def test_node_part_and_command_line():
