@@ -106,15 +106,17 @@ def agent_pids(run_id: str) -> list[int]:
 def stop_run(run_id: str, agents: Iterable[int], sig: int = signal.SIGTERM, wait_s: float = 0.0,
              urgent: Callable[[], bool] = lambda: False) -> list[int]:
     """Stop a run the way programs expect: one `sig` to each agent pid (it passes it once to each rank wrapper,
-    which passes it once to its program and gives it the stop grace), wait up to wait_s for the agents and the rank
-    wrappers to end (an agent ended by a second signal leaves its programs in their grace: they keep it), unless
-    urgent() says otherwise (a second Ctrl-C), then SIGKILL whatever still carries the run's tag -- the
-    sweep is the last resort, never a first signal. Returns the pids that had to be killed."""
+    which passes it once to its program and gives it the stop grace), wait up to wait_s for the rank wrappers to
+    end (an agent ended by a second signal leaves its programs in their grace: they keep it), unless urgent() says
+    otherwise (a second Ctrl-C), then SIGKILL whatever still carries the run's tag after a short settle -- the
+    sweep is the last resort, never a first signal. An agent left with no rank wrapper has no program to give a
+    grace to: torchrun's exit barrier (its ranks ended, a peer node failed) ignores the signal for 300 s; it is
+    swept after the settle, not after the whole grace. Returns the pids that had to be killed."""
     agents = list(agents)
     for pid in agents + rank_wrappers(run_id, orphaned=True):     # a wrapper whose agent died gets it directly
         kill(pid, sig)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and not urgent() and (any(alive(p) for p in agents) or rank_wrappers(run_id)):
+    while time.monotonic() < deadline and not urgent() and rank_wrappers(run_id):
         time.sleep(0.05)
     settle = time.monotonic() + (2.0 if wait_s and not urgent() else 0.0)    # wrappers writing their records
     while tagged_pids(run_id) and time.monotonic() < settle and not urgent():

@@ -103,7 +103,10 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = si
         for pid in asked:
             procs.kill(pid, sig)
     deadline = time.monotonic() + (wait_s if asked else 0)     # are swept at once
-    while node_pids(run_id, node) and time.monotonic() < deadline:
+    while any(is_rank_wrapper(p) for p in node_pids(run_id, node)) and time.monotonic() < deadline:
+        time.sleep(0.05)               # the grace is the programs': an agent with no wrapper left (torchrun's exit
+    settle = min(deadline, time.monotonic() + 2.0)       # barrier) gets a 2 s settle, not the whole grace
+    while node_pids(run_id, node) and time.monotonic() < settle:
         time.sleep(0.05)
     forced = node_pids(run_id, node)
     for pid in forced:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import subprocess
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import read_json, run_launch
+from conftest import ROOT, read_json, require_cluster, run_launch
 import launchers
 from launchers import notify
 from launchers.errors import LaunchError
@@ -32,8 +36,11 @@ class Hook(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def server():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+def server(request):
+    """The hook server; on the dev clusters it listens on their bridge's address too (a Slurm job tells it from
+    its node's network namespace): `bind` given by the test's marker."""
+    mark = request.node.get_closest_marker("bind")
+    srv = http.server.ThreadingHTTPServer((mark.args[0] if mark else "127.0.0.1", 0), Hook)
     srv.got, srv.status = [], 204
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
@@ -73,6 +80,65 @@ def test_local_runs_tell_the_server(workdir, server):
     assert "rank 0 on node 0, exit code 1: RuntimeError: no access with ***" in failed["summary"]
     log = (workdir / "runs/bad/launcher.log").read_text()
     assert "notify http://127.0.0.1" in log and "FAILED sent" in log and "/hook/abc" not in log, log
+
+
+SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
+BAD = "import os\nraise RuntimeError('no access with ' + os.environ['MY_TOKEN'])\n"
+
+
+def bridge_address(dev: str) -> str:
+    """This machine's address on a dev cluster's bridge (what its nodes reach it at)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", dev], capture_output=True, text=True).stdout
+    assert " inet " in out, f"no IPv4 address on {dev}: {out!r}"
+    return out.split(" inet ")[1].split("/")[0]
+
+
+def wait_events(srv, want: int, timeout: float) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while len(srv.got) < want and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return [b["event"] for _, _, b in srv.got]
+
+
+def check_failed(srv, run_dir: str, rank: int, node: int) -> None:
+    failed = srv.got[-1][2]
+    ff = failed["first_failure"]
+    assert (ff["rank"], ff["node"], ff["exit_code"]) == (rank, node, 1), failed
+    assert ff["exception"] == "RuntimeError: no access with ***", ff
+    assert "hunter2-secret" not in json.dumps(srv.got)
+    assert failed["run_id"] == yaml.safe_load(Path(run_dir, "run.yaml").read_text())["run_id"]
+    assert read_json(Path(run_dir, "status.json"))["state"] == "FAILED"
+
+
+@pytest.mark.ssh
+@pytest.mark.bind("0.0.0.0")
+def test_ssh_run_tells_the_server(workdir, server):
+    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the SSH test hosts", st.returncode == 0, "make ssh-up")
+    (workdir / "bad.py").write_text(BAD.replace("raise", "if os.environ['RANK'] == '1': raise"))
+    hook = f"http://{bridge_address('lsshbr0')}:{server.server_address[1]}/hook/ssh"
+    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"),
+                   "--known-hosts", str(SSH_STATE / "known_hosts"), "--notify", hook, "--env",
+                   "MY_TOKEN=hunter2-secret", "--run-dir", "runs/s", "--", "bad.py", timeout=180)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert wait_events(server, 2, 10) == ["RUNNING", "FAILED"], server.got
+    check_failed(server, "runs/s", 1, 1)
+
+
+@pytest.mark.slurm
+@pytest.mark.bind("0.0.0.0")
+def test_slurm_job_tells_the_server_with_no_launcher_waiting(workdir, server):
+    """No --wait: the job itself (its batch side, in a node's network namespace) tells the server."""
+    st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
+    (workdir / "bad.py").write_text(BAD.replace("raise", "if os.environ['RANK'] == '1': raise"))
+    hook = f"http://{bridge_address('lsimbr0')}:{server.server_address[1]}/hook/slurm"
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "5", "--notify", hook, "--env",
+                   "MY_TOKEN=hunter2-secret", "--run-dir", "runs/q", "--", "bad.py", timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert wait_events(server, 2, 180) == ["RUNNING", "FAILED"], server.got
+    assert all(path == "/hook/slurm" for path, _, _ in server.got)
+    check_failed(server, "runs/q", 1, 1)
 
 
 # ------------------------------------------------------------------------------------------ pure
