@@ -110,35 +110,34 @@ def check_failed(srv, run_dir: str, rank: int, node: int) -> None:
     assert read_json(Path(run_dir, "status.json"))["state"] == "FAILED"
 
 
+def cluster_run(workdir, srv, script: str, bridge: str, backend_args: list[str], code: int, wait_s: float) -> None:
+    """A 2-node run on a dev cluster whose rank 1 raises: the server hears RUNNING then FAILED, at its path."""
+    st = subprocess.run([str(ROOT / script), "status"], capture_output=True, text=True)
+    require_cluster(script, st.returncode == 0, "make clusters-up")
+    (workdir / "bad.py").write_text(BAD.replace("raise", "if os.environ['RANK'] == '1': raise"))
+    hook = f"http://{bridge_address(bridge)}:{srv.server_address[1]}/hook/{bridge}"
+    p = run_launch(*backend_args, "--notify", hook, "--env", "MY_TOKEN=hunter2-secret", "--run-dir", "runs/c", "--",
+                   "bad.py", timeout=180)
+    assert p.returncode == code, p.stderr[-2000:]
+    assert wait_events(srv, 2, wait_s) == ["RUNNING", "FAILED"], srv.got
+    assert all(path == f"/hook/{bridge}" for path, _, _ in srv.got)
+    check_failed(srv, "runs/c", 1, 1)
+
+
 @pytest.mark.ssh
 @pytest.mark.bind("0.0.0.0")
 def test_ssh_run_tells_the_server(workdir, server):
-    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
-    require_cluster("the SSH test hosts", st.returncode == 0, "make ssh-up")
-    (workdir / "bad.py").write_text(BAD.replace("raise", "if os.environ['RANK'] == '1': raise"))
-    hook = f"http://{bridge_address('lsshbr0')}:{server.server_address[1]}/hook/ssh"
-    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"),
-                   "--known-hosts", str(SSH_STATE / "known_hosts"), "--notify", hook, "--env",
-                   "MY_TOKEN=hunter2-secret", "--run-dir", "runs/s", "--", "bad.py", timeout=180)
-    assert p.returncode == 1, p.stderr[-2000:]
-    assert wait_events(server, 2, 10) == ["RUNNING", "FAILED"], server.got
-    check_failed(server, "runs/s", 1, 1)
+    cluster_run(workdir, server, "clusters/ssh-hosts.sh", "lsshbr0", [
+        "ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"), "--known-hosts",
+        str(SSH_STATE / "known_hosts")], 1, 10)
 
 
 @pytest.mark.slurm
 @pytest.mark.bind("0.0.0.0")
 def test_slurm_job_tells_the_server_with_no_launcher_waiting(workdir, server):
     """No --wait: the job itself (its batch side, in a node's network namespace) tells the server."""
-    st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
-    require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
-    (workdir / "bad.py").write_text(BAD.replace("raise", "if os.environ['RANK'] == '1': raise"))
-    hook = f"http://{bridge_address('lsimbr0')}:{server.server_address[1]}/hook/slurm"
-    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "5", "--notify", hook, "--env",
-                   "MY_TOKEN=hunter2-secret", "--run-dir", "runs/q", "--", "bad.py", timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert wait_events(server, 2, 180) == ["RUNNING", "FAILED"], server.got
-    assert all(path == "/hook/slurm" for path, _, _ in server.got)
-    check_failed(server, "runs/q", 1, 1)
+    cluster_run(workdir, server, "slurm/dev-cluster.sh", "lsimbr0",
+                ["slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "5"], 0, 180)
 
 
 # ------------------------------------------------------------------------------------------ pure
