@@ -31,7 +31,7 @@ def pool_for(led: dict[str, Any] | None, nodes: int, spares: int) -> Pool:
         pool = Pool.from_dict(led["pool"])
         if len(pool.active) == nodes:
             return pool
-        return Pool.fresh(nodes, spares, pool.quarantined)
+        return Pool.fresh(nodes, spares, pool.quarantined, pool.active + pool.spares)
     return Pool.fresh(nodes, spares)
 
 

@@ -57,12 +57,14 @@ class Pool:
     quarantined: tuple[int, ...] = ()
 
     @classmethod
-    def fresh(cls, nodes: int, spares: int, quarantined: tuple[int, ...] = ()) -> "Pool":
-        """Slots 0..nodes+spares-1 less the quarantined ones: the first `nodes` active, the rest spares (a pool
-        short of slots after quarantines takes the lowest slots, quarantined or not: nothing else is there)."""
-        free = [s for s in range(nodes + spares) if s not in quarantined]
+    def fresh(cls, nodes: int, spares: int, quarantined: tuple[int, ...] = (), known: tuple[int, ...] = ()) -> "Pool":
+        """Slots 0..nodes+spares-1 (and those `known` already) less the quarantined ones: the first `nodes`
+        active, the rest spares (a pool short of slots after quarantines takes the lowest slots, quarantined or
+        not: nothing else is there)."""
+        slots = sorted({*range(nodes + spares), *known})
+        free = [s for s in slots if s not in quarantined]
         if len(free) < nodes:
-            free = list(range(nodes + spares))
+            free = slots
         return cls(tuple(free[:nodes]), tuple(free[nodes:]), tuple(sorted(quarantined)))
 
     def to_dict(self) -> dict[str, list[int]]:
