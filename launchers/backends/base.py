@@ -43,6 +43,9 @@ class Plan:
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
                f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
                f" ({self.dist_backend})"]
+        if self.spec.spares:
+            out.append(f"# spares:  {self.spec.spares} idle node slot(s); a node is quarantined at "
+                       f"{self.spec.quarantine_after} strikes; at most {self.spec.max_restarts} restarts")
         out += self.cpu_bind_lines()
         if self.script is not None:
             out += ["", "# ---- sbatch script ----", self.script.rstrip("\n"), "# ---- end of sbatch script ----"]
