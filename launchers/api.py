@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from . import layout
+from . import layout, nodeledger, recovery
 from .stops import exit_code
 from .errors import LaunchError, RunDirGone
 from .firstfail import describe as describe_failure
@@ -105,7 +105,8 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     spec = snapshot.take(resolve_job_env(spec, sys.stderr))
     layout.check_own_dirs(rd.path)                # nothing is written through a symlink out of the run dir
     run_id = new_run_id(spec) if adopt else data["run_id"]
-    plan = backend.plan(spec, run_id, attempt=len(data["attempts"]))
+    pool = nodeledger.pool_for(nodeledger.read(rd.path), spec.nodes, spec.spares)    # quarantined: left out
+    plan = _plan(backend, spec, run_id, len(data["attempts"]), pool)
     spec = plan.spec
     if dry_run:
         out.write(snapshot.dry_run_line(spec) + plan.render())
@@ -167,20 +168,51 @@ def _strip_program(program: tuple[str, ...], words: tuple[str, ...]) -> tuple[st
 
 
 def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:
+    """The attempts of a run whose launcher owns its restarts (local, SSH): after a failed one the recovery
+    policy decides (launchers.recovery: restart on the same node slots, replace one by a spare, or stop), the
+    node ledger keeps it (launchers.nodeledger) and the next attempt runs on the pool's slots from
+    checkpoints/latest, a new attempt of the same run."""
     code = backend.start(plan, rd)
-    while backend.owns_restarts and code == 1 and restarts_left > 0:
-        restarts_left -= 1
+    while backend.owns_restarts and code == 1:
         ff = rd.read_status().get("first_failure")
-        print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); restarting from "
+        decision = _decide(spec, rd, plan.attempt, ff, restarts_left)
+        if decision.action == "stop":
+            if spec.max_restarts:
+                print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); not restarted: "
+                      f"{decision.why}", file=sys.stderr)
+            break
+        restarts_left -= 1
+        print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); {decision.why}; restarting from "
               f"{_resume_point(rd)} ({restarts_left} restarts left)", file=sys.stderr)
         attempt = len(rd.read_run_yaml()["attempts"])
-        plan = backend.plan(spec, rd.run_id, attempt=attempt)
+        plan = _plan(backend, spec, rd.run_id, attempt, decision.pool)
         rd.add_attempt(spec, plan.record())
         code = backend.start(plan, rd)
     st = rd.unrecorded or rd.read_status()     # the verdict, also when a full disk kept it from status.json
     if backend.owns_restarts or st.get("state") in TERMINAL:
         print(end_line(st), file=sys.stderr, flush=True)
     return code
+
+
+def _decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, restarts_left: int):
+    """The policy's decision on a failed attempt, written into the node ledger (a full disk: said, not fatal)."""
+    led = nodeledger.read(rd.path)
+    pool = nodeledger.pool_for(led, spec.nodes, spec.spares)
+    failure = recovery.failure_of(ff, pool, describe_failure(ff))
+    decision = recovery.decide(failure, pool, nodeledger.strikes(led), spec.quarantine_after, restarts_left)
+    try:
+        nodeledger.record(rd.path, led, attempt, pool, failure, rd.read_status().get("nodes") or {}, decision,
+                          spec.quarantine_after)
+    except OSError as e:
+        print(f"launch: node ledger not written ({e.strerror or e})", file=sys.stderr)
+    return decision
+
+
+def _plan(backend: Backend, spec: JobSpec, run_id: str, attempt: int, pool: recovery.Pool):
+    """An attempt's plan; a backend that takes --spares (local) gets the pool's active slots, in node order."""
+    if spec.spares:
+        return backend.plan(spec, run_id, attempt=attempt, slots=list(pool.active))
+    return backend.plan(spec, run_id, attempt=attempt)
 
 
 def _resume_point(rd: RunDir) -> str:
@@ -246,7 +278,7 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
               last_step=explain.last_step(rd, st.get("attempt", 0)),
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
               nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),
-              snapshot=spec.get("snapshot_dir") or None)
+              snapshot=spec.get("snapshot_dir") or None, node_ledger=nodeledger.read(rd.path))
     if ranks:
         st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0), hang=st.get("hang"))
     return st
@@ -261,9 +293,11 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append(f"written by: launchers {st['written_by']}, newer than this one: shown as recorded, not refreshed")
     if st.get("slurm_job_id"):
         lines.append(f"slurm job:  {st['slurm_job_id']}")
-    nodes = st.get("nodes") or {}
-    if nodes:
-        lines.append("nodes:      " + "  ".join(f"node{k}={v}" for k, v in sorted(nodes.items(), key=lambda kv: int(kv[0]))))
+    nodes, ledger = st.get("nodes") or {}, nodeledger.lines(st.get("node_ledger"))     # the ledger: issue 23
+    if nodes or ledger:
+        lines.append("nodes:      " + ("  ".join(f"node{k}={v}" for k, v in sorted(nodes.items(), key=lambda kv:
+                                                                                  int(kv[0]))) or ledger.pop(0)))
+        lines += ["            " + line for line in ledger]
     if st.get("first_failure"):
         lines.append(f"first failure: {describe_failure(st['first_failure'])}")
     if st.get("hang"):

@@ -116,6 +116,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 FILES = {                                   # what -> path inside the run dir ({fields} filled in by path())
     "run_yaml": RUN_YAML,                   # resolved spec, per-node commands, versions, attempts
     "status": STATUS,                       # state, attempt, per-node exit codes, first failure
+    "node_ledger": "nodes.json",            # per node slot: failures, strikes, quarantine (launchers.nodeledger)
     "launcher_log": "launcher.log",         # a detached launcher's own output (the Python API: launchers.detach)
     "manifest": "manifest.json",            # what ran: the launcher's part at submit, rank 0's (launchers.manifest)
     "packages": "packages.txt",             # rank 0's installed packages, `name==version` sorted (its sha256 there)

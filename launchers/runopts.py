@@ -83,7 +83,13 @@ COMMON: tuple[Opt, ...] = (
         flag="--secret"),
     Opt("profile", S, "YAML profile; flags override its values.", in_profile=False),
     Opt("master_port", I, "Rendezvous port (default: derived from the run id)."),
-    Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times."),
+    Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times (default 0; with --spares K: "
+        "K + 1)."),
+    Opt("spares", I, "K idle spare nodes: a node that fails in a way that points at it (its agent or host died, "
+        "it went silent or hung, or it failed --quarantine-after times) is replaced by one, from "
+        "checkpoints/latest, in the same run (default 0; local only for now)."),
+    Opt("quarantine_after", I, "Strikes (failures that stopped an attempt) that quarantine a node: never used "
+        "again in the run (default 2)."),
     Opt("stop_grace", (int, float), "Seconds a program has to end after a stop (Ctrl-C, launch cancel, a peer's "
         "failure, a hang) before it is killed (default 30, like torchrun)."),
     Opt("stop_signal", S, "What each program gets on `launch cancel` / SIGTERM to the launcher / scancel: SIGTERM "

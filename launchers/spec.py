@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import containeropts, cpubind, layout, notify, secretenv, snapshot, values
+from . import containeropts, cpubind, layout, notify, recovery, secretenv, snapshot, values
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
@@ -37,6 +37,8 @@ class JobSpec:
     nccl_env: tuple[tuple[str, str], ...] = ()
     master_port: int | None = None
     max_restarts: int = 0
+    spares: int = 0                             # --spares: idle node slots a failed node is replaced by (recovery)
+    quarantine_after: int = 2                   # --quarantine-after: strikes that quarantine a node slot
     dist_backend: str = "auto"
     python: str = field(default_factory=lambda: sys.executable)
     options: tuple[tuple[str, Any], ...] = ()   # backend-specific, declared in launchers.runopts
@@ -334,7 +336,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
 
     nodes = positive_int(said("nodes"), pick("nodes", 1), maximum=MAX_NODES)
     gpn = positive_int(said("gpus_per_node"), pick("gpus_per_node", 1), maximum=MAX_PER_NODE)
-    max_restarts = positive_int(said("max_restarts"), pick("max_restarts", 0), minimum=0)
+    restarts = recovery.options(backend, pick, said)      # max_restarts, spares, quarantine_after
     dist = check_choice(said("dist_backend"), str(pick("dist_backend", "auto")), DIST_BACKENDS)
     port = pick("master_port")
     port = parse_port(port, said("master_port")) if port is not None else None
@@ -366,7 +368,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     return JobSpec(
         backend=backend, nodes=nodes, gpus_per_node=gpn, program=program, program_args=args,
         run_dir=run_dir, name=name, env=tuple(env.items()), nccl_preset=str(pick("nccl_preset", "") or ""),
-        master_port=port, max_restarts=max_restarts, dist_backend=dist,
+        master_port=port, dist_backend=dist, **restarts,
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
         forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,

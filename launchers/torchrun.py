@@ -19,6 +19,7 @@ from .spec import JobSpec, redact_env
 
 # Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
 AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
+NODE_SLOT_ENV = "LAUNCH_NODE_SLOT"      # the node slot (launchers.recovery) a node runs on
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,11 @@ def flight_recorder(run_dir: str) -> dict[str, str]:
 
 
 def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port: int, run_id: str,
-                 attempt: int, dist_backend: str = "gloo", one_machine: bool = False) -> NodeCommand:
+                 attempt: int, dist_backend: str = "gloo", one_machine: bool = False,
+                 slot: int | None = None) -> NodeCommand:
     """one_machine: every node runs on this machine (the local backend): the CPU plan is made for all the
-    machine's ranks and each node's ranks take their slots of it (LAUNCH_CPU_BIND_SLOT: first/all)."""
+    machine's ranks and each node's ranks take their slots of it (LAUNCH_CPU_BIND_SLOT: first/all). slot: the
+    node slot of the run's pool it runs on (LAUNCH_NODE_SLOT; stable across attempts, unlike NODE_RANK)."""
     argv = (
         spec.python, "-m", "torch.distributed.run",
         "--nnodes", str(spec.nodes),
@@ -94,6 +97,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         "MASTER_PORT": str(master_port),
         "NODE_RANK": str(node_rank),
         "NNODES": str(spec.nodes),
+        **({NODE_SLOT_ENV: str(slot)} if slot is not None else {}),
         "LAUNCH_RUN_DIR": spec.run_dir,
         "LAUNCH_RUN_ID": run_id,
         "LAUNCH_CHECKPOINT_DIR": layout.path(spec.run_dir, "checkpoints"),

@@ -23,6 +23,7 @@ NUMBER_WORDS = "a number in plain decimal digits"
 RESERVED_ENV = {
     "MASTER_ADDR": "the first node (--hosts / --hostfile; Slurm: the first allocated node)",
     "MASTER_PORT": "--master-port", "NNODES": "--nodes", "NODE_RANK": "launch (each node's rank)",
+    "LAUNCH_NODE_SLOT": "launch (each node's slot: --spares)",
     "WORLD_SIZE": "--nodes and --gpus-per-node (torchrun)", "RANK": "--nodes and --gpus-per-node (torchrun)",
     "LOCAL_RANK": "--gpus-per-node (torchrun)", "LOCAL_WORLD_SIZE": "--gpus-per-node (torchrun)",
     "GROUP_RANK": "launch (each node's rank, torchrun)",

@@ -13,7 +13,7 @@ LAYERS = {
     0: ("launchers", "launchers.errors", "launchers.layout", "launchers.spec", "launchers.runopts",
         "launchers.ckptptr", "launchers.heartbeat", "launchers.request", "launchers.cpubind", "launchers.values",
         "launchers.secretenv", "launchers.notify", "launchers.containeropts",
-        "launchers.snapshot", "launchers.stops"),
+        "launchers.snapshot", "launchers.stops", "launchers.recovery", "launchers.nodeledger"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",

@@ -21,7 +21,7 @@ from launchers.spec import build_spec, load_profile
 # texts a person might write for a number: digits, signs, YAML 1.1's 0x/0o/0b/_/sexagesimal, fractions and
 # exponents, spaces, full-width and Arabic-Indic digits
 TEXT = st.text(alphabet="0123456789+-_.:xobeE \uff10\uff12\u0663", min_size=1, max_size=8)
-INT_KEYS = ("nodes", "gpus_per_node", "master_port", "max_restarts")
+INT_KEYS = ("nodes", "gpus_per_node", "master_port", "max_restarts", "spares", "quarantine_after")
 NUM_KEYS = ("stop_grace", "hang_timeout")
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -36,17 +36,22 @@ class Plan:
     hosts: list[str] = field(default_factory=list)     # one per node where the backend knows them
     script: str | None = None                          # e.g. the sbatch script
     cpu_sets: list | None = None                       # each local rank's CPUs where the nodes are this machine
+    slots: list[int] = field(default_factory=list)     # node k on node slot slots[k] of the pool (launchers.recovery)
 
     def render(self) -> str:
         """Exactly what would run: the script (if any) and each node's command."""
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
                f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
                f" ({self.dist_backend})"]
+        if self.spec.spares:
+            out.append(f"# spares:  {self.spec.spares} idle node slot(s); a node is quarantined at "
+                       f"{self.spec.quarantine_after} strikes; at most {self.spec.max_restarts} restarts")
         out += self.cpu_bind_lines()
         if self.script is not None:
             out += ["", "# ---- sbatch script ----", self.script.rstrip("\n"), "# ---- end of sbatch script ----"]
         for nc in self.nodes:
             where = f" on {self.hosts[nc.node_rank]}" if self.hosts else ""
+            where += f" (slot {self.slots[nc.node_rank]})" if self.spec.spares else ""
             out += ["", f"# node {nc.node_rank}{where}:", nc.shell()]
         return "\n".join(out) + "\n"
 
@@ -60,7 +65,8 @@ class Plan:
     def record(self) -> dict[str, Any]:
         """What run.yaml keeps of this attempt."""
         return {"master_addr": self.master_addr, "master_port": self.master_port, "dist_backend": self.dist_backend,
-                "hosts": list(self.hosts), "commands": [nc.shell() for nc in self.nodes]}
+                "hosts": list(self.hosts), "commands": [nc.shell() for nc in self.nodes],
+                **({"slots": list(self.slots)} if self.slots else {})}
 
 
 class Backend:
@@ -68,6 +74,8 @@ class Backend:
     owns_restarts = True      # the launcher loops over attempts (local, ssh); Slurm requeues instead
 
     def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
+        """The attempt's plan. A backend that takes --spares also takes slots=[...]: node k runs on that slot of
+        the run's pool (launchers.recovery), node 0 the rendezvous host."""
         raise NotImplementedError
 
     def preflight(self, plan: Plan) -> None:
@@ -113,11 +121,12 @@ def busy_line(path: str, why: str) -> str:
 
 
 def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
-                  dist_backend: str, one_machine: bool = False) -> list[NodeCommand]:
-    """Each node's command from the one builder, in the job's container when it has one (launchers.container)."""
+                  dist_backend: str, one_machine: bool = False, slots: list[int] | None = None) -> list[NodeCommand]:
+    """Each node's command from the one builder, in the job's container when it has one (launchers.container);
+    slots: node k runs on node slot slots[k] of the run's pool (launchers.recovery), told as LAUNCH_NODE_SLOT."""
     return [wrap(spec, node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port,
                                     run_id=run_id, attempt=attempt, dist_backend=dist_backend,
-                                    one_machine=one_machine), run_id)
+                                    one_machine=one_machine, slot=slots[k] if slots else None), run_id)
             for k in range(spec.nodes)]
 
 

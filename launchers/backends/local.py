@@ -28,13 +28,17 @@ class LocalBackend(Backend):
     name = "local"
     stream = True          # print prefixed rank output while the job runs
 
-    def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
+    def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
+        """slots: the simulated node each node rank runs on (default 0..nodes-1; --spares: the pool's active
+        slots, launchers.recovery); the rendezvous is node 0's, here 127.0.0.1 whichever slot that is."""
         port = choose_port(run_id, spec.master_port, MASTER)
         dist = dist_backend_for(spec)
+        slots = list(slots) if slots is not None else list(range(spec.nodes))
         # every node runs here: one plan for all their ranks (LAUNCH_CPU_BIND_SLOT gives each node its slots)
         sets = node_plan(spec.cpu_bind, spec.world_size, os.environ) if spec.cpu_bind != "none" else []
         return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER, master_port=port, dist_backend=dist,
-                    nodes=node_commands(spec, run_id, attempt, MASTER, port, dist, one_machine=True), cpu_sets=sets)
+                    nodes=node_commands(spec, run_id, attempt, MASTER, port, dist, one_machine=True, slots=slots),
+                    cpu_sets=sets, slots=slots)
 
     def preflight(self, plan: Plan) -> None:
         """The nodes' python, once (they all run here, in one environment): torch and launchers importable, the

@@ -5,7 +5,7 @@ dist        DistEnv from the worker environment, init (threads, device, process 
 checkpoint  Checkpointer: DCP save/load of Stateful objects + progress + per-rank RNG, `latest` pointer
 data        digits | synthetic | cifar10 tensors, a resumable DistributedSampler, loaders
 metrics     metrics.jsonl / final.json (rank 0), param_sha256, per-rank TensorBoard
-faults      crash injection (--crash-at-step/--crash-rank/--crash-phase)
+faults      crash injection (--crash-at-step/--crash-rank/--crash-phase; --crash-slot: a lemon node)
 loop        fit(): the one resumable training loop (sampler position, logging, checkpoints, agreed stop, eval);
             TorchSteps = its hooks for a torch model + optimizer + scheduler
 dsloop      DeepSpeed's engine as fit()'s hooks: engine forward/backward/step, engine.save/load_checkpoint

@@ -87,6 +87,9 @@ def common_parser(prog: str, description: str, *, epochs: int = 2, batch_size: i
                         "around the checkpoint of that step")
     g.add_argument("--crash-attempt", type=nonneg_int, default=0,
                    help="LAUNCH_ATTEMPT in which the crash fires (so a resumed run does not crash again)")
+    g.add_argument("--crash-slot", type=nonneg_int, default=None,
+                   help="instead of --crash-rank: local rank 0 on node slot S (LAUNCH_NODE_SLOT) crashes at "
+                        "--crash-at-step in every attempt (a lemon node; launch local --spares)")
     g.add_argument("--step-delay", type=nonneg_float, default=0.0,
                    help="sleep this many seconds in every training step (a slow job to inject faults into; "
                         "does not change the result)")

@@ -35,6 +35,7 @@ class DistEnv:
     restart_count: int          # torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)
     backend: str                # gloo | nccl | "" (= decide at init: nccl if CUDA else gloo)
     launched: bool              # True when started by torchrun (MASTER_ADDR present)
+    node_slot: int = -1         # the node slot it runs on (LAUNCH_NODE_SLOT: launch local; -1 when not told)
 
     @property
     def is_main(self) -> bool:
@@ -74,6 +75,7 @@ def read_env(run_dir_flag: str | None = None, environ=None) -> DistEnv:
         restart_count=_int_env(env, "TORCHELASTIC_RESTART_COUNT", 0),
         backend=backend,
         launched="MASTER_ADDR" in env,
+        node_slot=_int_env(env, "LAUNCH_NODE_SLOT", -1),
     )
 
 

@@ -2,7 +2,8 @@
 slows every step (a job long enough to kill, stop or cut mid-training, on any machine).
 
 The crash fires only in one attempt (LAUNCH_ATTEMPT == --crash-attempt, default 0) and not after an
-in-place torchrun restart, so the resumed run with the very same arguments trains through.
+in-place torchrun restart, so the resumed run with the very same arguments trains through. --crash-slot S
+instead: local rank 0 of the node on node slot S (LAUNCH_NODE_SLOT) crashes in every attempt (a lemon node).
 os._exit skips every destructor and flush handler, like a killed process would.
 """
 from __future__ import annotations
@@ -15,16 +16,21 @@ PHASES = ("mid", "pre_save", "save", "after_save")
 
 
 class FaultInjector:
-    def __init__(self, *, step: int | None, rank: int, phase: str, attempt: int, env, delay: float = 0.0) -> None:
+    def __init__(self, *, step: int | None, rank: int, phase: str, attempt: int, env, delay: float = 0.0,
+                 slot: int | None = None) -> None:
         self.step, self.phase, self.delay = step, phase, delay
-        self.armed = (step is not None and env.rank == rank and env.attempt == attempt
-                      and env.restart_count == 0)
+        if slot is not None:        # the lemon node: whichever rank runs there, in every attempt
+            self.armed = step is not None and env.node_slot == slot and env.local_rank == 0
+        else:
+            self.armed = (step is not None and env.rank == rank and env.attempt == attempt
+                          and env.restart_count == 0)
         self.rank = env.rank
 
     @classmethod
     def from_args(cls, args, env) -> "FaultInjector":
         return cls(step=args.crash_at_step, rank=args.crash_rank, phase=args.crash_phase,
-                   attempt=args.crash_attempt, env=env, delay=getattr(args, "step_delay", 0.0))
+                   attempt=args.crash_attempt, env=env, delay=getattr(args, "step_delay", 0.0),
+                   slot=getattr(args, "crash_slot", None))
 
     def maybe(self, step: int, phase: str) -> None:
         if self.delay and phase == "mid":

@@ -1,0 +1,81 @@
+"""The node ledger of a run (issue 23): nodes.json in the run dir, written only by the launcher process that runs
+the attempts (launchers.api), atomically (launchers.layout). Per node slot and attempt what happened to it (the
+first failure on it: exit code or signal, lost, hung; or stopped with the run), its strikes, quarantined or not;
+the pool (active slots in node-rank order, idle spares, quarantined) and each decision of launchers.recovery.
+
+No ledger file when no attempt of the run ever failed; `launch status` shows it as a short block.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import layout
+from .recovery import Decision, Failure, Pool
+
+NAME = "node_ledger"               # its key in layout.FILES
+
+
+def read(run_dir: str) -> dict[str, Any] | None:
+    return layout.read_json(layout.path(run_dir, NAME))
+
+
+def strikes(led: dict[str, Any] | None) -> dict[int, int]:
+    return {int(s): int(v.get("strikes", 0)) for s, v in ((led or {}).get("slots") or {}).items()}
+
+
+def pool_for(led: dict[str, Any] | None, nodes: int, spares: int) -> Pool:
+    """The pool an attempt of the run starts from: the ledger's when it has `nodes` active slots, else a fresh
+    one less the quarantined slots (a run resumed with another number of nodes)."""
+    if led and led.get("pool"):
+        pool = Pool.from_dict(led["pool"])
+        if len(pool.active) == nodes:
+            return pool
+        return Pool.fresh(nodes, spares, pool.quarantined, pool.active + pool.spares)
+    return Pool.fresh(nodes, spares)
+
+
+def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, failure: Failure | None,
+           node_codes: dict[str, Any], decision: Decision, quarantine_after: int) -> dict[str, Any]:
+    """The ledger with a failed attempt added (pool: its slots; node_codes: status.json `nodes`, node rank ->
+    its agent's exit), written atomically; returned."""
+    led = dict(led or {}, quarantine_after=quarantine_after)
+    slots = {str(k): dict(v) for k, v in (led.get("slots") or {}).items()}
+    for node, slot in enumerate(pool.active):
+        entry = slots.setdefault(str(slot), {"strikes": 0, "quarantined": False, "attempts": []})
+        code = node_codes.get(str(node))
+        if failure is not None and failure.slot == slot:
+            what = {"failure": failure.what or failure.kind, "kind": failure.kind, "strike": True}
+        else:
+            what = {"failure": "ended with the run" if code in (0, None) else "stopped with the run"}
+        entry["attempts"] = [*entry.get("attempts", []), {"attempt": attempt, "node": node, "exit": code, **what}]
+        entry["strikes"] = decision.strikes.get(slot, entry.get("strikes", 0))
+        entry["quarantined"] = slot in decision.pool.quarantined
+    led.update(slots=slots, pool=decision.pool.to_dict(),
+               decisions=[*(led.get("decisions") or []), {"attempt": attempt, "action": decision.action,
+                                                          "why": decision.why}])
+    layout.present(run_dir)                      # never recreates a removed run dir
+    layout.atomic_write(layout.own_path(run_dir, NAME), json.dumps(led, indent=1, sort_keys=True) + "\n")
+    return led
+
+
+def _slots(items: Any) -> str:
+    return ", ".join(map(str, items)) or "none"
+
+
+def lines(led: dict[str, Any] | None) -> list[str]:
+    """`launch status`'s block: the pool, each slot with a strike (its failures), each decision; [] without a
+    ledger or when no slot ever had a strike."""
+    slots = {int(k): v for k, v in ((led or {}).get("slots") or {}).items()}
+    struck = {k: v for k, v in sorted(slots.items()) if v.get("strikes")}
+    if not struck:
+        return []
+    pool = (led or {}).get("pool") or {}
+    out = [f"slots active {_slots(pool.get('active', []))}; spares {_slots(pool.get('spares', []))}; "
+           f"quarantined {_slots(pool.get('quarantined', []))} (at {led.get('quarantine_after')} strikes)"]
+    for k, v in struck.items():
+        fails = "; ".join(f"attempt {a['attempt']}: {a['failure']}" for a in v.get("attempts", []) if a.get("strike"))
+        out.append(f"slot {k}: {v['strikes']} strike{'s' if v['strikes'] != 1 else ''}"
+                   f"{', quarantined' if v.get('quarantined') else ''} ({fails})")
+    out += [f"attempt {d['attempt']}: {d['action']} -- {d['why']}" for d in (led or {}).get("decisions") or []]
+    return out

@@ -1,0 +1,152 @@
+"""Recovery without a human (issue 23): the one policy that decides what follows a failed attempt -- restart on
+the same node slots, replace a slot by a spare, or stop -- used by every backend that owns its restarts (the
+launcher's loop in launchers.api carries it out; the backend only starts the plan it is given).
+
+Pure (stdlib only): the node ledger's strikes, the failed attempt's first failure and the pool in; a Decision
+out, with a one-line why. The options --spares K and --quarantine-after N are read here too (spec.build_spec).
+
+A slot is one node of the pool: a simulated node (local), later a host (SSH) or a node of the allocation (Slurm).
+The failure that started the stop of an attempt (status.json `first_failure`) gives its slot one strike; the
+others only stopped with it. A failure *points at the node* when its agent or host died, it went silent or it
+hung, or once its slot has `quarantine_after` strikes (the same node failing again: a lemon). One failing rank
+(a killed worker, a crash) is a strike that alone does not quarantine (with the default of 2 strikes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from .errors import LaunchError
+from .values import parse_int
+
+MAX_SPARES = 65536
+QUARANTINE_AFTER = 2                   # --quarantine-after's default
+SPARES_ON = ("local",)                 # the backends that carry out a replacement (ssh, slurm: not yet)
+
+# how a first failure is told apart: its reason's start -> its kind (a rank's own record: "rank"; none of these,
+# without a rank: the node's agent ended on its own, "agent")
+REASON_KINDS = (("hang", "hang"), ("lost", "lost"), ("connection lost", "lost"), ("did not finish", "lost"))
+# kind -> (it points at the node by itself, what the ledger says)
+KINDS: dict[str, tuple[bool, str]] = {
+    "rank": (False, "a rank failed"),
+    "agent": (True, "its agent died"),
+    "lost": (True, "lost (host gone or silent)"),
+    "hang": (True, "hung"),
+}
+
+
+def options(backend: str, pick: Callable[..., Any], said: Callable[[str], str]) -> dict[str, Any]:
+    """--spares, --quarantine-after and the restart budget, from the flags over the profile (spec.build_spec's
+    pick/said). --spares K without --max-restarts allows K + 1 restarts; a --max-restarts given wins."""
+    spares = parse_int(said("spares"), pick("spares", 0), 0, MAX_SPARES)
+    after = parse_int(said("quarantine_after"), pick("quarantine_after", QUARANTINE_AFTER), 1, MAX_SPARES)
+    if spares and backend not in SPARES_ON:
+        raise LaunchError(f"{said('spares')} {spares} is not yet on this backend ({backend}); accepted: 0 here, "
+                          f"or spares with {', '.join('launch ' + b for b in SPARES_ON)}")
+    given = pick("max_restarts")
+    restarts = parse_int(said("max_restarts"), given, 0) if given is not None else (spares + 1 if spares else 0)
+    return {"spares": spares, "quarantine_after": after, "max_restarts": restarts}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The node slots of a run: `active` in node-rank order (active[0] is node 0, the rendezvous host), idle
+    spares in the order they are taken, quarantined ones never used again in the run."""
+    active: tuple[int, ...]
+    spares: tuple[int, ...] = ()
+    quarantined: tuple[int, ...] = ()
+
+    @classmethod
+    def fresh(cls, nodes: int, spares: int, quarantined: tuple[int, ...] = (), known: tuple[int, ...] = ()) -> "Pool":
+        """Slots 0..nodes+spares-1 (and those `known` already) less the quarantined ones: the first `nodes`
+        active, the rest spares (a pool short of slots after quarantines takes the lowest slots, quarantined or
+        not: nothing else is there)."""
+        slots = sorted({*range(nodes + spares), *known})
+        free = [s for s in slots if s not in quarantined]
+        if len(free) < nodes:
+            free = slots
+        return cls(tuple(free[:nodes]), tuple(free[nodes:]), tuple(sorted(quarantined)))
+
+    def to_dict(self) -> dict[str, list[int]]:
+        return {"active": list(self.active), "spares": list(self.spares), "quarantined": list(self.quarantined)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Pool":
+        return cls(*(tuple(int(s) for s in d.get(k) or ()) for k in ("active", "spares", "quarantined")))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The failure that stopped an attempt, on its slot."""
+    slot: int
+    kind: str                       # a key of KINDS
+    what: str = ""                  # how it is said (launchers.firstfail.describe)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str                     # restart | replace | stop
+    pool: Pool                      # the slots of the next attempt (stop: the pool as it ends)
+    why: str                        # one line
+    strikes: dict[int, int] = field(default_factory=dict)     # every slot's strikes after this failure
+    quarantined: tuple[int, ...] = ()                         # slots quarantined by this decision
+
+
+def kind_of(ff: dict[str, Any] | None) -> str:
+    """A first failure (status.json) -> its kind: a hang, a lost node, a rank's own failure, or its agent."""
+    reason = str((ff or {}).get("reason") or "")
+    for start, kind in REASON_KINDS:
+        if reason.startswith(start):
+            return kind
+    return "rank" if (ff or {}).get("rank") is not None else "agent"
+
+
+def failure_of(ff: dict[str, Any] | None, pool: Pool, what: str = "") -> Failure | None:
+    """The first failure of an attempt on its slot (node rank k ran on pool.active[k]); None when it names no
+    node of the pool (nothing recorded a failure)."""
+    node = (ff or {}).get("node")
+    if not isinstance(node, int) or not 0 <= node < len(pool.active):
+        return None
+    return Failure(pool.active[node], kind_of(ff), what)
+
+
+def decide(failure: Failure | None, pool: Pool, strikes: dict[int, int], quarantine_after: int,
+           restarts_left: int) -> Decision:
+    """What follows a failed attempt. The failing slot gets a strike; at `quarantine_after` strikes it is
+    quarantined. A slot that is quarantined or whose failure points at it (agent died, lost, hung) is replaced
+    by the first spare: the survivors keep their order (node 0 the first of them) and the spare comes last. No
+    spare: a quarantined slot stops the run, another restarts on the same slots. No restart left: stop."""
+    strikes = dict(strikes)
+    if failure is None:
+        return _restart_or_stop(pool, strikes, restarts_left, (), "no node named by the failure")
+    slot = failure.slot
+    strikes[slot] = strikes.get(slot, 0) + 1
+    n = strikes[slot]
+    points, said = KINDS[failure.kind]
+    struck = f"slot {slot}: {said}, strike {n} of {quarantine_after}"
+    if n >= quarantine_after:
+        pool = replace(pool, quarantined=tuple(sorted({*pool.quarantined, slot})))
+        if not pool.spares:
+            return Decision("stop", pool, f"{struck}: quarantined, and no spare left", strikes, (slot,))
+        return _restart_or_stop(_swap(pool, slot), strikes, restarts_left, (slot,),
+                                f"{struck}: quarantined; replaced by spare slot {pool.spares[0]}", "replace")
+    if points and pool.spares:
+        return _restart_or_stop(_swap(pool, slot, bench=True), strikes, restarts_left, (),
+                                f"{struck}: replaced by spare slot {pool.spares[0]}", "replace")
+    why = f"{struck}: restart on the same slots" + (" (no spare left)" if points else "")
+    return _restart_or_stop(pool, strikes, restarts_left, (), why)
+
+
+def _restart_or_stop(pool: Pool, strikes: dict[int, int], restarts_left: int, quarantined: tuple[int, ...],
+                     why: str, action: str = "restart") -> Decision:
+    if restarts_left <= 0:
+        return Decision("stop", pool, f"{why}; but no restart left (--max-restarts)", strikes, quarantined)
+    return Decision(action, pool, why, strikes, quarantined)
+
+
+def _swap(pool: Pool, slot: int, bench: bool = False) -> Pool:
+    """The pool with `slot` out of the active ones and the first spare in, last. bench: the slot is not
+    quarantined, it goes to the back of the spares (a later replacement may take it again)."""
+    active = tuple(s for s in pool.active if s != slot) + pool.spares[:1]
+    spares = pool.spares[1:] + ((slot,) if bench else ())
+    return replace(pool, active=active, spares=spares)
