@@ -117,23 +117,8 @@ redact_env = secretenv.redact      # secret values (the names given, TOKEN/KEY/S
 def load_profile(path: str) -> dict[str, Any]:
     """Read a YAML profile (launchers.values.profile_loader: the safe subset, a number kept as its text, a key
     given twice refused); unknown keys and python tags are errors; each value read by its option's parser."""
-    import yaml          # here, not at the top: the nodes of a Slurm job import this module on their start-up path
     expected = "a UTF-8 YAML mapping of profile keys"
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = values.read_profile_yaml(f)
-    except FileNotFoundError:
-        raise LaunchError(f"profile {path!r} does not exist") from None
-    except UnicodeDecodeError as e:
-        raise LaunchError(f"profile {path!r} is not UTF-8 (byte {e.start}); expected {expected}") from None
-    except OSError as e:
-        raise LaunchError(f"profile {path!r} cannot be read ({e.strerror}); expected a file: {expected}") from None
-    except values.DuplicateKey as e:
-        raise LaunchError(f"profile {path!r}: key {brief(values.plain(e.key))} is given twice (lines {e.first} and "
-                          f"{e.again}); give each key once") from None
-    except yaml.YAMLError as e:
-        first = str(e).strip().splitlines()[0]
-        raise LaunchError(f"profile {path!r} is not valid YAML (safe subset only): {first}") from None
+    data = values.read_yaml_file(path, "profile", expected)      # yaml imported there: not on a node's start-up
     if data is None:
         raise LaunchError(f"profile {path!r} is empty; expected {expected}, e.g. `nodes: 2`")
     if not isinstance(data, dict):

@@ -37,7 +37,8 @@ class SSHSettings:
         return float(self.timeout or h.connect_timeout or DEFAULT_TIMEOUT)
 
 
-def make_connection(h: ResolvedHost, s: SSHSettings):
+def make_connection(h: ResolvedHost, s: SSHSettings, gateway=None):
+    """A Connection to h (gateway: the verified Connection of the hop before it, for a jump host)."""
     import fabric
     import paramiko
 
@@ -45,7 +46,7 @@ def make_connection(h: ResolvedHost, s: SSHSettings):
     kw = {"banner_timeout": t, "auth_timeout": t}
     if s.identity:
         kw.update(key_filename=[s.identity], look_for_keys=False, allow_agent=False)
-    c = fabric.Connection(h.entry.name, user=h.user, port=h.port, connect_kwargs=kw,
+    c = fabric.Connection(h.entry.name, user=h.user, port=h.port, connect_kwargs=kw, gateway=gateway,
                           config=fabric.Config(ssh_config=load_ssh_config(s.ssh_config), lazy=True))
     c.connect_timeout = t
     c.client.set_missing_host_key_policy(paramiko.RejectPolicy())   # never auto-add

@@ -125,6 +125,27 @@ def read_profile_yaml(stream: Any) -> Any:
         loader.dispose()
 
 
+def read_yaml_file(path: str, what: str, expected: str, missing: str = "") -> Any:
+    """A YAML file read by read_profile_yaml (a profile, the clusters file), every failure one LaunchError naming
+    `what` and the path: absent (+ `missing`), not UTF-8, unreadable, a key given twice, not YAML."""
+    import yaml
+    try:
+        with open(path, encoding="utf-8") as f:
+            return read_profile_yaml(f)
+    except FileNotFoundError:
+        raise LaunchError(f"{what} {path!r} does not exist{missing}") from None
+    except UnicodeDecodeError as e:
+        raise LaunchError(f"{what} {path!r} is not UTF-8 (byte {e.start}); expected {expected}") from None
+    except OSError as e:
+        raise LaunchError(f"{what} {path!r} cannot be read ({e.strerror}); expected a file: {expected}") from None
+    except DuplicateKey as e:
+        raise LaunchError(f"{what} {path!r}: key {brief(plain(e.key))} is given twice (lines {e.first} and "
+                          f"{e.again}); give each key once") from None
+    except yaml.YAMLError as e:
+        first = str(e).strip().splitlines()[0]
+        raise LaunchError(f"{what} {path!r} is not valid YAML (safe subset only): {first}") from None
+
+
 def plain(value: Any) -> Any:
     """A profile's data with every Number turned into a plain str (what a flag's text would be)."""
     if isinstance(value, Number):

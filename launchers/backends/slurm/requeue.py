@@ -9,12 +9,12 @@ already decided. Stdlib only.
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from typing import Any
 
 from ...rundir import RunDir
 from ...spec import JobSpec
+from . import cmd
 from .env import SlurmEnv
 from .nodespec import load_node_spec
 
@@ -56,7 +56,7 @@ def requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_req
             return
         rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, reason=f"SIGUSR2 (preemption or time "
                          f"limit): requeued ({restart + 1} of {max_requeues})")
-        p = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+        p = cmd.run(["scontrol", "requeue", job_id], timeout=60)
         if p.returncode != 0:
             msg = (p.stderr or p.stdout).strip().splitlines()
             rd.update_status(state="FAILED", reason=f"scontrol requeue {job_id} failed: {msg[0] if msg else p.returncode}")
@@ -101,6 +101,6 @@ def end_as_cancelled(job_id: str) -> None:
     """`launch cancel` stopped the steps gracefully (`scancel --signal`, which spares the batch script): the job
     itself is cancelled too, so Slurm's accounting (sacct, scontrol) names it CANCELLED like the run, not FAILED
     1:0 from this script's exit. A plain scancel of our own job ends this script (the run is recorded first)."""
-    p = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=60)
+    p = cmd.run(["scancel", job_id], timeout=60)
     if p.returncode == 0:
         time.sleep(SELF_CANCEL_WAIT_S)          # Slurm's SIGTERM/SIGKILL to the batch step arrives meanwhile
