@@ -203,3 +203,19 @@ def hosts_from_options(opts: dict[str, Any]) -> list[HostEntry]:
     if hosts:
         return parse_hosts_option(hosts)
     raise LaunchError("launch ssh needs hosts: --hostfile FILE (lines `host [slots=N]`) or --hosts h1,h2,...")
+
+
+def pool_hosts(entries: list[HostEntry], nodes: int | None, spares: int) -> tuple[int, list[HostEntry]]:
+    """The hosts of an SSH run's pool (issue 23: launchers.recovery): slot k is the k-th host; the first `nodes`
+    are the nodes, the next `spares` the spares, any further host is not used. nodes None (--nodes not given):
+    every host that is not a spare is a node. Returns (nodes, the pool's hosts)."""
+    if nodes is None:
+        nodes = len(entries) - spares
+        if nodes < 1:
+            raise LaunchError(f"--spares {spares} leaves no host for a node ({len(entries)} hosts given); "
+                              f"accepted: --spares 0-{len(entries) - 1}, or more hosts")
+    if nodes + spares > len(entries):
+        raise LaunchError(f"--nodes {nodes} is more than the {len(entries)} hosts given" if not spares else
+                          f"--nodes {nodes} with --spares {spares} needs {nodes + spares} hosts; "
+                          f"{len(entries)} given")
+    return nodes, entries[:nodes + spares]

@@ -5,8 +5,8 @@ launcher's loop in launchers.api carries it out; the backend only starts the pla
 Pure (stdlib only): the node ledger's strikes, the failed attempt's first failure and the pool in; a Decision
 out, with a one-line why. The options --spares K and --quarantine-after N are read here too (spec.build_spec).
 
-A slot is one node of the pool: a simulated node (local), later a host (SSH) or a node of the allocation (Slurm).
-The failure that started the stop of an attempt (status.json `first_failure`) gives its slot one strike; the
+A slot is one node of the pool: a simulated node (local), a host (SSH: the k-th host of the list), later a node of
+the allocation (Slurm). The failure that started the stop of an attempt (status.json `first_failure`) gives its slot one strike; the
 others only stopped with it. A failure *points at the node* when its agent or host died, it went silent or it
 hung, or once its slot has `quarantine_after` strikes (the same node failing again: a lemon). One failing rank
 (a killed worker, a crash) is a strike that alone does not quarantine (with the default of 2 strikes).
@@ -21,7 +21,7 @@ from .values import parse_int
 
 MAX_SPARES = 65536
 QUARANTINE_AFTER = 2                   # --quarantine-after's default
-SPARES_ON = ("local",)                 # the backends that carry out a replacement (ssh, slurm: not yet)
+SPARES_ON = ("local", "ssh")          # the backends that carry out a replacement (slurm: not yet)
 
 # how a first failure is told apart: its reason's start -> its kind (a rank's own record: "rank"; none of these,
 # without a rank: the node's agent ended on its own, "agent")

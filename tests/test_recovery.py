@@ -5,13 +5,15 @@ and the run ends with the uninterrupted run's weights."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import read_json, run_launch
+from conftest import ROOT, read_json, require_cluster, run_launch
 from launchers import api, nodeledger, procs, recovery
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
@@ -83,7 +85,7 @@ OPTIONS = [("local", {}, {"spares": 0, "quarantine_after": 2, "max_restarts": 0}
            ("ssh", {"spares": "0", "max_restarts": "2"}, {"spares": 0, "quarantine_after": 2, "max_restarts": 2}),
            ("local", {"spares": "-1"}, "--spares '-1' is out of range; give an integer 0-65536"),
            ("local", {"quarantine_after": "0"}, "--quarantine-after '0' is out of range"),
-           ("ssh", {"spares": "1"}, "--spares 1 is not yet on this backend (ssh)"),
+           ("ssh", {"spares": "1"}, {"spares": 1, "quarantine_after": 2, "max_restarts": 2}),
            ("slurm", {"spares": "2"}, "--spares 2 is not yet on this backend (slurm)")]
 
 
@@ -136,8 +138,43 @@ PROGRAM = ["-m", "workloads.convnet", "--dataset", "digits", "--seed", "7", "--b
            "--max-steps", "8", "--checkpoint-every", "2"]
 
 
+@pytest.fixture(scope="module")
+def reference_sha(tmp_path_factory):
+    """The uninterrupted run of world size 2 (local, 1 node x 2): the param_sha256 every recovered run must end with."""
+    d = tmp_path_factory.mktemp("ref")
+    ref = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/ref", "--", *PROGRAM, cwd=d)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    return read_json(d / "runs/ref/final.json")["param_sha256"]
+
+
+def gone(run_id: str) -> list[int]:
+    """The run's processes still alive after up to 10 s (exits take a moment to be reaped)."""
+    deadline = time.monotonic() + 10
+    while (left := procs.tagged_pids(run_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def check_lemon(run_dir: str, reference_sha: str) -> dict:
+    """A lemon run's outcome on any backend: COMPLETED in attempt 2; slot 1 quarantined after 2 strikes (restart,
+    then replace); its rank crashed in attempts 0 and 1 only (attempt 2's node 1 is the spare); no process of
+    the run left; the uninterrupted run's weights. Returns run.yaml."""
+    run = yaml.safe_load(Path(run_dir, "run.yaml").read_text())
+    st = read_json(Path(run_dir, "status.json"))
+    assert st["state"] == "COMPLETED" and st["attempt"] == 2
+    led = read_json(Path(run_dir, "nodes.json"))
+    assert led["pool"] == {"active": [0, 2], "spares": [], "quarantined": [1]}
+    assert (led["slots"]["1"]["strikes"], led["slots"]["1"]["quarantined"]) == (2, True)
+    assert [d["action"] for d in led["decisions"]] == ["restart", "replace"]
+    assert Path(run_dir, "logs/node1/rank1.log").read_text().count("fault injection: rank 1 exits") == 2
+    assert gone(run["run_id"]) == []
+    fin = read_json(Path(run_dir, "final.json"))
+    assert (fin["step"], fin["world_size"], fin["param_sha256"]) == (8, 2, reference_sha)
+    return run
+
+
 @pytest.mark.slow
-def test_lemon_node_is_quarantined_and_a_spare_finishes_bit_exact(workdir):
+def test_lemon_node_is_quarantined_and_a_spare_finishes_bit_exact(workdir, reference_sha):
     """Slot 1's rank crashes at step 5 in every attempt: attempt 0 fails (strike 1: restart on the same slots),
     attempt 1 fails (strike 2: quarantined, spare slot 2 takes its place), attempt 2 completes on slots 0 and 2
     from checkpoints/latest with the weights of an uninterrupted run of the same world size; no person, no
@@ -145,23 +182,58 @@ def test_lemon_node_is_quarantined_and_a_spare_finishes_bit_exact(workdir):
     p = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir", "runs/lemon",
                    "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
     assert p.returncode == 0, p.stderr[-3000:]
-    run = yaml.safe_load(Path("runs/lemon/run.yaml").read_text())
+    run = check_lemon("runs/lemon", reference_sha)
     assert [a["slots"] for a in run["attempts"]] == [[0, 1], [0, 1], [0, 2]]
-    st = read_json("runs/lemon/status.json")
-    assert st["state"] == "COMPLETED" and st["attempt"] == 2
-    led = read_json("runs/lemon/nodes.json")
-    assert led["pool"] == {"active": [0, 2], "spares": [], "quarantined": [1]}
-    assert (led["slots"]["1"]["strikes"], led["slots"]["1"]["quarantined"]) == (2, True)
-    assert [d["action"] for d in led["decisions"]] == ["restart", "replace"]
-    crashes = Path("runs/lemon/logs/node1/rank1.log").read_text().count("fault injection: rank 1 exits")
-    assert crashes == 2                                     # attempts 0 and 1 on slot 1; not attempt 2 on slot 2
     assert "slot 1: 2 strikes, quarantined" in run_launch("status", "runs/lemon", check=True).stdout
-    deadline = time.monotonic() + 10                        # exits take a moment to be reaped
-    while (left := procs.tagged_pids(run["run_id"])) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert left == []
-    fin = read_json("runs/lemon/final.json")
-    ref = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/ref", "--", *PROGRAM)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    assert fin["step"] == 8 and fin["world_size"] == 2
-    assert fin["param_sha256"] == read_json("runs/ref/final.json")["param_sha256"]
+
+
+def test_ssh_plan_runs_on_the_pools_hosts(tmp_path, monkeypatch):
+    """SSH spares: slot k is the k-th host; an attempt's plan runs node k on the host of pool.active[k], node 0 (the
+    master, MASTER_ADDR) on active[0]'s: node 0's host lost -> the first survivor is the master; a quarantined
+    host is never in a plan again. Pure: no network."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ssh_config").write_text("".join(f"Host h{k}\n  HostName 10.9.0.{k}\n" for k in range(1, 5)))
+    spec = JobSpec(backend="ssh", nodes=2, gpus_per_node=1, program=("-m", "workloads.convnet"), program_args=(),
+                   run_dir=str(tmp_path / "run"), name="x", spares=2, max_restarts=3, explicit=("nodes",),
+                   options=(("hosts", "h1,h2,h3,h4"), ("ssh_config", str(tmp_path / "ssh_config"))))
+    backend = api.get_backend("ssh")
+    first = nodeledger.pool_for(None, 2, 2)
+    lost = recovery.decide(Failure(0, "lost"), first, {}, 2, 3).pool                 # node 0's host gone
+    lemon = recovery.decide(Failure(2, "rank"), lost, {2: 1}, 2, 2).pool             # slot 2's second strike
+    assert (first, lost, lemon) == (Pool((0, 1), (2, 3)), Pool((1, 2), (3, 0)), Pool((1, 3), (0,), (2,)))
+    rows = []
+    for attempt, pool in enumerate((first, lost, lemon)):
+        plan = backend.plan(spec, "x-1", attempt, slots=list(pool.active))
+        envs = [nc.env_dict for nc in plan.nodes]
+        rows.append((plan.hosts, plan.master_addr, [e["MASTER_ADDR"] for e in envs],
+                     [e["LAUNCH_NODE_SLOT"] for e in envs], plan.record()["slots"]))
+    assert rows == [(["h1", "h2"], "10.9.0.1", ["10.9.0.1"] * 2, ["0", "1"], [0, 1]),
+                    (["h2", "h3"], "10.9.0.2", ["10.9.0.2"] * 2, ["1", "2"], [1, 2]),
+                    (["h2", "h4"], "10.9.0.2", ["10.9.0.2"] * 2, ["1", "3"], [1, 3])]
+    default = backend.plan(spec, "x-1", 0)                                            # no pool: the first hosts
+    assert default.hosts == ["h1", "h2"] and "# node 1 on " in default.render() and "(slot 1):" in default.render()
+    assert "# spares:  2 idle node slot(s)" in default.render()
+    with pytest.raises(LaunchError) as e:                    # a pool slot past the hosts (a hostfile shortened)
+        backend.plan(spec, "x-1", 1, slots=[0, 4])
+    assert "node slot 4 has no host: the pool has 4 hosts" in str(e.value)
+
+
+SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
+
+
+@pytest.mark.ssh
+def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workdir, reference_sha):
+    """The lemon on SSH: 3 test hosts, --nodes 2 --spares 1; slot 1 (sshhost2) crashes at step 5 in every attempt,
+    is quarantined after 2 strikes, and the spare host sshhost3 finishes with sshhost1, bit-exact with the
+    uninterrupted run; nothing of the run is left on any host (the root namespace sees every host's processes)."""
+    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True, timeout=60)
+    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (SSH_STATE / "known_hosts").exists(),
+                    "make ssh-up")
+    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config", str(SSH_STATE / "ssh_config"),
+                   "--known-hosts", str(SSH_STATE / "known_hosts"), "--nodes", "2", "--gpus-per-node", "1",
+                   "--spares", "1", "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5",
+                   "--crash-slot", "1", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = check_lemon("runs/lemon", reference_sha)
+    assert [(a["hosts"], a["slots"]) for a in run["attempts"]] == [(["sshhost1", "sshhost2"], [0, 1])] * 2 + [
+        (["sshhost1", "sshhost3"], [0, 2])]

@@ -43,10 +43,7 @@ class Plan:
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
                f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
                f" ({self.dist_backend})"]
-        if self.spec.spares:
-            out.append(f"# spares:  {self.spec.spares} idle node slot(s); a node is quarantined at "
-                       f"{self.spec.quarantine_after} strikes; at most {self.spec.max_restarts} restarts")
-        out += self.cpu_bind_lines()
+        out += self.spares_lines() + self.cpu_bind_lines()
         if self.script is not None:
             out += ["", "# ---- sbatch script ----", self.script.rstrip("\n"), "# ---- end of sbatch script ----"]
         for nc in self.nodes:
@@ -54,6 +51,13 @@ class Plan:
             where += f" (slot {self.slots[nc.node_rank]})" if self.spec.spares else ""
             out += ["", f"# node {nc.node_rank}{where}:", nc.shell()]
         return "\n".join(out) + "\n"
+
+    def spares_lines(self) -> list[str]:
+        """--spares: how many, when a node is quarantined, the restart budget (launchers.recovery)."""
+        if not self.spec.spares:
+            return []
+        return [f"# spares:  {self.spec.spares} idle node slot(s); a node is quarantined at "
+                f"{self.spec.quarantine_after} strikes; at most {self.spec.max_restarts} restarts"]
 
     def cpu_bind_lines(self) -> list[str]:
         """Each local rank's CPUs where the plan knows the nodes' topology (this machine), else how it is decided."""

@@ -1,8 +1,8 @@
 """SSH hosts without a scheduler, through Fabric: one Connection and one thread per host.
 
-plan (no network; that is --dry-run) -> preflight (connect all in parallel with verified host keys; on
-every host python/torch/launchers/program present and run dir writable; master port probed on the
-master; the master reachable at MASTER_ADDR:port from every other host: backends/sshcheck.py) -> start (each host runs the
+plan (no network; that is --dry-run; --spares: the hosts of the pool slots it is given) -> preflight (of the
+attempt's hosts only: connect all in parallel with verified host keys; on every host python/torch/launchers/program
+present and run dir writable; master port probed on the master; the master reachable at MASTER_ADDR:port from every other host: backends/sshcheck.py) -> start (each host runs the
 shared builder's command under `python -m launchers.remote run`, on a pty, output streamed as
 "[host] [nK rR] line") -> the first failing node stops the rest (`launchers.remote kill` on each host,
 then a final sweep) -> with --no-shared-storage the staged files are collected into the run dir (SFTP).
@@ -25,7 +25,7 @@ from .. import container, ports, procs
 from ..errors import LaunchError, RunDirGone
 from ..firstfail import node_failed
 from ..hang import watch as hang_watch
-from ..hostfile import ResolvedHost, hosts_from_options, resolve
+from ..hostfile import ResolvedHost, hosts_from_options, pool_hosts, resolve
 from ..layout import Presence
 from ..remote import HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
@@ -68,11 +68,12 @@ class SSHPlan(Plan):
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
                f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
                f" ({self.dist_backend})", f"# master:  {self.master_addr}:{self.master_port} (probed at launch)",
-               *self.cpu_bind_lines()]
+               *self.spares_lines(), *self.cpu_bind_lines()]
         if self.staged:
             out.append(f"# storage: not shared; hosts write {self.node_dir}, collected into the run dir over SFTP")
         for k, h in enumerate(self.rhosts):
-            out += ["", f"# node {k} on {h.user}@{h.label}:", self.remote_line(k)]
+            slot = f" (slot {self.slots[k]})" if self.spec.spares else ""
+            out += ["", f"# node {k} on {h.user}@{h.label}{slot}:", self.remote_line(k)]
         return "\n".join(out) + "\n"
 
     def record(self) -> dict[str, Any]:
@@ -98,22 +99,25 @@ class SSHBackend(Backend):
         self._ready: tuple[int, list] | None = None      # (id(plan), connections) after preflight
 
     # ------------------------------------------------------------------ plan (pure: no network)
-    def plan(self, spec: JobSpec, run_id: str, attempt: int) -> SSHPlan:
+    def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> SSHPlan:
+        """slots: the pool's slots the nodes run on, in node order (--spares: launchers.recovery); slot k is the
+        k-th host, node 0 (the master) the host of slots[0]. Default: the first hosts, every one when --nodes is
+        not given (less the spares)."""
         opts, settings = spec.opts, _settings(spec.opts)
-        entries = hosts_from_options(opts)
-        if spec.nodes > len(entries):
-            raise LaunchError(f"--nodes {spec.nodes} is more than the {len(entries)} hosts given")
-        nodes = spec.nodes if "nodes" in spec.explicit else len(entries)   # default: every host is a node
-        entries = entries[:nodes]
-        gpn = spec.gpus_per_node
-        slots = {e.slots for e in entries if e.slots is not None}
-        if "gpus_per_node" not in spec.explicit and slots:   # --gpus-per-node (when given) overrides slots=
-            if len(slots) > 1:
-                raise LaunchError(f"hosts have different slots= ({', '.join(map(str, sorted(slots)))}); "
+        nodes, pool = pool_hosts(hosts_from_options(opts), spec.nodes if "nodes" in spec.explicit else None,
+                                 spec.spares)
+        slots = list(slots) if slots is not None else list(range(nodes))
+        if bad := [s for s in slots if not 0 <= s < len(pool)]:
+            raise LaunchError(f"node slot {bad[0]} has no host: the pool has {len(pool)} hosts (--nodes + --spares)")
+        rpool = resolve(pool, settings.ssh_config)        # every host of the pool: two names of one host refused
+        rhosts, gpn = [rpool[s] for s in slots], spec.gpus_per_node
+        counts = {e.slots for e in pool if e.slots is not None}         # the spares' too: one shape for the run
+        if "gpus_per_node" not in spec.explicit and counts:   # --gpus-per-node (when given) overrides slots=
+            if len(counts) > 1:
+                raise LaunchError(f"hosts have different slots= ({', '.join(map(str, sorted(counts)))}); "
                                   "torchrun needs the same count per node: give --gpus-per-node")
-            gpn = slots.pop()
+            gpn = counts.pop()
         spec = spec.replace(nodes=nodes, gpus_per_node=gpn, explicit=("nodes", "gpus_per_node"))
-        rhosts = resolve(entries, settings.ssh_config)
         node_dir = spec.run_dir
         if opts.get("shared_storage") is False and spec.hang_timeout:
             raise LaunchError("--hang-timeout needs the run dir on shared storage (the hosts' progress meets "
@@ -123,13 +127,13 @@ class SSHBackend(Backend):
         master, port, dist = rhosts[0].hostname, spec.master_port or ports.derive_port(run_id), dist_backend_for(spec)
         return SSHPlan(spec=spec, run_id=run_id, attempt=attempt, master_addr=master, master_port=port,
                        dist_backend=dist, hosts=[h.entry.word for h in rhosts],
-                       nodes=self._commands(spec, node_dir, run_id, attempt, master, port, dist),
+                       nodes=self._commands(spec, node_dir, run_id, attempt, master, port, dist, slots),
                        rhosts=rhosts, settings=settings, cwd=os.getcwd(), node_dir=node_dir,
-                       port_fixed=spec.master_port is not None)
+                       port_fixed=spec.master_port is not None, slots=slots)
 
     @staticmethod
-    def _commands(spec, node_dir, run_id, attempt, master, port, dist):
-        return node_commands(spec.replace(run_dir=node_dir), run_id, attempt, master, port, dist)
+    def _commands(spec, node_dir, run_id, attempt, master, port, dist, slots):
+        return node_commands(spec.replace(run_dir=node_dir), run_id, attempt, master, port, dist, slots=slots)
 
     # ------------------------------------------------------------------ preflight (before the run dir exists)
     def preflight(self, plan: SSHPlan) -> None:
@@ -139,7 +143,7 @@ class SSHBackend(Backend):
             if port != plan.master_port:          # the master's first free candidate
                 plan.master_port = port
                 plan.nodes = self._commands(plan.spec, plan.node_dir, plan.run_id, plan.attempt, plan.master_addr,
-                                            port, plan.dist_backend)
+                                            port, plan.dist_backend, plan.slots)
             if len(conns) > 1:
                 sshcheck.check_reach(plan, conns)
         except BaseException:
@@ -323,7 +327,8 @@ class SSHBackend(Backend):
             while procs.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
         data = rd.read_run_yaml()
-        plan = self.plan(spec, data["run_id"], attempt=len(data["attempts"]) - 1)
+        plan = self.plan(spec, data["run_id"], attempt=len(data["attempts"]) - 1,
+                         slots=data["attempts"][-1].get("slots"))           # the last attempt's hosts
         self._stop(plan, [make_connection(h, plan.settings) for h in plan.rhosts], range(len(plan.rhosts)),
                    signal.SIGTERM, wait_s(spec.stop_grace), final=True)
         with rd.lock():
