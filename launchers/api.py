@@ -1,7 +1,8 @@
 """The launcher's verbs, used by the CLI: submit = start(plan()), resume, cancel, status, wait.
 
 One flow for every backend: spec -> NCCL env resolved and validated -> backend.plan -> (dry-run prints it)
--> run dir created -> backend.start. Local and SSH attempts are looped here (the launcher owns restarts).
+-> run dir created -> backend.start. Local and SSH attempts are looped by launchers.restarts (the launcher
+owns restarts: the recovery policy decides each).
 """
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from . import layout, nodeledger, recovery
+from . import layout, nodeledger, timeline
 from .stops import exit_code
 from .errors import LaunchError, RunDirGone
 from .firstfail import describe as describe_failure
+from .restarts import end_line, plan_on, run_attempts
 from .rundir import TERMINAL, RunDir, new_run_id
 
 if TYPE_CHECKING:      # what only submit and resume need is imported there: `launch status` starts in half the time
@@ -53,7 +55,7 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
     manifest.write_launcher(rd.path, spec, plan)
     _make_nccl_dirs(spec, plan.dist_backend)
     print(f"launch: run dir {rd.path}", file=sys.stderr)
-    return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
+    return run_attempts(backend, spec, rd, plan, spec.max_restarts)
 
 
 def _gpu_preflight(spec: JobSpec, plan) -> None:
@@ -106,7 +108,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     layout.check_own_dirs(rd.path)                # nothing is written through a symlink out of the run dir
     run_id = new_run_id(spec) if adopt else data["run_id"]
     pool = nodeledger.pool_for(nodeledger.read(rd.path), spec.nodes, spec.spares)    # quarantined: left out
-    plan = _plan(backend, spec, run_id, len(data["attempts"]), pool)
+    plan = plan_on(backend, spec, run_id, len(data["attempts"]), pool)
     spec = plan.spec
     if dry_run:
         out.write(snapshot.dry_run_line(spec) + plan.render())
@@ -120,11 +122,11 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     if data["spec"]["run_dir"] != rd.path:        # moved or adopted: `launch list` finds it where it is now
         from . import runindex
         runindex.note(rd.path)
-    rd.claim_attempt(spec, plan.record(), plan.attempt,                 # under the lock
+    rd.claim_attempt(spec, dict(plan.record(), by="launch resume"), plan.attempt,     # under the lock
                      (lambda st: None) if adopt else (lambda st: _busy_line(backend, rd, st)))
     manifest.write_launcher(rd.path, spec, plan)
     _make_nccl_dirs(spec, plan.dist_backend)
-    return _run_attempts(backend, spec, rd, plan, spec.max_restarts)
+    return run_attempts(backend, spec, rd, plan, spec.max_restarts)
 
 
 def _busy_line(backend: Backend, rd: RunDir, st: dict[str, Any]) -> str | None:
@@ -165,77 +167,6 @@ def _strip_program(program: tuple[str, ...], words: tuple[str, ...]) -> tuple[st
     if len(program) == 1 and words and os.path.abspath(words[0]) == program[0]:
         return words[1:]
     return words
-
-
-def _run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:
-    """The attempts of a run whose launcher owns its restarts (local, SSH): after a failed one the recovery
-    policy decides (launchers.recovery: restart on the same node slots, replace one by a spare, or stop), the
-    node ledger keeps it (launchers.nodeledger) and the next attempt runs on the pool's slots from
-    checkpoints/latest, a new attempt of the same run."""
-    code = backend.start(plan, rd)
-    while backend.owns_restarts and code == 1:
-        ff = rd.read_status().get("first_failure")
-        decision = _decide(spec, rd, plan.attempt, ff, restarts_left)
-        if decision.action == "stop":
-            if spec.max_restarts:
-                print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); not restarted: "
-                      f"{decision.why}", file=sys.stderr)
-            break
-        restarts_left -= 1
-        print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); {decision.why}; restarting from "
-              f"{_resume_point(rd)} ({restarts_left} restarts left)", file=sys.stderr)
-        attempt = len(rd.read_run_yaml()["attempts"])
-        plan = _plan(backend, spec, rd.run_id, attempt, decision.pool)
-        rd.add_attempt(spec, plan.record())
-        code = backend.start(plan, rd)
-    st = rd.unrecorded or rd.read_status()     # the verdict, also when a full disk kept it from status.json
-    if backend.owns_restarts or st.get("state") in TERMINAL:
-        print(end_line(st), file=sys.stderr, flush=True)
-    return code
-
-
-def _decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, restarts_left: int):
-    """The policy's decision on a failed attempt, written into the node ledger (a full disk: said, not fatal)."""
-    led = nodeledger.read(rd.path)
-    pool = nodeledger.pool_for(led, spec.nodes, spec.spares)
-    failure = recovery.failure_of(ff, pool, describe_failure(ff))
-    decision = recovery.decide(failure, pool, nodeledger.strikes(led), spec.quarantine_after, restarts_left)
-    try:
-        nodeledger.record(rd.path, led, attempt, pool, failure, rd.read_status().get("nodes") or {}, decision,
-                          spec.quarantine_after)
-    except OSError as e:
-        print(f"launch: node ledger not written ({e.strerror or e})", file=sys.stderr)
-    return decision
-
-
-def _plan(backend: Backend, spec: JobSpec, run_id: str, attempt: int, pool: recovery.Pool):
-    """An attempt's plan; a backend that takes --spares (local) gets the pool's active slots, in node order."""
-    if spec.spares:
-        return backend.plan(spec, run_id, attempt=attempt, slots=list(pool.active))
-    return backend.plan(spec, run_id, attempt=attempt)
-
-
-def _resume_point(rd: RunDir) -> str:
-    """What the next attempt resumes from: `latest`, or the checkpoint it falls back to (sizes checked)."""
-    from .ckptptr import resolve
-    res = resolve(rd.checkpoint_dir, hashes=False)
-    if res.error:
-        return f"no complete checkpoint ({res.error})"
-    if res.skipped:
-        return f"{res.name or 'scratch'} (damaged: {', '.join(s.name for s in res.skipped)})"
-    return res.name or "scratch"
-
-
-def end_line(st: dict[str, Any]) -> str:
-    """`launch: run COMPLETED | FAILED (rank 2 on node 1, exit code 3[: RuntimeError: boom]) | CANCELLED (by launch cancel |
-    Ctrl-C)`: the one line every backend ends with, the state named as status.json names it (launchers.stops)."""
-    state, reason = st.get("state"), st.get("reason") or ""
-    if state == "FAILED":
-        what = describe_failure(st["first_failure"]) if st.get("first_failure") else reason or "no rank recorded a failure"
-        return f"launch: run FAILED ({what})"
-    if state == "CANCELLED":
-        return f"launch: run CANCELLED ({reason or 'stopped'})"
-    return f"launch: run {state}"
 
 
 def cancel(path: str) -> str | None:
@@ -279,6 +210,7 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
               nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),
               snapshot=spec.get("snapshot_dir") or None, node_ledger=nodeledger.read(rd.path))
+    st["recovery"] = timeline.restarts(rd.path, st.get("recovery"), data, st["node_ledger"])   # issue 23
     if ranks:
         st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0), hang=st.get("hang"))
     return st
@@ -300,6 +232,8 @@ def format_status(st: dict[str, Any]) -> str:
         lines += ["            " + line for line in ledger]
     if st.get("first_failure"):
         lines.append(f"first failure: {describe_failure(st['first_failure'])}")
+    lines += [("recovery:   " if i == 0 else "            ") + line
+              for i, line in enumerate(timeline.lines(st.get("recovery")))]
     if st.get("hang"):
         lines.append(explain.format_hang(st["hang"]))
     if st.get("surviving_pids"):

@@ -7,9 +7,10 @@
 
     heartbeat.checkpoint(path)      # rank 0, once a checkpoint under $LAUNCH_CHECKPOINT_DIR is complete
 
-Stdlib only and cheap: the record (<run dir>/progress/rank<R>.json: step, time, step time) is rewritten in
-place, one pwrite per call (bench/heartbeat_overhead.py measures it next to a training step). The record's
-`total` (null when never given) was added later: readers use .get("total"). Outside a
+Stdlib only and cheap: the record (<run dir>/progress/rank<R>.json: step, time, step time, `first`: the time of
+this attempt's first beat) is rewritten in place, one pwrite per call (bench/heartbeat_overhead.py measures it
+next to a training step). The record's `total` and `first` (null when never given) were added later: readers use
+.get(). Outside a
 `launch` run (no LAUNCH_RUN_DIR) every call is a no-op, so a program may call it unconditionally.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Reporter:
         self.step: int | None = None
         self.last_step_at: float | None = None
         self.step_time: float | None = None
+        self.first: float | None = None          # this process's first beat (launchers.timeline: first step)
 
     def beat(self, step: int | None, now: float, total: int | None = None) -> None:
         if total is not None:
@@ -43,6 +45,8 @@ class Reporter:
             self.step_time = dt if self.step_time is None else 0.8 * self.step_time + 0.2 * dt
         if step != self.step:
             self.step, self.last_step_at = step, now
+        if self.first is None:
+            self.first = now
         self.write(now)      # every step: the last one before a hang must be on record
 
     def write(self, now: float) -> None:
@@ -52,7 +56,8 @@ class Reporter:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         st = "null" if self.step_time is None else f"{self.step_time:.6f}"
         rec = (f'{{"rank": {self.rank}, "attempt": {self.attempt}, "step": {self.step}, "time": {now:.3f}, '
-               f'"step_time": {st}, "total": {"null" if self.total is None else self.total}, "pid": {os.getpid()}}}')
+               f'"step_time": {st}, "total": {"null" if self.total is None else self.total}, "pid": {os.getpid()}, '
+               f'"first": {"null" if self.first is None else f"{self.first:.3f}"}}}')
         os.pwrite(self.fd, rec.ljust(RECORD_BYTES - 1).encode() + b"\n", 0)
 
 

@@ -200,6 +200,13 @@ def rank_logs(run_dir: str) -> list[tuple[int, int, str]]:
     return sorted(found, key=lambda t: t[1])
 
 
+def stamp(t: float | None = None) -> str:
+    """A local time with milliseconds as the rank logs carry it (the rank wrapper's header, the workloads'
+    `resumed from` line): launchers.timeline reads it back."""
+    t = time.time() if t is None else t
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
+
+
 def agent_header(attempt: int | str, node: int, where: str = "") -> str:
     """The line each agent start appends to its agent.log (every backend writes the same one)."""
     at = f" | {where}" if where else ""

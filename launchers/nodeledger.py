@@ -36,9 +36,11 @@ def pool_for(led: dict[str, Any] | None, nodes: int, spares: int) -> Pool:
 
 
 def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, failure: Failure | None,
-           node_codes: dict[str, Any], decision: Decision, quarantine_after: int) -> dict[str, Any]:
+           node_codes: dict[str, Any], decision: Decision, quarantine_after: int,
+           times: dict[str, float | None] | None = None) -> dict[str, Any]:
     """The ledger with a failed attempt added (pool: its slots; node_codes: status.json `nodes`, node rank ->
-    its agent's exit), written atomically; returned."""
+    its agent's exit; times: the decision's fault, detected and decided, epoch seconds: launchers.timeline),
+    written atomically; returned."""
     led = dict(led or {}, quarantine_after=quarantine_after)
     slots = {str(k): dict(v) for k, v in (led.get("slots") or {}).items()}
     for node, slot in enumerate(pool.active):
@@ -53,7 +55,7 @@ def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, f
         entry["quarantined"] = slot in decision.pool.quarantined
     led.update(slots=slots, pool=decision.pool.to_dict(),
                decisions=[*(led.get("decisions") or []), {"attempt": attempt, "action": decision.action,
-                                                          "why": decision.why}])
+                                                          "why": decision.why, **(times or {})}])
     layout.present(run_dir)                      # never recreates a removed run dir
     layout.atomic_write(layout.own_path(run_dir, NAME), json.dumps(led, indent=1, sort_keys=True) + "\n")
     return led

@@ -189,7 +189,7 @@ def main(argv: list[str]) -> int:
         bound, refused, workdir = {}, e, None
     cpus = f"cpu-bind {bound['cpu_bind']}: CPUs {bound['cpus']} | " if "mempolicy" in bound else ""
     header = (f"===== launch attempt {attempt} | rank {rank} of {env.get('WORLD_SIZE', '?')} | node {node} | "
-              f"{cpus}{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n")
+              f"{cpus}{layout.stamp()} =====\n")
     os.write(fd, header.encode())
     start = os.lseek(fd, 0, os.SEEK_CUR)         # this attempt's part of the log begins here (O_APPEND: the end)
     if refused is not None:                      # one line in the rank log and on stderr; the rank exits 2

@@ -1,7 +1,9 @@
-"""Recovery without a human (issue 23, local slice): the one policy (launchers.recovery) as a table, the options,
-the node ledger and its `launch status` block from a hand-made run dir, and one real `launch local` run of a lemon
-node: slot 1 crashes at the same step in every attempt, is quarantined after 2 strikes, a spare takes its place
-and the run ends with the uninterrupted run's weights."""
+"""Recovery without a human (issue 23): the one policy (launchers.recovery) as a table, the options, the node ledger
+and its `launch status` block from a hand-made run dir, the SSH plan's hosts per pool, the recovery timeline
+(launchers.timeline) and its status lines from a hand-made run dir, and one real run of a lemon node on local
+(and one on the SSH test hosts, marked ssh): slot 1 crashes at the same step in every attempt, is quarantined
+after 2 strikes, a spare takes its place and the run ends with the uninterrupted run's weights; each restart's
+timeline is recorded, every phase in order."""
 from __future__ import annotations
 
 import json
@@ -14,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, read_json, require_cluster, run_launch
-from launchers import api, nodeledger, procs, recovery
+from launchers import api, layout, nodeledger, procs, recovery, restarts, timeline
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
 from launchers.rundir import RunDir
@@ -167,6 +169,13 @@ def check_lemon(run_dir: str, reference_sha: str) -> dict:
     assert (led["slots"]["1"]["strikes"], led["slots"]["1"]["quarantined"]) == (2, True)
     assert [d["action"] for d in led["decisions"]] == ["restart", "replace"]
     assert Path(run_dir, "logs/node1/rank1.log").read_text().count("fault injection: rank 1 exits") == 2
+    rec = st["recovery"]                          # the timeline, as the launcher recorded it (figures not asserted)
+    assert [(e["attempt"], e["decision"], e["person"]) for e in rec] == [(1, "restart", "no"), (2, "replace", "no")]
+    for e in rec:                                 # every phase present, in order; detection to first step recorded
+        times = [p["time"] for p in e["phases"]]
+        assert [p["name"] for p in e["phases"]] == [name for _, name in timeline.PHASES]
+        assert None not in times and times == sorted(times), e
+        assert e["detection_to_first_step_s"] is not None, e
     assert gone(run["run_id"]) == []
     fin = read_json(Path(run_dir, "final.json"))
     assert (fin["step"], fin["world_size"], fin["param_sha256"]) == (8, 2, reference_sha)
@@ -184,7 +193,9 @@ def test_lemon_node_is_quarantined_and_a_spare_finishes_bit_exact(workdir, refer
     assert p.returncode == 0, p.stderr[-3000:]
     run = check_lemon("runs/lemon", reference_sha)
     assert [a["slots"] for a in run["attempts"]] == [[0, 1], [0, 1], [0, 2]]
-    assert "slot 1: 2 strikes, quarantined" in run_launch("status", "runs/lemon", check=True).stdout
+    out = run_launch("status", "runs/lemon", check=True).stdout
+    assert "slot 1: 2 strikes, quarantined" in out and "recovery:   attempt 1 (restart after attempt 0's failure; " \
+        "person: no; detection to first step: " in out, out
 
 
 def test_ssh_plan_runs_on_the_pools_hosts(tmp_path, monkeypatch):
@@ -237,3 +248,65 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
     run = check_lemon("runs/lemon", reference_sha)
     assert [(a["hosts"], a["slots"]) for a in run["attempts"]] == [(["sshhost1", "sshhost2"], [0, 1])] * 2 + [
         (["sshhost1", "sshhost3"], [0, 2])]
+
+
+T0 = 1764900000.0             # a fixed fault time (whole seconds: the stamps' milliseconds are exact)
+
+
+def hand_made_restarts(tmp_path) -> RunDir:
+    """A run dir as two restarts leave it: attempt 1 started by the policy after attempt 0's failure (its
+    heartbeat already replaced: only status.json's recorded timeline has its first step), attempt 2 by `launch
+    resume` after attempt 1's (stopped: no restart left); the rank wrappers' headers, rank 0's `resumed from`
+    line in attempt 1 only, attempt 2's heartbeats."""
+    spec = JobSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
+                   run_dir=str(tmp_path / "run"), name="x", spares=1, max_restarts=1)
+    rd = RunDir.create(spec, "x-1", {"hosts": []})
+    rd.add_attempt(spec, {"hosts": [], "by": "policy"})
+    rd.add_attempt(spec, {"hosts": [], "by": "launch resume"})
+    led, pool = None, nodeledger.pool_for(None, 2, 1)
+    for attempt, fault in ((0, T0), (1, T0 + 20)):
+        fail = recovery.failure_of({"rank": 1, "node": 1, "exit_code": 1}, pool, "rank 1 on node 1, exit code 1")
+        d = recovery.decide(fail, pool, nodeledger.strikes(led), 2, 1 - attempt)
+        led = nodeledger.record(rd.path, led, attempt, pool, fail, {"0": 143, "1": 1}, d, 2,
+                                {"fault": fault, "detected": fault + 0.5, "decided": fault + 0.625})
+    head = "===== launch attempt {a} | rank {r} of 2 | node {r} | {t} =====\n"
+    for r, log in ((0, ["resumed from step-00000004 (step 4, epoch 0, load 0.010s, at {t})\n"]), (1, [])):
+        text = head.format(a=0, r=r, t=layout.stamp(T0 - 30)) + "step\n"
+        text += head.format(a=1, r=r, t=layout.stamp(T0 + 2 + r / 2)) + "".join(x.format(t=layout.stamp(T0 + 4.5))
+                                                                               for x in log)
+        text += head.format(a=2, r=r, t=layout.stamp(T0 + 22 + r / 4)) + "step\n"
+        Path(rd.path, f"logs/node{r}").mkdir(parents=True, exist_ok=True)
+        Path(rd.path, f"logs/node{r}/rank{r}.log").write_text(text)
+        Path(rd.path, "progress").mkdir(exist_ok=True)
+        Path(rd.path, f"progress/rank{r}.json").write_text(json.dumps({"rank": r, "attempt": 2, "step": 9,
+                                                                       "time": T0 + 30, "first": T0 + 25 + r}))
+    rd.update_status(recovery=[timeline.entry(1, "restart", False, {"first_step": T0 + 5.25})])
+    return rd
+
+
+def test_timeline_phases_and_status_lines(tmp_path):
+    rd = hand_made_restarts(tmp_path)
+    got = timeline.restarts(rd.path, rd.read_status()["recovery"])
+    assert [(e["attempt"], e["decision"], e["person"]) for e in got] == [(1, "restart", "no"), (2, "stop", "yes")]
+    assert [[p["since_fault_s"] for p in e["phases"]] for e in got] == [[0.0, 0.5, 0.625, 2.5, 4.5, 5.25],
+                                                                       [0.0, 0.5, 0.625, 2.25, None, 5.0]]
+    assert [e["detection_to_first_step_s"] for e in got] == [4.75, 4.5]
+    assert [p["at"] for p in got[0]["phases"]][:2] == [layout.stamp(T0), layout.stamp(T0 + 0.5)]
+    restarts.record_timeline(rd)                               # what the launcher writes as an attempt ends
+    assert RunDir(rd.path).read_status()["recovery"] == got
+    text = api.format_status(api.status(rd.path))
+    block = text[text.index("recovery:"):].splitlines()[:8]
+
+    def at(s):
+        return layout.stamp(T0 + s)
+    assert block == [
+        "recovery:   attempt 1 (restart after attempt 0's failure; person: no; detection to first step: 4.75 s)",
+        f"              fault              {at(0)}  +0.00 s",
+        f"              detected           {at(0.5)}  +0.50 s",
+        f"              decided            {at(0.625)}  +0.62 s",
+        f"              new world formed   {at(2.5)}  +2.50 s",
+        f"              checkpoint loaded  {at(4.5)}  +4.50 s",
+        f"              first step         {at(5.25)}  +5.25 s",
+        "            attempt 2 (stop after attempt 1's failure; person: yes; detection to first step: 4.50 s)"]
+    assert "              checkpoint loaded  -" in text.splitlines()
+    assert timeline.parse_stamp(layout.stamp(T0 + 0.125)) == T0 + 0.125 and timeline.parse_stamp("soon") is None

@@ -14,6 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from launchers import heartbeat
+from launchers.layout import stamp
 
 from .checkpoint import Checkpointer, ModelOptimState, PickledState, seed_all
 from .data import resumable_loader, steps_per_epoch
@@ -176,7 +177,8 @@ class Training:
             note = self.steps.new_budget(self.total)
             if note:
                 log(f"note: step budget {progress.get('total_steps')} -> {self.total}: {note}")
-        log(f"resumed from {name} (step {self.step}, epoch {self.epoch}, load {time.perf_counter() - t0:.3f}s)")
+        log(f"resumed from {name} (step {self.step}, epoch {self.epoch}, load {time.perf_counter() - t0:.3f}s, "
+            f"at {stamp()})")                  # the recovery timeline's `checkpoint loaded` (launchers.timeline)
 
     def progress(self) -> dict:
         return {"epoch": self.epoch, "epoch_offset": self.offset, "last_loss": self.last_loss,

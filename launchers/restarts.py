@@ -1,0 +1,106 @@
+"""The attempts of a run whose launcher owns its restarts (local, SSH): after a failed one the recovery policy
+decides (launchers.recovery: restart on the same node slots, replace one by a spare, or stop), the node ledger
+keeps it with the times of the fault, its detection and the decision (launchers.nodeledger), and the next
+attempt runs on the pool's slots from checkpoints/latest, a new attempt of the same run (run.yaml `by: policy`).
+As each attempt ends, status.json gets the recovery timeline of every restart so far (launchers.timeline).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import nodeledger, recovery, timeline
+from .firstfail import describe as describe_failure
+from .rundir import TERMINAL, RunDir
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
+    from .spec import JobSpec
+
+
+def run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:
+    """Start the plan's attempt and, while the launcher owns restarts and an attempt failed, what the policy
+    decides; the end line once the run ended. Returns the last attempt's exit code."""
+    code = backend.start(plan, rd)
+    while backend.owns_restarts and code == 1:
+        detected = time.time()                   # the launcher saw the attempt end
+        ff = rd.read_status().get("first_failure")
+        decision = decide(spec, rd, plan.attempt, ff, restarts_left, detected)
+        if decision.action == "stop":
+            if spec.max_restarts:
+                print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); not restarted: "
+                      f"{decision.why}", file=sys.stderr)
+            break
+        restarts_left -= 1
+        print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); {decision.why}; restarting from "
+              f"{resume_point(rd)} ({restarts_left} restarts left)", file=sys.stderr)
+        record_timeline(rd)                      # before the next attempt's heartbeats replace this one's
+        attempt = len(rd.read_run_yaml()["attempts"])
+        plan = plan_on(backend, spec, rd.run_id, attempt, decision.pool)
+        rd.add_attempt(spec, dict(plan.record(), by=timeline.BY_POLICY))
+        code = backend.start(plan, rd)
+    record_timeline(rd)
+    st = rd.unrecorded or rd.read_status()     # the verdict, also when a full disk kept it from status.json
+    if backend.owns_restarts or st.get("state") in TERMINAL:
+        print(end_line(st), file=sys.stderr, flush=True)
+    return code
+
+
+def record_timeline(rd: RunDir) -> None:
+    """status.json's `recovery`: every restart's timeline as the run dir tells it now, merged into what was
+    recorded (an attempt's heartbeats are gone once the next one runs); nothing written without a restart."""
+    try:
+        recorded = rd.read_status().get("recovery")
+        now = timeline.restarts(rd.path, recorded)
+        if now and now != recorded:
+            rd.update_status(recovery=now)
+    except OSError as e:                         # a full disk, a removed run dir: said, the run goes on
+        print(f"launch: recovery timeline not recorded ({e.strerror or e})", file=sys.stderr)
+
+
+def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, restarts_left: int,
+           detected: float | None = None) -> recovery.Decision:
+    """The policy's decision on a failed attempt, written into the node ledger with the times of the fault,
+    its detection and the decision (a full disk: said, not fatal)."""
+    led = nodeledger.read(rd.path)
+    pool = nodeledger.pool_for(led, spec.nodes, spec.spares)
+    failure = recovery.failure_of(ff, pool, describe_failure(ff))
+    decision = recovery.decide(failure, pool, nodeledger.strikes(led), spec.quarantine_after, restarts_left)
+    times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": time.time()}
+    try:
+        nodeledger.record(rd.path, led, attempt, pool, failure, rd.read_status().get("nodes") or {}, decision,
+                          spec.quarantine_after, times)
+    except OSError as e:
+        print(f"launch: node ledger not written ({e.strerror or e})", file=sys.stderr)
+    return decision
+
+
+def plan_on(backend: Backend, spec: JobSpec, run_id: str, attempt: int, pool: recovery.Pool):
+    """An attempt's plan; a backend that takes --spares (local, ssh) gets the pool's active slots, in node order."""
+    if spec.spares:
+        return backend.plan(spec, run_id, attempt=attempt, slots=list(pool.active))
+    return backend.plan(spec, run_id, attempt=attempt)
+
+
+def resume_point(rd: RunDir) -> str:
+    """What the next attempt resumes from: `latest`, or the checkpoint it falls back to (sizes checked)."""
+    from .ckptptr import resolve
+    res = resolve(rd.checkpoint_dir, hashes=False)
+    if res.error:
+        return f"no complete checkpoint ({res.error})"
+    if res.skipped:
+        return f"{res.name or 'scratch'} (damaged: {', '.join(s.name for s in res.skipped)})"
+    return res.name or "scratch"
+
+
+def end_line(st: dict[str, Any]) -> str:
+    """`launch: run COMPLETED | FAILED (rank 2 on node 1, exit code 3[: RuntimeError: boom]) | CANCELLED (by launch cancel |
+    Ctrl-C)`: the one line every backend ends with, the state named as status.json names it (launchers.stops)."""
+    state, reason = st.get("state"), st.get("reason") or ""
+    if state == "FAILED":
+        what = describe_failure(st["first_failure"]) if st.get("first_failure") else reason or "no rank recorded a failure"
+        return f"launch: run FAILED ({what})"
+    if state == "CANCELLED":
+        return f"launch: run CANCELLED ({reason or 'stopped'})"
+    return f"launch: run {state}"
