@@ -17,6 +17,7 @@ restarts() merges what it finds now into what was recorded.
 """
 from __future__ import annotations
 
+import mmap
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ PHASES = (("fault", "fault"), ("detected", "detected"), ("decided", "decided"),
           ("first_step", "first step"))
 BY_POLICY = "policy"                  # run.yaml's attempt `by`: started by the launcher's restart loop
 RESUMED = "resumed from "             # the workloads' line on rank 0 (workloads/common/loop.py)
+BODY_MAX = 1 << 20                    # how much of an attempt's rank 0 log is searched for that line
 
 
 def parse_stamp(text: str) -> float | None:
@@ -40,22 +42,24 @@ def parse_stamp(text: str) -> float | None:
     return whole + (int(frac[1:4]) / 1000 if frac[:1] == "." and frac[1:4].isdigit() else 0.0)
 
 
-def _attempt_lines(path: str, attempt: int) -> tuple[str | None, list[str]]:
-    """A rank log's header line for `attempt` and the lines after it (up to the next header)."""
-    head, body = None, []
+def _attempt_part(path: str, attempt: int) -> tuple[str | None, str]:
+    """A rank log's header line for `attempt` and (up to BODY_MAX bytes of) what follows it up to the next
+    header; found with mmap's search, never a pass over the lines of a long log."""
+    tag = f"===== launch attempt {attempt} |".encode()
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("===== launch attempt "):
-                    if head is not None:
-                        break
-                    if line.startswith(f"===== launch attempt {attempt} |"):
-                        head = line
-                elif head is not None:
-                    body.append(line)
-    except OSError:
-        pass
-    return head, body
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            i = m.rfind(tag)
+            while i > 0 and m[i - 1:i] != b"\n":              # a header starts a line
+                i = m.rfind(tag, 0, i)
+            if i < 0:
+                return None, ""
+            eol = m.find(b"\n", i)
+            eol = len(m) if eol < 0 else eol
+            end = m.find(b"\n===== launch attempt ", eol)
+            end = min(len(m) if end < 0 else end, eol + 1 + BODY_MAX)
+            return m[i:eol].decode(errors="replace"), m[eol + 1:end].decode(errors="replace")
+    except (OSError, ValueError):            # missing, or empty (mmap of 0 bytes)
+        return None, ""
 
 
 def _rank_logs(run_dir: str, attempt: int, world: int) -> tuple[float | None, float | None]:
@@ -63,12 +67,12 @@ def _rank_logs(run_dir: str, attempt: int, world: int) -> tuple[float | None, fl
     checkpoint loaded: the time on rank 0's `resumed from` line of the attempt)."""
     starts, loaded = [], None
     for _node, rank, path in layout.rank_logs(run_dir):
-        head, body = _attempt_lines(path, attempt)
+        head, body = _attempt_part(path, attempt)
         if head is None:
             continue
         starts.append(parse_stamp(head.rstrip().removesuffix("=====").rsplit(" | ", 1)[-1]))
         if rank == 0:
-            said = next((ln for ln in body if ln.startswith(RESUMED) and ", at " in ln), None)
+            said = next((ln for ln in body.splitlines() if ln.startswith(RESUMED) and ", at " in ln), None)
             loaded = parse_stamp(said.rsplit(", at ", 1)[1].rstrip().rstrip(")")) if said else None
     whole = len(starts) >= world and None not in starts
     return (max(starts) if whole and starts else None), loaded
