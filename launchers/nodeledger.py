@@ -1,5 +1,5 @@
 """The node ledger of a run (issue 23): nodes.json in the run dir, written only by the launcher process that runs
-the attempts (launchers.api), atomically (launchers.layout). Per node slot and attempt what happened to it (the
+the attempts (launchers.restarts), atomically (launchers.layout). Per node slot and attempt what happened to it (the
 first failure on it: exit code or signal, lost, hung; or stopped with the run), its strikes, quarantined or not;
 the pool (active slots in node-rank order, idle spares, quarantined) and each decision of launchers.recovery.
 

@@ -1,6 +1,6 @@
 """Recovery without a human (issue 23): the one policy that decides what follows a failed attempt -- restart on
 the same node slots, replace a slot by a spare, or stop -- used by every backend that owns its restarts (the
-launcher's loop in launchers.api carries it out; the backend only starts the plan it is given).
+launcher's loop in launchers.restarts carries it out; the backend only starts the plan it is given).
 
 Pure (stdlib only): the node ledger's strikes, the failed attempt's first failure and the pool in; a Decision
 out, with a one-line why. The options --spares K and --quarantine-after N are read here too (spec.build_spec).
