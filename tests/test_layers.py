@@ -21,7 +21,8 @@ LAYERS = {
         "launchers.nodecheck", "launchers.integrations",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters"),
     2: ("launchers.backends",),
-    3: ("launchers.api", "launchers.restarts", "launchers.jobenv", "launchers.explain", "launchers.doctor", "launchers.client", "launchers.top",
+    3: ("launchers.api", "launchers.restarts", "launchers.jobenv", "launchers.explain", "launchers.doctor",
+        "launchers.client", "launchers.top",
         "launchers.detach", "launchers.sweeprun"),
     4: ("launchers.cli", "launchers.entry", "launchers.slurmnode"),
 }

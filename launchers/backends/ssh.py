@@ -2,10 +2,11 @@
 
 plan (no network; that is --dry-run; --spares: the hosts of the pool slots it is given) -> preflight (of the
 attempt's hosts only: connect all in parallel with verified host keys; on every host python/torch/launchers/program
-present and run dir writable; master port probed on the master; the master reachable at MASTER_ADDR:port from every other host: backends/sshcheck.py) -> start (each host runs the
-shared builder's command under `python -m launchers.remote run`, on a pty, output streamed as
-"[host] [nK rR] line") -> the first failing node stops the rest (`launchers.remote kill` on each host,
-then a final sweep) -> with --no-shared-storage the staged files are collected into the run dir (SFTP).
+present and run dir writable; master port probed on the master; the master reachable at MASTER_ADDR:port from
+every other host: backends/sshcheck.py) -> start (each host runs the shared builder's command under `python -m
+launchers.remote run`, on a pty, output streamed as "[host] [nK rR] line") -> the first failing node stops the
+rest (`launchers.remote kill` on each host, then a final sweep) -> with --no-shared-storage the staged files are
+collected into the run dir (SFTP).
 """
 from __future__ import annotations
 
