@@ -53,6 +53,7 @@ case ${STATE%/} in ""|/run|/tmp|/var|/var/tmp|/etc|/root|/home) die "LAUNCH_SSH_
 name_of() { echo "sshhost$1"; }
 ns_of() { echo "lssh$1"; }
 ip_of() { echo "$NET.$((10 + $1))"; }
+mac_of() { printf '02:6c:73:00:%02x:%02x\n' $(($1 / 256)) $(($1 % 256)); }   # k=0: the bridge (root ns)
 
 options_line() {
   echo "--hostfile $STATE/hostfile --ssh-config $STATE/ssh_config --known-hosts $STATE/known_hosts"
@@ -151,8 +152,26 @@ host_net_up() {  # namespace + veth + address for host k
   ip link set "$vh" master "$BR"
   ip link set "$vh" up
   ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" ip link set eth0 address "$(mac_of "$k")"
   ip netns exec "$ns" ip addr replace "$ip/24" dev eth0
   ip netns exec "$ns" ip link set eth0 up
+}
+
+neighbors_up() {  # neighbors_up k...: permanent neighbor entries for every host and the bridge, in host k's
+  # namespace (k=0: the root namespace, on the bridge). Fixed MACs (mac_of), so a revived host's entries stay
+  # right. Without them, 64 hosts' gloo full mesh on a loaded 2-core machine saw connect() fail with "No route to
+  # host" (an ARP request not answered in time); a test host's network is not what is under test.
+  local k j dev batch all
+  all=$(known_host_ks)
+  for k in "$@"; do
+    batch=""; dev=eth0; (( k == 0 )) && dev=$BR
+    for j in 0 $all; do
+      (( j == k )) && continue
+      batch+="neigh replace $( (( j == 0 )) && echo "$NET.1" || ip_of "$j") lladdr $(mac_of "$j") dev $dev nud permanent"$'\n'
+    done
+    if (( k == 0 )); then printf '%s' "$batch" | sed '/lladdr '"$(mac_of 0)"'/d' | ip -batch - ;
+    else printf '%s' "$batch" | ip -n "$(ns_of "$k")" -batch -; fi
+  done
 }
 
 ensure_host_key() {  # one ed25519 host key per host, kept across revive and re-runs of up
@@ -260,6 +279,7 @@ cmd_up() {
   local other; other=$(ip -4 -o addr show to "$NET.0/24" | awk -v br="$BR" '$2 != br {print $2}' | sort -u | tr '\n' ' ')
   [[ -z $other ]] || die "subnet $NET.0/24 is already used by interface(s) $other; not touching it"
   ip link show "$BR" >/dev/null 2>&1 || { ip link add "$BR" type bridge; log "created bridge $BR"; }
+  ip link set "$BR" address "$(mac_of 0)"
   ip addr replace "$NET.1/24" dev "$BR"
   ip link set "$BR" up
 
@@ -271,6 +291,7 @@ cmd_up() {
   for k in $(seq 1 "$N"); do ensure_host_key "$k"; done
   write_shared_files
   for k in $(seq 1 "$N"); do host_net_up "$k"; host_sshd_up "$k"; done
+  neighbors_up $(seq 0 "$N")
   wait_ssh $(seq 1 "$N")
   log "up: $N hosts sshhost1..sshhost$N ($NET.11..) in $(since "$t0") s; state in $STATE; try: ssh -F $STATE/ssh_config sshhost1 hostname"
   options_line
@@ -337,7 +358,7 @@ cmd_cut_host() {  # partition: interface down, processes keep running, packets a
 
 cmd_revive_host() {
   local k; k=$(host_arg "${1:-}")
-  host_net_up "$k"; host_sshd_up "$k"; wait_ssh "$k"
+  host_net_up "$k"; neighbors_up "$k"; host_sshd_up "$k"; wait_ssh "$k"
   log "$(name_of "$k") is back"
 }
 

@@ -36,27 +36,49 @@ HEARTBEAT_S = 1.0
 
 # Rendezvous reachability: the master listens on the chosen port and hands a token to every other host.
 REACH = r'''
-import json, socket, sys, time
+import json, socket, sys, threading, time
 a = json.loads(sys.argv[1]); deadline = time.time() + a["timeout"]; tok = a["token"].encode()
+def read(c, n):
+    got = b""
+    while len(got) < n:
+        part = c.recv(n - len(got))
+        if not part:
+            break
+        got += part
+    return got
 if a["role"] == "master":
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("", a["port"])); s.listen(64); print("LISTENING", flush=True); n = 0
-    while n < a["clients"] and time.time() < deadline:
-        s.settimeout(max(0.05, deadline - time.time()))
+    s.bind(("", a["port"])); s.listen(128); print("LISTENING", flush=True)
+    acked, lock = set(), threading.Lock()
+    def serve(c):
         try:
-            c, _ = s.accept(); c.sendall(tok); c.close(); n += 1
+            c.settimeout(10); who = read(c, 8); c.sendall(tok)
+            if read(c, 3) == b"ACK":
+                with lock:
+                    acked.add(who)
+        except OSError:
+            pass
+        finally:
+            c.close()
+    while len(acked) < a["clients"] and time.time() < deadline:
+        s.settimeout(max(0.05, min(0.5, deadline - time.time())))
+        try:
+            c, _ = s.accept()
+        except socket.timeout:
+            continue
         except OSError:
             break
-    print("SERVED %d" % n, flush=True)
+        threading.Thread(target=serve, args=(c,), daemon=True).start()
+    print("SERVED %d" % len(acked), flush=True)
 else:
     err = "no answer"
     while time.time() < deadline:
         try:
             c = socket.create_connection((a["addr"], a["port"]), timeout=max(0.1, deadline - time.time()))
-            c.settimeout(2); got = c.recv(64); c.close()
+            c.settimeout(10); c.sendall(b"%08d" % a["id"]); got = read(c, len(tok))
             if got == tok:
-                print("REACHED", flush=True); sys.exit(0)
-            err = "something else answers there"
+                c.sendall(b"ACK"); c.close(); print("REACHED", flush=True); sys.exit(0)
+            c.close(); err = "something else answers there"
         except OSError as e:
             err = e.strerror or str(e)
         time.sleep(0.1)

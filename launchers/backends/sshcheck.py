@@ -45,13 +45,16 @@ def check_hosts(plan, conns) -> int:
 
 
 def check_reach(plan, conns) -> None:
-    """The master listens on MASTER_ADDR's port; every other host must connect and read our token."""
+    """The master listens on MASTER_ADDR's port; every other host must connect, read our token and acknowledge it.
+    The master serves until each distinct host acknowledged (or the timeout): not a count of connections -- at
+    64 hosts on a loaded machine a client that retried after a slow read was counted twice, the master stopped
+    listening and the hosts still to come were refused."""
     py = shlex.quote(plan.spec.python)
     token = secrets.token_hex(8)
     t = max(plan.settings.timeout_for(h) for h in plan.rhosts)
     base = {"port": plan.master_port, "token": token, "timeout": t, "addr": plan.master_addr}
     cmds = [f"{py} -c {shlex.quote(REACH)} " + shlex.quote(json.dumps(
-        dict(base, role="master" if k == 0 else "client", clients=len(conns) - 1))) for k in range(len(conns))]
+        dict(base, role="master" if k == 0 else "client", clients=len(conns) - 1, id=k))) for k in range(len(conns))]
     say = counted("reach", len(conns), terminal_only=True)     # a failure stays one line in a log
     results = run_all(conns, cmds, timeout=t + 30, done=lambda i, r: say(
         f"host {plan.rhosts[i].label}", "is the master" if i == 0 else
