@@ -17,6 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from . import fence
 from .layout import no_symlink
 
 POINTER = "latest"
@@ -28,8 +29,10 @@ def _check_name(name: str) -> None:
 
 
 def write_latest(ckpt_dir: str, name: str) -> None:
-    """Atomically make `ckpt_dir/latest` name the checkpoint directory `name` (relative to ckpt_dir)."""
+    """Atomically make `ckpt_dir/latest` name the checkpoint directory `name` (relative to ckpt_dir). In a process
+    of an older attempt than its run's: fence.Fenced, nothing written (launchers.fence)."""
     _check_name(name)
+    fence.require_env(f"checkpoints/latest -> {name}")
     os.makedirs(ckpt_dir, exist_ok=True)
     tmp = os.path.join(ckpt_dir, f".{POINTER}.tmp.{os.getpid()}")
     no_symlink(ckpt_dir, os.path.join(ckpt_dir, POINTER))     # a planted link is refused, never replaced
@@ -90,11 +93,12 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_manifest(step_dir: str) -> dict:
-    """Hash every file of a finished checkpoint into step_dir/manifest.json (atomic, durable); returns it."""
+def write_manifest(step_dir: str, attempt: int | None = None) -> dict:
+    """Hash every file of a finished checkpoint into step_dir/manifest.json (atomic, durable); returns it.
+    `attempt`: the attempt that wrote it (its generation: launchers.fence), when known."""
     files = {rel: {"size": os.path.getsize(os.path.join(step_dir, rel)), "sha256": _sha256(os.path.join(step_dir, rel))}
              for rel in _files(step_dir)}
-    manifest = {"version": 1, "files": files}
+    manifest = {"version": 1, "files": files, **({"attempt": attempt} if attempt is not None else {})}
     tmp = os.path.join(step_dir, f".{MANIFEST}.tmp.{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -111,10 +115,12 @@ def write_manifest(step_dir: str) -> dict:
 
 
 def commit(ckpt_dir: str, name: str) -> None:
-    """Make checkpoint `name` the latest: its manifest, then the pointer. Call once every rank's files are
-    written (after the save's barrier), on one rank."""
+    """Make checkpoint `name` the latest: its manifest (with the attempt of a `launch` run), then the pointer.
+    Call once every rank's files are written (after the save's barrier), on one rank. From an older attempt than
+    its run's: fence.Fenced, nothing written (launchers.fence)."""
     _check_name(name)
-    write_manifest(os.path.join(ckpt_dir, name))
+    attempt = fence.require_env(f"the checkpoint commit of {name}")
+    write_manifest(os.path.join(ckpt_dir, name), attempt)
     write_latest(ckpt_dir, name)
 
 

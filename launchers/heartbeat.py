@@ -9,7 +9,8 @@
 
 Stdlib only and cheap: the record (<run dir>/progress/rank<R>.json: step, time, step time, `first`: the time of
 this attempt's first beat) is rewritten in place, one pwrite per call (bench/heartbeat_overhead.py measures it
-next to a training step). The record's `total` and `first` (null when never given) were added later: readers use
+next to a training step), after a stat of the run's generation (launchers.fence: a beat of an older attempt is
+refused, said once). The record's `total` and `first` (null when never given) were added later: readers use
 .get(). Outside a
 `launch` run (no LAUNCH_RUN_DIR) every call is a no-op, so a program may call it unconditionally.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 
-from . import ckptptr, layout
+from . import ckptptr, fence, layout
 
 RECORD_BYTES = 192        # the record is padded to this size and rewritten in place (one pwrite)
 
@@ -34,6 +35,7 @@ class Reporter:
         self.last_step_at: float | None = None
         self.step_time: float | None = None
         self.first: float | None = None          # this process's first beat (launchers.timeline: first step)
+        self.fence = fence.Watch(run_dir, attempt, f"the heartbeat of rank {rank}") if run_dir else None
 
     def beat(self, step: int | None, now: float, total: int | None = None) -> None:
         if total is not None:
@@ -50,6 +52,8 @@ class Reporter:
         self.write(now)      # every step: the last one before a hang must be on record
 
     def write(self, now: float) -> None:
+        if self.fence is not None and self.fence.refused():     # an older attempt's beat: nothing written
+            return
         if self.fd is None:
             path = layout.path(self.run_dir, "progress", rank=self.rank)
             os.makedirs(os.path.dirname(path), exist_ok=True)

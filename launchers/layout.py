@@ -124,6 +124,7 @@ FILES = {                                   # what -> path inside the run dir ({
     "lock": "status/.lock",                 # held by every writer of status.json and the records
     "rank_record": "status/rank{rank}.json",
     "node_record": "status/node{node}.json",
+    "generation": "status/generation",      # the attempt the run is at: older writers are fenced (launchers.fence)
     "logs": "logs",
     "node_logs": "logs/node{node}",
     "rank_log": "logs/node{node}/rank{rank}.log",

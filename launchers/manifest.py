@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from . import __version__, layout
+from . import __version__, fence, layout
 from .secretenv import redact, redact_argv
 from .snapshot import git
 
@@ -141,9 +141,12 @@ def node_part(attempt: int, text: str) -> dict[str, Any]:
 
 
 def add_node_part(run_dir: str, attempt: int) -> None:
-    """Rank 0's part: packages.txt, then manifest.json with `node` set (the launcher's part kept as written)."""
+    """Rank 0's part: packages.txt, then manifest.json with `node` set (the launcher's part kept as written);
+    nothing from an older attempt than the run's (launchers.fence: refused and said)."""
     text = "".join(p + "\n" for p in packages())
     layout.present(run_dir)                      # a run dir removed meanwhile is not recreated by this
+    if fence.check(run_dir, attempt, "rank 0's part of manifest.json"):
+        return
     layout.atomic_write(layout.own_path(run_dir, "packages"), text)
     data = read(run_dir) or {"format": FORMAT}
     data["node"] = node_part(attempt, text)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
-from . import __version__, firstfail, layout, notify, procs, runindex, sweep
+from . import __version__, fence, firstfail, layout, notify, procs, runindex, sweep
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
@@ -120,6 +120,7 @@ class RunDir:
     def write_run_yaml(self, data: dict[str, Any]) -> None:
         import yaml
         layout.atomic_write(layout.own_path(self.path, "run_yaml"), yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        fence.advance(self.path, fence.newest(data.get("attempts")))     # run.yaml's newest attempt: the generation
 
     def spec(self) -> JobSpec:
         """The recorded spec. Redacted env values are taken from the current environment when set."""
@@ -251,8 +252,9 @@ class RunDir:
 
     # ------------------------------------------------------------------ per-rank and per-node records
     def write_rank_record(self, rec: dict[str, Any]) -> None:
-        layout.present(self.path)
-        layout.atomic_write(layout.own_path(self.path, "rank_record", rank=rec["rank"]), json.dumps(rec), durable=False)
+        layout.present(self.path)                    # an older attempt's record is refused (launchers.fence)
+        if not fence.check(self.path, rec.get("attempt"), f"the exit record of rank {rec['rank']}"):
+            layout.atomic_write(layout.own_path(self.path, "rank_record", rank=rec["rank"]), json.dumps(rec), durable=False)
 
     def rank_exits(self, attempt: int) -> list[dict[str, Any]]:
         """Exit records written by each rank's wrapper in this attempt, earliest first."""
@@ -267,7 +269,8 @@ class RunDir:
 
     def write_node_record(self, node: int, rec: dict[str, Any]) -> None:
         layout.present(self.path)
-        layout.atomic_write(layout.own_path(self.path, "node_record", node=node), json.dumps(rec), durable=False)
+        if not fence.check(self.path, rec.get("attempt"), f"the record of node {node}"):
+            layout.atomic_write(layout.own_path(self.path, "node_record", node=node), json.dumps(rec), durable=False)
 
     def node_records(self, nnodes: int, attempt: int) -> dict[int, dict[str, Any]]:
         """Node records of this attempt (node -> record)."""

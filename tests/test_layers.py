@@ -14,7 +14,7 @@ LAYERS = {
         "launchers.ckptptr", "launchers.heartbeat", "launchers.request", "launchers.cpubind", "launchers.values",
         "launchers.secretenv", "launchers.notify", "launchers.containeropts",
         "launchers.snapshot", "launchers.stops", "launchers.recovery", "launchers.nodeledger",
-        "launchers.timeline"),
+        "launchers.timeline", "launchers.fence"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
@@ -28,7 +28,7 @@ LAYERS = {
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API
 OPEN_TO_OTHERS = ("launchers", "launchers.errors", "launchers.layout", "launchers.ckptptr", "launchers.rundir",
-                  "launchers.runopts", "launchers.spec", "launchers.api", "launchers.heartbeat")
+                  "launchers.runopts", "launchers.spec", "launchers.api", "launchers.heartbeat", "launchers.fence")
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 
 

@@ -12,6 +12,8 @@ rank's write result (data files fsynced by DCP, FileSystemWriter sync_files=True
 then rank 0 fsyncs the step directory, writes its manifest (every file's size and sha256) and atomically
 rewrites `latest` (launchers.ckptptr.commit), and a barrier ends the save.
 A crash anywhere before the pointer is written leaves `latest` on the previous complete checkpoint.
+A rank of an older attempt than its run's (a paused or partitioned node that came back: launchers.fence) writes
+nothing: the save and the commit raise fence.Fenced in that rank.
 Repeated saves reuse DCP's cached save plans (the state layout does not change between steps), which
 skips most of the plan gather/scatter.
 Async (save_async): training is blocked only while the state dict is taken; the copy to CPU memory
@@ -40,6 +42,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from launchers import fence
 from launchers.ckptptr import commit, read_latest, resolve
 
 # torch.distributed.checkpoint costs ~1.7 s to import (DTensor, dynamo); it is imported at the first
@@ -203,6 +206,7 @@ class Checkpointer:
 
     def _prepare(self, step: int, states: dict, progress: dict) -> tuple[str, str, dict]:
         name = step_name(step)
+        fence.require_env(f"the checkpoint save of {name} by rank {self.env.rank}")   # an older attempt: Fenced
         path = os.path.join(self.dir, name)
         state = dict(states)
         state["progress"] = pickle.dumps(dict(progress, step=step, world_size=self.env.world_size))

@@ -23,6 +23,7 @@ import time
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from launchers import fence
 from launchers.ckptptr import commit
 
 from .checkpoint import get_rng_state, resolved, set_rng_state, step_name
@@ -129,6 +130,7 @@ class DeepSpeedCheckpointer:
         """engine.save_checkpoint, then launch_meta.json and `latest` (rank 0) between barriers. Collective."""
         t0 = time.perf_counter()
         name, W = step_name(step), self.env.world_size
+        fence.require_env(f"the checkpoint save of {name} by rank {self.env.rank}")   # an older attempt: Fenced
         rngs: list = [None] * W
         dist.all_gather_object(rngs, pickle.dumps(get_rng_state()))
         progress = dict(progress, step=step, world_size=W)
