@@ -5,9 +5,11 @@ reachable at MASTER_ADDR:port from every other host (remote.REACH). Errors: one 
 """
 from __future__ import annotations
 
+import io
 import json
 import secrets
 import shlex
+import threading
 
 from .. import container, layout, nodecheck, ports
 from ..errors import LaunchError
@@ -46,24 +48,60 @@ def check_hosts(plan, conns) -> int:
 
 def check_reach(plan, conns) -> None:
     """The master listens on MASTER_ADDR's port; every other host must connect, read our token and acknowledge it.
-    The master serves until each distinct host acknowledged (or the timeout): not a count of connections -- at
-    64 hosts on a loaded machine a client that retried after a slow read was counted twice, the master stopped
-    listening and the hosts still to come were refused."""
+    The clients start once the master listens (at 64 hosts on a loaded machine the master's python came up after
+    the clients had given up: Connection refused); the master serves until each distinct host acknowledged (or the
+    timeout) -- not a count of connections: a client that retried after a slow read was counted twice and the master
+    stopped listening before the hosts still to come."""
     py = shlex.quote(plan.spec.python)
     token = secrets.token_hex(8)
     t = max(plan.settings.timeout_for(h) for h in plan.rhosts)
-    base = {"port": plan.master_port, "token": token, "timeout": t, "addr": plan.master_addr}
+    base = {"port": plan.master_port, "token": token, "addr": plan.master_addr}
     cmds = [f"{py} -c {shlex.quote(REACH)} " + shlex.quote(json.dumps(
-        dict(base, role="master" if k == 0 else "client", clients=len(conns) - 1, id=k))) for k in range(len(conns))]
+        dict(base, role="master" if k == 0 else "client", clients=len(conns) - 1, id=k,
+             timeout=t + MASTER_EXTRA_S if k == 0 else t))) for k in range(len(conns))]
     say = counted("reach", len(conns), terminal_only=True)     # a failure stays one line in a log
-    results = run_all(conns, cmds, timeout=t + 30, done=lambda i, r: say(
-        f"host {plan.rhosts[i].label}", "is the master" if i == 0 else
-        "reaches the master" if "REACHED" in getattr(r, "stdout", "") else "cannot reach the master"))
+    master = _Master(conns[0], cmds[0], t + MASTER_EXTRA_S + 30)
+    master.listening.wait(MASTER_EXTRA_S)
+    say(f"host {plan.rhosts[0].label}", "is the master")
+    results = run_all(conns[1:], cmds[1:], timeout=t + 30, done=lambda i, r: say(
+        f"host {plan.rhosts[i + 1].label}", "reaches the master" if "REACHED" in getattr(r, "stdout", "")
+        else "cannot reach the master"))
+    master.thread.join(t + MASTER_EXTRA_S + 30)
     bad = []
-    for h, r in zip(plan.rhosts[1:], results[1:]):
+    for h, r in zip(plan.rhosts[1:], results):
         out = r.stdout.strip() if not isinstance(r, BaseException) else str(r)
         if "REACHED" not in out:
             bad.append(f"host {h.label} cannot reach the master at {plan.master_addr}:{plan.master_port} "
                        f"({out.replace('UNREACHABLE ', '') or 'no answer'})")
     if bad:
         raise LaunchError("; ".join(bad) + " - MASTER_ADDR must be the master's address as the hosts see it")
+
+
+MASTER_EXTRA_S = 60.0       # how long the master's side may take to start listening, on top of the clients' timeout
+
+
+class _Master:
+    """The master's side of the reach check, run in a thread; `listening` is set once it says LISTENING (or it
+    ended: the clients then find nobody and say so)."""
+
+    def __init__(self, conn, cmd: str, timeout: float) -> None:
+        self.listening, self.out = threading.Event(), io.StringIO()
+        self.thread = threading.Thread(target=self._run, args=(conn, cmd, timeout), daemon=True)
+        self.thread.start()
+
+    def write(self, s: str) -> int:
+        self.out.write(s)
+        if "LISTENING" in self.out.getvalue():
+            self.listening.set()
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def _run(self, conn, cmd: str, timeout: float) -> None:
+        try:
+            conn.run(cmd, hide=True, warn=True, in_stream=False, out_stream=self, timeout=timeout)
+        except Exception:  # noqa: BLE001  -- the clients' answers say what is wrong
+            pass
+        finally:
+            self.listening.set()
