@@ -15,7 +15,7 @@ from . import layout, nodeledger, timeline
 from .stops import exit_code
 from .errors import LaunchError, RunDirGone
 from .firstfail import describe as describe_failure
-from .restarts import end_line, plan_on, run_attempts
+from .restarts import end_line, plan_on, pool_of, run_attempts
 from .rundir import TERMINAL, RunDir, new_run_id
 
 if TYPE_CHECKING:      # what only submit and resume need is imported there: `launch status` starts in half the time
@@ -98,7 +98,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
                           f"--adopt is only for a copy of another run dir; {rd.path!r} is not one: resume it without")
     if not adopt:                                 # an adopted copy's recorded state is the original's
         _refuse_busy(backend, rd)
-    changes = dict(changes)
+    changes = dict(changes, **({"min_nodes": 0, "max_nodes": 0} if changes.get("nodes") else {}))   # N: fixed
     store = snapshot.store_for(rd.path, os.path.dirname(rd.path))      # a run that had none: beside it
     spec = snapshot.for_resume(rd.spec(), changes.pop("snapshot", None), store)
     spec = spec.replace(run_dir=rd.path, **{k: v for k, v in changes.items() if v is not None})
@@ -107,7 +107,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     spec = snapshot.take(resolve_job_env(spec, sys.stderr))
     layout.check_own_dirs(rd.path)                # nothing is written through a symlink out of the run dir
     run_id = new_run_id(spec) if adopt else data["run_id"]
-    pool = nodeledger.pool_for(nodeledger.read(rd.path), spec.nodes, spec.spares)    # quarantined: left out
+    pool = pool_of(spec, nodeledger.read(rd.path), resume=True)    # quarantined: left out; MIN:MAX grows back
     plan = plan_on(backend, spec, run_id, len(data["attempts"]), pool)
     spec = plan.spec
     if dry_run:
@@ -205,7 +205,8 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
     spec = data["spec"]
     st = dict(st, written_by=rd.newer) if rd.newer else dict(st)
     st.update(run_dir=rd.path, run_id=data["run_id"], backend=spec["backend"],
-              shape=f"{spec['nodes']}x{spec['gpus_per_node']}",
+              shape=f"{spec['nodes']}x{spec['gpus_per_node']}" + (f" (--nodes {spec['min_nodes']}:{spec['max_nodes']})"
+                                                                  if spec.get("min_nodes") else ""),
               last_step=explain.last_step(rd, st.get("attempt", 0)),
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
               nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),

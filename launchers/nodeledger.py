@@ -24,14 +24,15 @@ def strikes(led: dict[str, Any] | None) -> dict[int, int]:
     return {int(s): int(v.get("strikes", 0)) for s, v in ((led or {}).get("slots") or {}).items()}
 
 
-def pool_for(led: dict[str, Any] | None, nodes: int, spares: int) -> Pool:
-    """The pool an attempt of the run starts from: the ledger's when it has `nodes` active slots, else a fresh
-    one less the quarantined slots (a run resumed with another number of nodes)."""
+def pool_for(led: dict[str, Any] | None, nodes: int, spares: int, least: int = 0) -> Pool:
+    """The pool an attempt of the run starts from: the ledger's when it has `nodes` active slots (a run of
+    --nodes MIN:MAX: `least` = MIN to `nodes` = MAX), else a fresh one less the quarantined slots (a run
+    resumed with another number of nodes)."""
     if led and led.get("pool"):
         pool = Pool.from_dict(led["pool"])
-        if len(pool.active) == nodes:
+        if (least or nodes) <= len(pool.active) <= nodes:
             return pool
-        return Pool.fresh(nodes, spares, pool.quarantined, pool.active + pool.spares)
+        return Pool.fresh(nodes, spares, pool.quarantined, pool.active + pool.spares, least)
     return Pool.fresh(nodes, spares)
 
 

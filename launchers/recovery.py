@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from .errors import LaunchError
+from .errors import LaunchError, brief
 from .values import parse_int
 
 MAX_SPARES = 65536
+MAX_NODES = 65536                      # --nodes, the hosts of a hostfile
 QUARANTINE_AFTER = 2                   # --quarantine-after's default
-SPARES_ON = ("local", "ssh")          # the backends that carry out a replacement (slurm: not yet)
+SPARES_ON = ("local", "ssh")          # the backends that carry out a replacement or a shrink (slurm: not yet)
 
 # how a first failure is told apart: its reason's start -> its kind (a rank's own record: "rank"; none of these,
 # without a rank: the node's agent ended on its own, "agent")
@@ -36,16 +37,40 @@ KINDS: dict[str, tuple[bool, str]] = {
 
 
 def options(backend: str, pick: Callable[..., Any], said: Callable[[str], str]) -> dict[str, Any]:
-    """--spares, --quarantine-after and the restart budget, from the flags over the profile (spec.build_spec's
-    pick/said). --spares K without --max-restarts allows K + 1 restarts; a --max-restarts given wins."""
+    """--nodes, --spares, --quarantine-after and the restart budget, from the flags over the profile
+    (spec.build_spec's pick/said). --spares K or --nodes MIN:MAX without --max-restarts allow K + MAX - MIN + 1
+    restarts; a --max-restarts given wins."""
+    low, nodes = node_range(said("nodes"), pick("nodes", 1))
     spares = parse_int(said("spares"), pick("spares", 0), 0, MAX_SPARES)
     after = parse_int(said("quarantine_after"), pick("quarantine_after", QUARANTINE_AFTER), 1, MAX_SPARES)
+    on = ", ".join("launch " + b for b in SPARES_ON)
     if spares and backend not in SPARES_ON:
         raise LaunchError(f"{said('spares')} {spares} is not yet on this backend ({backend}); accepted: 0 here, "
-                          f"or spares with {', '.join('launch ' + b for b in SPARES_ON)}")
-    given = pick("max_restarts")
-    restarts = parse_int(said("max_restarts"), given, 0) if given is not None else (spares + 1 if spares else 0)
-    return {"spares": spares, "quarantine_after": after, "max_restarts": restarts}
+                          f"or spares with {on}")
+    if low < nodes and backend not in SPARES_ON:
+        raise LaunchError(f"{said('nodes')} {low}:{nodes} (a range) is not yet on this backend ({backend}); "
+                          f"accepted: a number of nodes here, or MIN:MAX with {on}")
+    given, extra = pick("max_restarts"), spares + nodes - low
+    restarts = parse_int(said("max_restarts"), given, 0) if given is not None else (extra + 1 if extra else 0)
+    ranged = (low, nodes) if low < nodes else (0, 0)
+    return {"nodes": nodes, "min_nodes": ranged[0], "max_nodes": ranged[1], "spares": spares,
+            "quarantine_after": after, "max_restarts": restarts}
+
+
+def node_range(what: str, value: Any) -> tuple[int, int]:
+    """--nodes N (an int, its text) or MIN:MAX (a run that may shrink to MIN nodes and grow back to MAX) ->
+    (MIN, MAX); N is (N, N)."""
+    if not isinstance(value, str) or ":" not in value:
+        n = parse_int(what, value, 1, MAX_NODES)
+        return n, n
+    accepted = f"N or MIN:MAX, integers 1-{MAX_NODES} in plain decimal digits, MIN <= MAX (e.g. 2 or 1:2)"
+    try:
+        low, high = (parse_int(what, v, 1, MAX_NODES) for v in value.split(":", 1))
+    except LaunchError:
+        raise LaunchError(f"{what} {brief(value)} is not accepted; give {accepted}") from None
+    if low > high:
+        raise LaunchError(f"{what} {brief(value)} is not accepted: MIN {low} is more than MAX {high}; give {accepted}")
+    return low, high
 
 
 @dataclass(frozen=True)
@@ -57,13 +82,14 @@ class Pool:
     quarantined: tuple[int, ...] = ()
 
     @classmethod
-    def fresh(cls, nodes: int, spares: int, quarantined: tuple[int, ...] = (), known: tuple[int, ...] = ()) -> "Pool":
+    def fresh(cls, nodes: int, spares: int, quarantined: tuple[int, ...] = (), known: tuple[int, ...] = (),
+              least: int = 0) -> "Pool":
         """Slots 0..nodes+spares-1 (and those `known` already) less the quarantined ones: the first `nodes`
-        active, the rest spares (a pool short of slots after quarantines takes the lowest slots, quarantined or
-        not: nothing else is there)."""
+        active, the rest spares (a pool short of slots after quarantines -- fewer than `least`, default `nodes`
+        -- takes the lowest slots, quarantined or not: nothing else is there)."""
         slots = sorted({*range(nodes + spares), *known})
         free = [s for s in slots if s not in quarantined]
-        if len(free) < nodes:
+        if len(free) < (least or nodes):
             free = slots
         return cls(tuple(free[:nodes]), tuple(free[nodes:]), tuple(sorted(quarantined)))
 
@@ -85,7 +111,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str                     # restart | replace | stop
+    action: str                     # restart | replace | shrink | grow | stop
     pool: Pool                      # the slots of the next attempt (stop: the pool as it ends)
     why: str                        # one line
     strikes: dict[int, int] = field(default_factory=dict)     # every slot's strikes after this failure
@@ -111,42 +137,67 @@ def failure_of(ff: dict[str, Any] | None, pool: Pool, what: str = "") -> Failure
 
 
 def decide(failure: Failure | None, pool: Pool, strikes: dict[int, int], quarantine_after: int,
-           restarts_left: int) -> Decision:
+           restarts_left: int, bounds: tuple[int, int] | None = None) -> Decision:
     """What follows a failed attempt. The failing slot gets a strike; at `quarantine_after` strikes it is
     quarantined. A slot that is quarantined or whose failure points at it (agent died, lost, hung) is replaced
     by the first spare: the survivors keep their order (node 0 the first of them) and the spare comes last. No
-    spare: a quarantined slot stops the run, another restarts on the same slots. No restart left: stop."""
+    spare: the run shrinks to the survivors while they are at least MIN (bounds: --nodes MIN:MAX; a lost slot is
+    benched, not quarantined); else a quarantined slot stops the run, another restarts on the same slots. A
+    restart below MAX takes idle (benched) slots back, up to MAX. No restart left: stop."""
     strikes = dict(strikes)
+    low, high = bounds or (len(pool.active), len(pool.active))
     if failure is None:
-        return _restart_or_stop(pool, strikes, restarts_left, (), "no node named by the failure")
+        return _restart_or_stop(pool, strikes, restarts_left, (), "no node named by the failure", high=high)
     slot = failure.slot
     strikes[slot] = strikes.get(slot, 0) + 1
     n = strikes[slot]
     points, said = KINDS[failure.kind]
     struck = f"slot {slot}: {said}, strike {n} of {quarantine_after}"
+    fewer = len(pool.active) - 1
+    shrink = f"shrink to {fewer} node{'s' if fewer != 1 else ''} (--nodes {low}:{high})"
     if n >= quarantine_after:
         pool = replace(pool, quarantined=tuple(sorted({*pool.quarantined, slot})))
-        if not pool.spares:
+        if not pool.spares and fewer < low:
             return Decision("stop", pool, f"{struck}: quarantined, and no spare left", strikes, (slot,))
+        if not pool.spares:
+            return _restart_or_stop(_swap(pool, slot), strikes, restarts_left, (slot,),
+                                    f"{struck}: quarantined, and no spare left: {shrink}", "shrink", high, (slot,))
         return _restart_or_stop(_swap(pool, slot), strikes, restarts_left, (slot,),
-                                f"{struck}: quarantined; replaced by spare slot {pool.spares[0]}", "replace")
+                                f"{struck}: quarantined; replaced by spare slot {pool.spares[0]}", "replace", high)
     if points and pool.spares:
         return _restart_or_stop(_swap(pool, slot, bench=True), strikes, restarts_left, (),
-                                f"{struck}: replaced by spare slot {pool.spares[0]}", "replace")
+                                f"{struck}: replaced by spare slot {pool.spares[0]}", "replace", high, (slot,))
+    if points and fewer >= low:
+        return _restart_or_stop(_swap(pool, slot, bench=True), strikes, restarts_left, (),
+                                f"{struck}: no spare left: {shrink}", "shrink", high, (slot,))
     why = f"{struck}: restart on the same slots" + (" (no spare left)" if points else "")
-    return _restart_or_stop(pool, strikes, restarts_left, (), why)
+    return _restart_or_stop(pool, strikes, restarts_left, (), why, high=high)
 
 
 def _restart_or_stop(pool: Pool, strikes: dict[int, int], restarts_left: int, quarantined: tuple[int, ...],
-                     why: str, action: str = "restart") -> Decision:
+                     why: str, action: str = "restart", high: int = 0, benched: tuple[int, ...] = ()) -> Decision:
+    grown = grow(pool, high, benched)
+    if grown != pool:
+        back = grown.active[len(pool.active):]
+        why += f"; slot{'s' if len(back) > 1 else ''} {', '.join(map(str, back))} back: {len(grown.active)} nodes"
+        pool, action = grown, "grow" if action == "restart" else action
     if restarts_left <= 0:
         return Decision("stop", pool, f"{why}; but no restart left (--max-restarts)", strikes, quarantined)
     return Decision(action, pool, why, strikes, quarantined)
 
 
+def grow(pool: Pool, high: int, benched: tuple[int, ...] = ()) -> Pool:
+    """The pool with idle spares (never quarantined) taken back into the active ones, last, up to `high` nodes
+    (--nodes MIN:MAX: a shrunk run grows back to MAX at a restart); `benched`: slots that stay out (benched
+    by this very decision)."""
+    back = tuple(s for s in pool.spares if s not in benched)[:max(0, high - len(pool.active))]
+    return replace(pool, active=pool.active + back, spares=tuple(s for s in pool.spares if s not in back))
+
+
 def _swap(pool: Pool, slot: int, bench: bool = False) -> Pool:
-    """The pool with `slot` out of the active ones and the first spare in, last. bench: the slot is not
-    quarantined, it goes to the back of the spares (a later replacement may take it again)."""
+    """The pool with `slot` out of the active ones and the first spare in, last (none left: one node fewer).
+    bench: the slot is not quarantined, it goes to the back of the spares (a later replacement may take it
+    again)."""
     active = tuple(s for s in pool.active if s != slot) + pool.spares[:1]
     spares = pool.spares[1:] + ((slot,) if bench else ())
     return replace(pool, active=active, spares=spares)

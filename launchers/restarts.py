@@ -1,5 +1,6 @@
 """The attempts of a run whose launcher owns its restarts (local, SSH): after a failed one the recovery policy
-decides (launchers.recovery: restart on the same node slots, replace one by a spare, or stop), the node ledger
+decides (launchers.recovery: restart on the same node slots, replace one by a spare, shrink to the survivors or
+grow back to MAX with --nodes MIN:MAX, or stop), the node ledger
 keeps it with the times of the fault, its detection and the decision (launchers.nodeledger), and the next
 attempt runs on the pool's slots from checkpoints/latest, a new attempt of the same run (run.yaml `by: policy`).
 As each attempt ends, status.json gets the recovery timeline of every restart so far (launchers.timeline).
@@ -38,7 +39,7 @@ def run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_lef
         record_timeline(rd)                      # before the next attempt's heartbeats replace this one's
         attempt = len(rd.read_run_yaml()["attempts"])
         plan = plan_on(backend, spec, rd.run_id, attempt, decision.pool)
-        rd.add_attempt(spec, dict(plan.record(), by=timeline.BY_POLICY))
+        rd.add_attempt(plan.spec, dict(plan.record(), by=timeline.BY_POLICY))     # its nodes: the pool's
         code = backend.start(plan, rd)
     record_timeline(rd)
     st = rd.unrecorded or rd.read_status()     # the verdict, also when a full disk kept it from status.json
@@ -64,9 +65,10 @@ def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, r
     """The policy's decision on a failed attempt, written into the node ledger with the times of the fault,
     its detection and the decision (a full disk: said, not fatal)."""
     led = nodeledger.read(rd.path)
-    pool = nodeledger.pool_for(led, spec.nodes, spec.spares)
+    pool = pool_of(spec, led)
     failure = recovery.failure_of(ff, pool, describe_failure(ff))
-    decision = recovery.decide(failure, pool, nodeledger.strikes(led), spec.quarantine_after, restarts_left)
+    decision = recovery.decide(failure, pool, nodeledger.strikes(led), spec.quarantine_after, restarts_left,
+                               (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None)
     times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": time.time()}
     try:
         nodeledger.record(rd.path, led, attempt, pool, failure, rd.read_status().get("nodes") or {}, decision,
@@ -76,9 +78,19 @@ def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, r
     return decision
 
 
+def pool_of(spec: JobSpec, led: dict[str, Any] | None, resume: bool = False) -> recovery.Pool:
+    """The pool of the run's last attempt (the ledger's; quarantined slots left out); resume: `launch resume`'s,
+    where a run of --nodes MIN:MAX takes its idle slots back, up to MAX."""
+    pool = nodeledger.pool_for(led, spec.max_nodes or spec.nodes, spec.spares, spec.min_nodes)
+    return recovery.grow(pool, spec.max_nodes) if resume and spec.min_nodes else pool
+
+
 def plan_on(backend: Backend, spec: JobSpec, run_id: str, attempt: int, pool: recovery.Pool):
-    """An attempt's plan; a backend that takes --spares (local, ssh) gets the pool's active slots, in node order."""
-    if spec.spares:
+    """An attempt's plan; a backend that takes --spares or --nodes MIN:MAX (local, ssh) gets the pool's active
+    slots, in node order; with MIN:MAX the world is that many nodes (NNODES, WORLD_SIZE; the workloads reshard)."""
+    if spec.min_nodes:
+        spec = spec.replace(nodes=len(pool.active))
+    if spec.spares or spec.min_nodes:
         return backend.plan(spec, run_id, attempt=attempt, slots=list(pool.active))
     return backend.plan(spec, run_id, attempt=attempt)
 

@@ -71,7 +71,9 @@ class Opt:
 S, I, B, L = (str,), (int,), (bool,), (list,)
 
 COMMON: tuple[Opt, ...] = (
-    Opt("nodes", I, "Number of nodes (default 1)."),
+    Opt("nodes", I, "Number of nodes (default 1), or MIN:MAX: start on MAX; with no spare left a node that must "
+        "leave shrinks the run to the survivors (never below MIN, resharded from checkpoints/latest), and a "
+        "later restart grows it back to MAX (local, ssh)."),
     Opt("gpus_per_node", I, "Processes per node (= GPUs; default 1)."),
     Opt("run_dir", S, "Exact run directory (default: <runs root>/<name>-<time>).", in_profile=False),
     Opt("name", S, "Run name (default: from the program)."),
@@ -83,8 +85,8 @@ COMMON: tuple[Opt, ...] = (
         flag="--secret"),
     Opt("profile", S, "YAML profile; flags override its values.", in_profile=False),
     Opt("master_port", I, "Rendezvous port (default: derived from the run id)."),
-    Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times (default 0; with --spares K: "
-        "K + 1)."),
+    Opt("max_restarts", I, "Restart the whole job from checkpoints/latest K times (default 0; with --spares K "
+        "and --nodes MIN:MAX: K + MAX - MIN + 1)."),
     Opt("spares", I, "K idle spare nodes: a node that fails in a way that points at it (its agent or host died, "
         "it went silent or hung, or it failed --quarantine-after times) is replaced by one, from "
         "checkpoints/latest, in the same run (default 0; local only for now)."),

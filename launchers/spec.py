@@ -19,7 +19,7 @@ from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-MAX_NODES = 65536                   # --nodes, the hosts of a hostfile
+MAX_NODES = recovery.MAX_NODES      # --nodes, the hosts of a hostfile
 MAX_PER_NODE = 1024                 # --gpus-per-node, a hostfile's slots=
 MAX_NAME = 200                      # --name: a run dir's name adds -<time>-<random> (NAME_MAX is 255)
 
@@ -38,6 +38,8 @@ class JobSpec:
     master_port: int | None = None
     max_restarts: int = 0
     spares: int = 0                             # --spares: idle node slots a failed node is replaced by (recovery)
+    min_nodes: int = 0                          # --nodes MIN:MAX: the run may shrink to MIN nodes (0: no range)
+    max_nodes: int = 0                          # ... and grows back to MAX (nodes: this attempt's count)
     quarantine_after: int = 2                   # --quarantine-after: strikes that quarantine a node slot
     dist_backend: str = "auto"
     python: str = field(default_factory=lambda: sys.executable)
@@ -319,9 +321,8 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         given = flags.get(key) is not None or key not in prof
         return "--" + key.replace("_", "-") if given else f"profile {profile!r}: {key}"
 
-    nodes = positive_int(said("nodes"), pick("nodes", 1), maximum=MAX_NODES)
+    restarts = recovery.options(backend, pick, said)      # nodes (a range), max_restarts, spares, quarantine_after
     gpn = positive_int(said("gpus_per_node"), pick("gpus_per_node", 1), maximum=MAX_PER_NODE)
-    restarts = recovery.options(backend, pick, said)      # max_restarts, spares, quarantine_after
     dist = check_choice(said("dist_backend"), str(pick("dist_backend", "auto")), DIST_BACKENDS)
     port = pick("master_port")
     port = parse_port(port, said("master_port")) if port is not None else None
@@ -351,7 +352,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     run_dir = layout.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"))
     snap = snapshot.store_for(run_dir, layout.runs_root(pick("runs_root"))) if pick("snapshot", backend == "slurm") else ""
     return JobSpec(
-        backend=backend, nodes=nodes, gpus_per_node=gpn, program=program, program_args=args,
+        backend=backend, gpus_per_node=gpn, program=program, program_args=args,
         run_dir=run_dir, name=name, env=tuple(env.items()), nccl_preset=str(pick("nccl_preset", "") or ""),
         master_port=port, dist_backend=dist, **restarts,
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),

@@ -81,6 +81,11 @@ CASES = [
     Case("nodes-word", local("--nodes", "two"), ("'two'", "an integer")),
     Case("nodes-float", local("--nodes", "1.5"), ("'1.5'", "an integer")),
     Case("nodes-huge", local("--nodes", "99999999999999999999"), ("99999999999999999999", "1-65536")),
+    Case("nodes-range-min-over-max", local("--nodes", "2:1"), ("--nodes '2:1'", "MIN 2 is more than MAX 1", "MIN:MAX")),
+    Case("nodes-range-min-0", local("--nodes", "0:2"), ("--nodes '0:2'", "integers 1-65536", "MIN:MAX")),
+    Case("nodes-range-word", local("--nodes", "1:two"), ("--nodes '1:two'", "MIN:MAX")),
+    Case("nodes-range-three", local("--nodes", "1:2:3"), ("--nodes '1:2:3'", "MIN:MAX")),
+    Case("nodes-range-slurm", slurm("--nodes", "1:2"), ("--nodes 1:2", "not yet on this backend (slurm)", "launch local")),
     Case("gpn-0", local("--gpus-per-node", "0"), ("--gpus-per-node '0'", "1-1024")),
     Case("gpn-huge", local("--gpus-per-node", "5000"), ("'5000'", "1-1024")),
     Case("max-restarts-neg", local("--max-restarts", "-1"), ("'-1'", ">= 0")),
@@ -146,6 +151,7 @@ CASES = [
     Case("profile-unknown-backend-key", **prof("slurm: {partishun: gpu}\n"), needles=("partishun", "accepted: ")),
     Case("profile-nodes-str", **prof("nodes: two\n"), needles=("p.yaml", "nodes 'two'", "an integer 1-65536")),
     Case("profile-nodes-bool", **prof("nodes: true\n"), needles=("True", "expected int")),
+    Case("profile-nodes-range-float", **prof('nodes: "1:2.5"\n'), needles=("p.yaml", "nodes '1:2.5'", "MIN:MAX")),
     Case("profile-cpu-bind-list", **prof("cpu_bind: [cores]\n"), needles=("cpu_bind", "['cores']", "expected str")),
     Case("profile-stop-signal-usr1", **prof("stop_signal: SIGUSR1\n"), needles=("'SIGUSR1'", "SIGTERM, SIGINT")),
     Case("profile-python-list", **prof("python: [python3, -u]\n"), needles=("python", "['python3', '-u']",
@@ -167,7 +173,7 @@ CASES = [
     # ---------------------------------------------------------------- one parser per kind of value (issue 21 item 7)
     *[Case(f"profile-nodes-{k}", **prof(f"nodes: {v}\n"), needles=("p.yaml", "nodes", repr(v), "plain decimal"))
       for k, v in (("octal", "010"), ("hex", "0x10"), ("underscore", "1_0"), ("plus", "+2"), ("binary", "0b10"),
-                   ("sexagesimal", "1:20"))],
+                   ("sexagesimal", "1:20:30"))],       # 1:20 is a range (--nodes MIN:MAX)
     Case("profile-nodes-fullwidth", **prof("nodes: \uff12\n"), needles=("p.yaml", "nodes '\uff12'", "plain decimal")),
     Case("profile-port-plus", **prof("master_port: +29500\n"), needles=("p.yaml", "master_port", "'+29500'", "1024-65535")),
     Case("profile-port-range", **prof("master_port: 80\n"), needles=("p.yaml", "master_port", "80", "1024-65535")),

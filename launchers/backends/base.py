@@ -48,16 +48,21 @@ class Plan:
             out += ["", "# ---- sbatch script ----", self.script.rstrip("\n"), "# ---- end of sbatch script ----"]
         for nc in self.nodes:
             where = f" on {self.hosts[nc.node_rank]}" if self.hosts else ""
-            where += f" (slot {self.slots[nc.node_rank]})" if self.spec.spares else ""
+            where += f" (slot {self.slots[nc.node_rank]})" if self.spec.spares or self.spec.min_nodes else ""
             out += ["", f"# node {nc.node_rank}{where}:", nc.shell()]
         return "\n".join(out) + "\n"
 
     def spares_lines(self) -> list[str]:
-        """--spares: how many, when a node is quarantined, the restart budget (launchers.recovery)."""
-        if not self.spec.spares:
-            return []
-        return [f"# spares:  {self.spec.spares} idle node slot(s); a node is quarantined at "
-                f"{self.spec.quarantine_after} strikes; at most {self.spec.max_restarts} restarts"]
+        """--spares: how many, when a node is quarantined, the restart budget; --nodes MIN:MAX: the range
+        (launchers.recovery)."""
+        spec, out = self.spec, []
+        if spec.min_nodes:
+            out.append(f"# nodes:   {spec.nodes} of {spec.min_nodes}:{spec.max_nodes}: with no spare left a node "
+                       f"that must leave shrinks the run (never below {spec.min_nodes}); a restart grows it back")
+        if spec.spares or spec.min_nodes:
+            out.append(f"# spares:  {spec.spares} idle node slot(s); a node is quarantined at "
+                       f"{spec.quarantine_after} strikes; at most {spec.max_restarts} restarts")
+        return out
 
     def cpu_bind_lines(self) -> list[str]:
         """Each local rank's CPUs where the plan knows the nodes' topology (this machine), else how it is decided."""

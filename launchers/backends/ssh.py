@@ -101,12 +101,12 @@ class SSHBackend(Backend):
 
     # ------------------------------------------------------------------ plan (pure: no network)
     def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> SSHPlan:
-        """slots: the pool's slots the nodes run on, in node order (--spares: launchers.recovery); slot k is the
-        k-th host, node 0 (the master) the host of slots[0]. Default: the first hosts, every one when --nodes is
-        not given (less the spares)."""
+        """slots: the pool's slots the nodes run on, in node order (--spares, --nodes MIN:MAX: launchers.recovery;
+        one node per slot); slot k is the k-th host of MAX + spares, node 0 (the master) the host of slots[0].
+        Default: the first hosts, every one when --nodes is not given (less the spares)."""
         opts, settings = spec.opts, _settings(spec.opts)
-        nodes, pool = pool_hosts(hosts_from_options(opts), spec.nodes if "nodes" in spec.explicit else None,
-                                 spec.spares)
+        nodes, pool = pool_hosts(hosts_from_options(opts), (spec.max_nodes or spec.nodes) if "nodes" in
+                                 spec.explicit else None, spec.spares)      # --nodes MIN:MAX: MAX's hosts
         slots = list(slots) if slots is not None else list(range(nodes))
         if bad := [s for s in slots if not 0 <= s < len(pool)]:
             raise LaunchError(f"node slot {bad[0]} has no host: the pool has {len(pool)} hosts (--nodes + --spares)")
@@ -118,7 +118,7 @@ class SSHBackend(Backend):
                 raise LaunchError(f"hosts have different slots= ({', '.join(map(str, sorted(counts)))}); "
                                   "torchrun needs the same count per node: give --gpus-per-node")
             gpn = counts.pop()
-        spec = spec.replace(nodes=nodes, gpus_per_node=gpn, explicit=("nodes", "gpus_per_node"))
+        spec = spec.replace(nodes=len(slots), gpus_per_node=gpn, explicit=("nodes", "gpus_per_node"))
         node_dir = spec.run_dir
         if opts.get("shared_storage") is False and spec.hang_timeout:
             raise LaunchError("--hang-timeout needs the run dir on shared storage (the hosts' progress meets "
