@@ -1,0 +1,74 @@
+"""Chaos benchmark (issue 23 item 9): the same training run twice on `launch local` (2 simulated nodes x 1 rank,
+2 spares, the convnet with a per-step delay so it lasts minutes), once undisturbed and once while a killer SIGKILLs
+a random rank program or torchrun agent of the run every T seconds. Prints the effective training time (the
+undisturbed run's wall time / the disturbed run's, for the same steps: the share of the wall time spent on steps
+that count), the mean recovery time (detection to first step, from status.json's recovery timeline) and whether
+every restart came from the policy (no person). Usage: .venv/bin/python bench/chaos.py [T seconds, default 60]
+[steps, default 1200]. Not run by `make bench` (minutes); run by hand."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from launchers import procs                          # noqa: E402
+from launchers.hang.sample import rank_programs     # noqa: E402
+
+LAUNCH = os.path.join(os.path.dirname(sys.executable), "launch")
+
+
+def run(d: str, name: str, steps: int, every: float, seed: int) -> tuple[float, dict, list[str]]:
+    run_dir = os.path.join(d, name)
+    argv = [LAUNCH, "local", "--nodes", "2", "--gpus-per-node", "1", "--spares", "2", "--max-restarts", "1000",
+            "--quarantine-after", "1000", "--run-dir", run_dir, "--", "-m", "workloads.convnet", "--dataset",
+            "digits", "--max-steps", str(steps), "--checkpoint-every", "50", "--step-delay", "0.1", "--log-every",
+            "50", "--no-tensorboard"]
+    rng, kills, t0 = random.Random(seed), [], time.monotonic()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=d)
+    next_kill = t0 + every if every else float("inf")
+    while p.poll() is None:
+        time.sleep(0.5)
+        if time.monotonic() < next_kill:
+            continue
+        next_kill = time.monotonic() + every
+        try:
+            with open(os.path.join(run_dir, "run.yaml")) as f:
+                run_id = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("run_id:"))
+        except (OSError, StopIteration):
+            continue
+        victims = [("worker", pid) for pid, _ in rank_programs(run_id).values()]
+        victims += [("agent", pid) for pid in procs.agent_pids(run_id)]
+        if victims:
+            kind, pid = rng.choice(victims)
+            procs.kill(pid, signal.SIGKILL)
+            kills.append(kind)
+    wall = time.monotonic() - t0
+    with open(os.path.join(run_dir, "status.json")) as f:
+        return wall, json.load(f), kills
+
+
+def main() -> int:
+    every = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 1200
+    with tempfile.TemporaryDirectory() as d:
+        ref_wall, ref, _ = run(d, "calm", steps, 0, 0)
+        wall, st, kills = run(d, "chaos", steps, every, 7)
+    rec = st.get("recovery") or []
+    times = [r["detection_to_first_step_s"] for r in rec if r.get("detection_to_first_step_s") is not None]
+    mean = sum(times) / len(times) if times else float("nan")
+    people = sum(1 for r in rec if r.get("person") == "yes")
+    print(f"chaos: one kill every {every:.0f} s, {steps} steps; undisturbed {ref['state']} in {ref_wall:.0f} s, "
+          f"disturbed {st['state']} in {wall:.0f} s after {len(kills)} kills ({kills.count('worker')} workers, "
+          f"{kills.count('agent')} agents), {len(rec)} restarts")
+    print(f"chaos: effective training time {ref_wall / wall:.2f} (undisturbed / disturbed wall); mean recovery "
+          f"(detection -> first step) {mean:.1f} s over {len(times)}; restarts needing a person: {people}")
+    return 0 if st["state"] == ref["state"] == "COMPLETED" and people == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
