@@ -37,11 +37,33 @@ class SSHSettings:
         return float(self.timeout or h.connect_timeout or DEFAULT_TIMEOUT)
 
 
+def jump_hops(h: ResolvedHost, s: SSHSettings) -> list[ResolvedHost]:
+    """h's ProxyJump hops from the ssh config, first hop first, each resolved through it. Fabric would open them
+    itself with its AutoAddPolicy (a jump host's key never checked); make_connection opens them as every host,
+    RejectPolicy and our known_hosts. A first hop with a ProxyJump of its own is refused (Fabric again)."""
+    proxy = str(h.ssh_options.get("proxyjump", "")).strip()
+    if not proxy or proxy.lower() == "none":
+        return []
+    from .hostfile import HostEntry, parse_host_word, resolve
+    hops = []
+    for word in (w.strip() for w in proxy.split(",")):
+        name, user, port = parse_host_word(word, f"host {h.label}: the ssh config's ProxyJump")
+        hops.append(resolve([HostEntry(word=word, name=name, user=user, port=port)], s.ssh_config)[0])
+    if str(hops[0].ssh_options.get("proxyjump", "none")).strip().lower() != "none":
+        raise LaunchError(f"host {h.label}: jump host {hops[0].entry.word} has a ProxyJump of its own in the ssh "
+                          "config; accepted: one ProxyJump line listing every hop, first hop first")
+    return hops
+
+
 def make_connection(h: ResolvedHost, s: SSHSettings, gateway=None):
-    """A Connection to h (gateway: the verified Connection of the hop before it, for a jump host)."""
+    """A Connection to h (gateway: the verified Connection of the hop before it, for a jump host; none given: the
+    ssh config's ProxyJump hops, each verified: jump_hops)."""
     import fabric
     import paramiko
 
+    if gateway is None:
+        for hop in jump_hops(h, s):
+            gateway = make_connection(hop, s, gateway=gateway)
     t = s.timeout_for(h)
     kw = {"banner_timeout": t, "auth_timeout": t}
     if s.identity:

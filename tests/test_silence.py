@@ -50,3 +50,29 @@ def test_an_ended_host_is_not_judged_and_the_reason_says_how_long():
     ended: dict = {}
     s.check(ended)          # now is real time: every host looks silent alike since T0, far past ALL_QUIET_S
     assert set(ended) == {0, 1, 2} and all(v[2].startswith("lost: silent for ") for v in ended.values())
+
+
+def test_a_proxyjump_hop_is_opened_by_us_with_host_keys_checked(tmp_path):
+    """`launch ssh` to a host behind ProxyJump: the jump host's Connection is ours (RejectPolicy, our known_hosts),
+    never Fabric's own (AutoAddPolicy); a first hop with its own ProxyJump is refused in one line. No network."""
+    import paramiko
+
+    from launchers.errors import LaunchError
+    from launchers.hostfile import HostEntry, resolve
+    from launchers.sshconn import SSHSettings, make_connection
+
+    cfg = tmp_path / "cfg"
+    cfg.write_text("Host inner\n  HostName 10.9.9.2\n  ProxyJump bob@bastion:2222,mid\nHost bastion\n  HostName 10.9.9.1\n"
+                   "Host mid\n  HostName 10.9.9.3\nHost loop\n  ProxyJump bad\nHost bad\n  ProxyJump bastion\n")
+    s = SSHSettings(ssh_config=str(cfg), known_hosts=None, identity=None)
+    inner = resolve([HostEntry(word="inner", name="inner")], str(cfg))[0]
+    c = make_connection(inner, s)
+    mid = c.gateway
+    assert (mid.host, mid.port) == ("10.9.9.3", 22) and (mid.gateway.host, mid.gateway.port, mid.gateway.user) == (
+        "10.9.9.1", 2222, "bob") and mid.gateway.gateway is None
+    for conn in (c, mid, mid.gateway):
+        assert isinstance(conn.client._policy, paramiko.RejectPolicy)
+    loop = resolve([HostEntry(word="loop", name="loop")], str(cfg))[0]
+    with pytest.raises(LaunchError) as e:
+        make_connection(loop, s)
+    assert "jump host bad has a ProxyJump of its own" in str(e.value) and "\n" not in str(e.value)
