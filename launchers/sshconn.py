@@ -37,10 +37,11 @@ class SSHSettings:
         return float(self.timeout or h.connect_timeout or DEFAULT_TIMEOUT)
 
 
-def jump_hops(h: ResolvedHost, s: SSHSettings) -> list[ResolvedHost]:
+def jump_hops(h: ResolvedHost, s: SSHSettings, check_first: bool = True) -> list[ResolvedHost]:
     """h's ProxyJump hops from the ssh config, first hop first, each resolved through it. Fabric would open them
     itself with its AutoAddPolicy (a jump host's key never checked); make_connection opens them as every host,
-    RejectPolicy and our known_hosts. A first hop with a ProxyJump of its own is refused (Fabric again)."""
+    RejectPolicy and our known_hosts. A first hop with a ProxyJump of its own is refused (Fabric again) unless
+    check_first is False (the caller refuses it in its own words)."""
     proxy = str(h.ssh_options.get("proxyjump", "")).strip()
     if not proxy or proxy.lower() == "none":
         return []
@@ -49,7 +50,7 @@ def jump_hops(h: ResolvedHost, s: SSHSettings) -> list[ResolvedHost]:
     for word in (w.strip() for w in proxy.split(",")):
         name, user, port = parse_host_word(word, f"host {h.label}: the ssh config's ProxyJump")
         hops.append(resolve([HostEntry(word=word, name=name, user=user, port=port)], s.ssh_config)[0])
-    if str(hops[0].ssh_options.get("proxyjump", "none")).strip().lower() != "none":
+    if check_first and str(hops[0].ssh_options.get("proxyjump", "none")).strip().lower() != "none":
         raise LaunchError(f"host {h.label}: jump host {hops[0].entry.word} has a ProxyJump of its own in the ssh "
                           "config; accepted: one ProxyJump line listing every hop, first hop first")
     return hops

@@ -127,14 +127,11 @@ def route_hosts(c: Cluster) -> list[ResolvedHost]:
     """The hops to the login node, first hop first, then the login node, each resolved through the ssh config.
     Without `jump:`, the login's ssh-config ProxyJump is followed here, each hop verified (Fabric's own ProxyJump
     would open the hops with its AutoAddPolicy); the first hop's own ProxyJump is refused for the same reason."""
-    from ...clusters import jump_entry
     from ...hostfile import resolve
+    from ...sshconn import jump_hops
     login = resolve([c.login_entry], c.ssh_config)[0]
-    jumps = list(c.jump)
-    proxy = str(login.ssh_options.get("proxyjump", ""))
-    if not jumps and proxy and proxy.lower() != "none":
-        jumps = [jump_entry(w.strip(), f"ssh config ProxyJump of {c.login}") for w in proxy.split(",")]
-    hops = [resolve([j], c.ssh_config)[0] for j in jumps]
+    hops = ([resolve([j], c.ssh_config)[0] for j in c.jump] if c.jump else
+            jump_hops(login, settings(c), check_first=False))
     if hops and str(hops[0].ssh_options.get("proxyjump", "none")).lower() != "none":
         raise LaunchError(f"cluster {c.name}: jump host {hops[0].entry.word} has its own ProxyJump in the ssh config; "
                           "accepted: every hop listed in the cluster's jump: (first hop first)")
