@@ -180,6 +180,21 @@ ensure_host_key() {  # one ed25519 host key per host, kept across revive and re-
   [[ -f $d/ssh_host_ed25519_key ]] || ssh-keygen -q -t ed25519 -N '' -C "$(name_of "$1")-hostkey" -f "$d/ssh_host_ed25519_key"
 }
 
+root_bashrc() { echo "$(getent passwd root | cut -d: -f6)/.bashrc"; }  # the hosts log in as root
+
+host_bashrc() {  # host_bashrc DIR: the hosts' own ~/.bashrc (bind-mounted over this machine's on each host)
+  # bash reads ~/.bashrc for every command sshd runs. This machine's runs `pyenv init`, which runs `pyenv rehash`
+  # under a lock file in the one ~/.pyenv all hosts share: a host killed mid-rehash (kill-host, a test's SIGKILL
+  # sweep) leaves the lock behind, and from then on every shell on every host waits 60 s for it (PYENV_REHASH_TIMEOUT)
+  # -- every ssh command of every later test. The hosts' copy is the same file with those eval lines commented out
+  # (PATH kept); 5-10 processes fewer per ssh command too.
+  local rc; rc=$(root_bashrc)
+  rm -f "$1/bashrc"
+  [[ -f $rc ]] || return 0
+  sed -E 's/^([[:space:]]*eval[[:space:]].*pyenv[[:space:]].*init.*)$/# (a test host does not run this: clusters\/ssh-hosts.sh host_bashrc) \1/' \
+    "$rc" > "$1/bashrc"
+}
+
 host_sshd_up() {  # config, host key and sshd for host k (kept if already running)
   local k=$1 name ns ip d pid p
   name=$(name_of "$k"); ns=$(ns_of "$k"); ip=$(ip_of "$k"); d=$STATE/$name
@@ -208,6 +223,7 @@ AcceptEnv LANG LC_*
 Subsystem sftp /usr/lib/openssh/sftp-server
 EOF
   "$SSHD" -t -f "$d/sshd_config" || die "sshd rejects $d/sshd_config"
+  host_bashrc "$d"
   if pid=$(our_sshd_pid "$k"); then return 0; fi
   rm -f "$d/sshd.pid"
   # Own UTS, mount, IPC and PID namespaces, inherited by every session: hostname; a private
@@ -221,6 +237,7 @@ EOF
     mount -t tmpfs -o size=64k,mode=0755 lssh-hidden '$STATE/local'
     mount -t overlay lssh-etc -o 'lowerdir=/etc,upperdir=$d/etc/upper,workdir=$d/etc/work' /etc
     mount -t tmpfs -o mode=1777 lssh-shm /dev/shm
+    if [ -f '$d/bashrc' ]; then mount --bind '$d/bashrc' '$(root_bashrc)'; fi
     exec '$SSHD' -D -f '$d/sshd_config' -E '$d/sshd.log'" </dev/null >>"$d/sshd.log" 2>&1 9>&- &
   pid=
   for _ in $(seq 1 50); do

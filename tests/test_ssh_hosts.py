@@ -174,3 +174,27 @@ def test_cut_host_times_out_and_revive_restores_it():
 def test_fault_commands_reject_a_bad_host_number():
     p = hosts_cmd("kill-host", "7")
     assert p.returncode == 2 and "host '7' is not a test host" in p.stderr and len(p.stderr.splitlines()) == 1
+
+
+def test_a_stale_pyenv_rehash_lock_does_not_stall_the_hosts():
+    """bash reads root's ~/.bashrc for every command sshd runs; this machine's runs `pyenv init` -> `pyenv rehash`,
+    which waits up to 60 s for a lock file in the one ~/.pyenv every host shares. A host killed mid-rehash (kill-host,
+    a SIGKILL sweep) left that lock behind once in CI, and every later ssh command of the run then took 60 s. The
+    hosts read their own copy of the file with the pyenv eval lines commented out (clusters/ssh-hosts.sh
+    host_bashrc): with the lock planted, a command still answers at once."""
+    home = Path(os.path.expanduser("~root"))
+    rc = home / ".bashrc"
+    if not (rc.exists() and "pyenv init" in rc.read_text()):    # no pyenv here: the hosts' rc is the machine's
+        assert run("sshhost3", "cat ~/.bashrc 2>/dev/null || true") == (rc.read_text().strip() if rc.exists() else "")
+        return
+    lock = home / ".pyenv" / "shims" / ".pyenv-shim"
+    planted = not lock.exists()
+    if planted:
+        lock.write_text("#!/bin/sh\n# planted by tests/test_ssh_hosts.py: a stale pyenv rehash lock\n")
+    try:
+        t = time.monotonic()
+        assert run("sshhost3", "hostname") == "sshhost3"
+        assert time.monotonic() - t < 20, "the hosts' shells waited on pyenv's rehash lock"
+    finally:
+        if planted:
+            lock.unlink(missing_ok=True)
