@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import signal
+import threading
 import time
 
 import torch
@@ -179,10 +180,25 @@ def main() -> None:
     finally:
         if args.cleanup_seconds:
             cleanup(trainer.global_rank, args.cleanup_seconds, run_dir)
-        if torch.distributed.is_initialized():   # Lightning leaves the group up, also after its graceful
-            torch.distributed.destroy_process_group()   # shutdown: ended here, not by the interpreter's exit
-    print(f"DONE rank {trainer.global_rank} step {trainer.global_step}", flush=True)   # (gloo's threads torn
-    # down at exit aborted a rank after DONE with SIGABRT, "terminate called without an active exception")
+        ended = end_group()
+    print(f"DONE rank {trainer.global_rank} step {trainer.global_step}", flush=True)
+    if not ended:
+        os._exit(0)          # the group's threads are still up: the interpreter's exit would abort on them
+
+
+def end_group(timeout: float = 10.0) -> bool:
+    """Lightning leaves the process group up, also after its graceful shutdown: ended here, not by the interpreter's
+    exit (gloo's threads torn down at exit aborted a rank after DONE with SIGABRT, "terminate called without an
+    active exception"). After a stop, destroy_process_group once never returned on either rank (gloo, both ranks
+    past the same batch): bounded here, as a careful program bounds its shutdown. True: the group is gone."""
+    if not torch.distributed.is_initialized():
+        return True
+    t = threading.Thread(target=torch.distributed.destroy_process_group, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        print(f"destroy_process_group did not return within {timeout:g} s; leaving without it", flush=True)
+    return not t.is_alive()
 
 
 if __name__ == "__main__":
