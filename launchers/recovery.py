@@ -22,7 +22,8 @@ from .values import parse_int
 MAX_SPARES = 65536
 MAX_NODES = 65536                      # --nodes, the hosts of a hostfile
 QUARANTINE_AFTER = 2                   # --quarantine-after's default
-SPARES_ON = ("local", "ssh")          # the backends that carry out a replacement or a shrink (slurm: not yet)
+SPARES_ON = ("local", "ssh", "slurm")  # the backends that carry out a replacement by a spare
+RANGES_ON = ("local", "ssh")           # ... and a shrink (--nodes MIN:MAX; slurm: not yet)
 
 # how a first failure is told apart: its reason's start -> its kind (a rank's own record: "rank"; none of these,
 # without a rank: the node's agent ended on its own, "agent")
@@ -47,9 +48,10 @@ def options(backend: str, pick: Callable[..., Any], said: Callable[[str], str]) 
     if spares and backend not in SPARES_ON:
         raise LaunchError(f"{said('spares')} {spares} is not yet on this backend ({backend}); accepted: 0 here, "
                           f"or spares with {on}")
-    if low < nodes and backend not in SPARES_ON:
+    if low < nodes and backend not in RANGES_ON:
         raise LaunchError(f"{said('nodes')} {low}:{nodes} (a range) is not yet on this backend ({backend}); "
-                          f"accepted: a number of nodes here, or MIN:MAX with {on}")
+                          f"accepted: a number of nodes here, or MIN:MAX with "
+                          + ", ".join("launch " + b for b in RANGES_ON))
     given, extra = pick("max_restarts"), spares + nodes - low
     restarts = parse_int(said("max_restarts"), given, 0) if given is not None else (extra + 1 if extra else 0)
     ranged = (low, nodes) if low < nodes else (0, 0)

@@ -16,8 +16,9 @@ from .firstfail import describe as describe_failure
 from .rundir import TERMINAL, RunDir
 
 if TYPE_CHECKING:
-    from .backends.base import Backend
     from .spec import JobSpec
+
+Backend = Any      # launchers.backends.base.Backend (a layer above: the backends use this module too)
 
 
 def run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:
@@ -61,9 +62,9 @@ def record_timeline(rd: RunDir) -> None:
 
 
 def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, restarts_left: int,
-           detected: float | None = None) -> recovery.Decision:
+           detected: float | None = None, nodes: dict[str, Any] | None = None) -> recovery.Decision:
     """The policy's decision on a failed attempt, written into the node ledger with the times of the fault,
-    its detection and the decision (a full disk: said, not fatal)."""
+    its detection and the decision (a full disk: said, not fatal). nodes: each node's exit (default: status.json's)."""
     led = nodeledger.read(rd.path)
     pool = pool_of(spec, led)
     failure = recovery.failure_of(ff, pool, describe_failure(ff))
@@ -71,7 +72,7 @@ def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, r
                                (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None)
     times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": time.time()}
     try:
-        nodeledger.record(rd.path, led, attempt, pool, failure, rd.read_status().get("nodes") or {}, decision,
+        nodeledger.record(rd.path, led, attempt, pool, failure, nodes or rd.read_status().get("nodes") or {}, decision,
                           spec.quarantine_after, times)
     except OSError as e:
         print(f"launch: node ledger not written ({e.strerror or e})", file=sys.stderr)

@@ -114,7 +114,7 @@ OPTIONS = [("local", {}, opts()),
            ("local", {"spares": "-1"}, "--spares '-1' is out of range; give an integer 0-65536"),
            ("local", {"quarantine_after": "0"}, "--quarantine-after '0' is out of range"),
            ("ssh", {"spares": "1"}, opts(1, restarts=2)),
-           ("slurm", {"spares": "2"}, "--spares 2 is not yet on this backend (slurm)"),
+           ("slurm", {"spares": "2"}, opts(2, restarts=3)),                            # in the allocation
            ("local", {"nodes": "1:2"}, opts(restarts=2, nodes=2, low=1, high=2)),       # MIN:MAX: starts on MAX
            ("ssh", {"nodes": "2:4", "spares": "1"}, opts(1, restarts=4, nodes=4, low=2, high=4)),
            ("local", {"nodes": "2:2"}, opts(nodes=2)),                                 # no range: fixed
@@ -363,6 +363,25 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
     run = check_lemon("runs/lemon", reference_sha)
     assert [(a["hosts"], a["slots"]) for a in run["attempts"]] == [(["sshhost1", "sshhost2"], [0, 1])] * 2 + [
         (["sshhost1", "sshhost3"], [0, 2])]
+
+
+@pytest.mark.slurm
+def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bit_exact(workdir, reference_sha):
+    """The lemon on Slurm: --nodes 2 --spares 1 asks for 3 nodes (--no-kill); each attempt is an srun step on 2
+    of them, run by the batch step's loop (launchers.backends.slurm.steps). Slot 1 crashes at step 5 in every
+    attempt: a restart on the same nodes, then quarantined after 2 strikes and the spare node takes its place --
+    all in one Slurm job (no requeue, no new submission); bit-exact with the uninterrupted run."""
+    up = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
+    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
+                   "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = check_lemon("runs/lemon", reference_sha)
+    jobs = [a.get("slurm_job_id") for a in run["attempts"]]
+    assert len(set(jobs)) == 1 and jobs[0], jobs
+    hosts = [a["hosts"] for a in run["attempts"]]
+    assert hosts[0] == hosts[1] and hosts[2][0] == hosts[0][0] and hosts[2][1] not in hosts[0], hosts
+    assert [a.get("by") for a in run["attempts"]][1:] == [timeline.BY_POLICY] * 2
 
 
 T0 = 1764900000.0             # a fixed fault time (whole seconds: the stamps' milliseconds are exact)

@@ -65,3 +65,16 @@ def test_node_entry_bad_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         parse_args(argv)
     assert e.value.code == 2 and "usage: python -m launchers.backends.slurm.task" in capsys.readouterr().err
+
+
+def test_a_step_of_the_loop_over_attempts_ranks_its_nodes_by_the_hosts_it_was_given():
+    """--spares: the batch step's loop names each step's hosts in node-rank order (the first: node 0, the master)
+    and its attempt; a node's rank is its host's place in that list, not SLURM_NODEID (Slurm numbers a step's
+    nodes in the allocation's order); a node not in the list is one line naming it and the list."""
+    base = {"SLURM_JOB_ID": "7", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "lnode[1-3]"}
+    env = SlurmEnv.read({**base, "SLURMD_NODENAME": "lnode1", "LAUNCH_STEP_HOSTS": "lnode3,lnode1",
+                         "LAUNCH_STEP_ATTEMPT": "4"})
+    assert (env.step_node(), env.step_attempt, env.step_hosts) == (1, 4, ("lnode3", "lnode1"))
+    assert SlurmEnv.read(base).step_node() == 0 and SlurmEnv.read(base).step_attempt is None
+    with pytest.raises(NodelistError, match=r"this node \(lnode2\) is not one of the step's hosts \(lnode3,lnode1\)"):
+        SlurmEnv.read({**base, "SLURMD_NODENAME": "lnode2", "LAUNCH_STEP_HOSTS": "lnode3,lnode1"}).step_node()

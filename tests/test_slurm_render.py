@@ -72,6 +72,29 @@ def test_script_properties():
     assert "--gres=gpu:8" in gres and "--gpus-per-node" not in gres
 
 
+def test_spares_allocation_and_the_loop_over_steps():
+    """--spares K: the allocation holds nodes + K (--no-kill: a lost node does not end it); the batch script runs
+    the loop over attempts (one srun step each, recorded by the loop: no teardown line); a step runs on the hosts
+    it is given, one task per node, with the same srun flags as the one-step script."""
+    from dataclasses import replace
+
+    from launchers.backends.slurm.render import node_task_command, step_srun_argv
+    sp = replace(spec(partition="gpu"), nodes=2, spares=1)
+    text = render_sbatch(sp, base_attempt=3, header="h")
+    flags = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
+    assert "#SBATCH --nodes=3" in flags and "#SBATCH --no-kill" in flags and flags == sorted(flags)
+    cmd = text.rstrip("\n").splitlines()[-1]
+    assert cmd == "/opt/venv/bin/python -u -m launchers.backends.slurm.task steps /shared/runs/moe1 --base-attempt 3"
+    assert "finalize" not in text and "srun" not in text
+    argv = step_srun_argv(sp, ["lnode3", "lnode1"], node_task_command(sp.python, sp.run_dir, 3))
+    assert argv[:4] == ["srun", "--unbuffered", "--output", "/shared/runs/moe1/slurm/%j_%t_log.out"]
+    assert ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=lnode3,lnode1"] == argv[-12:-8]
+    assert argv[-8:] == ["/opt/venv/bin/python", "-u", "-m", "launchers.backends.slurm.task", "task",
+                         "/shared/runs/moe1", "--base-attempt", "3"]
+    plain = render_sbatch(replace(sp, spares=0), base_attempt=3, header="h")
+    assert "#SBATCH --nodes=2" in plain and "--no-kill" not in plain and "finalize" in plain
+
+
 @pytest.mark.parametrize("value,minutes", [("30", 30), ("04:00:00", 240), ("1-12:00:00", 2160), ("2-3", 3060),
                                            ("10:30", 11), ("UNLIMITED", 0)])
 def test_parse_time(value, minutes):

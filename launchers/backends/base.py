@@ -48,7 +48,7 @@ class Plan:
             out += ["", "# ---- sbatch script ----", self.script.rstrip("\n"), "# ---- end of sbatch script ----"]
         for nc in self.nodes:
             where = f" on {self.hosts[nc.node_rank]}" if self.hosts else ""
-            where += f" (slot {self.slots[nc.node_rank]})" if self.spec.spares or self.spec.min_nodes else ""
+            where += f" (slot {self.slots[nc.node_rank]})" if self.slots else ""
             out += ["", f"# node {nc.node_rank}{where}:", nc.shell()]
         return "\n".join(out) + "\n"
 

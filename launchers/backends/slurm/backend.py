@@ -63,6 +63,9 @@ class SlurmBackend(Backend):
         spec, cluster = on_cluster(spec)                     # --cluster: its run dir under the cluster's runs root
         resolved = resolve_for_nodes(spec)                   # bad options fail here, dry-run included
         env = SlurmEnv.read({} if cluster else None)         # a login node is never inside an allocation
+        if env.in_allocation and spec.spares:
+            raise LaunchError(f"--spares {spec.spares} inside an allocation (Slurm job {env.job_id}) is not taken yet; "
+                              "accepted: --spares 0 here, or --spares K from outside (the job's allocation holds them)")
         if env.in_allocation and spec.nodes > env.num_nodes:
             raise LaunchError(f"--nodes {spec.nodes} is larger than the current allocation (Slurm job "
                               f"{env.job_id}: {env.num_nodes} nodes, {env.nodelist or '?'})")
@@ -77,7 +80,10 @@ class SlurmBackend(Backend):
         else:
             script = render_sbatch(spec, base_attempt=attempt, header=header_for(sys.argv[1:], __version__))
         script += (f"\n# each node: LAUNCH_ATTEMPT = {attempt}"
-                   + ("" if env.in_allocation else " + SLURM_RESTART_COUNT") + "; NODE_RANK = SLURM_NODEID\n")
+                   + ("" if env.in_allocation else " + SLURM_RESTART_COUNT") + "; NODE_RANK = SLURM_NODEID\n"
+                   if not spec.spares else f"\n# {spec.nodes} of the {spec.nodes + spec.spares} nodes run each attempt, "
+                   "an srun step (spares idle); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its "
+                   "host's place in LAUNCH_STEP_HOSTS\n")
         return ClusterPlan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER_SHOWN, master_port=port,
                            dist_backend=dist, nodes=nodes, hosts=hosts, script=script,
                            route=route_lines(spec, cluster) if cluster else [])

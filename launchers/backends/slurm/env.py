@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from typing import Mapping
 
 
+# what the batch step's loop over attempts (launchers.backends.slurm.steps, --spares) tells each step's nodes
+STEP_HOSTS, STEP_ATTEMPT = "LAUNCH_STEP_HOSTS", "LAUNCH_STEP_ATTEMPT"
+
+
 class NodelistError(ValueError):
     """SLURM_JOB_NODELIST that does not parse."""
 
@@ -24,6 +28,9 @@ class SlurmEnv:
     restart_count: int          # SLURM_RESTART_COUNT: how often Slurm requeued the job
     step_id: str                # SLURM_STEP_ID
     array_task_id: str = ""     # SLURM_ARRAY_TASK_ID: this task's index in a job array (a sweep's run number)
+    node_name: str = ""         # SLURMD_NODENAME: this node's name in Slurm
+    step_hosts: tuple[str, ...] = ()    # LAUNCH_STEP_HOSTS: the hosts of this step in node-rank order (--spares)
+    step_attempt: int | None = None     # LAUNCH_STEP_ATTEMPT: the attempt this step runs (--spares)
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None) -> "SlurmEnv":
@@ -33,7 +40,9 @@ class SlurmEnv:
                    nodelist=e.get("SLURM_JOB_NODELIST", ""),
                    num_nodes=_int(e.get("SLURM_JOB_NUM_NODES") or e.get("SLURM_NNODES"), 1),
                    restart_count=_int(e.get("SLURM_RESTART_COUNT")), step_id=e.get("SLURM_STEP_ID", "0"),
-                   array_task_id=e.get("SLURM_ARRAY_TASK_ID", ""))
+                   array_task_id=e.get("SLURM_ARRAY_TASK_ID", ""), node_name=e.get("SLURMD_NODENAME", ""),
+                   step_hosts=tuple(h for h in e.get(STEP_HOSTS, "").split(",") if h),
+                   step_attempt=_int(e.get(STEP_ATTEMPT), -1) if e.get(STEP_ATTEMPT) else None)
 
     @property
     def in_allocation(self) -> bool:
@@ -46,6 +55,16 @@ class SlurmEnv:
 
     def hostnames(self) -> list[str]:
         return job_hostnames(self.nodelist)
+
+    def step_node(self) -> int:
+        """This node's rank in a step of the loop over attempts (its host's place in LAUNCH_STEP_HOSTS: the
+        step's first host is node 0, the master), else SLURM_NODEID."""
+        if not self.step_hosts:
+            return self.node_id
+        if self.node_name not in self.step_hosts:
+            raise NodelistError(f"this node ({self.node_name or 'SLURMD_NODENAME unset'}) is not one of the "
+                                f"step's hosts ({','.join(self.step_hosts)})")
+        return self.step_hosts.index(self.node_name)
 
 
 def _int(value: str | None, default: int = 0) -> int:

@@ -49,11 +49,12 @@ class NodeError(Exception):
 
 
 def slurm_node_command(spec: JobSpec, node: int, addr: str, port: Any, run_id: str, attempt: int, dist: str,
-                       agent_env: dict[str, str]) -> NodeCommand:
+                       agent_env: dict[str, str], slot: int | None = None) -> NodeCommand:
     """The builder's command, plus what the agent needs to pass stop signals on (shown in the dry-run), in the
-    job's container (launchers.container: a pyxis/OCI step is inside already, podman/apptainer wrap the agent)."""
+    job's container (launchers.container: a pyxis/OCI step is inside already, podman/apptainer wrap the agent).
+    slot: the node's place in the allocation when the run has spares (LAUNCH_NODE_SLOT)."""
     nc = node_command(spec, node_rank=node, master_addr=addr, master_port=port, run_id=run_id,
-                      attempt=attempt, dist_backend=dist)
+                      attempt=attempt, dist_backend=dist, slot=slot)
     return wrap(spec, NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=tuple({**dict(nc.env), **agent_env}.items()),
                                   secret=nc.secret), run_id)
 
@@ -138,9 +139,13 @@ class NodeRun:
 
     def __init__(self, run_dir: str, base_attempt: int, in_allocation: bool):
         self.env = SlurmEnv.read()
-        self.node, self.in_allocation = self.env.node_id, in_allocation
+        self.in_allocation, self.step_error = in_allocation, None
+        try:
+            self.node = self.env.step_node()      # a step of the loop over attempts (--spares): the step's order
+        except NodelistError as e:
+            self.node, self.step_error = self.env.node_id, str(e)
         self.restart = 0 if in_allocation else self.env.restart_count
-        self.attempt = base_attempt + self.restart
+        self.attempt = base_attempt + self.restart if self.env.step_attempt is None else self.env.step_attempt
         self.rd = RunDir(run_dir)
         self.here = layout.Presence(self.rd.path)       # the run dir as this node found it (watch_gone)
         self.ns = load_node_spec(self.rd, base_attempt)
@@ -164,7 +169,7 @@ class NodeRun:
             addr = master_address(hosts[0], hosts[1] if len(hosts) > 1 else None, spec.nodes)
             beacon = Beacon(addr)
             self.beacon = beacon                  # kept open while the node runs
-            key = f"slurm-{job}" + (f".{self.env.step_id}" if self.in_allocation else "")
+            key = f"slurm-{job}" + (f".{self.env.step_id}" if self.in_allocation or self.env.step_hosts else "")
             port = ports.choose_port(key, spec.master_port, addr)
             layout.present(self.rd.path)          # never recreates a removed run dir (its slurm/ folder)
             layout.atomic_write(path, json.dumps({"addr": addr, "port": port, "beacon": beacon.port,
@@ -175,13 +180,18 @@ class NodeRun:
         return info["addr"], info["port"]
 
     def command(self, k: int, addr: str, port: Any) -> NodeCommand:
-        ns = self.ns
-        return slurm_node_command(ns.spec, k, addr, port, ns.run_id, self.attempt, ns.dist_backend, ns.agent_env)
+        ns, slot = self.ns, None
+        if self.env.step_hosts:                  # --spares: node k's host's place in the allocation
+            slot = self.env.hostnames().index(self.env.step_hosts[k])
+        return slurm_node_command(ns.spec, k, addr, port, ns.run_id, self.attempt, ns.dist_backend, ns.agent_env,
+                                  slot)
 
     def start(self) -> int:
         """Rendezvous, start the agent, record, wait; the agent's exit code."""
+        if self.step_error:
+            raise NodeError(self.step_error)
         try:
-            hosts = self.env.hostnames()
+            hosts = list(self.env.step_hosts) or self.env.hostnames()
         except NodelistError as e:
             raise NodeError(str(e)) from None
         if len(hosts) < self.ns.spec.nodes:

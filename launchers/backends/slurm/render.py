@@ -128,7 +128,7 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     extra = dict(so["extra"])
     params: dict[str, Any] = {
         "job_name": o.get("job_name") or spec.name,
-        "nodes": spec.nodes,
+        "nodes": spec.nodes + spec.spares,        # --spares: idle nodes in the allocation (backends.slurm.steps)
         "ntasks_per_node": 1,                    # one task per node: the node task that runs torchrun
         "signal_delay_s": so["signal_seconds"],
         "stderr_to_stdout": True,
@@ -146,6 +146,8 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     # without --time submitit would write its own default (5 minutes): leave the cluster's default instead
     params["time"] = (str(o["time"]) if so["timeout_min"] else "UNLIMITED") if "timeout_min" in so else None
     extra.setdefault("requeue", True)
+    if spec.spares:
+        extra.setdefault("no-kill", True)        # a node's loss does not end the allocation: a spare takes over
     if dependency(spec):
         extra["dependency"] = dependency(spec)
     params["additional_parameters"] = extra
@@ -172,6 +174,25 @@ def node_task_command(python: str, run_dir: str, base_attempt: int, array: bool 
     dir and each array task runs the sweep's run number SLURM_ARRAY_TASK_ID."""
     words = (python, "-u", "-m", NODE_ENTRY, "task", run_dir, "--base-attempt", str(base_attempt))
     return " ".join(shlex.quote(w) for w in words + (("--array",) if array else ()))
+
+
+def steps_command(python: str, run_dir: str, base_attempt: int) -> str:
+    """With --spares, the batch script's command: the loop over attempts inside the allocation, each an srun
+    step on the pool's active nodes (launchers.backends.slurm.steps: it records each attempt's end itself)."""
+    words = (python, "-u", "-m", NODE_ENTRY, "steps", run_dir, "--base-attempt", str(base_attempt))
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def step_log(spec: JobSpec) -> str:
+    return os.path.join(layout.path(spec.run_dir, "slurm"), "%j_%t_log.out")
+
+
+def step_srun_argv(spec: JobSpec, hosts: list[str], task_command: str) -> list[str]:
+    """One attempt's srun step on these hosts of the allocation (--spares: launchers.backends.slurm.steps)."""
+    n = len(hosts)
+    return ["srun", "--unbuffered", "--output", step_log(spec), *sbatch_parameters(spec)["srun_args"],
+            f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}",
+            *shlex.split(task_command)]
 
 
 def finalize_command(python: str, run_dir: str, base_attempt: int, array: bool = False) -> str:
@@ -201,7 +222,7 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
     signal_delay_s = params.pop("signal_delay_s")
     extra = params.pop("additional_parameters")
     srun_args = params.pop("srun_args")
-    stdout = os.path.join(folder, "%j_%t_log.out")
+    stdout = step_log(spec)
     if array:
         params["array"] = f"0-{array[0] - 1}%{min(array)}"
         stdout = stdout.replace("%j", "%A_%a")
@@ -210,11 +231,12 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
     params["open-mode"] = "append"
     params.update(extra)
     srun = " ".join(shlex.quote(w) for w in ("srun", "--unbuffered", "--output", stdout, *srun_args))
-    lines = ["#!/bin/bash", *[f"# {line}" if line else "#" for line in header.splitlines()], "", "# Parameters",
-             *[sbatch_flag(k, params[k]) for k in sorted(params)],
-             "", "# command", "export SUBMITIT_EXECUTOR=slurm",
-             f"{srun} {node_task_command(container.step_python(spec), spec.run_dir, base_attempt, bool(array))}", "",
-             "", "# teardown", finalize_command(spec.python, spec.run_dir, base_attempt, bool(array))]
+    head = ["#!/bin/bash", *[f"# {line}" if line else "#" for line in header.splitlines()], "", "# Parameters",
+            *[sbatch_flag(k, params[k]) for k in sorted(params)], "", "# command", "export SUBMITIT_EXECUTOR=slurm"]
+    if spec.spares and not array:             # each attempt a step on the pool's nodes, recorded by the loop
+        return "\n".join([*head, steps_command(spec.python, spec.run_dir, base_attempt)]) + "\n"
+    lines = [*head, f"{srun} {node_task_command(container.step_python(spec), spec.run_dir, base_attempt, bool(array))}",
+             "", "", "# teardown", finalize_command(spec.python, spec.run_dir, base_attempt, bool(array))]
     return "\n".join(lines) + "\n"
 
 

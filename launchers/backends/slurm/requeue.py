@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Any
+from typing import Any, Callable
 
+from ...hang.verdict import hang_failure
 from ...rundir import RunDir
 from ...spec import JobSpec
 from . import cmd
@@ -62,16 +63,19 @@ def requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_req
             rd.update_status(state="FAILED", reason=f"scontrol requeue {job_id} failed: {msg[0] if msg else p.returncode}")
 
 
-def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_status: int | None = None) -> int:
+def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_status: int | None = None,
+             attempt: int | None = None, on_failure: Callable[[dict | None, dict], str | None] | None = None) -> int:
     """After srun: per-node exit codes and first failure into status.json, unless node 0 already decided
     (REQUEUED, FAILED after a stop). A USR2 that ended the step before node 0 could act on it (e.g. during
     start-up: srun status 128+12) is requeued from here. Returns 0 only if every node (so every rank)
-    succeeded."""
+    succeeded. attempt: the step's own (the loop over attempts, launchers.backends.slurm.steps), else the base
+    attempt plus Slurm's restarts. on_failure(first failure, nodes): a failed attempt (not a stop) that another
+    follows in the same job -- the line why, written as REQUEUED instead of FAILED (never FAILED meanwhile)."""
     rd = RunDir(run_dir)
     env = SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
     restart = 0 if in_allocation else env.restart_count
-    attempt = base_attempt + restart
+    attempt = base_attempt + restart if attempt is None else attempt
     recs = rd.node_records(ns.spec.nodes, attempt)
     nodes = node_codes(recs)
     with rd.lock():
@@ -90,6 +94,14 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         if missing and not failures:
             failures = [{"node": k, "time": time.time(), "reason": reason} for k in missing]
         cancelled = "SIGTERM" if st.get("cancel_requested") else None       # launch cancel: not a failure
+        if on_failure and not cancelled and (failures or any(c != 0 for c in nodes.values())):
+            hang = st.get("hang") or {}
+            ff = (hang_failure(hang) if hang.get("attempt") == attempt and hang.get("stalled_ranks")
+                  else rd.decide_first_failure(attempt, failures))
+            why = on_failure(ff, nodes)
+            if why:
+                rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, first_failure=ff, reason=why)
+                return 1
         code = rd.record_outcome(attempt, nodes, node_failures=failures, reason=None if cancelled else reason,
                                  stopped_by=cancelled, stopped_at=st.get("cancel_at"))
     if cancelled and not in_allocation:

@@ -3,6 +3,8 @@
     python -m launchers.backends.slurm.task task RUN_DIR --base-attempt A   what srun runs on every node
     python -m launchers.backends.slurm.task run RUN_DIR --base-attempt A --in-allocation   (inside an allocation)
     python -m launchers.backends.slurm.task finalize RUN_DIR --base-attempt A --srun-status S   (batch side)
+    python -m launchers.backends.slurm.task steps RUN_DIR --base-attempt A   (batch side, --spares: each attempt
+                                                                             a step; launchers.backends.slurm.steps)
     ... task|finalize SWEEP_DIR --array ...          a sweep's job array: the run dir is run SLURM_ARRAY_TASK_ID
     NodeTask(RUN_DIR, A)()                         what submitit pickles (the same call as `task`)
 
@@ -21,7 +23,7 @@ from .env import SlurmEnv
 from .node import run_node
 from .requeue import finalize
 
-USAGE = ("usage: python -m launchers.backends.slurm.task {run,finalize,task} RUN_DIR [--base-attempt A] "
+USAGE = ("usage: python -m launchers.backends.slurm.task {run,finalize,task,steps} RUN_DIR [--base-attempt A] "
          "[--in-allocation] [--array] [--srun-status S]")
 
 
@@ -106,8 +108,8 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
                 pos.append(a)
     except (StopIteration, ValueError) as e:
         usage_error(f"bad argument {str(e) or argv[-1]!r}")
-    if len(pos) != 2 or pos[0] not in ("run", "finalize", "task"):
-        usage_error(f"expected one of run/finalize/task and a directory, got {pos!r}")
+    if len(pos) != 2 or pos[0] not in ("run", "finalize", "task", "steps"):
+        usage_error(f"expected one of run/finalize/task/steps and a directory, got {pos!r}")
     out["what"], out["run_dir"] = pos[0], run_dir_of(pos[1])
     if out.get("array"):           # a sweep's array task: its own run of the sweep, by SLURM_ARRAY_TASK_ID
         out["run_dir"] = sweep.array_run_dir(os.path.abspath(pos[1]), SlurmEnv.read().array_task_id)
@@ -122,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         return submitit_task(a["run_dir"], a["base_attempt"])
     if a["what"] == "run":
         return run_node(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"])
+    if a["what"] == "steps":                     # --spares: the batch side's loop over attempts
+        from .steps import run_steps
+        return run_steps(a["run_dir"], a["base_attempt"])
     return finalize(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"], srun_status=a["srun_status"])
 
 
@@ -130,9 +135,10 @@ def run_dir_gone(a: dict[str, Any]) -> int:
     Slurm log, nothing written, and the job cancelled (by node 0, or by the batch side) so Slurm does not keep
     running it."""
     env = SlurmEnv.read()
-    where = "batch side" if a["what"] == "finalize" else f"node {env.node_id}"
+    batch = a["what"] in ("finalize", "steps")
+    where = "batch side" if batch else f"node {env.node_id}"
     print(f"launch: {where}: {layout.Presence(a['run_dir']).gone_line()}", file=sys.stderr, flush=True)
-    if a["what"] == "finalize" or env.node_id == 0:
+    if batch or env.node_id == 0:
         if why := gone.cancel_own(env.job_id, env.step_id, a["in_allocation"]):
             print(f"launch: {where}: scancel of job {env.job_id} failed: {why}", file=sys.stderr, flush=True)
     return 1

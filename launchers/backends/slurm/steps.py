@@ -1,0 +1,87 @@
+"""In-job recovery on Slurm (--spares K, issue 23): the batch step's loop over the attempts of one allocation.
+
+The allocation holds nodes + K nodes (sbatch --nodes N+K --no-kill: a node's loss does not end the job). Each
+attempt is one srun step on the pool's active slots (slot k = the k-th host of the allocation; the spares idle),
+the step's hosts given in node-rank order (LAUNCH_STEP_HOSTS: its first host is node 0, the master) with the
+attempt's number (LAUNCH_STEP_ATTEMPT). When a step fails -- not stopped: a cancel, a USR2 (preemption, the time
+limit: Slurm requeues the job as before) -- the one policy decides (launchers.recovery through
+launchers.restarts.decide: restart on the same slots, replace the failed slot by a spare, or stop; the node
+ledger keeps the strikes and quarantines), and the next attempt of the run starts in the same job, from
+checkpoints/latest: a new step without the lost node, node 0 chosen anew when it was node 0 that was lost.
+
+    python -m launchers.backends.slurm.task steps RUN_DIR --base-attempt A      (the batch script's command)
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from typing import Any
+
+from ... import restarts, timeline
+from ...container import step_python
+from ...firstfail import describe
+from ...rundir import RunDir
+from ...spec import JobSpec
+from .env import STEP_ATTEMPT, STEP_HOSTS, SlurmEnv
+from .nodespec import load_node_spec
+from .render import node_task_command, step_srun_argv
+from .requeue import finalize
+
+
+def restarts_used(led: dict[str, Any] | None) -> int:
+    """Restarts the policy already decided in this run (the ledger's decisions other than stop)."""
+    return sum(1 for d in (led or {}).get("decisions") or [] if d.get("action") != "stop")
+
+
+def first_attempt(rd: RunDir, base_attempt: int, restart_count: int) -> int:
+    """The attempt this run of the batch script starts with: the submitted one, or after a Slurm requeue a new
+    one past every attempt the run has (in-job restarts included)."""
+    if restart_count == 0:
+        return base_attempt
+    return len(rd.read_run_yaml().get("attempts") or [])
+
+
+def step_env(hosts: list[str], attempt: int) -> dict[str, str]:
+    return {**os.environ, STEP_HOSTS: ",".join(hosts), STEP_ATTEMPT: str(attempt)}
+
+
+def run_steps(run_dir: str, base_attempt: int) -> int:
+    """Attempts of the run inside this allocation until one ends without a restart; its exit code."""
+    from ...nodeledger import read as read_ledger
+    rd, env = RunDir(run_dir), SlurmEnv.read()
+    ns = load_node_spec(rd, base_attempt)
+    spec: JobSpec = ns.spec
+    allocation = env.hostnames()
+    attempt = first_attempt(rd, base_attempt, env.restart_count)
+    if attempt != base_attempt:
+        rd.add_attempt(spec, {"backend": "slurm", "slurm_job_id": env.job_id, "reason": "requeued by Slurm"})
+    while True:
+        pool = restarts.pool_of(spec, read_ledger(rd.path))
+        hosts = [allocation[s] for s in pool.active]
+        argv = step_srun_argv(spec, hosts, node_task_command(step_python(spec), rd.path, base_attempt))
+        print(f"launch: attempt {attempt} on {','.join(hosts)}: {shlex.join(argv)}", flush=True)
+        status = subprocess.call(argv, env=step_env(hosts, attempt))
+        decided: list[Any] = []
+
+        def on_failure(ff: dict | None, nodes: dict, attempt=attempt) -> str | None:
+            left = spec.max_restarts - restarts_used(read_ledger(rd.path))
+            d = restarts.decide(spec, rd, attempt, ff, left, time.time(), nodes)
+            decided.append(d)
+            if d.action == "stop":
+                return None
+            return (f"attempt {attempt} failed ({describe(ff)}); {d.why}; restarting in job {env.job_id} on "
+                    + ",".join(allocation[s] for s in d.pool.active))
+
+        code = finalize(rd.path, base_attempt, srun_status=status, attempt=attempt, on_failure=on_failure)
+        if not decided or decided[-1].action == "stop":
+            if decided:
+                print(f"launch: attempt {attempt} failed; not restarted: {decided[-1].why}", file=sys.stderr)
+            restarts.record_timeline(rd)
+            return code
+        print(f"launch: {rd.read_status().get('reason')}", file=sys.stderr, flush=True)
+        restarts.record_timeline(rd)
+        attempt = rd.add_attempt(spec, {"backend": "slurm", "slurm_job_id": env.job_id, "by": timeline.BY_POLICY,
+                                        "hosts": [allocation[s] for s in decided[-1].pool.active]})
