@@ -2,6 +2,7 @@
 import pytest
 
 from launchers.backends.slurm.env import NodelistError, SlurmEnv, job_hostnames
+from launchers.backends.slurm.steps import slot_hosts
 
 
 @pytest.mark.parametrize("text,hosts", [
@@ -73,8 +74,10 @@ def test_a_step_of_the_loop_over_attempts_ranks_its_nodes_by_the_hosts_it_was_gi
     nodes in the allocation's order); a node not in the list is one line naming it and the list."""
     base = {"SLURM_JOB_ID": "7", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "lnode[1-3]"}
     env = SlurmEnv.read({**base, "SLURMD_NODENAME": "lnode1", "LAUNCH_STEP_HOSTS": "lnode3,lnode1",
-                         "LAUNCH_STEP_ATTEMPT": "4"})
-    assert (env.step_node(), env.step_attempt, env.step_hosts) == (1, 4, ("lnode3", "lnode1"))
+                         "LAUNCH_STEP_SLOTS": "1,2", "LAUNCH_STEP_ATTEMPT": "4"})
+    assert (env.step_node(), env.step_attempt, env.step_hosts, env.step_slots) == (1, 4, ("lnode3", "lnode1"), (1, 2))
+    # the slots: the allocation with the batch host (where the loop runs) last -- the last spare taken
+    assert slot_hosts(["lnode1", "lnode2", "lnode3"], "lnode1") == ["lnode2", "lnode3", "lnode1"]
     assert SlurmEnv.read(base).step_node() == 0 and SlurmEnv.read(base).step_attempt is None
     with pytest.raises(NodelistError, match=r"this node \(lnode2\) is not one of the step's hosts \(lnode3,lnode1\)"):
         SlurmEnv.read({**base, "SLURMD_NODENAME": "lnode2", "LAUNCH_STEP_HOSTS": "lnode3,lnode1"}).step_node()

@@ -10,7 +10,7 @@ from typing import Mapping
 
 
 # what the batch step's loop over attempts (launchers.backends.slurm.steps, --spares) tells each step's nodes
-STEP_HOSTS, STEP_ATTEMPT = "LAUNCH_STEP_HOSTS", "LAUNCH_STEP_ATTEMPT"
+STEP_HOSTS, STEP_SLOTS, STEP_ATTEMPT = "LAUNCH_STEP_HOSTS", "LAUNCH_STEP_SLOTS", "LAUNCH_STEP_ATTEMPT"
 
 
 class NodelistError(ValueError):
@@ -30,6 +30,7 @@ class SlurmEnv:
     array_task_id: str = ""     # SLURM_ARRAY_TASK_ID: this task's index in a job array (a sweep's run number)
     node_name: str = ""         # SLURMD_NODENAME: this node's name in Slurm
     step_hosts: tuple[str, ...] = ()    # LAUNCH_STEP_HOSTS: the hosts of this step in node-rank order (--spares)
+    step_slots: tuple[int, ...] = ()    # LAUNCH_STEP_SLOTS: each of those hosts' node slot (--spares)
     step_attempt: int | None = None     # LAUNCH_STEP_ATTEMPT: the attempt this step runs (--spares)
 
     @classmethod
@@ -42,6 +43,7 @@ class SlurmEnv:
                    restart_count=_int(e.get("SLURM_RESTART_COUNT")), step_id=e.get("SLURM_STEP_ID", "0"),
                    array_task_id=e.get("SLURM_ARRAY_TASK_ID", ""), node_name=e.get("SLURMD_NODENAME", ""),
                    step_hosts=tuple(h for h in e.get(STEP_HOSTS, "").split(",") if h),
+                   step_slots=tuple(_int(k) for k in e.get(STEP_SLOTS, "").split(",") if k),
                    step_attempt=_int(e.get(STEP_ATTEMPT), -1) if e.get(STEP_ATTEMPT) else None)
 
     @property

@@ -180,9 +180,8 @@ class NodeRun:
         return info["addr"], info["port"]
 
     def command(self, k: int, addr: str, port: Any) -> NodeCommand:
-        ns, slot = self.ns, None
-        if self.env.step_hosts:                  # --spares: node k's host's place in the allocation
-            slot = self.env.hostnames().index(self.env.step_hosts[k])
+        ns, slots = self.ns, self.env.step_slots           # --spares: node k's slot in the pool
+        slot = slots[k] if k < len(slots) else None
         return slurm_node_command(ns.spec, k, addr, port, ns.run_id, self.attempt, ns.dist_backend, ns.agent_env,
                                   slot)
 

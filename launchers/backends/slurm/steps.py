@@ -1,7 +1,8 @@
 """In-job recovery on Slurm (--spares K, issue 23): the batch step's loop over the attempts of one allocation.
 
 The allocation holds nodes + K nodes (sbatch --nodes N+K --no-kill: a node's loss does not end the job). Each
-attempt is one srun step on the pool's active slots (slot k = the k-th host of the allocation; the spares idle),
+attempt is one srun step on the pool's active slots (slot k = the k-th host of the allocation, the batch host
+last: slot_hosts; the spares idle),
 the step's hosts given in node-rank order (LAUNCH_STEP_HOSTS: its first host is node 0, the master) with the
 attempt's number (LAUNCH_STEP_ATTEMPT). When a step fails -- not stopped: a cancel, a USR2 (preemption, the time
 limit: Slurm requeues the job as before) -- the one policy decides (launchers.recovery through
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +27,7 @@ from ...container import step_python
 from ...firstfail import describe
 from ...rundir import RunDir
 from ...spec import JobSpec
-from .env import STEP_ATTEMPT, STEP_HOSTS, SlurmEnv
+from .env import STEP_ATTEMPT, STEP_HOSTS, STEP_SLOTS, SlurmEnv
 from .nodespec import load_node_spec
 from .render import node_task_command, step_srun_argv
 from .requeue import finalize
@@ -44,8 +46,16 @@ def first_attempt(rd: RunDir, base_attempt: int, restart_count: int) -> int:
     return len(rd.read_run_yaml().get("attempts") or [])
 
 
-def step_env(hosts: list[str], attempt: int) -> dict[str, str]:
-    return {**os.environ, STEP_HOSTS: ",".join(hosts), STEP_ATTEMPT: str(attempt)}
+def slot_hosts(allocation: list[str], batch_host: str) -> list[str]:
+    """Node slot k -> its host: the allocation in Slurm's order with the batch host (where this loop runs) last,
+    so that it is the last spare taken: losing it ends the job (Slurm requeues it), losing any other node --
+    node 0 of a step included -- is a restart inside the job."""
+    return [h for h in allocation if h != batch_host] + [h for h in allocation if h == batch_host]
+
+
+def step_env(hosts: list[str], slots: tuple[int, ...], attempt: int) -> dict[str, str]:
+    return {**os.environ, STEP_HOSTS: ",".join(hosts), STEP_SLOTS: ",".join(map(str, slots)),
+            STEP_ATTEMPT: str(attempt)}
 
 
 def run_steps(run_dir: str, base_attempt: int) -> int:
@@ -54,7 +64,7 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
     rd, env = RunDir(run_dir), SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
     spec: JobSpec = ns.spec
-    allocation = env.hostnames()
+    allocation = slot_hosts(env.hostnames(), env.node_name or socket.gethostname())
     attempt = first_attempt(rd, base_attempt, env.restart_count)
     if attempt != base_attempt:
         rd.add_attempt(spec, {"backend": "slurm", "slurm_job_id": env.job_id, "reason": "requeued by Slurm"})
@@ -63,7 +73,7 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
         hosts = [allocation[s] for s in pool.active]
         argv = step_srun_argv(spec, hosts, node_task_command(step_python(spec), rd.path, base_attempt))
         print(f"launch: attempt {attempt} on {','.join(hosts)}: {shlex.join(argv)}", flush=True)
-        status = subprocess.call(argv, env=step_env(hosts, attempt))
+        status = subprocess.call(argv, env=step_env(hosts, pool.active, attempt))
         decided: list[Any] = []
 
         def on_failure(ff: dict | None, nodes: dict, attempt=attempt) -> str | None:
