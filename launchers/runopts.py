@@ -89,7 +89,7 @@ COMMON: tuple[Opt, ...] = (
         "and --nodes MIN:MAX: K + MAX - MIN + 1)."),
     Opt("spares", I, "K idle spare nodes: a node that fails in a way that points at it (its agent or host died, "
         "it went silent or hung, or it failed --quarantine-after times) is replaced by one, from "
-        "checkpoints/latest, in the same run (default 0; local only for now)."),
+        "checkpoints/latest, in the same run (default 0; Slurm: in the same job, the allocation holds them)."),
     Opt("quarantine_after", I, "Strikes (failures that stopped an attempt) that quarantine a node: never used "
         "again in the run (default 2)."),
     Opt("stop_grace", (int, float), "Seconds a program has to end after a stop (Ctrl-C, launch cancel, a peer's "

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, read_json, require_cluster, run_launch
+from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
 from launchers import api, layout, nodeledger, procs, recovery, restarts, timeline
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
@@ -382,6 +382,55 @@ def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bi
     hosts = [a["hosts"] for a in run["attempts"]]
     assert hosts[0] == hosts[1] and hosts[2][0] == hosts[0][0] and hosts[2][1] not in hosts[0], hosts
     assert [a.get("by") for a in run["attempts"]][1:] == [timeline.BY_POLICY] * 2
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_slurm_node0_host_killed_a_spare_of_the_same_job_takes_over_bit_exact(workdir, reference_sha):
+    """Node 0 of the step (the rendezvous host) killed outright (dev-cluster.sh kill-node: slurmd and every process
+    of its namespace SIGKILLed): the step ends once Slurm gives the node up (SlurmdTimeout), the node that recorded
+    no exit is the one lost (not the survivor whose ranks failed on losing their master), the spare takes its
+    place and the survivor is the new node 0 -- attempt 1 in the same Slurm job, bit-exact, no command typed."""
+    cluster = str(ROOT / "slurm" / "dev-cluster.sh")
+    up = subprocess.run([cluster, "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
+    p = subprocess.Popen([LAUNCH, "slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
+                          "--run-dir", "runs/n0", "--", *PROGRAM, "--step-delay", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dead = None
+    try:
+        deadline = time.monotonic() + 240
+        while (read_json_or_none("runs/n0/progress/rank0.json") or {}).get("step", 0) < 3:
+            assert time.monotonic() < deadline and p.poll() is None, "attempt 0 never reached step 3"
+            time.sleep(0.5)
+        dead = read_json("runs/n0/status/node0.json")["host"]
+        subprocess.run([cluster, "kill-node", dead.removeprefix("lnode")], check=True, capture_output=True)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if dead:
+            subprocess.run([cluster, "up"], capture_output=True)           # slurmd back (ReturnToService=2)
+            for state in ("down", "resume"):
+                subprocess.run(["scontrol", "update", f"nodename={dead}", f"state={state}", "reason=test"],
+                               capture_output=True)
+    assert p.returncode == 0, err[-3000:]
+    run = yaml.safe_load(Path("runs/n0/run.yaml").read_text())
+    a0, a1 = run["attempts"][0], run["attempts"][-1]
+    assert len(run["attempts"]) == 2 and a0["slurm_job_id"] == a1["slurm_job_id"], run["attempts"]
+    assert a0["hosts"][0] == dead and dead not in a1["hosts"] and a1["hosts"][0] == a0["hosts"][1], run["attempts"]
+    led = read_json("runs/n0/nodes.json")
+    assert [d["action"] for d in led["decisions"]] == ["replace"] and "lost" in led["decisions"][0]["why"], led
+    assert read_json("runs/n0/status.json")["state"] == "COMPLETED"
+    assert read_json("runs/n0/final.json")["param_sha256"] == reference_sha
+    assert gone(run["run_id"]) == []
+
+
+def read_json_or_none(path):
+    try:
+        return read_json(path)
+    except (OSError, ValueError):
+        return None
 
 
 T0 = 1764900000.0             # a fixed fault time (whole seconds: the stamps' milliseconds are exact)

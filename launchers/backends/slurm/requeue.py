@@ -97,7 +97,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         if on_failure and not cancelled and (failures or any(c != 0 for c in nodes.values())):
             hang = st.get("hang") or {}
             ff = (hang_failure(hang) if hang.get("attempt") == attempt and hang.get("stalled_ranks")
-                  else rd.decide_first_failure(attempt, failures))
+                  else lost_node(missing, recs) or rd.decide_first_failure(attempt, failures))
             why = on_failure(ff, nodes)
             if why:
                 rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, first_failure=ff, reason=why)
@@ -107,6 +107,19 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
     if cancelled and not in_allocation:
         end_as_cancelled(env.job_id)
     return 0 if code == 0 else 1
+
+
+def lost_node(missing: list[int], recs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """A node of the step that recorded no exit while the step ended: its host died or its task was killed hard
+    (a node's task records how it ended, also a failure to start). It is the cause: the other nodes' ranks
+    failed on losing it (their peer, or their master when it was node 0)."""
+    if not missing:
+        return None
+    k = missing[0]
+    host = (recs.get(k) or {}).get("host")
+    return {"node": k, "rank": None, "exit_code": None, "signal": None, "time": None,
+            "host": host, "reason": f"lost: node {k}{f' ({host})' if host else ''} recorded no exit (its host "
+                                    "died or its task was killed)"}
 
 
 def end_as_cancelled(job_id: str) -> None:
