@@ -41,7 +41,10 @@ def spec(runtime="podman", backend="ssh", **kw):
 def wrapped(sp, dist="nccl", node=1):
     nc = node_command(sp, node_rank=node, master_addr="10.0.0.1", master_port=29123, run_id=RUN_ID, attempt=0,
                       dist_backend=dist)
-    return container.wrap(sp, nc, RUN_ID, package=PKG)
+    return container.wrap(sp, nc, RUN_ID, package=PKG, limits=LIMITS)
+
+
+LIMITS = (("nofile", 1048576), ("nproc", 4194304))        # a host's, as containeropts.host_limits reads them
 
 
 def check_golden(name: str, text: str) -> None:
@@ -74,6 +77,22 @@ def test_secrets_reach_the_container_by_name_only(runtime):
     else:                                                            # APPTAINERENV_X wins over the image's X
         assert w.env_dict["APPTAINERENV_DB_PASS"] == "s3cret" and "APPTAINERENV_DB_PASS" in w.secret_env()
         assert w.env_dict["APPTAINERENV_LAUNCH_RUN_DIR"] == "/shared/runs/r1"
+
+
+def test_podman_limits_are_the_hosts_hard_limits_nproc_at_most_pid_max():
+    """podman's defaults (1048576) and `--ulimit host` are refused by runc where podman may not raise a limit;
+    the container gets the host's hard limits instead, nproc capped at kernel.pid_max (podman's own cap)."""
+    import resource
+    hard = {resource.RLIMIT_NOFILE: (1024, 20000), resource.RLIMIT_NPROC: (96369, 96369)}
+    assert containeropts.host_limits(hard.get, lambda: 32768) == (("nofile", 20000), ("nproc", 32768))
+    inf = {resource.RLIMIT_NOFILE: (1024, 524288), resource.RLIMIT_NPROC: (resource.RLIM_INFINITY,) * 2}
+    assert containeropts.host_limits(inf.get, lambda: 4194304) == (("nofile", 524288), ("nproc", 4194304))
+    assert containeropts.host_limits(inf.get, lambda: None) == (("nofile", 524288), ("nproc", -1))
+    argv = wrapped(spec("podman")).argv
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--ulimit"] == ["nofile=1048576:1048576",
+                                                                           "nproc=4194304:4194304"]
+    assert "host" not in [argv[i + 1] for i, a in enumerate(argv) if a == "--ulimit"]
+    assert "--ulimit" not in wrapped(spec("apptainer")).argv
 
 
 def test_gpu_passthrough_only_for_nccl_and_nothing_without_an_image():
