@@ -103,9 +103,32 @@ def resolve_runtime(value: Any, backend: str, which: Callable[[str], Any] = shut
 def doctor_binaries(value: Any, backend: str) -> tuple[str, tuple[str, ...]]:
     """`launch doctor --container-runtime R`: (what is checked, the binaries any one of which makes it usable on
     a node); auto: Slurm's pyxis, elsewhere podman or apptainer."""
-    name = check_runtime(value, backend)
-    runtimes = (name,) if name != "auto" else ACCEPTED[backend][:1] if backend == "slurm" else ACCEPTED[backend]
+    runtimes = doctor_runtimes(value, backend)
     return " or ".join(runtimes), tuple(b for r in runtimes for b in BINARIES[r])
+
+
+def doctor_runtimes(value: Any, backend: str) -> tuple[str, ...]:
+    name = check_runtime(value, backend)
+    return (name,) if name != "auto" else ACCEPTED[backend][:1] if backend == "slurm" else ACCEPTED[backend]
+
+
+# how a node tells whether it has an image, per runtime (`launch doctor --container-image`): podman asks its store;
+# apptainer's SIF file and Slurm OCI's bundle (its config.json) are paths; pyxis imports at srun time (not checked),
+# so does apptainer for a URI (docker://, library://, oras://)
+IMAGE_HAS = {"podman": lambda img: {"argv": ["podman", "image", "exists", img]},
+             "apptainer": lambda img: None if "://" in img else {"path": img},
+             "oci": lambda img: {"path": os.path.join(img, "config.json")}}
+
+
+def doctor_image(value: Any, backend: str, runtime: Any) -> dict[str, dict]:
+    """`launch doctor --container-image IMAGE`: per runtime that doctor checks (doctor_binaries) and that can
+    tell, its binaries and how the node checks the image: {runtime: {"bins": [...], "argv" | "path": ...}}."""
+    out = {}
+    for r in doctor_runtimes("auto" if runtime is None else runtime, backend):
+        how = IMAGE_HAS[r](check_image(value, r)) if r in IMAGE_HAS else None
+        if how:
+            out[r] = {"bins": list(BINARIES[r]), **how}
+    return out
 
 
 def check_image(value: Any, runtime: str) -> str:

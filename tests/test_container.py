@@ -232,6 +232,29 @@ def test_doctor_checks_the_runtime_binary():
     assert missing.status == "fail" and "none of podman, apptainer, singularity is on PATH" in missing.why
 
 
+def test_doctor_checks_the_image_on_the_node():
+    """--container-image: how each runtime's node tells it has the image (none where it is imported at run time);
+    a node whose runtime lacks it fails in one line naming the node, the image and the runtime's answer."""
+    from launchers.doctor.report import failures
+    assert containeropts.doctor_image("localhost/x:1", "local", "podman") == \
+        {"podman": {"bins": ["podman"], "argv": ["podman", "image", "exists", "localhost/x:1"]}}
+    assert containeropts.doctor_image("/b", "slurm", "oci") == {"oci": {"bins": ["crun", "runc"], "path": "/b/config.json"}}
+    assert containeropts.doctor_image("docker://x", "ssh", "apptainer") == {}
+    assert containeropts.doctor_image("img", "slurm", None) == {}              # auto on Slurm: pyxis, imported by srun
+    assert list(containeropts.doctor_image("t.sif", "ssh", None)) == ["podman", "apptainer"]
+    ctx = Context(ref={}, first={}, master="m", port=1, gpus_per_node=1, require_gpus=False, shared_required=True,
+                  env={}, collective=False, medians={}, container=("podman", ("podman",)), image="localhost/x:1")
+    r = {"container": {"podman": "/usr/bin/podman"}, "image": {"podman": "podman image exists localhost/x:1: exit 1"}}
+    missing = container_runtime(r, ctx)
+    assert (missing.status, missing.value) == ("fail", "no image!")
+    line, = failures([{"node": 1, "host": "h2", "checks": {"container": missing}}])
+    assert line.startswith("FAIL node 1 [h2] container: image localhost/x:1 is not there (podman image exists "
+                           "localhost/x:1: exit 1) -> ") and "\n" not in line
+    here = container_runtime(dict(r, image={"podman": None}), ctx)
+    assert (here.status, here.value) == ("ok", "podman, image")
+    assert container_runtime({"container": {"podman": None}, "image": {}}, ctx).status == "fail"     # no runtime
+
+
 def test_ssh_host_preflight_with_a_container_checks_the_runtime_not_torch(tmp_path):
     """The host side of `launch ssh`'s preflight (launchers.nodecheck CHECK, stdlib, run as on a host): with a
     container it wants the runtime and launchers, not torch nor the program (the image has them)."""
