@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast reliability bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
+.PHONY: venv demo test test-fast podman reliability bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
 
 # torch is pinned to the CPU build on local disk; never an open range (it would pull a multi-GB CUDA build).
 $(STAMP): requirements.txt requirements-deepspeed.txt requirements-frameworks.txt setup.cfg pyproject.toml
@@ -45,7 +45,8 @@ demo: venv
 GROUP ?=
 TEST_WORKERS ?= 4
 TEST_CLUSTERS := $(if $(GROUP),$(filter slurm ssh,$(GROUP)),slurm ssh)
-test: venv
+TEST_PODMAN := $(if $(GROUP),$(if $(filter local,$(GROUP)),podman),podman)
+test: venv $(TEST_PODMAN)
 	@for c in $(TEST_CLUSTERS); do $(MAKE) $$c-up || exit 1; done
 	set -o pipefail; CI=$${CI:-true} $(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --durations=15 \
 	  -m "not alone" $(foreach g,$(GROUP),--group $(g)) $(PYTEST_ARGS) tests; rc=$$?; \
@@ -65,7 +66,7 @@ reliability: venv
 	  $(BIN)/python tests/faults/record.py $$out RELIABILITY.md || rc=1; rm -rf $$out; exit $$rc
 
 # The inner loop (~2.5 min): pure logic and quick local runs; no clusters, no test marked slow.
-test-fast: venv
+test-fast: venv podman
 	$(BIN)/pytest -q -n 2 --durations=10 -m "not slurm and not ssh and not slow" tests
 
 # Side-by-side benchmarks (each prints: name, ours, reference, ratio, goal); needs the dev clusters and pdsh.
@@ -74,6 +75,12 @@ bench: venv
 	  { apt-get update -q && apt-get install -y -q pdsh; }; }
 	$(MAKE) clusters-up
 	$(BIN)/python bench/run_all.py; rc=$$?; $(MAKE) clusters-down; exit $$rc
+
+# Podman + runc from Debian (runc as podman's runtime) and the small local test image, built here with no download
+# and kept (rebuilt only when its recipe changes): the local group's container tests (tests/test_container_podman.py).
+podman:
+	@clusters/image.sh install
+	@clusters/image.sh build
 
 clusters-up: slurm-up ssh-up
 clusters-down:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from .containeropts import BINARIES, WRAPS
+from .containeropts import BINARIES, WRAPS, Limits
 from .spec import JobSpec
 from .torchrun import NodeCommand
 
@@ -55,16 +55,20 @@ def podman_name(run_id: str, node: int) -> str:
     return f"{run_id}-node{node}"
 
 
-def _podman(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str) -> list[str]:
+def _podman(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str,
+            limits: Limits) -> list[str]:
     # podman run(1): --rm removes it when the agent ends; --replace removes a same-named leftover of an earlier
     # attempt (a SIGKILLed agent); --runtime runc (crun refuses a hybrid cgroup layout); --network/--ipc host:
     # the rendezvous port and NCCL's shared memory as on the host; --pid host: the pids the rank wrappers
     # record and the hang monitor's py-spy reads are the host's, the tagged sweep finds every process, the
-    # agent is no PID 1 (podman passes the signals it gets on: --sig-proxy, the default); --ulimit host: the
-    # host's limits (one above the host's hard limit is refused by a rootless podman); --env NAME: the value
-    # from podman's own environment.
+    # agent is no PID 1 (podman passes the signals it gets on: --sig-proxy, the default); --ulimit NAME=N:N:
+    # the host's limits as read where the command is built (containeropts.host_limits; podman's own defaults,
+    # 1048576, and `--ulimit host` are refused by runc where podman cannot raise a limit); --env NAME: the
+    # value from podman's own environment.
     words = ["podman", "run", "--rm", "--replace", "--runtime", "runc", "--network", "host", "--ipc", "host",
-             "--pid", "host", "--name", podman_name(run_id, nc.node_rank), "--ulimit", "host"]
+             "--pid", "host", "--name", podman_name(run_id, nc.node_rank)]
+    for name, n in limits:
+        words += ["--ulimit", f"{name}={n}:{n}"]
     if env.get("LAUNCH_DIST_BACKEND") == "nccl":       # GPUs through CDI (the host ran `nvidia-ctk cdi generate`)
         words += ["--device", "nvidia.com/gpu=all"]
     for src, dst, ro in mounts(spec, package):
@@ -74,7 +78,8 @@ def _podman(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, pa
     return words + ["-w", spec.container_workdir, spec.container_image]
 
 
-def _apptainer(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str) -> list[str]:
+def _apptainer(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str,
+               limits: Limits) -> list[str]:
     # apptainer exec: the host's environment passes in, but a variable the image sets wins over the host's
     # (apptainer-userdocs environment_and_metadata.rst, "Environment from the host"); APPTAINERENV_NAME wins over
     # the image ("Environment Variable Precedence"), so wrap() adds one for each variable. --nv: the host's
@@ -88,16 +93,17 @@ NODE_WRAPPERS = {"podman": _podman, "apptainer": _apptainer}
 ENV_PREFIX = {"apptainer": "APPTAINERENV_"}      # variables the runtime reads from its own environment
 
 
-def wrap(spec: JobSpec, nc: NodeCommand, run_id: str, package: str = PACKAGE_DIR) -> NodeCommand:
+def wrap(spec: JobSpec, nc: NodeCommand, run_id: str, package: str = PACKAGE_DIR, limits: Limits = ()) -> NodeCommand:
     """The node command as it runs with spec's container: unchanged without one; the image's interpreter and
-    launchers on PYTHONPATH inside; for a node runtime (podman, apptainer), its command line in front."""
+    launchers on PYTHONPATH inside; for a node runtime (podman, apptainer), its command line in front; limits:
+    the node's resource limits for podman's --ulimit (containeropts.host_limits, read by the caller)."""
     if not in_container(spec):
         return nc
     env = inner_env(nc)
     argv = (spec.container_python, *nc.argv[1:])            # argv[0]: the builder's interpreter
     runtime, secret = spec.container_runtime, nc.secret
     if WRAPS[runtime] == "node":
-        argv = (*NODE_WRAPPERS[runtime](spec, nc, env, run_id, package), *argv)
+        argv = (*NODE_WRAPPERS[runtime](spec, nc, env, run_id, package, limits), *argv)
     prefix = ENV_PREFIX.get(runtime)
     if prefix:
         env.update({prefix + k: v for k, v in list(env.items())})

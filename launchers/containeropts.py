@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 from typing import Any, Callable
 
@@ -28,6 +29,34 @@ BINARIES = {"pyxis": ("enroot",), "oci": ("crun", "runc"), "podman": ("podman",)
 DEFAULT_PYTHON = "python3"         # the image's interpreter unless --container-python names another
 MOUNT_WORDS = "SRC:DST[:ro] with an absolute DST and no ',' (e.g. /data:/data:ro)"
 _MOUNT_PART = re.compile(r"^[^:,\s\x00]+$")
+
+
+Limits = tuple[tuple[str, int], ...]     # (podman --ulimit name, value) for a node's container
+LIMITS = {"nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC}    # what a podman container is given
+PID_MAX = "/proc/sys/kernel/pid_max"
+
+
+def host_limits(getrlimit: Callable[[int], tuple[int, int]] = resource.getrlimit,
+                pid_max: Callable[[], int | None] = lambda: _read_int(PID_MAX)) -> Limits:
+    """This host's hard limits for a podman container's `--ulimit NAME=N:N` (soft = hard: raising a soft limit to
+    the hard one needs no privilege); nproc at most kernel.pid_max (podman lowers its own RLIMIT_NPROC to it). Read
+    where a node's command is built: podman's defaults for root (1048576 each) and `--ulimit host` are refused by
+    runc where podman has no CAP_SYS_RESOURCE and the host's hard limit is lower. Unlimited: -1 (podman's word)."""
+    cap = {"nproc": pid_max()}
+    out = []
+    for name, which in LIMITS.items():
+        hard = getrlimit(which)[1]
+        n = cap.get(name) if hard == resource.RLIM_INFINITY else min(hard, cap.get(name) or hard)
+        out.append((name, -1 if n is None else n))
+    return tuple(out)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def parse_mount(value: Any, cwd: str) -> str:
@@ -74,9 +103,32 @@ def resolve_runtime(value: Any, backend: str, which: Callable[[str], Any] = shut
 def doctor_binaries(value: Any, backend: str) -> tuple[str, tuple[str, ...]]:
     """`launch doctor --container-runtime R`: (what is checked, the binaries any one of which makes it usable on
     a node); auto: Slurm's pyxis, elsewhere podman or apptainer."""
-    name = check_runtime(value, backend)
-    runtimes = (name,) if name != "auto" else ACCEPTED[backend][:1] if backend == "slurm" else ACCEPTED[backend]
+    runtimes = doctor_runtimes(value, backend)
     return " or ".join(runtimes), tuple(b for r in runtimes for b in BINARIES[r])
+
+
+def doctor_runtimes(value: Any, backend: str) -> tuple[str, ...]:
+    name = check_runtime(value, backend)
+    return (name,) if name != "auto" else ACCEPTED[backend][:1] if backend == "slurm" else ACCEPTED[backend]
+
+
+# how a node tells whether it has an image, per runtime (`launch doctor --container-image`): podman asks its store;
+# apptainer's SIF file and Slurm OCI's bundle (its config.json) are paths; pyxis imports at srun time (not checked),
+# so does apptainer for a URI (docker://, library://, oras://)
+IMAGE_HAS = {"podman": lambda img: {"argv": ["podman", "image", "exists", img]},
+             "apptainer": lambda img: None if "://" in img else {"path": img},
+             "oci": lambda img: {"path": os.path.join(img, "config.json")}}
+
+
+def doctor_image(value: Any, backend: str, runtime: Any) -> dict[str, dict]:
+    """`launch doctor --container-image IMAGE`: per runtime that doctor checks (doctor_binaries) and that can
+    tell, its binaries and how the node checks the image: {runtime: {"bins": [...], "argv" | "path": ...}}."""
+    out = {}
+    for r in doctor_runtimes("auto" if runtime is None else runtime, backend):
+        how = IMAGE_HAS[r](check_image(value, r)) if r in IMAGE_HAS else None
+        if how:
+            out[r] = {"bins": list(BINARIES[r]), **how}
+    return out
 
 
 def check_image(value: Any, runtime: str) -> str:

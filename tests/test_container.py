@@ -41,7 +41,10 @@ def spec(runtime="podman", backend="ssh", **kw):
 def wrapped(sp, dist="nccl", node=1):
     nc = node_command(sp, node_rank=node, master_addr="10.0.0.1", master_port=29123, run_id=RUN_ID, attempt=0,
                       dist_backend=dist)
-    return container.wrap(sp, nc, RUN_ID, package=PKG)
+    return container.wrap(sp, nc, RUN_ID, package=PKG, limits=LIMITS)
+
+
+LIMITS = (("nofile", 1048576), ("nproc", 4194304))        # a host's, as containeropts.host_limits reads them
 
 
 def check_golden(name: str, text: str) -> None:
@@ -74,6 +77,22 @@ def test_secrets_reach_the_container_by_name_only(runtime):
     else:                                                            # APPTAINERENV_X wins over the image's X
         assert w.env_dict["APPTAINERENV_DB_PASS"] == "s3cret" and "APPTAINERENV_DB_PASS" in w.secret_env()
         assert w.env_dict["APPTAINERENV_LAUNCH_RUN_DIR"] == "/shared/runs/r1"
+
+
+def test_podman_limits_are_the_hosts_hard_limits_nproc_at_most_pid_max():
+    """podman's defaults (1048576) and `--ulimit host` are refused by runc where podman may not raise a limit;
+    the container gets the host's hard limits instead, nproc capped at kernel.pid_max (podman's own cap)."""
+    import resource
+    hard = {resource.RLIMIT_NOFILE: (1024, 20000), resource.RLIMIT_NPROC: (96369, 96369)}
+    assert containeropts.host_limits(hard.get, lambda: 32768) == (("nofile", 20000), ("nproc", 32768))
+    inf = {resource.RLIMIT_NOFILE: (1024, 524288), resource.RLIMIT_NPROC: (resource.RLIM_INFINITY,) * 2}
+    assert containeropts.host_limits(inf.get, lambda: 4194304) == (("nofile", 524288), ("nproc", 4194304))
+    assert containeropts.host_limits(inf.get, lambda: None) == (("nofile", 524288), ("nproc", -1))
+    argv = wrapped(spec("podman")).argv
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--ulimit"] == ["nofile=1048576:1048576",
+                                                                           "nproc=4194304:4194304"]
+    assert "host" not in [argv[i + 1] for i, a in enumerate(argv) if a == "--ulimit"]
+    assert "--ulimit" not in wrapped(spec("apptainer")).argv
 
 
 def test_gpu_passthrough_only_for_nccl_and_nothing_without_an_image():
@@ -211,6 +230,29 @@ def test_doctor_checks_the_runtime_binary():
     assert (found.status, found.value) == ("ok", "apptainer")
     missing = container_runtime({"container": {"podman": None, "apptainer": None, "singularity": None}}, ctx)
     assert missing.status == "fail" and "none of podman, apptainer, singularity is on PATH" in missing.why
+
+
+def test_doctor_checks_the_image_on_the_node():
+    """--container-image: how each runtime's node tells it has the image (none where it is imported at run time);
+    a node whose runtime lacks it fails in one line naming the node, the image and the runtime's answer."""
+    from launchers.doctor.report import failures
+    assert containeropts.doctor_image("localhost/x:1", "local", "podman") == \
+        {"podman": {"bins": ["podman"], "argv": ["podman", "image", "exists", "localhost/x:1"]}}
+    assert containeropts.doctor_image("/b", "slurm", "oci") == {"oci": {"bins": ["crun", "runc"], "path": "/b/config.json"}}
+    assert containeropts.doctor_image("docker://x", "ssh", "apptainer") == {}
+    assert containeropts.doctor_image("img", "slurm", None) == {}              # auto on Slurm: pyxis, imported by srun
+    assert list(containeropts.doctor_image("t.sif", "ssh", None)) == ["podman", "apptainer"]
+    ctx = Context(ref={}, first={}, master="m", port=1, gpus_per_node=1, require_gpus=False, shared_required=True,
+                  env={}, collective=False, medians={}, container=("podman", ("podman",)), image="localhost/x:1")
+    r = {"container": {"podman": "/usr/bin/podman"}, "image": {"podman": "podman image exists localhost/x:1: exit 1"}}
+    missing = container_runtime(r, ctx)
+    assert (missing.status, missing.value) == ("fail", "no image!")
+    line, = failures([{"node": 1, "host": "h2", "checks": {"container": missing}}])
+    assert line.startswith("FAIL node 1 [h2] container: image localhost/x:1 is not there (podman image exists "
+                           "localhost/x:1: exit 1) -> ") and "\n" not in line
+    here = container_runtime(dict(r, image={"podman": None}), ctx)
+    assert (here.status, here.value) == ("ok", "podman, image")
+    assert container_runtime({"container": {"podman": None}, "image": {}}, ctx).status == "fail"     # no runtime
 
 
 def test_ssh_host_preflight_with_a_container_checks_the_runtime_not_torch(tmp_path):

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import procs
 from ..container import cleanup_argv, wrap
+from ..containeropts import host_limits
 from ..cpubind import describe
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
@@ -132,10 +133,12 @@ def busy_line(path: str, why: str) -> str:
 def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
                   dist_backend: str, one_machine: bool = False, slots: list[int] | None = None) -> list[NodeCommand]:
     """Each node's command from the one builder, in the job's container when it has one (launchers.container);
-    slots: node k runs on node slot slots[k] of the run's pool (launchers.recovery), told as LAUNCH_NODE_SLOT."""
+    slots: node k runs on node slot slots[k] of the run's pool (launchers.recovery), told as LAUNCH_NODE_SLOT;
+    a container's resource limits are this host's (an SSH host's may differ: its hard limits must not be lower)."""
+    limits = host_limits()
     return [wrap(spec, node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port,
                                     run_id=run_id, attempt=attempt, dist_backend=dist_backend,
-                                    one_machine=one_machine, slot=slots[k] if slots else None), run_id)
+                                    one_machine=one_machine, slot=slots[k] if slots else None), run_id, limits=limits)
             for k in range(spec.nodes)]
 
 

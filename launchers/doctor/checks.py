@@ -53,6 +53,7 @@ class Context:
     medians: dict
     gpu: bool = False               # --gpu: the GPU/NIC tools' findings (launchers.doctor.gpucheck)
     container: tuple | None = None  # --container-runtime: (what is checked, its binaries: any one makes it usable)
+    image: str | None = None        # --container-image: the image every node must have
 
 
 def versions(r: dict, c: Context) -> dict[str, Check]:
@@ -207,11 +208,17 @@ def nccl_env(r: dict, c: Context) -> Check:
 
 
 def container_runtime(r: dict, c: Context) -> Check:
-    """--container-runtime: one of its binaries is on the node's PATH (launchers.containeropts.BINARIES)."""
+    """--container-runtime: one of its binaries is on the node's PATH (launchers.containeropts.BINARIES);
+    --container-image: a runtime found there has the image (r["image"]: runtime -> None, or why it has not)."""
     what, bins = c.container
     found = {b: p for b, p in (r.get("container") or {}).items() if p}
+    images = r.get("image") or {}
+    if found and images and all(images.values()):
+        return Check("fail", "no image!", f"image {c.image} is not there ({'; '.join(images.values())})",
+                     "build, pull or copy it to that node (the test image: clusters/image.sh build), or give "
+                     "another --container-image")
     if found:
-        return ok(next(iter(found)))
+        return ok(next(iter(found)) + (", image" if images else ""))
     return Check("fail", "missing!", f"{what}: none of {', '.join(bins)} is on PATH there",
                  "install it on that node (Debian: apt-get install podman or apptainer; pyxis: enroot and the pyxis "
                  "plugin; oci: crun or runc and oci.conf) or choose another --container-runtime")

@@ -74,8 +74,10 @@ def settle(opts: dict) -> dict:
     else:
         s["hosts"], s["settings"] = ssh_hosts(opts, nodes)
         s["nodes"] = len(s["hosts"])
-    if opts.get("container_runtime") is not None:     # (what is checked, the binaries that make it usable)
-        s["container"] = containeropts.doctor_binaries(opts["container_runtime"], target)
+    if opts.get("container_runtime") is not None or opts.get("container_image") is not None:
+        s["container"] = containeropts.doctor_binaries(opts.get("container_runtime") or "auto", target)
+    if opts.get("container_image") is not None:       # per runtime: how a node tells it has the image
+        s["image"] = containeropts.doctor_image(opts["container_image"], target, opts.get("container_runtime"))
     if opts.get("collective") and s["nodes"] < 2:
         raise LaunchError(f"--collective needs at least 2 nodes; the {target} target has {s['nodes']}")
     return s
@@ -85,7 +87,7 @@ def probe_all(s: dict, opts: dict) -> list:
     base = {"token": s["token"], "root": s["root"], "cwd": os.getcwd(), "port": s["port"], "nnodes": s["nodes"],
             "timeout": s["timeout"], "collective": bool(opts.get("collective")), "mb": 1,
             "gpu": bool(opts.get("gpu")), "tool_timeout": min(TOOL_TIMEOUT, s["timeout"]),
-            "container_bins": list(s.get("container", ("", ()))[1])}
+            "container_bins": list(s.get("container", ("", ()))[1]), "image_checks": s.get("image") or {}}
     if s["target"] == "local":
         return run_local(s["python"], base, s["timeout"] + 120)
     if s["target"] == "slurm":
@@ -110,7 +112,7 @@ def run(raw: dict, out: TextIO = sys.stdout) -> int:
     ctx = Context(ref=ref, first=first, master=master, port=s["port"], gpus_per_node=s["gpus"],
                   require_gpus=bool(opts.get("require_gpus")), shared_required=opts.get("shared_storage") is not False,
                   env=s["env"], collective=bool(opts.get("collective")), medians={},
-                  gpu=bool(opts.get("gpu")), container=s.get("container"))
+                  gpu=bool(opts.get("gpu")), container=s.get("container"), image=opts.get("container_image"))
     rows = verdict(runs, ctx)
     wall = time.monotonic() - t0
     head = {"target": s["target"], "nodes": s["nodes"], "master": f"{master}:{s['port']}", "run_root": s["root"]}

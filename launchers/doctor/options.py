@@ -8,7 +8,7 @@ from ..runopts import BACKEND_OPTIONS, COMMON, Opt
 
 B, S = (bool,), (str,)
 
-SHARED_COMMON = ("nodes", "gpus_per_node", "master_port", "python", "env", "container_runtime")
+SHARED_COMMON = ("nodes", "gpus_per_node", "master_port", "python", "env", "container_image", "container_runtime")
 SHARED_SLURM = ("partition", "account", "qos", "constraint")
 
 OWN: tuple[Opt, ...] = (
@@ -34,6 +34,8 @@ HELP = {
     "gpus_per_node": "GPUs each node must see when it has any (default 1).",
     "container_runtime": "Check that every node has this container runtime: auto (Slurm: pyxis's enroot; else "
                          "podman or apptainer), pyxis, apptainer, podman or oci (crun or runc).",
+    "container_image": "Check that every node has this image for the runtime checked (podman: podman image "
+                       "exists; apptainer: the SIF file; oci: the bundle; pyxis and URIs: imported at run time).",
 }
 
 

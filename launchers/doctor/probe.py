@@ -66,9 +66,22 @@ def facts():
     R["nofile"] = list(resource.getrlimit(resource.RLIMIT_NOFILE))
     if A.get("container_bins"):            # --container-runtime: where each of its binaries is on PATH (or None)
         R["container"] = {b: shutil.which(b) for b in A["container_bins"]}
+    for rt, how in (A.get("image_checks") or {}).items():     # --container-image: has this node got it
+        if any(shutil.which(b) for b in how["bins"]):
+            R.setdefault("image", {})[rt] = image_here(how)
     R["env"] = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_"))}
     if A.get("gpu"):
         R["gpu_tools"] = gpu_tools(A.get("tool_timeout", 20))
+
+def image_here(how):
+    """None when the image is here, else why not (a path, or the runtime's own check)."""
+    if "path" in how:
+        return None if os.path.exists(how["path"]) else "%s is not there" % how["path"]
+    try:
+        p = subprocess.run(how["argv"], capture_output=True, text=True, timeout=A.get("tool_timeout", 20))
+    except Exception as e:
+        return "%s: %s" % (" ".join(how["argv"]), first_line(e))
+    return None if p.returncode == 0 else "%s: exit %d" % (" ".join(how["argv"]), p.returncode)
 
 def holder(port):
     """pid (comm) of the process listening on port, from /proc (best effort)."""

@@ -31,6 +31,7 @@ from ...errors import LaunchError
 from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
 from ...container import wrap
+from ...containeropts import host_limits
 from ...stops import decide, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
 from . import gone
@@ -56,7 +57,7 @@ def slurm_node_command(spec: JobSpec, node: int, addr: str, port: Any, run_id: s
     nc = node_command(spec, node_rank=node, master_addr=addr, master_port=port, run_id=run_id,
                       attempt=attempt, dist_backend=dist, slot=slot)
     return wrap(spec, NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=tuple({**dict(nc.env), **agent_env}.items()),
-                                  secret=nc.secret), run_id)
+                                  secret=nc.secret), run_id, limits=host_limits())
 
 
 # ------------------------------------------------------------------------------------------ master address

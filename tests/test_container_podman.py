@@ -1,0 +1,82 @@
+"""Issue 22 item 1 for real: `launch local --container-runtime podman` runs a 1 node x 2 process job in the small
+local image (clusters/image.sh build: an imported rootfs; this host's /usr, the interpreter's Python prefix and
+the venv mounted read-only at the same paths, so the venv's python runs inside). Every rank proves it is inside
+(podman's /run/.containerenv, a mount namespace other than ours); the run completes with its per-rank records;
+after it, and after a Ctrl-C mid-run, no container of the run and no process of it is left.
+Needs podman and the image (`make podman`; `make test` does it): without them these tests fail, never skip."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import LAUNCH, rank_lines, read_json, require_cluster, run_launch
+from launchers import procs
+
+pytestmark = pytest.mark.podman
+IMAGE = os.environ.get("LAUNCH_TEST_IMAGE", "localhost/launch-python:test")
+
+
+def container_flags() -> list[str]:
+    """The image, the venv's python inside it, and what makes that python run there (read-only, same paths)."""
+    ready = shutil.which("podman") is not None and \
+        subprocess.run(["podman", "image", "exists", IMAGE], capture_output=True, timeout=60).returncode == 0
+    require_cluster(f"podman with the image {IMAGE}", ready, "make podman")
+    paths = ["/usr", *(p for p in dict.fromkeys((sys.base_prefix, sys.prefix)) if not p.startswith("/usr/"))]
+    mounts = [w for p in paths for w in ("--container-mount", f"{p}:{p}:ro")]
+    return ["--container-runtime", "podman", "--container-image", IMAGE, "--container-python", sys.executable, *mounts]
+
+
+def reports(run_dir) -> list[dict]:
+    return sorted((json.loads(ln[len("REPORT "):]) for ln in rank_lines(run_dir, "REPORT ")), key=lambda r: r["rank"])
+
+
+def run_id_of(run_dir) -> str:
+    return yaml.safe_load(Path(run_dir, "run.yaml").read_text())["run_id"]
+
+
+def containers_of(run_id: str) -> list[str]:
+    out = subprocess.run(["podman", "ps", "-a", "--filter", f"name={run_id}", "--format", "{{.Names}}"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return out.split()
+
+
+def test_podman_1x2_runs_inside_the_container_and_leaves_nothing(workdir):
+    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/p", *container_flags(),
+                   "--", "report.py")
+    assert p.returncode == 0, p.stderr
+    reps = reports("runs/p")
+    assert [(r["rank"], r["world"], r["sum"]) for r in reps] == [(0, 2, 3.0), (1, 2, 3.0)]
+    ours = os.readlink("/proc/self/ns/mnt")
+    assert all(r["container"] and r["mnt_ns"] != ours for r in reps), reps       # each rank is inside
+    assert "podman run --rm" in Path("runs/p/logs/node0/agent.log").read_text()
+    st = read_json("runs/p/status.json")
+    assert st["state"] == "COMPLETED" and st["nodes"] == {"0": 0} and st["first_failure"] is None
+    assert [read_json(f"runs/p/status/rank{r}.json")["exit_code"] for r in (0, 1)] == [0, 0]
+    run_id = run_id_of("runs/p")
+    assert containers_of(run_id) == [] and procs.tagged_pids(run_id) == []
+
+
+def test_podman_ctrl_c_leaves_no_container_and_no_process(workdir):
+    p = subprocess.Popen([LAUNCH, "local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/c",
+                          *container_flags(), "--env", "TEST_SLEEP=120", "--", "report.py"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(rank_lines("runs/c", "sleeping")) < 2:
+        assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() is not None else "timeout"
+        time.sleep(0.2)
+    run_id = run_id_of("runs/c")
+    assert containers_of(run_id) == [f"{run_id}-node0"]        # the run's one container, running
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=90) == 130, p.stderr.read()
+    assert containers_of(run_id) == [] and procs.tagged_pids(run_id) == []
+    assert read_json("runs/c/status.json")["state"] == "CANCELLED"
+    assert all(r["container"] for r in reports("runs/c")) and len(reports("runs/c")) == 2
