@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
+from conftest import ROOT, read_json, require_cluster, run_launch
 from launchers import api, layout, nodeledger, procs, recovery, restarts, timeline
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
@@ -373,8 +373,9 @@ def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bi
     all in one Slurm job (no requeue, no new submission); bit-exact with the uninterrupted run."""
     up = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
-    p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
-                   "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1", timeout=600)
+    run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
+               "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1", check=True)
+    p = run_launch("wait", "runs/lemon", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     run = check_lemon("runs/lemon", reference_sha)
     jobs = [a.get("slurm_job_id") for a in run["attempts"]]
@@ -394,27 +395,24 @@ def test_slurm_node0_host_killed_a_spare_of_the_same_job_takes_over_bit_exact(wo
     cluster = str(ROOT / "slurm" / "dev-cluster.sh")
     up = subprocess.run([cluster, "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
-    p = subprocess.Popen([LAUNCH, "slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
-                          "--run-dir", "runs/n0", "--", *PROGRAM, "--step-delay", "1"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
+               "--run-dir", "runs/n0", "--", *PROGRAM, "--step-delay", "1", check=True)
     dead = None
     try:
         deadline = time.monotonic() + 240
         while (read_json_or_none("runs/n0/progress/rank0.json") or {}).get("step", 0) < 3:
-            assert time.monotonic() < deadline and p.poll() is None, "attempt 0 never reached step 3"
+            assert time.monotonic() < deadline, "attempt 0 never reached step 3"
             time.sleep(0.5)
         dead = read_json("runs/n0/status/node0.json")["host"]
         subprocess.run([cluster, "kill-node", dead.removeprefix("lnode")], check=True, capture_output=True)
-        out, err = p.communicate(timeout=300)
+        p = run_launch("wait", "runs/n0", timeout=300)
     finally:
-        if p.poll() is None:
-            p.kill()
         if dead:
             subprocess.run([cluster, "up"], capture_output=True)           # slurmd back (ReturnToService=2)
             for state in ("down", "resume"):
                 subprocess.run(["scontrol", "update", f"nodename={dead}", f"state={state}", "reason=test"],
                                capture_output=True)
-    assert p.returncode == 0, err[-3000:]
+    assert p.returncode == 0, p.stderr[-3000:]
     run = yaml.safe_load(Path("runs/n0/run.yaml").read_text())
     a0, a1 = run["attempts"][0], run["attempts"][-1]
     assert len(run["attempts"]) == 2 and a0["slurm_job_id"] == a1["slurm_job_id"], run["attempts"]

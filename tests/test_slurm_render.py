@@ -88,7 +88,7 @@ def test_spares_allocation_and_the_loop_over_steps():
     assert "finalize" not in text and "srun" not in text
     argv = step_srun_argv(sp, ["lnode3", "lnode1"], node_task_command(sp.python, sp.run_dir, 3))
     assert argv[:4] == ["srun", "--unbuffered", "--output", "/shared/runs/moe1/slurm/%j_%t_log.out"]
-    assert ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=lnode3,lnode1"] == argv[-12:-8]
+    assert ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=lnode3,lnode1", "--overlap"] == argv[-13:-8]
     assert argv[-8:] == ["/opt/venv/bin/python", "-u", "-m", "launchers.backends.slurm.task", "task",
                          "/shared/runs/moe1", "--base-attempt", "3"]
     plain = render_sbatch(replace(sp, spares=0), base_attempt=3, header="h")

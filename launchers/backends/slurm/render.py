@@ -192,7 +192,10 @@ def step_srun_argv(spec: JobSpec, hosts: list[str], task_command: str) -> list[s
     n = len(hosts)
     return ["srun", "--unbuffered", "--output", step_log(spec), *sbatch_parameters(spec)["srun_args"],
             f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}",
-            *shlex.split(task_command)]
+            # --overlap: a failed step whose node was lost holds its survivors until Slurm has cleaned it up
+            # ("step creation temporarily disabled ... Requested nodes are busy" for minutes); the loop runs one
+            # step at a time and each node sweeps what the step before left (launchers.backends.slurm.node)
+            "--overlap", *shlex.split(task_command)]
 
 
 def finalize_command(python: str, run_dir: str, base_attempt: int, array: bool = False) -> str:
