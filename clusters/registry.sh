@@ -98,7 +98,9 @@ start() {
   running && answers && return 0
   running && kill "$(cat "$DIR/registry.pid")" 2>/dev/null && sleep 0.5
   local t0; t0=$(date +%s.%N)
-  setsid "$BIN" serve "$DIR/config.yml" >>"$DIR/registry.log" 2>&1 </dev/null &
+  # a clean environment: the registry reads every REGISTRY_* variable as a config override (REGISTRY_AUTH_FILE,
+  # podman's auth file, would make it refuse its config)
+  env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin setsid "$BIN" serve "$DIR/config.yml" >>"$DIR/registry.log" 2>&1 </dev/null &
   echo $! >"$DIR/registry.pid"
   for _ in $(seq 100); do answers && break; sleep 0.1; done
   answers || { tail -5 "$DIR/registry.log" >&2; die "docker-registry did not answer on $ADDR"; }
