@@ -15,8 +15,9 @@ TIMEOUT_S: the registry must have answered (auth and the manifest read: podman s
 signatures") within TIMEOUT_S; the download itself may then take up to PULL_S. Nothing is started anywhere.
 
 The node side is a stdlib fragment (PULL, `python -c PULL JSON`, like launchers.nodecheck's CHECK) answering one
-line `IMAGE {host, pulled, digest | error}`: the local backend runs it here (ensure_here); an SSH host runs the
-same line (shell()) over its connection and read() judges each answer the same way.
+line `IMAGE {host, pulled, digest | error}`: the local backend runs it here (ensure_here); the SSH preflight runs
+the same line (shell()) on the first node of each host (per_host; backends.sshcheck.check_image); judge() reads
+every answer the same way.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import re
 import shlex
 import subprocess
 import sys
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .errors import LaunchError
 
@@ -131,9 +132,36 @@ def read(where: str, image: str, stdout: str, stderr: str, code: int | None) -> 
     return rec
 
 
-def ensure_here(spec, where: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The local backend's nodes (all on this machine): the image there, pulled when missing; {host: digest}
-    ({} when the job needs no pull). LaunchError naming `where` when the image cannot be had."""
+def per_host(hosts: Sequence[str]) -> list[int]:
+    """The nodes that pull: the first node on each distinct host (once per host)."""
+    first: dict[str, int] = {}
+    for k, h in enumerate(hosts):
+        first.setdefault(h, k)
+    return list(first.values())
+
+
+def judge(image: str, answers: Sequence[tuple[str, str, str, str, int | None]], errors: Sequence[str] = (),
+          say=lambda line: print(line, file=sys.stderr, flush=True)) -> dict[str, str]:
+    """Every host's answer, (where, host, stdout, stderr, exit code): {host: digest}, a line said for each host
+    that pulled; LaunchError with every failing host's line ("; "-joined, after `errors`: hosts with no answer)."""
+    errs, digests = list(errors), {}
+    for where, host, out, err, code in answers:
+        try:
+            rec = read(where, image, out, err, code)
+        except LaunchError as e:
+            errs.append(str(e))
+            continue
+        digests[host] = rec.get("digest")
+        if rec.get("pulled"):
+            say(pulled_line(where, image, rec))
+    if errs:
+        raise LaunchError("; ".join(errs))
+    return digests
+
+
+def ensure_here(spec, where: str, host: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The local backend's nodes (all on this machine, `host`): the image there, pulled when missing; {host:
+    digest} ({} when the job needs no pull). LaunchError naming `where` when the image cannot be had."""
     if not needed(spec):
         return {}
     try:
@@ -146,10 +174,7 @@ def ensure_here(spec, where: str, env: Mapping[str, str] | None = None) -> dict[
     except subprocess.TimeoutExpired:
         raise LaunchError(f"{where}: cannot pull image {spec.container_image}: no answer in "
                           f"{TIMEOUT_S + PULL_S} s") from None
-    rec = read(where, spec.container_image, r.stdout, r.stderr, r.returncode)
-    if rec.get("pulled"):
-        print(pulled_line(where, spec.container_image, rec), file=sys.stderr, flush=True)
-    return {rec["host"]: rec.get("digest")}
+    return judge(spec.container_image, [(where, host, r.stdout, r.stderr, r.returncode)])
 
 
 def pulled_line(where: str, image: str, rec: dict) -> str:

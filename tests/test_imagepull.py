@@ -5,6 +5,7 @@ the digest per host. The real pulls: tests/test_container_registry.py."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -27,7 +28,7 @@ def test_pulled_for_podman_only():
     assert imagepull.needed(job())
     assert not imagepull.needed(job(container_runtime="apptainer", container_image="/i.sif"))
     assert not imagepull.needed(job(container_image="", container_runtime="auto"))
-    assert imagepull.ensure_here(job(container_image="", container_runtime="auto"), WHERE) == {}
+    assert imagepull.ensure_here(job(container_image="", container_runtime="auto"), WHERE, "vm") == {}
 
 
 def test_the_node_side_command_names_the_image_and_no_secret():
@@ -35,7 +36,7 @@ def test_the_node_side_command_names_the_image_and_no_secret():
     assert words[:2] == ["/venv/bin/python", "-c"] and json.loads(words[3]) == {
         "image": REF, "answer_s": imagepull.TIMEOUT_S, "pull_s": imagepull.PULL_S}
     assert "auth" not in words[3] and "--creds" not in words[2] and "password" not in words[2]
-    assert imagepull.shell("/venv/bin/python", REF).startswith("/venv/bin/python -c ")
+    assert shlex.split(imagepull.shell("/venv/bin/python", REF)) == words      # what an SSH host runs
 
 
 @pytest.mark.parametrize("ref, registry", [(REF, "127.0.0.1:5055"), ("nvcr.io/nvidia/pytorch:24.05", "nvcr.io"),
@@ -80,6 +81,20 @@ def test_an_answer_gives_the_hosts_digest():
     rec = imagepull.read(WHERE, REF, "noise\n" + answer(pulled=True, digest="sha256:ab", pull_s=0.4), "", 0)
     assert (rec["host"], rec["pulled"], rec["digest"]) == ("vm", True, "sha256:ab")
     assert imagepull.pulled_line(WHERE, REF, rec) == f"launch: {WHERE}: pulled {REF} (sha256:ab) in 0.4 s"
+
+
+def test_hosts_pull_once_each_and_every_failing_host_is_named_in_the_one_line():
+    assert imagepull.per_host(["h1", "h1", "h2", "h1", "h3"]) == [0, 2, 4]
+    said: list[str] = []
+    ok = [("node 0 on host h1", "h1", answer(pulled=True, digest="sha256:ab", pull_s=2.5), "", 0),
+          ("node 2 on host h2", "h2", answer(digest="sha256:ab"), "", 0)]
+    assert imagepull.judge(REF, ok, say=said.append) == {"h1": "sha256:ab", "h2": "sha256:ab"}
+    assert said == [f"launch: node 0 on host h1: pulled {REF} (sha256:ab) in 2.5 s"]      # h2 had it: nothing said
+    bad = ok + [("node 4 on host h3", "h3", answer(error="Error: x: manifest unknown: manifest unknown"), "", 0)]
+    with pytest.raises(LaunchError) as e:
+        imagepull.judge(REF, bad, ["node 6 on host h4: connection refused"], say=said.append)
+    assert str(e.value).startswith("node 6 on host h4: connection refused; node 4 on host h3: cannot pull image ")
+    assert "manifest unknown" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_the_manifest_shows_the_image_and_its_digest_per_host():

@@ -51,7 +51,8 @@ class LocalBackend(Backend):
                                     container.host_check(spec))
         if errors:
             raise LaunchError(f"{nodecheck.where(spec.nodes)}: {'; '.join(errors)}")
-        plan.image_digests = imagepull.ensure_here(spec, nodecheck.where(spec.nodes, socket.gethostname()))
+        host = socket.gethostname()
+        plan.image_digests = imagepull.ensure_here(spec, nodecheck.where(spec.nodes, host), host)
 
     def start(self, plan: Plan, rd: RunDir) -> int:
         attempt, spec = plan.attempt, plan.spec
