@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast podman reliability bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
+.PHONY: venv demo test test-fast podman registry-up registry-down reliability bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
 
 # torch is pinned to the CPU build on local disk; never an open range (it would pull a multi-GB CUDA build).
 $(STAMP): requirements.txt requirements-deepspeed.txt requirements-frameworks.txt setup.cfg pyproject.toml
@@ -52,7 +52,7 @@ test: venv $(TEST_PODMAN)
 	  -m "not alone" $(foreach g,$(GROUP),--group $(g)) $(PYTEST_ARGS) tests; rc=$$?; \
 	  CI=$${CI:-true} $(BIN)/pytest -q -ra -m alone $(foreach g,$(GROUP),--group $(g)) $(PYTEST_ARGS) tests; r=$$?; \
 	  [ $$r = 0 ] || [ $$r = 5 ] || rc=1; \
-	  for c in $(TEST_CLUSTERS); do $(MAKE) $$c-down; done; exit $$rc
+	  for c in $(TEST_CLUSTERS) $(if $(TEST_PODMAN),registry); do $(MAKE) $$c-down; done; exit $$rc
 
 # The fault suite (tests/faults/, real local, SSH and Slurm clusters), then RELIABILITY.md generated from the rows
 # it recorded in a fresh directory (never written by hand); the table is written even when a fault fails.
@@ -77,10 +77,18 @@ bench: venv
 	$(BIN)/python bench/run_all.py; rc=$$?; $(MAKE) clusters-down; exit $$rc
 
 # Podman + runc from Debian (runc as podman's runtime) and the small local test image, built here with no download
-# and kept (rebuilt only when its recipe changes): the local group's container tests (tests/test_container_podman.py).
+# and kept (rebuilt only when its recipe changes): the local group's container tests (tests/test_container_podman.py);
+# then the image served by a local registry (Debian's docker-registry, htpasswd auth, 127.0.0.1:5055 only, started
+# in the background: tests/test_container_registry.py pulls from it). `make test` takes the registry down at the end.
 podman:
 	@clusters/image.sh install
 	@clusters/image.sh build
+	@clusters/registry.sh up
+
+registry-up:
+	@clusters/registry.sh up
+registry-down:
+	@clusters/registry.sh down
 
 clusters-up: slurm-up ssh-up
 clusters-down:

@@ -2,8 +2,8 @@
 
 Two writers, one after the other, each replacing the file at once (layout.atomic_write): the launcher at submit
 and at each resume (write_launcher: the git commit and the sha256 of `git diff HEAD` of the program's tree, the
-snapshot, the container image -- null: no containers yet --, the command line with secrets as ***, the resolved
-NCCL environment, the hosts), then global rank 0's wrapper once its program runs (add_node_part: Python, torch,
+snapshot, the container image -- null without one -- and its digest per host (launchers.imagepull), the command
+line with secrets as ***, the resolved NCCL environment, the hosts), then global rank 0's wrapper once its program runs (add_node_part: Python, torch,
 CUDA/NCCL when present, DeepSpeed, and the sha256 of the sorted installed package list, which it writes beside it
 as packages.txt). Versions are read from the packages' metadata (importlib.metadata, torch's version.py as text):
 never `import torch`. Not to be confused with a checkpoint step's manifest.json (launchers.ckptptr).
@@ -71,7 +71,8 @@ def write_launcher(run_dir: str, spec: Any, plan: Any) -> None:
     data = {
         "format": FORMAT, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "launchers": __version__,
         **({k: old[k] for k in GIT_KEYS} if kept else git_fields(spec.snapshot_from or os.getcwd())),
-        "snapshot": digest, "snapshot_dir": spec.snapshot_dir or None, "container_image": None,
+        "snapshot": digest, "snapshot_dir": spec.snapshot_dir or None,
+        "container_image": spec.container_image or None, "image_digests": dict(getattr(plan, "image_digests", {})),
         "command_line": command_line(sys.argv), "cwd": os.getcwd(), "backend": spec.backend,
         "nccl_env": redact(nccl, [k for k, _ in spec.secrets]), "hosts": list(plan.hosts) or local,
         "node": old.get("node"),
@@ -167,7 +168,8 @@ def format_manifest(data: dict[str, Any] | None, path: str) -> list[str]:
     lines = [f"manifest:   {path}", f"  git:             {git_line}",
              f"  snapshot:        {dash(data.get('snapshot'))}" + (f"  ({data['snapshot_dir']})"
                                                                    if data.get("snapshot_dir") else ""),
-             f"  container image: {dash(data.get('container_image'))}",
+             f"  container image: {dash(data.get('container_image'))}" + "".join(
+                 f"  ({d} on {h})" for h, d in sorted((data.get("image_digests") or {}).items())),
              f"  command line:    {dash(data.get('command_line'))}",
              f"  nccl env:        {' '.join(f'{k}={v}' for k, v in sorted((data.get('nccl_env') or {}).items())) or '-'}",
              f"  hosts:           {', '.join(data.get('hosts') or []) or '-'}"]

@@ -99,6 +99,8 @@ def run_here(python: str, env: Mapping[str, str], cwd: str, program: Sequence[st
     return answer(r.stdout, r.stderr, r.returncode, python)[1]
 
 
-def where(nodes: int) -> str:
-    """The local backend's nodes, all on this machine, as an error names them."""
-    return "node 0 (this machine)" if nodes == 1 else f"nodes 0-{nodes - 1} (this machine)"
+def where(nodes: int, host: str = "") -> str:
+    """The local backend's nodes, all on this machine (host: its name, when the error is about the host), as an
+    error names them."""
+    at = f" on host {host}" if host else ""
+    return f"node 0{at} (this machine)" if nodes == 1 else f"nodes 0-{nodes - 1}{at} (this machine)"

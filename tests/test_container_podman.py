@@ -30,9 +30,14 @@ def container_flags() -> list[str]:
     ready = shutil.which("podman") is not None and \
         subprocess.run(["podman", "image", "exists", IMAGE], capture_output=True, timeout=60).returncode == 0
     require_cluster(f"podman with the image {IMAGE}", ready, "make podman")
+    return image_flags(IMAGE)
+
+
+def image_flags(image: str) -> list[str]:
+    """The flags that run the venv's python inside image (a rootfs with an empty /usr: clusters/image.sh)."""
     paths = ["/usr", *(p for p in dict.fromkeys((sys.base_prefix, sys.prefix)) if not p.startswith("/usr/"))]
     mounts = [w for p in paths for w in ("--container-mount", f"{p}:{p}:ro")]
-    return ["--container-runtime", "podman", "--container-image", IMAGE, "--container-python", sys.executable, *mounts]
+    return ["--container-runtime", "podman", "--container-image", image, "--container-python", sys.executable, *mounts]
 
 
 def reports(run_dir) -> list[dict]:

@@ -18,7 +18,7 @@ LAYERS = {
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
-        "launchers.nodecheck", "launchers.integrations", "launchers.restarts",
+        "launchers.nodecheck", "launchers.integrations", "launchers.restarts", "launchers.imagepull",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",

@@ -38,6 +38,7 @@ class Plan:
     script: str | None = None                          # e.g. the sbatch script
     cpu_sets: list | None = None                       # each local rank's CPUs where the nodes are this machine
     slots: list[int] = field(default_factory=list)     # node k on node slot slots[k] of the pool (launchers.recovery)
+    image_digests: dict[str, str] = field(default_factory=dict)   # host -> the image's digest there (preflight)
 
     def render(self) -> str:
         """Exactly what would run: the script (if any) and each node's command."""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
-from .. import container, nodecheck, procs
+from .. import container, imagepull, nodecheck, procs
 from ..cpubind import node_plan
 from ..errors import LaunchError, RunDirGone
 from ..follow import follow_in_thread
@@ -42,12 +43,16 @@ class LocalBackend(Backend):
 
     def preflight(self, plan: Plan) -> None:
         """The nodes' python, once (they all run here, in one environment): torch and launchers importable, the
-        program found -- the check an SSH host runs (launchers.nodecheck); one line naming the nodes and python."""
+        program found -- the check an SSH host runs (launchers.nodecheck); one line naming the nodes and python.
+        Then the job's image on this machine's runtime, pulled when missing (launchers.imagepull): its digest
+        goes into the plan (the manifest records it)."""
         spec = plan.spec
         errors = nodecheck.run_here(spec.python, node_environ(os.environ, plan.nodes[0]), os.getcwd(), spec.program,
                                     container.host_check(spec))
         if errors:
             raise LaunchError(f"{nodecheck.where(spec.nodes)}: {'; '.join(errors)}")
+        host = socket.gethostname()
+        plan.image_digests = imagepull.ensure_here(spec, nodecheck.where(spec.nodes, host), host)
 
     def start(self, plan: Plan, rd: RunDir) -> int:
         attempt, spec = plan.attempt, plan.spec

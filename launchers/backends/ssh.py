@@ -145,6 +145,7 @@ class SSHBackend(Backend):
                 plan.master_port = port
                 plan.nodes = self._commands(plan.spec, plan.node_dir, plan.run_id, plan.attempt, plan.master_addr,
                                             port, plan.dist_backend, plan.slots)
+            sshcheck.check_image(plan, conns)
             if len(conns) > 1:
                 sshcheck.check_reach(plan, conns)
         except BaseException:

@@ -1,7 +1,8 @@
 """The SSH backend's preflight, before the run dir exists, over connections already open (verified host keys):
 every host checked in parallel with the job's python (launchers.nodecheck: working directory, torch and
 launchers importable, the program, the node log directory, a free master port on the master), then the master
-reachable at MASTER_ADDR:port from every other host (remote.REACH). Errors: one line naming each node and host.
+reachable at MASTER_ADDR:port from every other host (remote.REACH); with a podman image, the image on each host
+(launchers.imagepull: pulled once per host when missing). Errors: one line naming each node and host.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import secrets
 import shlex
 import threading
 
-from .. import container, layout, nodecheck, ports
+from .. import container, imagepull, layout, nodecheck, ports
 from ..errors import LaunchError
 from ..remote import REACH
 from ..show import counted
@@ -44,6 +45,27 @@ def check_hosts(plan, conns) -> int:
     if errors:
         raise LaunchError("; ".join(errors))
     return port
+
+
+def check_image(plan, conns) -> None:
+    """The job's image on every host, pulled there when missing (launchers.imagepull; the first node of each host
+    pulls, the hosts side by side); plan.image_digests gets each host's digest (the manifest records them). A
+    failure: LaunchError naming each failing node, host and cause."""
+    spec = plan.spec
+    if not imagepull.needed(spec):
+        return
+    firsts = imagepull.per_host([h.label for h in plan.rhosts])
+    line = imagepull.shell(spec.python, spec.container_image)
+    results = run_all([conns[k] for k in firsts], [line] * len(firsts),
+                      timeout=imagepull.TIMEOUT_S + imagepull.PULL_S + 30)
+    errors, answers = [], []
+    for k, r in zip(firsts, results):
+        h = plan.rhosts[k]
+        if isinstance(r, BaseException):
+            errors.append(describe(r, h, plan.settings))
+        else:
+            answers.append((f"node {k} on host {h.label}", h.label, r.stdout, r.stderr, r.exited))
+    plan.image_digests = imagepull.judge(spec.container_image, answers, errors)
 
 
 def check_reach(plan, conns) -> None:
