@@ -85,3 +85,22 @@ def test_podman_ctrl_c_leaves_no_container_and_no_process(workdir):
     assert containers_of(run_id) == [] and procs.tagged_pids(run_id) == []
     assert read_json("runs/c/status.json")["state"] == "CANCELLED"
     assert all(r["container"] for r in reports("runs/c")) and len(reports("runs/c")) == 2
+
+
+@pytest.mark.ssh
+def test_podman_on_two_ssh_hosts_world_2_and_leaves_nothing(workdir):
+    """The same image on the SSH test hosts (they share this machine's podman storage: one import serves all):
+    a 2-host job, one rank each, every rank inside its host's container, COMPLETED; nothing left on any host."""
+    state = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
+    require_cluster("the SSH test hosts", (state / "known_hosts").exists(), "make ssh-up")
+    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(state / "ssh_config"),
+                   "--known-hosts", str(state / "known_hosts"), "--nodes", "2", "--gpus-per-node", "1",
+                   "--run-dir", "runs/s", *container_flags(), "--", "report.py", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    reps = reports("runs/s")
+    assert [(r["rank"], r["world"], r["sum"], r["node_rank"]) for r in reps] == [(0, 2, 3.0, "0"), (1, 2, 3.0, "1")]
+    assert all(r["container"] for r in reps), reps
+    run = yaml.safe_load(Path("runs/s/run.yaml").read_text())
+    assert run["attempts"][0]["hosts"] == ["sshhost1", "sshhost2"]
+    assert read_json("runs/s/status.json")["state"] == "COMPLETED"
+    assert containers_of(run["run_id"]) == [] and procs.tagged_pids(run["run_id"]) == []

@@ -386,6 +386,25 @@ def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bi
 
 
 @pytest.mark.slurm
+def test_slurm_single_killed_worker_is_restarted_on_the_same_nodes_not_quarantined(workdir, reference_sha):
+    """One rank crashes once (attempt 0 only): a strike, not a quarantine; attempt 1 runs on the same nodes of
+    the same Slurm job and finishes bit-exact; the spare stays idle."""
+    up = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
+    run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
+               "--run-dir", "runs/w", "--", *PROGRAM, "--crash-at-step", "5", "--crash-rank", "1", check=True)
+    p = run_launch("wait", "runs/w", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = yaml.safe_load(Path("runs/w/run.yaml").read_text())
+    assert len(run["attempts"]) == 2 and run["attempts"][0]["hosts"] == run["attempts"][1]["hosts"], run["attempts"]
+    assert len({a["slurm_job_id"] for a in run["attempts"]}) == 1
+    led = read_json("runs/w/nodes.json")
+    assert [d["action"] for d in led["decisions"]] == ["restart"] and led["pool"]["quarantined"] == [], led
+    assert read_json("runs/w/final.json")["param_sha256"] == reference_sha
+    assert gone(run["run_id"]) == []
+
+
+@pytest.mark.slurm
 @pytest.mark.slow
 def test_slurm_node0_host_killed_a_spare_of_the_same_job_takes_over_bit_exact(workdir, reference_sha):
     """Node 0 of the step (the rendezvous host) killed outright (dev-cluster.sh kill-node: slurmd and every process
