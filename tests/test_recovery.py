@@ -7,9 +7,11 @@ timeline is recorded, every phase in order. --nodes MIN:MAX: the policy's shrink
 and plan of a shrunk run (pure), and one real local run that shrinks from 2 nodes to 1 and completes."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +26,26 @@ from launchers.rundir import RunDir
 from launchers.spec import JobSpec
 
 P = Pool
+sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
+from common import fault_row  # noqa: E402  (the fault suite's rows: RELIABILITY.md's recovery timelines)
+
+
+@contextlib.contextmanager
+def recovery_row(backend: str, fault: str, run_dir: str, user_sees: str):
+    """The fault suite's row of a recovery test (`make reliability`), with its recovery timelines."""
+    with fault_row(backend, fault, user_sees=user_sees) as row:
+        try:
+            yield row
+        finally:
+            st = read_json_or_none(Path(run_dir, "status.json")) or {}
+            rec = st.get("recovery") or []
+            ff = (read_json_or_none(Path(run_dir, "nodes.json")) or {}).get("decisions") or []
+            row.update(exit_code=0 if st.get("state") == "COMPLETED" else 1, timeline=rec,
+                       first_failure="; ".join(d["why"] for d in ff) or None,
+                       recovery_s=max((e.get("detection_to_first_step_s") or 0 for e in rec), default=None))
+        row["resume_equal"] = True        # the body asserted the uninterrupted run's param_sha256
+
+
 # id: (failure: (slot, kind) or None, pool, strikes before, quarantine_after, restarts left)
 #  -> (action, the next pool, what the why says)
 POLICY = {
@@ -240,10 +262,12 @@ def test_lemon_node_is_quarantined_and_a_spare_finishes_bit_exact(workdir, refer
     attempt 1 fails (strike 2: quarantined, spare slot 2 takes its place), attempt 2 completes on slots 0 and 2
     from checkpoints/latest with the weights of an uninterrupted run of the same world size; no person, no
     process left."""
-    p = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir", "runs/lemon",
-                   "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
-    assert p.returncode == 0, p.stderr[-3000:]
-    run = check_lemon("runs/lemon", reference_sha)
+    with recovery_row("local", "lemon node (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
+                      "restart, then quarantined and replaced by the spare; COMPLETED, exit 0, no command typed") as row:
+        p = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir", "runs/lemon",
+                       "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
+        assert p.returncode == 0, p.stderr[-3000:]
+        run = check_lemon("runs/lemon", reference_sha)
     assert [a["slots"] for a in run["attempts"]] == [[0, 1], [0, 1], [0, 2]]
     out = run_launch("status", "runs/lemon", check=True).stdout
     assert "slot 1: 2 strikes, quarantined" in out and "recovery:   attempt 1 (restart after attempt 0's failure; " \
@@ -355,12 +379,14 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
     st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True, timeout=60)
     require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (SSH_STATE / "known_hosts").exists(),
                     "make ssh-up")
-    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config", str(SSH_STATE / "ssh_config"),
-                   "--known-hosts", str(SSH_STATE / "known_hosts"), "--nodes", "2", "--gpus-per-node", "1",
-                   "--spares", "1", "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5",
-                   "--crash-slot", "1", timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    run = check_lemon("runs/lemon", reference_sha)
+    with recovery_row("ssh", "lemon host (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
+                      "restart, then quarantined, the spare host in; COMPLETED, exit 0, no command typed") as row:
+        p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config", str(SSH_STATE / "ssh_config"),
+                       "--known-hosts", str(SSH_STATE / "known_hosts"), "--nodes", "2", "--gpus-per-node", "1",
+                       "--spares", "1", "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5",
+                       "--crash-slot", "1", timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        run = check_lemon("runs/lemon", reference_sha)
     assert [(a["hosts"], a["slots"]) for a in run["attempts"]] == [(["sshhost1", "sshhost2"], [0, 1])] * 2 + [
         (["sshhost1", "sshhost3"], [0, 2])]
 
@@ -373,11 +399,13 @@ def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bi
     all in one Slurm job (no requeue, no new submission); bit-exact with the uninterrupted run."""
     up = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
-    run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
-               "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1", check=True)
-    p = run_launch("wait", "runs/lemon", timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    run = check_lemon("runs/lemon", reference_sha)
+    with recovery_row("slurm", "lemon node (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
+                      "REQUEUED twice in one job (restart, then the spare); COMPLETED, exit 0") as row:
+        run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
+                   "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1", check=True)
+        p = run_launch("wait", "runs/lemon", timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        run = check_lemon("runs/lemon", reference_sha)
     jobs = [a.get("slurm_job_id") for a in run["attempts"]]
     assert len(set(jobs)) == 1 and jobs[0], jobs
     hosts = [a["hosts"] for a in run["attempts"]]
@@ -391,17 +419,20 @@ def test_slurm_single_killed_worker_is_restarted_on_the_same_nodes_not_quarantin
     the same Slurm job and finishes bit-exact; the spare stays idle."""
     up = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
-    run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
-               "--run-dir", "runs/w", "--", *PROGRAM, "--crash-at-step", "5", "--crash-rank", "1", check=True)
-    p = run_launch("wait", "runs/w", timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    run = yaml.safe_load(Path("runs/w/run.yaml").read_text())
-    assert len(run["attempts"]) == 2 and run["attempts"][0]["hosts"] == run["attempts"][1]["hosts"], run["attempts"]
-    assert len({a["slurm_job_id"] for a in run["attempts"]}) == 1
-    led = read_json("runs/w/nodes.json")
-    assert [d["action"] for d in led["decisions"]] == ["restart"] and led["pool"]["quarantined"] == [], led
-    assert read_json("runs/w/final.json")["param_sha256"] == reference_sha
-    assert gone(run["run_id"]) == []
+    with recovery_row("slurm", "single killed worker, --spares 1", "runs/w",
+                      "REQUEUED once, restarted on the same nodes (a strike, no quarantine); COMPLETED, exit 0") as row:
+        run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
+                   "--run-dir", "runs/w", "--", *PROGRAM, "--crash-at-step", "5", "--crash-rank", "1", check=True)
+        p = run_launch("wait", "runs/w", timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        run = yaml.safe_load(Path("runs/w/run.yaml").read_text())
+        assert len(run["attempts"]) == 2 and run["attempts"][0]["hosts"] == run["attempts"][1]["hosts"], \
+            run["attempts"]
+        assert len({a["slurm_job_id"] for a in run["attempts"]}) == 1
+        led = read_json("runs/w/nodes.json")
+        assert [d["action"] for d in led["decisions"]] == ["restart"] and led["pool"]["quarantined"] == [], led
+        assert read_json("runs/w/final.json")["param_sha256"] == reference_sha
+        row["orphans"] = len(gone(run["run_id"]))
 
 
 @pytest.mark.slurm
@@ -414,33 +445,35 @@ def test_slurm_node0_host_killed_a_spare_of_the_same_job_takes_over_bit_exact(wo
     cluster = str(ROOT / "slurm" / "dev-cluster.sh")
     up = subprocess.run([cluster, "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
-    run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
-               "--run-dir", "runs/n0", "--", *PROGRAM, "--step-delay", "1", check=True)
-    dead = None
-    try:
-        deadline = time.monotonic() + 240
-        while (read_json_or_none("runs/n0/progress/rank0.json") or {}).get("step", 0) < 3:
-            assert time.monotonic() < deadline, "attempt 0 never reached step 3"
-            time.sleep(0.5)
-        dead = read_json("runs/n0/status/node0.json")["host"]
-        subprocess.run([cluster, "kill-node", dead.removeprefix("lnode")], check=True, capture_output=True)
-        p = run_launch("wait", "runs/n0", timeout=300)
-    finally:
-        if dead:
-            subprocess.run([cluster, "up"], capture_output=True)           # slurmd back (ReturnToService=2)
-            for state in ("down", "resume"):
-                subprocess.run(["scontrol", "update", f"nodename={dead}", f"state={state}", "reason=test"],
-                               capture_output=True)
-    assert p.returncode == 0, p.stderr[-3000:]
-    run = yaml.safe_load(Path("runs/n0/run.yaml").read_text())
-    a0, a1 = run["attempts"][0], run["attempts"][-1]
-    assert len(run["attempts"]) == 2 and a0["slurm_job_id"] == a1["slurm_job_id"], run["attempts"]
-    assert a0["hosts"][0] == dead and dead not in a1["hosts"] and a1["hosts"][0] == a0["hosts"][1], run["attempts"]
-    led = read_json("runs/n0/nodes.json")
-    assert [d["action"] for d in led["decisions"]] == ["replace"] and "lost" in led["decisions"][0]["why"], led
-    assert read_json("runs/n0/status.json")["state"] == "COMPLETED"
-    assert read_json("runs/n0/final.json")["param_sha256"] == reference_sha
-    assert gone(run["run_id"]) == []
+    with recovery_row("slurm", "node 0's host killed (slurmd and its processes), --spares 1", "runs/n0",
+                      "REQUEUED after SlurmdTimeout, the survivor is node 0 with the spare, same job; COMPLETED") as row:
+        run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
+                   "--run-dir", "runs/n0", "--", *PROGRAM, "--step-delay", "1", check=True)
+        dead = None
+        try:
+            deadline = time.monotonic() + 240
+            while (read_json_or_none("runs/n0/progress/rank0.json") or {}).get("step", 0) < 3:
+                assert time.monotonic() < deadline, "attempt 0 never reached step 3"
+                time.sleep(0.5)
+            dead = read_json("runs/n0/status/node0.json")["host"]
+            subprocess.run([cluster, "kill-node", dead.removeprefix("lnode")], check=True, capture_output=True)
+            p = run_launch("wait", "runs/n0", timeout=300)
+        finally:
+            if dead:
+                subprocess.run([cluster, "up"], capture_output=True)           # slurmd back (ReturnToService=2)
+                for state in ("down", "resume"):
+                    subprocess.run(["scontrol", "update", f"nodename={dead}", f"state={state}", "reason=test"],
+                                   capture_output=True)
+        assert p.returncode == 0, p.stderr[-3000:]
+        run = yaml.safe_load(Path("runs/n0/run.yaml").read_text())
+        a0, a1 = run["attempts"][0], run["attempts"][-1]
+        assert len(run["attempts"]) == 2 and a0["slurm_job_id"] == a1["slurm_job_id"], run["attempts"]
+        assert a0["hosts"][0] == dead and dead not in a1["hosts"] and a1["hosts"][0] == a0["hosts"][1], run["attempts"]
+        led = read_json("runs/n0/nodes.json")
+        assert [d["action"] for d in led["decisions"]] == ["replace"] and "lost" in led["decisions"][0]["why"], led
+        assert read_json("runs/n0/status.json")["state"] == "COMPLETED"
+        assert read_json("runs/n0/final.json")["param_sha256"] == reference_sha
+        row["orphans"] = len(gone(run["run_id"]))
 
 
 def read_json_or_none(path):

@@ -69,7 +69,31 @@ def render(rows: list[dict]) -> str:
     out.append("|" + "---|" * len(COLUMNS))
     for r in rows:
         out.append("| " + " | ".join(_cell(r.get(c)) for c in COLUMNS) + " |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + timeline_lines(rows)) + "\n"
+
+
+PHASES = ("detected", "decided", "new world formed", "checkpoint loaded", "first step")
+
+
+def timeline_lines(rows: list[dict]) -> list[str]:
+    """The recovery timeline of each restart (rows with `timeline`: status.json's `recovery`, launchers.timeline):
+    each phase in seconds after the fault (after the detection where the fault's time is unknown: a lost node)."""
+    found = [(r, e) for r in rows for e in r.get("timeline") or []]
+    if not found:
+        return []
+    out = ["", "## Recovery timelines", "",
+           "Each restart the launcher decided with no person: seconds after the fault (`*`: after the detection, "
+           "the fault's own time unknown -- a node lost without a word).", "",
+           "| backend | fault | attempt | decision | " + " | ".join(PHASES) + " | detection to first step | person |",
+           "|" + "---|" * (len(PHASES) + 6)]
+    for r, e in found:
+        times = {p["name"]: p["time"] for p in e.get("phases") or []}
+        t0 = times.get("fault") if times.get("fault") is not None else times.get("detected")
+        mark = "" if times.get("fault") is not None else "*"
+        cells = [_cell(None if times.get(n) is None or t0 is None else round(times[n] - t0, 2)) + mark for n in PHASES]
+        out.append(f"| {r['backend']} | {_cell(r['fault'])} | {e.get('attempt')} | {e.get('decision')} | "
+                   + " | ".join(cells) + f" | {_cell(e.get('detection_to_first_step_s'))} | {_cell(e.get('person'))} |")
+    return out
 
 
 def main(argv: list[str]) -> int:
