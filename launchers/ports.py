@@ -14,11 +14,35 @@ PORT_LOW, PORT_HIGH = 20000, 60000
 TRIES = 32
 
 
+EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
+MIN_WINDOW = 4096            # ports left outside the ephemeral range that are enough to derive from
+
+
+def window(ephemeral: tuple[int, int] | None = None) -> tuple[int, int]:
+    """[low, high): [20000, 60000) less the kernel's ephemeral range (ip_local_port_range) when what is left below
+    or above it is at least MIN_WINDOW wide. A port in that range may be given to any outgoing connection between
+    our probe and the agent's bind (seen under the test suite's load: EADDRINUSE on a free-probed derived port)."""
+    if ephemeral is None:
+        try:
+            with open(EPHEMERAL, encoding="ascii") as f:
+                lo, hi = (int(x) for x in f.read().split()[:2])
+        except (OSError, ValueError):
+            return PORT_LOW, PORT_HIGH
+    else:
+        lo, hi = ephemeral
+    if lo - PORT_LOW >= MIN_WINDOW:
+        return PORT_LOW, lo
+    if PORT_HIGH - (hi + 1) >= MIN_WINDOW:
+        return hi + 1, PORT_HIGH
+    return PORT_LOW, PORT_HIGH
+
+
 def derive_port(key: str) -> int:
-    """A port in [20000, 60000) that is stable for a given run id (or Slurm job id)."""
+    """A port in window() (within [20000, 60000)) that is stable for a given run id (or Slurm job id) on a machine."""
     import hashlib       # here: the Slurm nodes import this module on their way to torchrun
+    low, high = window()
     h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-    return PORT_LOW + h % (PORT_HIGH - PORT_LOW)
+    return low + h % (high - low)
 
 
 def candidates(key: str, tries: int = TRIES) -> list[int]:
@@ -46,5 +70,6 @@ def choose_port(key: str, fixed: int | None, probe_addr: str | None) -> int:
     for port in candidates(key):
         if probe_addr is None or port_free(probe_addr, port):
             return port
+    low, high = window()
     raise LaunchError(f"no free master port on {probe_addr} among {TRIES} derived from {key!r} "
-                      f"({PORT_LOW}-{PORT_HIGH}); give --master-port")
+                      f"({low}-{high - 1}); give --master-port")

@@ -94,7 +94,7 @@ CASES = [
                                   "marker.py"], ("--nodes 2 with --spares 2 needs 4 hosts", "3 given")),
     Case("spares-ssh-no-node", ["ssh", "--hosts", "a,b", "--spares", "2", "--dry-run", "--", "marker.py"],
          ("--spares 2 leaves no host for a node", "--spares 0-1")),
-    Case("spares-slurm", slurm("--spares", "1"), ("--spares 1", "not yet on this backend (slurm)", "launch local")),
+    Case("spares-slurm-negative", slurm("--spares", "-1"), ("--spares '-1'", "out of range", "0-65536")),
     Case("port-low", local("--master-port", "80"), ("'80'", "1024-65535")),
     Case("port-word", local("--master-port", "abc"), ("'abc'", "1024-65535")),
     Case("dist-mpi", local("--dist-backend", "mpi"), ("'mpi'", "auto, gloo, nccl")),

@@ -1,6 +1,8 @@
 """Golden test of the one per-node torchrun command builder (pure)."""
+import pytest
+
 from launchers.spec import JobSpec
-from launchers.ports import derive_port
+from launchers.ports import derive_port, window
 from launchers.torchrun import node_command
 
 
@@ -44,6 +46,18 @@ def test_port_derivation_stable_and_in_range():
     ports = {derive_port(f"run-{i}") for i in range(500)}
     assert all(20000 <= p < 60000 for p in ports) and len(ports) > 450
     assert derive_port("abc") == derive_port("abc")
+    lo, hi = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    low, high = window()
+    assert not any(lo <= p <= hi for p in ports) or (low, high) == (20000, 60000)   # outside the ephemeral range
+    assert all(low <= p < high for p in ports)
+
+
+@pytest.mark.parametrize("ephemeral,expected", [((32768, 60999), (20000, 32768)),    # Linux's default: below it
+                                                 ((1024, 40000), (40001, 60000)),     # above it
+                                                 ((18000, 58000), (20000, 60000)),    # neither wide enough: all
+                                                 ((20000, 60000), (20000, 60000))])
+def test_port_window_leaves_out_the_ephemeral_range(ephemeral, expected):
+    assert window(ephemeral) == expected
 
 
 def test_nccl_runs_get_the_flight_recorder_unless_turned_off():
