@@ -180,6 +180,15 @@ ensure_host_key() {  # one ed25519 host key per host, kept across revive and re-
   [[ -f $d/ssh_host_ed25519_key ]] || ssh-keygen -q -t ed25519 -N '' -C "$(name_of "$1")-hostkey" -f "$d/ssh_host_ed25519_key"
 }
 
+cgroup_mounts() {  # shell lines repeating this machine's cgroup mounts on a host: `ip netns exec` mounts a fresh
+  # /sys, which hides them, and a container runtime there (podman's runc) finds no cgroup ("no cgroup mount found")
+  awk '{ for (i = 7; i <= NF; i++) if ($i == "-") break; t = $(i + 1); o = $(i + 3)
+         if ($5 !~ "^/sys/fs/cgroup") next
+         if ($5 == "/sys/fs/cgroup" && t == "tmpfs") print "mount -t tmpfs -o mode=755 lssh-cgroup /sys/fs/cgroup || :"
+         else if (t == "cgroup" || t == "cgroup2") printf "mkdir -p %s && mount -t %s -o %s %s %s || :\n", $5, t, o, t, $5 }' \
+    /proc/self/mountinfo
+}
+
 root_bashrc() { echo "$(getent passwd root | cut -d: -f6)/.bashrc"; }  # the hosts log in as root
 
 host_bashrc() {  # host_bashrc DIR: the hosts' own ~/.bashrc (bind-mounted over this machine's on each host)
@@ -238,6 +247,7 @@ EOF
     mount -t overlay lssh-etc -o 'lowerdir=/etc,upperdir=$d/etc/upper,workdir=$d/etc/work' /etc
     mount -t tmpfs -o mode=1777 lssh-shm /dev/shm
     if [ -f '$d/bashrc' ]; then mount --bind '$d/bashrc' '$(root_bashrc)'; fi
+    $(cgroup_mounts)
     exec '$SSHD' -D -f '$d/sshd_config' -E '$d/sshd.log'" </dev/null >>"$d/sshd.log" 2>&1 9>&- &
   pid=
   for _ in $(seq 1 50); do
