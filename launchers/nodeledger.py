@@ -62,6 +62,30 @@ def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, f
     return led
 
 
+def quarantined_hosts(led: dict[str, Any] | None, attempts: list[dict[str, Any]]) -> list[str]:
+    """The hosts the run's quarantined slots ran on (a slot's attempts -> run.yaml's attempts' `hosts`, node order):
+    what a Slurm requeue of a --spares run excludes from its next allocation."""
+    out = set()
+    for entry in ((led or {}).get("slots") or {}).values():
+        for a in entry.get("attempts") or [] if entry.get("quarantined") else []:
+            hosts = attempts[a["attempt"]].get("hosts") or [] if a.get("attempt", -1) < len(attempts) else []
+            if 0 <= a.get("node", -1) < len(hosts):
+                out.add(hosts[a["node"]])
+    return sorted(out)
+
+
+def new_allocation(run_dir: str, led: dict[str, Any] | None, pool: Pool) -> None:
+    """A Slurm requeue of a --spares run runs in another allocation: its slots numbered anew (slot k: its k-th host),
+    the slots and pool of the allocation before kept under `earlier` (its quarantined hosts are excluded from this
+    one by the requeue: quarantined_hosts); the decisions (the restart budget) go on. Nothing without a ledger."""
+    if not led:
+        return
+    led = dict(led, slots={}, pool=pool.to_dict(),
+               earlier=[*(led.get("earlier") or []), {"slots": led.get("slots") or {}, "pool": led.get("pool")}])
+    layout.present(run_dir)
+    layout.atomic_write(layout.own_path(run_dir, NAME), json.dumps(led, indent=1, sort_keys=True) + "\n")
+
+
 def _slots(items: Any) -> str:
     return ", ".join(map(str, items)) or "none"
 

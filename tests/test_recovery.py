@@ -543,3 +543,22 @@ def test_timeline_phases_and_status_lines(tmp_path):
         "            attempt 2 (stop after attempt 1's failure; person: yes; detection to first step: 4.50 s)"]
     assert "              checkpoint loaded  -" in text.splitlines()
     assert timeline.parse_stamp(layout.stamp(T0 + 0.125)) == T0 + 0.125 and timeline.parse_stamp("soon") is None
+
+
+def test_a_slurm_requeue_excludes_quarantined_hosts_and_numbers_its_slots_anew(tmp_path):
+    """--spares on Slurm, requeued (USR2): the hosts the quarantined slots ran on (the ledger's attempts -> run.yaml's
+    hosts) are what the requeue excludes; the new allocation's ledger starts with fresh slots, the old kept aside."""
+    pool = nodeledger.pool_for(None, 2, 1)
+    led = None
+    for attempt in (0, 1):
+        fail = recovery.failure_of({"rank": 1, "node": 1, "exit_code": 1}, pool, "rank 1 on node 1, exit code 1")
+        d = recovery.decide(fail, pool, nodeledger.strikes(led), 2, 3)
+        led = nodeledger.record(str(tmp_path), led, attempt, pool, fail, {"0": 143, "1": 1}, d, 2)
+    attempts = [{"hosts": ["lnode2", "lnode3"]}, {"hosts": ["lnode2", "lnode3"]}, {"hosts": ["lnode2", "lnode4"]}]
+    assert led["pool"]["quarantined"] == [1] and nodeledger.quarantined_hosts(led, attempts) == ["lnode3"]
+    assert nodeledger.quarantined_hosts(None, attempts) == []
+    nodeledger.new_allocation(str(tmp_path), led, Pool.fresh(2, 1))
+    after = nodeledger.read(str(tmp_path))
+    assert after["pool"] == {"active": [0, 1], "spares": [2], "quarantined": []} and after["slots"] == {}
+    assert after["earlier"][0]["slots"]["1"]["quarantined"] and len(after["decisions"]) == 2
+    assert nodeledger.strikes(after) == {}

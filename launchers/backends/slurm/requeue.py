@@ -9,6 +9,7 @@ already decided. Stdlib only.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from typing import Any, Callable
 
@@ -44,12 +45,15 @@ def after_stop(rd: RunDir, spec: JobSpec, attempt: int, restart: int, job_id: st
         rd.update_status(state="FAILED", nodes=nodes, reason="stopped by SIGUSR2 inside an allocation (not "
                          f"requeued); continue with `launch resume {rd.path}`")
         return
-    requeue_or_fail(rd, attempt, restart, job_id, max_requeues, nodes)
+    requeue_or_fail(rd, attempt, restart, job_id, max_requeues, nodes, spec.spares)
 
 
 def requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_requeues: int,
-                    nodes: dict[str, Any]) -> None:
-    """After a USR2 stopped the attempt: `scontrol requeue`, or FAILED once the requeues are used up."""
+                    nodes: dict[str, Any], spares: int = 0) -> None:
+    """After a USR2 stopped the attempt: `scontrol requeue`, or FAILED once the requeues are used up. With spares,
+    the hosts of quarantined slots are excluded from the next allocation first (ExcNodeList)."""
+    if spares:
+        exclude_quarantined(rd, job_id)
     with rd.lock():
         if restart >= max_requeues:
             rd.update_status(state="FAILED", attempt=attempt, nodes=nodes, reason=f"stopped by SIGUSR2 (preemption "
@@ -61,6 +65,18 @@ def requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_req
         if p.returncode != 0:
             msg = (p.stderr or p.stdout).strip().splitlines()
             rd.update_status(state="FAILED", reason=f"scontrol requeue {job_id} failed: {msg[0] if msg else p.returncode}")
+
+
+def exclude_quarantined(rd: RunDir, job_id: str) -> None:
+    """`scontrol update JobId=J ExcNodeList=...`: the quarantined hosts (the node ledger) never in the requeued job's
+    next allocation; a refusal is said in the job's log, the requeue goes on."""
+    from ...nodeledger import quarantined_hosts, read
+    hosts = quarantined_hosts(read(rd.path), rd.read_run_yaml().get("attempts") or [])
+    if hosts:
+        p = cmd.run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(hosts)}"], timeout=60)
+        said = "excluded" if p.returncode == 0 else f"not excluded ({(p.stderr or p.stdout).strip()[:200]})"
+        print(f"launch: quarantined host(s) {', '.join(hosts)} {said} from job {job_id}'s next allocation",
+              file=sys.stderr, flush=True)
 
 
 def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_status: int | None = None,
@@ -85,7 +101,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         usr2 = not st.get("cancel_requested") and srun_status == 128 + signal.SIGUSR2 or any("SIGUSR2" in r.get("stop_signals", ()) for r in recs.values())
         missing = [k for k in range(ns.spec.nodes) if recs.get(k, {}).get("state") != "EXITED"]
         if usr2 and not in_allocation and (missing or any(c != 0 for c in nodes.values())):
-            requeue_or_fail(rd, attempt, restart, env.job_id, ns.max_requeues, nodes)
+            requeue_or_fail(rd, attempt, restart, env.job_id, ns.max_requeues, nodes, ns.spec.spares)
             return 1
         failures = [{"node": k, "exit_code": r.get("exit_code"), "signal": r.get("signal"), "time": r.get("time"),
                      "host": r.get("host"), "reason": r.get("error")}

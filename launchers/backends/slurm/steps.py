@@ -66,7 +66,10 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
     spec: JobSpec = ns.spec
     allocation = slot_hosts(env.hostnames(), env.node_name or socket.gethostname())
     attempt = first_attempt(rd, base_attempt, env.restart_count)
-    if attempt != base_attempt:
+    if attempt != base_attempt:                  # requeued: another allocation, its slots anew (the quarantined
+        from ...nodeledger import new_allocation  # hosts were excluded from it: requeue.exclude_quarantined)
+        from ...recovery import Pool
+        new_allocation(rd.path, read_ledger(rd.path), Pool.fresh(spec.nodes, spec.spares))
         rd.add_attempt(spec, {"backend": "slurm", "slurm_job_id": env.job_id, "reason": "requeued by Slurm"})
     while True:
         pool = restarts.pool_of(spec, read_ledger(rd.path))
