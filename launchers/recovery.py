@@ -27,14 +27,17 @@ RANGES_ON = ("local", "ssh")           # ... and a shrink (--nodes MIN:MAX; slur
 
 # how a first failure is told apart: its reason's start -> its kind (a rank's own record: "rank"; none of these,
 # without a rank: the node's agent ended on its own, "agent")
-REASON_KINDS = (("hang", "hang"), ("lost", "lost"), ("connection lost", "lost"), ("did not finish", "lost"))
+REASON_KINDS = (("hang", "hang"), ("lost", "lost"), ("connection lost", "lost"), ("did not finish", "lost"),
+                ("--preflight gpu", "gpu"))
 # kind -> (it points at the node by itself, what the ledger says)
 KINDS: dict[str, tuple[bool, str]] = {
     "rank": (False, "a rank failed"),
     "agent": (True, "its agent died"),
     "lost": (True, "lost (host gone or silent)"),
     "hang": (True, "hung"),
+    "gpu": (True, "failed the GPU check"),      # a hardware fault the check will find again: quarantined at once
 }
+AT_ONCE = ("gpu",)                     # kinds that quarantine their slot at the first strike
 
 
 def options(backend: str, pick: Callable[..., Any], said: Callable[[str], str]) -> dict[str, Any]:
@@ -157,7 +160,7 @@ def decide(failure: Failure | None, pool: Pool, strikes: dict[int, int], quarant
     struck = f"slot {slot}: {said}, strike {n} of {quarantine_after}"
     fewer = len(pool.active) - 1
     shrink = f"shrink to {fewer} node{'s' if fewer != 1 else ''} (--nodes {low}:{high})"
-    if n >= quarantine_after:
+    if n >= quarantine_after or failure.kind in AT_ONCE:
         pool = replace(pool, quarantined=tuple(sorted({*pool.quarantined, slot})))
         if not pool.spares and fewer < low:
             return Decision("stop", pool, f"{struck}: quarantined, and no spare left", strikes, (slot,))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, read_json, require_cluster, run_launch
+from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
 from launchers import api, layout, nodeledger, procs, recovery, restarts, timeline
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
@@ -71,6 +71,9 @@ POLICY = {
     "benched-slot-back-then-quarantined": (((1, "agent"), P((0, 1), (2,)), {1: 1}, 2, 3),
                                            ("replace", P((0, 2), (), (1,)), "quarantined")),
     "no-node-named": ((None, P((0, 1), (2,)), {}, 2, 3), ("restart", P((0, 1), (2,)), "no node named")),
+    "gpu-check-failed-quarantined-at-once": (((1, "gpu"), P((0, 1), (2,)), {}, 2, 3),
+                                             ("replace", P((0, 2), (), (1,)), "failed the GPU check, strike 1 of 2: "
+                                                                              "quarantined; replaced by spare slot 2")),
     # --nodes MIN:MAX (the 6th item: (MIN, MAX)): shrink to the survivors, never below MIN; grow back to MAX
     "range-lemon-no-spare-shrinks": (((1, "rank"), P((0, 1)), {1: 1}, 2, 3, (1, 2)),
                                      ("shrink", P((0,), (), (1,)), "quarantined, and no spare left: shrink to 1 node")),
@@ -102,7 +105,7 @@ def test_policy_table(case):
     assert (d.action, d.pool) == (action, nxt) and why in d.why, d
     if fail:
         assert d.strikes[fail[0]] == strikes.get(fail[0], 0) + 1          # the failing slot, one strike more
-        assert (fail[0] in d.quarantined) == (strikes.get(fail[0], 0) + 1 >= after)
+        assert (fail[0] in d.quarantined) == (strikes.get(fail[0], 0) + 1 >= after or fail[1] in recovery.AT_ONCE)
     assert "\n" not in d.why
 
 
@@ -112,7 +115,9 @@ KINDS = [({"rank": 1, "node": 1, "exit_code": 1, "signal": None}, "rank"),
          ({"rank": None, "node": 1, "reason": "lost: silent for 30 s (network cut or host hung)"}, "lost"),
          ({"rank": None, "node": 1, "reason": "connection lost (host h2: reset)"}, "lost"),
          ({"rank": None, "node": 0, "reason": "did not finish"}, "lost"),
-         ({"rank": None, "node": 1, "exit_code": None, "signal": "SIGKILL"}, "agent")]
+         ({"rank": None, "node": 1, "exit_code": None, "signal": "SIGKILL"}, "agent"),
+         ({"rank": None, "node": 1, "reason": "--preflight gpu: 1 bad node(s) of 2, nothing started: node 1 [h]: x"},
+          "gpu")]
 
 
 def test_first_failure_kinds_and_slots():
@@ -389,6 +394,45 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
         run = check_lemon("runs/lemon", reference_sha)
     assert [(a["hosts"], a["slots"]) for a in run["attempts"]] == [(["sshhost1", "sshhost2"], [0, 1])] * 2 + [
         (["sshhost1", "sshhost3"], [0, 2])]
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+def test_ssh_node0_host_killed_a_spare_host_takes_over_bit_exact(workdir, reference_sha):
+    """Node 0's host (the master) killed outright mid-run (ssh-hosts.sh kill-host: sshd and every process of the
+    host SIGKILLed): the launcher names it lost, the survivor sshhost2 is the new node 0 with the spare sshhost3,
+    from checkpoints/latest, bit-exact, no command typed; nothing of the run left on any host."""
+    script = str(ROOT / "clusters" / "ssh-hosts.sh")
+    st = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60)
+    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (SSH_STATE / "known_hosts").exists(),
+                    "make ssh-up")
+    with recovery_row("ssh", "node 0's host killed (sshd and its processes), --spares 1", "runs/n0",
+                      "the survivor is node 0 with the spare host; COMPLETED, exit 0, no command typed") as row:
+        p = subprocess.Popen([LAUNCH, "ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config",
+                              str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts"),
+                              "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir", "runs/n0", "--",
+                              *PROGRAM, "--step-delay", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        killed = False
+        try:
+            deadline = time.monotonic() + 240
+            while (read_json_or_none("runs/n0/progress/rank0.json") or {}).get("step", 0) < 3:
+                assert time.monotonic() < deadline and p.poll() is None, "attempt 0 never reached step 3"
+                time.sleep(0.5)
+            subprocess.run([script, "kill-host", "1"], check=True, capture_output=True, timeout=60)
+            killed = True
+            out, err = p.communicate(timeout=300)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            if killed:
+                subprocess.run([script, "revive-host", "1"], capture_output=True, timeout=120)
+        assert p.returncode == 0, err[-3000:]
+        run = yaml.safe_load(Path("runs/n0/run.yaml").read_text())
+        assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"], ["sshhost2", "sshhost3"]]
+        led = read_json("runs/n0/nodes.json")
+        assert [d["action"] for d in led["decisions"]] == ["replace"] and "slot 0" in led["decisions"][0]["why"], led
+        assert read_json("runs/n0/final.json")["param_sha256"] == reference_sha
+        row["orphans"] = len(gone(run["run_id"]))
 
 
 @pytest.mark.slurm

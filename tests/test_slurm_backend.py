@@ -273,6 +273,30 @@ def test_cpu_bind_cores_two_ranks_disjoint_srun_does_not_bind(workdir):
     assert "--cpu-bind=none" in next(ln for ln in dry.splitlines() if ln.startswith("srun "))
 
 
+def test_preflight_gpu_bad_node_with_a_spare_is_quarantined_and_the_spare_runs(workdir):
+    """--preflight gpu with --spares 1: the stand-in tools show a Down InfiniBand port on lnode3 only; the allocation
+    is lnode1..3 (lnode1, the batch host, is the last slot: the spare), so attempt 0 runs the check on lnode2 and
+    lnode3 and stops before any agent; the node that failed the check is quarantined at once (a fault the check
+    will find again) and attempt 1, in the same job, runs on lnode2 and lnode1: COMPLETED, world 2."""
+    from gpu_standins import per_host_tools, python_with_tools
+    bin_dir = per_host_tools(workdir / "gpubin", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
+                             {"lnode3": "ibstat/network-operator-issue-249-ib-down.txt"},
+                             "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
+    py = python_with_tools(workdir / "py-gpu", bin_dir)
+    Path("p.yaml").write_text('slurm:\n  sbatch_lines: ["--nodelist=lnode[1-3]"]\n')
+    p = run_launch("slurm", "--profile", "p.yaml", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1",
+                   "--time", "10", "--python", py, "--preflight", "gpu", "--run-dir", "runs/g", "--wait", "--",
+                   "report.py", timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = yaml.safe_load(Path("runs/g/run.yaml").read_text())
+    assert [a["hosts"] for a in run["attempts"]] == [["lnode2", "lnode3"], ["lnode2", "lnode1"]], run["attempts"]
+    led = read_json("runs/g/nodes.json")
+    assert [d["action"] for d in led["decisions"]] == ["replace"] and led["pool"]["quarantined"] == [1], led
+    assert "failed the GPU check" in led["decisions"][0]["why"] and "quarantined" in led["decisions"][0]["why"]
+    assert sorted((r["world"], r["sum"]) for r in records("runs/g")) == [(2, 3.0), (2, 3.0)]
+    assert status("runs/g")["state"] == "COMPLETED"
+
+
 def test_preflight_gpu_one_bad_node_fails_the_job_before_any_agent(workdir):
     """--preflight gpu on Slurm: each node task runs the GPU check (the code local and SSH nodes run) before its
     agent and waits for every node's verdict. The stand-in tools (tests/gpu_standins.py: real outputs, picked by
