@@ -76,6 +76,8 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
         hosts = [allocation[s] for s in pool.active]
         argv = step_srun_argv(spec, hosts, node_task_command(step_python(spec), rd.path, base_attempt))
         print(f"launch: attempt {attempt} on {','.join(hosts)}: {shlex.join(argv)}", flush=True)
+        rd.update_attempt(attempt, {"hosts": hosts, "slurm_job_id": env.job_id},      # also when no node gets as
+                          {"nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node})  # far as its agent
         status = subprocess.call(argv, env=step_env(hosts, pool.active, attempt))
         decided: list[Any] = []
 
