@@ -386,6 +386,12 @@ def test_range_pool_and_plan_follow_the_pool(tmp_path, monkeypatch):
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 
 
+def launch_on_ssh(hosts: str, *args: str):
+    """`launch ssh` on the test hosts named (one rank each), waiting for the end."""
+    return run_launch("ssh", "--hosts", hosts, "--ssh-config", str(SSH_STATE / "ssh_config"), "--known-hosts",
+                      str(SSH_STATE / "known_hosts"), "--gpus-per-node", "1", *args, timeout=600)
+
+
 @pytest.mark.ssh
 def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workdir, reference_sha):
     """The lemon on SSH: 3 test hosts, --nodes 2 --spares 1; slot 1 (sshhost2) crashes at step 5 in every attempt,
@@ -396,10 +402,8 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
                     "make ssh-up")
     with recovery_row("ssh", "lemon host (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
                       "restart, then quarantined, the spare host in; COMPLETED, exit 0, no command typed") as row:
-        p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config", str(SSH_STATE / "ssh_config"),
-                       "--known-hosts", str(SSH_STATE / "known_hosts"), "--nodes", "2", "--gpus-per-node", "1",
-                       "--spares", "1", "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5",
-                       "--crash-slot", "1", timeout=600)
+        p = launch_on_ssh("sshhost1,sshhost2,sshhost3", "--nodes", "2", "--spares", "1", "--run-dir", "runs/lemon",
+                          "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
         assert p.returncode == 0, p.stderr[-3000:]
         run = check_lemon("runs/lemon", reference_sha)
     assert [(a["hosts"], a["slots"]) for a in run["attempts"]] == [(["sshhost1", "sshhost2"], [0, 1])] * 2 + [
@@ -457,10 +461,8 @@ def test_ssh_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_referenc
     with recovery_row("ssh", "no spare left, --nodes 1:2 (a lemon host at step 14)", "runs/shrink",
                       "restart, then quarantined and shrunk to 1 host; COMPLETED, loss within the bound",
                       bitexact=False):
-        p = run_launch("ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"),
-                       "--known-hosts", str(SSH_STATE / "known_hosts"), "--nodes", "1:2", "--gpus-per-node", "1",
-                       "--spares", "0", "--run-dir", "runs/shrink", "--", *SHRINK, "--crash-at-step", "14",
-                       "--crash-slot", "1", timeout=600)
+        p = launch_on_ssh("sshhost1,sshhost2", "--nodes", "1:2", "--spares", "0", "--run-dir", "runs/shrink",
+                          "--", *SHRINK, "--crash-at-step", "14", "--crash-slot", "1")
         assert p.returncode == 0, p.stderr[-3000:]
         run = check_shrink("runs/shrink", shrink_reference)
         assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"]] * 2 + [["sshhost1"]]
