@@ -28,6 +28,7 @@ from launchers.spec import JobSpec
 P = Pool
 sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
 from common import fault_row  # noqa: E402  (the fault suite's rows: RELIABILITY.md's recovery timelines)
+from common import read_json as read_json_or_none  # noqa: E402  (None when missing or not whole yet)
 
 
 @contextlib.contextmanager
@@ -468,18 +469,30 @@ def test_ssh_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_referenc
         assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"]] * 2 + [["sshhost1"]]
 
 
+def require_slurm() -> str:
+    """The dev Slurm cluster is up (a test fails, never skips, without it); its script's path."""
+    cluster = str(ROOT / "slurm" / "dev-cluster.sh")
+    up = subprocess.run([cluster, "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
+    return cluster
+
+
+def submit_with_a_spare(run_dir: str, *program: str):
+    """`launch slurm` of 2 nodes x 1 and one spare (returns once submitted: `launch wait` follows it)."""
+    return run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
+                      "--run-dir", run_dir, "--", *program, check=True)
+
+
 @pytest.mark.slurm
 def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bit_exact(workdir, reference_sha):
     """The lemon on Slurm: --nodes 2 --spares 1 asks for 3 nodes (--no-kill); each attempt is an srun step on 2
     of them, run by the batch step's loop (launchers.backends.slurm.steps). Slot 1 crashes at step 5 in every
     attempt: a restart on the same nodes, then quarantined after 2 strikes and the spare node takes its place --
     all in one Slurm job (no requeue, no new submission); bit-exact with the uninterrupted run."""
-    up = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
-    require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
+    require_slurm()
     with recovery_row("slurm", "lemon node (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
                       "REQUEUED twice in one job (restart, then the spare); COMPLETED, exit 0") as row:
-        run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
-                   "--run-dir", "runs/lemon", "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1", check=True)
+        submit_with_a_spare("runs/lemon", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
         p = run_launch("wait", "runs/lemon", timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         run = check_lemon("runs/lemon", reference_sha)
@@ -494,12 +507,10 @@ def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bi
 def test_slurm_single_killed_worker_is_restarted_on_the_same_nodes_not_quarantined(workdir, reference_sha):
     """One rank crashes once (attempt 0 only): a strike, not a quarantine; attempt 1 runs on the same nodes of
     the same Slurm job and finishes bit-exact; the spare stays idle."""
-    up = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
-    require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
+    require_slurm()
     with recovery_row("slurm", "single killed worker, --spares 1", "runs/w",
                       "REQUEUED once, restarted on the same nodes (a strike, no quarantine); COMPLETED, exit 0") as row:
-        run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
-                   "--run-dir", "runs/w", "--", *PROGRAM, "--crash-at-step", "5", "--crash-rank", "1", check=True)
+        submit_with_a_spare("runs/w", *PROGRAM, "--crash-at-step", "5", "--crash-rank", "1")
         p = run_launch("wait", "runs/w", timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         run = yaml.safe_load(Path("runs/w/run.yaml").read_text())
@@ -519,13 +530,10 @@ def test_slurm_node0_host_killed_a_spare_of_the_same_job_takes_over_bit_exact(wo
     of its namespace SIGKILLed): the step ends once Slurm gives the node up (SlurmdTimeout), the node that recorded
     no exit is the one lost (not the survivor whose ranks failed on losing their master), the spare takes its
     place and the survivor is the new node 0 -- attempt 1 in the same Slurm job, bit-exact, no command typed."""
-    cluster = str(ROOT / "slurm" / "dev-cluster.sh")
-    up = subprocess.run([cluster, "status"], capture_output=True, text=True)
-    require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
+    cluster = require_slurm()
     with recovery_row("slurm", "node 0's host killed (slurmd and its processes), --spares 1", "runs/n0",
                       "REQUEUED after SlurmdTimeout, the survivor is node 0 with the spare, same job; COMPLETED") as row:
-        run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
-                   "--run-dir", "runs/n0", "--", *PROGRAM, "--step-delay", "1", check=True)
+        submit_with_a_spare("runs/n0", *PROGRAM, "--step-delay", "1")
         dead = None
         try:
             deadline = time.monotonic() + 240
@@ -551,13 +559,6 @@ def test_slurm_node0_host_killed_a_spare_of_the_same_job_takes_over_bit_exact(wo
         assert read_json("runs/n0/status.json")["state"] == "COMPLETED"
         assert read_json("runs/n0/final.json")["param_sha256"] == reference_sha
         row["orphans"] = len(gone(run["run_id"]))
-
-
-def read_json_or_none(path):
-    try:
-        return read_json(path)
-    except (OSError, ValueError):
-        return None
 
 
 T0 = 1764900000.0             # a fixed fault time (whole seconds: the stamps' milliseconds are exact)
