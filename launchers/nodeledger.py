@@ -57,8 +57,7 @@ def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, f
     led.update(slots=slots, pool=decision.pool.to_dict(),
                decisions=[*(led.get("decisions") or []), {"attempt": attempt, "action": decision.action,
                                                           "why": decision.why, **(times or {})}])
-    layout.present(run_dir)                      # never recreates a removed run dir
-    layout.atomic_write(layout.own_path(run_dir, NAME), json.dumps(led, indent=1, sort_keys=True) + "\n")
+    _write(run_dir, led)
     return led
 
 
@@ -82,7 +81,11 @@ def new_allocation(run_dir: str, led: dict[str, Any] | None, pool: Pool) -> None
         return
     led = dict(led, slots={}, pool=pool.to_dict(),
                earlier=[*(led.get("earlier") or []), {"slots": led.get("slots") or {}, "pool": led.get("pool")}])
-    layout.present(run_dir)
+    _write(run_dir, led)
+
+
+def _write(run_dir: str, led: dict[str, Any]) -> None:
+    layout.present(run_dir)                      # never recreates a removed run dir
     layout.atomic_write(layout.own_path(run_dir, NAME), json.dumps(led, indent=1, sort_keys=True) + "\n")
 
 
