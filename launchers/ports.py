@@ -6,6 +6,7 @@ Stdlib only (a Slurm node imports this on its way to torchrun).
 """
 from __future__ import annotations
 
+import functools
 import socket
 
 from .errors import LaunchError
@@ -18,18 +19,25 @@ EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
 MIN_WINDOW = 4096            # ports left outside the ephemeral range that are enough to derive from
 
 
+@functools.lru_cache(maxsize=1)
+def _ephemeral() -> tuple[int, int] | None:
+    """The kernel's ephemeral port range, read once per process (candidates() derives 32 ports)."""
+    try:
+        with open(EPHEMERAL, encoding="ascii") as f:
+            lo, hi = (int(x) for x in f.read().split()[:2])
+    except (OSError, ValueError):
+        return None
+    return lo, hi
+
+
 def window(ephemeral: tuple[int, int] | None = None) -> tuple[int, int]:
     """[low, high): [20000, 60000) less the kernel's ephemeral range (ip_local_port_range) when what is left below
     or above it is at least MIN_WINDOW wide. A port in that range may be given to any outgoing connection between
     our probe and the agent's bind (seen under the test suite's load: EADDRINUSE on a free-probed derived port)."""
+    ephemeral = ephemeral or _ephemeral()
     if ephemeral is None:
-        try:
-            with open(EPHEMERAL, encoding="ascii") as f:
-                lo, hi = (int(x) for x in f.read().split()[:2])
-        except (OSError, ValueError):
-            return PORT_LOW, PORT_HIGH
-    else:
-        lo, hi = ephemeral
+        return PORT_LOW, PORT_HIGH
+    lo, hi = ephemeral
     if lo - PORT_LOW >= MIN_WINDOW:
         return PORT_LOW, lo
     if PORT_HIGH - (hi + 1) >= MIN_WINDOW:
