@@ -16,6 +16,8 @@ LAUNCH = str(BIN / "launch")
 DATA = Path(__file__).resolve().parent / "data"
 # the runs index (launchers.runindex) of the runs the tests start: a scratch state dir, not ~/.local/state
 os.environ.setdefault("LAUNCH_STATE_DIR", tempfile.mkdtemp(prefix="launch-test-state-"))
+# what `launch doctor` learns of the nodes (launchers.nodefacts): a scratch cache, not ~/.cache/launchers/nodes
+os.environ.setdefault("LAUNCH_NODE_FACTS_DIR", tempfile.mkdtemp(prefix="launch-test-nodes-"))
 
 
 def run_launch(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 300, env: dict | None = None,

@@ -39,17 +39,21 @@ def test_bad_input_is_one_line_and_runs_nothing(tmp_path, args, words):
     assert not (tmp_path / "root").exists()
 
 
-def doctor_json(*args, cwd, timeout=240):
-    p = run_launch("doctor", *args, "--json", cwd=cwd, timeout=timeout)
+def doctor_json(*args, cwd, timeout=240, env=None):
+    p = run_launch("doctor", *args, "--json", cwd=cwd, timeout=timeout, env=env)
     assert p.returncode in (0, 1), (p.returncode, p.stdout, p.stderr)
     return p.returncode, json.loads(p.stdout)
 
 
 def test_local_passes_and_leaves_nothing_behind(tmp_path):
     root = tmp_path / "runs" / "deeper"
-    code, rep = doctor_json("--local", "--run-root", str(root), cwd=tmp_path)
+    facts = tmp_path / "nodes"
+    code, rep = doctor_json("--local", "--run-root", str(root), cwd=tmp_path, env={"LAUNCH_NODE_FACTS_DIR": str(facts)})
     assert code == 0 and rep["ok"] and rep["failures"] == [], rep["failures"]
     (node,) = rep["nodes"]
+    (kept,) = [json.loads(f.read_text()) for f in facts.iterdir()]     # this node's facts, for nccl check --on
+    assert kept["node"] == node["host"] == socket.gethostname()
+    assert [i["loopback"] for i in kept["interfaces"] if i["name"] == "lo"] == [True], kept
     ch, ref = node["checks"], rep["reference"]
     assert {c["status"] for c in ch.values()} <= {"ok", "skip"}, ch
     for key in ("python", "torch", "launchers"):

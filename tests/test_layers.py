@@ -19,7 +19,8 @@ LAYERS = {
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
         "launchers.nodecheck", "launchers.integrations", "launchers.restarts", "launchers.imagepull",
-        "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters"),
+        "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters",
+        "launchers.nodefacts"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
         "launchers.client", "launchers.top",
@@ -28,7 +29,8 @@ LAYERS = {
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API
 OPEN_TO_OTHERS = ("launchers", "launchers.errors", "launchers.layout", "launchers.ckptptr", "launchers.rundir",
-                  "launchers.runopts", "launchers.spec", "launchers.api", "launchers.heartbeat", "launchers.fence")
+                  "launchers.runopts", "launchers.spec", "launchers.api", "launchers.heartbeat", "launchers.fence",
+                  "launchers.nodefacts")
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 
 

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import TextIO
 
-from .. import containeropts, layout, ports
+from .. import containeropts, layout, nodefacts, ports
 from ..errors import LaunchError
 from ..spec import parse_env, parse_port, positive_int
 from .checks import Context
@@ -95,6 +95,20 @@ def probe_all(s: dict, opts: dict) -> list:
     return run_ssh(s["hosts"], s["settings"], s["python"], base, s["timeout"])
 
 
+def remember(runs: list, s: dict) -> None:
+    """Each answering node's interfaces and HCA ports into the node facts cache (launch nccl check --on NODE),
+    under the name doctor prints (an SSH host's name, its address kept too); not kept: one warning line."""
+    for n in runs:
+        h = s["hosts"][n.node] if s["hosts"] else None
+        if n.result is None:
+            continue
+        try:
+            nodefacts.record(h.entry.name if h else n.host, n.result, address=h.hostname if h else None)
+        except OSError as e:
+            print(f"launch: warning: node {n.node} [{n.host}]: its facts were not kept in {nodefacts.cache_dir()}: "
+                  f"{e.strerror or e}", file=sys.stderr)
+
+
 def run(raw: dict, out: TextIO = sys.stdout) -> int:
     """`launch doctor` with the CLI's raw option values; returns the exit code."""
     t0 = time.monotonic()
@@ -114,6 +128,7 @@ def run(raw: dict, out: TextIO = sys.stdout) -> int:
                   env=s["env"], collective=bool(opts.get("collective")), medians={},
                   gpu=bool(opts.get("gpu")), container=s.get("container"), image=opts.get("container_image"))
     rows = verdict(runs, ctx)
+    remember(runs, s)
     wall = time.monotonic() - t0
     head = {"target": s["target"], "nodes": s["nodes"], "master": f"{master}:{s['port']}", "run_root": s["root"]}
     if opts.get("json"):

@@ -4,7 +4,9 @@
 It prints `DOCTOR-T <epoch>` first (the submitting side stamps its arrival: clock skew), then one line
 `DOCTOR <json>`: versions (python, torch, launchers, NCCL when CUDA exists), GPUs (nvidia-smi; none = CPU
 only), free disk under the run root, /dev/shm, the open-file limit, the NCCL_* / TORCH_NCCL_* environment; with
-`gpu`, the GPU and NIC tools' raw outputs (launchers.gpuhealth.tools).
+`gpu`, the GPU and NIC tools' raw outputs (launchers.gpuhealth.tools); always the network interfaces
+(/sys/class/net: name, operstate, loopback) and the HCA ports' files (/sys/class/infiniband, read by
+gpuhealth.tools' ib_sysfs), which doctor keeps per node (launchers.nodefacts).
 Node 0 writes `<root>/.launch-doctor-<token>`, then (after its imports) binds the master port (when it is
 taken, its holder is named from /proc) and serves every other node: a node connects to MASTER:port, must read
 the token, then reads the probe file (shared storage) and reports back. With `collective`, once every node
@@ -23,7 +25,33 @@ A = json.loads(sys.argv[1]); R = {"host": socket.gethostname(), "python": sys.ve
 T0 = time.time()
 '''
 
-PROBE = _HEAD + GPU_TOOLS + r'''
+# the node's network interfaces from /sys/class/net (a missing tree: none); flags bit 0x8 is IFF_LOOPBACK
+NET = r'''
+def net_sysfs(root="/sys/class/net"):
+    out = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        if not os.path.isdir(os.path.join(root, name)):      # bonding_masters and the like
+            continue
+        one = {"name": name}
+        for key in ("operstate", "flags"):
+            try:
+                with open(os.path.join(root, name, key)) as f:
+                    one[key] = f.read().strip()
+            except OSError:
+                pass
+        try:
+            one["loopback"] = bool(int(one.pop("flags", ""), 16) & 0x8)
+        except ValueError:
+            one["loopback"] = name == "lo"
+        out.append(one)
+    return out
+'''
+
+PROBE = _HEAD + GPU_TOOLS + NET + r'''
 
 def first_line(e):
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -70,6 +98,7 @@ def facts():
         if any(shutil.which(b) for b in how["bins"]):
             R.setdefault("image", {})[rt] = image_here(how)
     R["env"] = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_"))}
+    R["net"], R["hca_files"] = net_sysfs(), ib_sysfs() or {}
     if A.get("gpu"):
         R["gpu_tools"] = gpu_tools(A.get("tool_timeout", 20))
 
