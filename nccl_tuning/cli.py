@@ -10,11 +10,15 @@ import sys
 
 import click
 
+from launchers.errors import LaunchError
+
 from . import apply as A
 from . import presets as P
 from .errors import NcclTuningError
 from .knowledge import vstr
 from .validate import has_errors, validate
+
+IF_VARS = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA")
 
 _preset_dirs = click.option("--preset-dir", "preset_dirs", multiple=True,
                             type=click.Path(file_okay=False),
@@ -69,43 +73,79 @@ def show_cmd(preset, fmt, run_dir, preset_dirs):
               help="Rules of this NCCL version (default: installed nvidia-nccl, else newest known).")
 @click.option("--production/--testing", default=True, show_default=True,
               help="In production, debugging-class variables are warnings.")
+@click.option("--on", "on_nodes", multiple=True, metavar="NODE",
+              help="A node `launch doctor` has seen (repeatable): say which of its interfaces and HCA "
+                   "ports NCCL_SOCKET_IFNAME and NCCL_IB_HCA select there.")
 @_preset_dirs
-def check_cmd(preset, env_items, env_file, nccl_version, production, preset_dirs):
+def check_cmd(preset, env_items, env_file, nccl_version, production, on_nodes, preset_dirs):
     """Validate a preset, variables, an env file, or (given none) this shell's NCCL_* variables.
 
     Exits 1 when any finding is an error."""
     try:
         version = A.select_version(nccl_version)
-        env, findings = {}, []
-        if preset:
-            presets, env, _ = P.combine(preset, preset_dirs)
-            findings += A.check_min_nccl(presets, version)
-        if env_file:
-            try:
-                text = open(env_file).read()
-            except OSError as e:
-                raise NcclTuningError(f"--env-file {env_file}: cannot read it ({e.strerror})")
-            env.update(A.parse_env_lines(text, env_file))
-        env.update(A.parse_env_args(env_items))
-        if not (preset or env_file or env_items):
-            env = {k: v for k, v in os.environ.items()
-                   if k.startswith(("NCCL_", "TORCH_NCCL_"))}
-            if not env:
-                click.echo(f"no NCCL_* variables in the environment (NCCL {vstr(version)} rules)")
-                return
-    except NcclTuningError as e:
+        nodes = _nodes(on_nodes)
+        env, findings = _check_env(preset, env_file, env_items, version, preset_dirs)
+        if env is None:
+            click.echo(f"no NCCL_* variables in the environment (NCCL {vstr(version)} rules)")
+            return
+    except (NcclTuningError, LaunchError) as e:
         _fail(e)
-    findings += validate(env, version, production)
-    for f in findings:
-        click.echo(str(f))
+    findings += _on_nodes(env, version, production, nodes)
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "note")}
     from .ncclsrc import rules_tag
     tag = vstr(rules_tag(version)[0])
     rules = f"NCCL {vstr(version)}" + ("" if tag == vstr(version) else f" (rules read from {tag})")
-    click.echo(f"checked {len(env)} variable(s) with {rules} rules: "
+    where = f" on {', '.join(r['node'] for r in nodes)}" if nodes else ""
+    click.echo(f"checked {len(env)} variable(s) with {rules} rules{where}: "
                f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['note']} note(s)")
     if has_errors(findings):
         sys.exit(1)
+
+
+def _check_env(preset, env_file, env_items, version, preset_dirs):
+    """(the variables to check, the preset's own findings); (None, []) when there are none at all."""
+    env, findings = {}, []
+    if preset:
+        presets, env, _ = P.combine(preset, preset_dirs)
+        findings += A.check_min_nccl(presets, version)
+    if env_file:
+        try:
+            text = open(env_file).read()
+        except OSError as e:
+            raise NcclTuningError(f"--env-file {env_file}: cannot read it ({e.strerror})")
+        env.update(A.parse_env_lines(text, env_file))
+    env.update(A.parse_env_args(env_items))
+    if not (preset or env_file or env_items):
+        env = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_"))}
+    return (env, findings) if env else (None, [])
+
+
+def _nodes(names):
+    """--on NODE...: each node's facts from launch doctor's cache (launchers.nodefacts)."""
+    if not names:
+        return []
+    from launchers import nodefacts
+    return [nodefacts.find(n) for n in dict.fromkeys(names)]
+
+
+def _on_nodes(env, version, production, nodes) -> list:
+    """Prints the findings and returns them: without --on, validate(env) as is; with it, the findings of
+    NCCL_SOCKET_IFNAME and NCCL_IB_HCA per node, with what they select among that node's devices."""
+    findings = validate(env, version, production)
+    if nodes:
+        findings = [f for f in findings if f.variable not in IF_VARS]
+    for f in findings:
+        click.echo(str(f))
+    picked = {k: v for k, v in env.items() if k in IF_VARS}
+    from launchers import nodefacts
+    for rec in nodes:
+        click.echo(nodefacts.describe(rec))
+        mine = [f for f in validate(picked, version, production, devices=nodefacts.devices(rec))
+                if f.variable in IF_VARS]
+        for f in mine:
+            click.echo(f"  {f}")
+        findings += mine
+    return findings
 
 
 PASS = {"ignore_unknown_options": True, "allow_interspersed_args": True,

@@ -193,5 +193,5 @@ def _on_node(sel, known, ib: bool, tag) -> list:
     if got:
         return [("note", f"on this node it selects {shown(got)} (of {shown(known)}; {how})"
                  f"{running}")]
-    return [("error", f"selects none of this node's {what} ({shown(known) or 'none known'}; "
+    return [("error", f"selects none of this node's {what} ({shown(known) or 'it has none'}; "
              f"{how}): {_nothing(ib, tag)}")]

@@ -146,6 +146,8 @@ CASES = [
     Case("nccl-algo-bogus", local("--env", "NCCL_ALGO=bogus"), ("'bogus'", "accepted")),
     Case("nccl-profile-env", prof("env: {NCCL_PROTOO: x}\n")["argv"], ("NCCL_PROTOO", "NCCL_PROTO"),
          files=prof("env: {NCCL_PROTOO: x}\n")["files"]),
+    Case("nccl-check-on-unseen", ["nccl", "check", "--env", "NCCL_IB_HCA=mlx5_1", "--on", "gpu9"],
+         ("--on 'gpu9'", "launch doctor has not seen", "run `launch doctor`")),
     # ---------------------------------------------------------------- profiles
     Case("profile-unknown-key", **prof("nodez: 2\n"), needles=("'nodez'", "accepted: ")),
     Case("profile-unknown-backend-key", **prof("slurm: {partishun: gpu}\n"), needles=("partishun", "accepted: ")),
