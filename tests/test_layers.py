@@ -19,11 +19,12 @@ LAYERS = {
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
         "launchers.nodecheck", "launchers.integrations", "launchers.restarts", "launchers.imagepull",
-        "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters"),
+        "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters",
+        "launchers.clusterssh"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
         "launchers.client", "launchers.top",
-        "launchers.detach", "launchers.sweeprun"),
+        "launchers.detach", "launchers.sweeprun", "launchers.viacluster"),
     4: ("launchers.cli", "launchers.entry", "launchers.slurmnode"),
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API
