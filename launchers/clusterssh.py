@@ -166,7 +166,8 @@ class Session:
 
     def __init__(self, c: Cluster) -> None:
         self.c, self.master = c, None
-        self.dir = tempfile.mkdtemp(prefix="launch-ssh-")
+        short = len(tempfile.gettempdir()) < 64          # a unix socket's path: at most 107 bytes
+        self.dir = tempfile.mkdtemp(prefix="launch-ssh-", dir=None if short else "/tmp")
         self.sock, self.err = os.path.join(self.dir, "s"), os.path.join(self.dir, "err")
 
     def open(self, timeout: float) -> "Session":
