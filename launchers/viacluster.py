@@ -37,7 +37,7 @@ from .clusterssh import CONNECT_S, Session, Unreachable, remote_line, shell_line
 from .errors import LaunchError
 from .runopts import BACKEND_OPTIONS, COMMON
 
-LIST_S = 10.0                          # `launch list --cluster all`: a cluster's answer within this, else unreachable
+LIST_S = 9.0         # `launch list --cluster all`: a cluster answers within this, else unreachable (listed within 10 s)
 UPLOADS = ".uploads"
 PROFILE = ".launch-profile.yaml"       # the profile's copy in the upload
 VALUE_FLAGS = {o.cli_flag for o in (*COMMON, *BACKEND_OPTIONS["slurm"]) if o.cli_flag and o.kind not in ("flag", "switch")}
