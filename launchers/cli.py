@@ -62,6 +62,10 @@ class LazyGroup(click.Group):
         except click.UsageError as e:
             usage_exit(e)
 
+    def parse_args(self, ctx, args):
+        ctx.meta["launch.argv"] = list(args)          # the verb and its words as given (--cluster passes them on)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -117,6 +121,24 @@ def job_options(backend: str):
     return wrap
 
 
+def _via_cluster(fn):
+    """--cluster NAME: the verb runs on that cluster's login node, its words as given (launchers.viacluster)."""
+    @functools.wraps(fn)
+    def wrapper(*a, cluster=None, **kw):
+        if not cluster:
+            return fn(*a, **kw)
+        return _errors(_forward)(cluster)
+    return click.option("--cluster", default=None, metavar="NAME", help="Run it on that cluster's login node over "
+                        "SSH (the clusters file); `launch list --cluster all`: every cluster.")(wrapper)
+
+
+def _forward(cluster: str, profile: str | None = None) -> None:
+    from .viacluster import forward
+    ctx = click.get_current_context()
+    verb, *args = ctx.find_root().meta["launch.argv"]
+    sys.exit(forward(verb, args, cluster, profile))
+
+
 def _launch(backend: str, kw: dict) -> None:
     from . import api
     from .spec import build_spec
@@ -169,10 +191,15 @@ def ssh(**kw):
 @_errors
 def slurm(**kw):
     """Submit through sbatch (submitit); inside an allocation, start one torchrun per allocated node."""
+    from .viacluster import cluster_named
+    cluster = cluster_named(kw["cluster"], kw["profile"])
+    if cluster:
+        _forward(cluster, kw["profile"])
     _launch("slurm", kw)
 
 
 @main.command()
+@_via_cluster
 @click.argument("run")
 @click.option("--nodes", default=None, help="New node count (the checkpoint is resharded).")
 @click.option("--gpus-per-node", default=None, help="New processes per node.")
@@ -202,6 +229,7 @@ def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, snapshot, pr
 
 
 @main.command()
+@_via_cluster
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--ranks", is_flag=True, help="Per rank: last step, age of its last progress, step time, straggler.")
@@ -242,6 +270,7 @@ def top(runs, interval, once):
 
 
 @main.command()
+@_via_cluster
 @click.argument("run")
 @click.option("--rank", default=None, help="Only this global rank (unprefixed).")
 @click.option("-f", "--follow", is_flag=True, help="Keep following until the run ends.")
@@ -259,6 +288,7 @@ def logs(run, rank, follow):
 
 
 @main.command(name="list")
+@_via_cluster
 @click.option("--root", default=None, help="Runs root (default $LAUNCH_RUNS_ROOT or ./runs).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (a list of objects).")
 @_errors
@@ -276,6 +306,7 @@ def list_(root, as_json):
 
 
 @main.command()
+@_via_cluster
 @click.argument("run")
 @_errors
 def cancel(run):
@@ -293,6 +324,7 @@ def cancel(run):
 
 
 @main.command(name="wait")
+@_via_cluster
 @click.argument("run")
 @click.option("--timeout", default=None, help="Seconds to wait at most.")
 @_errors
@@ -324,6 +356,7 @@ def _doctor_options(fn):
 
 
 @main.command()
+@_via_cluster
 @_doctor_options
 @_errors
 def doctor(**kw):

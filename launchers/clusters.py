@@ -1,5 +1,6 @@
 """The clusters file: Slurm clusters reached over SSH through their login node (`launch slurm --cluster NAME`,
-profile `slurm: {cluster: NAME}`; issue 25 item 1).
+profile `slurm: {cluster: NAME}`, and the other verbs' --cluster; issue 25 item 1). The verbs run there by the
+cluster's own `launch` (launchers.viacluster over launchers.clusterssh).
 
 `$XDG_CONFIG_HOME/launchers/clusters.yaml` (default ~/.config/launchers/clusters.yaml; LAUNCH_CLUSTERS_FILE
 names another), a mapping NAME -> its login node:
@@ -13,6 +14,8 @@ names another), a mapping NAME -> its login node:
       known_hosts: ~/.ssh/known_hosts_clusters    # host keys of the login node and the jumps (unknown: refused)
       ssh_config: ~/.ssh/config      # resolves the names (HostName, Port, User, ...)
       runs_root: /shared/alice/runs  # run dirs on the cluster's shared storage (required, absolute)
+      launch: /opt/launchers/bin/launch   # the `launch` command on the login node (default: launch on its PATH);
+                                     # shell words, e.g. `env PYTHONPATH=/opt/src /opt/venv/bin/launch`
 
 identity, known_hosts and ssh_config are files on this machine: `~` is expanded, a relative path is relative to
 the clusters file. Pure apart from reading the file (no network). Every bad value is one line naming the file, the cluster and
@@ -23,6 +26,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +36,13 @@ from .values import INT_TEXT, read_yaml_file
 
 ENV_FILE = "LAUNCH_CLUSTERS_FILE"
 REQUIRED = ("login", "runs_root")
-KEYS = ("login", "port", "user", "identity", "jump", "known_hosts", "ssh_config", "runs_root")
+KEYS = ("login", "port", "user", "identity", "jump", "known_hosts", "ssh_config", "runs_root", "launch")
 LOCAL_FILES = ("identity", "known_hosts", "ssh_config")     # paths on this machine (~ and relative: the file's dir)
 RESERVED = ("all",)        # `launch list --cluster all`: every cluster
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 USER = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}$")
 SHAPE = ("a YAML mapping NAME: {login: HOST, runs_root: /PATH, port, user, identity, jump, known_hosts, "
-         "ssh_config}")
+         "ssh_config, launch}")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Cluster:
     jump: tuple[HostEntry, ...] = ()    # first hop first
     known_hosts: str | None = None
     ssh_config: str | None = None
+    launch: str = "launch"              # the login node's `launch` command (shell words, checked by shlex)
     source: str = ""                    # the clusters file it came from
 
     @property
@@ -147,7 +152,23 @@ def read_value(key: str, value: Any, where: str) -> Any:
                           "cluster's shared storage, e.g. /shared/$USER/runs")
     if key == "runs_root":
         return posixpath.normpath(s)
+    if key == "launch":
+        return launch_command(s, where)
     return os.path.expanduser(s) if key in LOCAL_FILES else s
+
+
+def launch_command(s: str, where: str) -> str:
+    """The login node's `launch`: shell words (quotes allowed), each quoted again when the command line is built."""
+    try:
+        words = shlex.split(s)
+    except ValueError as e:
+        words, why = [], str(e)
+    else:
+        why = "no command"
+    if not words:
+        raise LaunchError(f"{where}: launch {brief(s)} is not accepted ({why}); accepted: the login node's launch "
+                          "command, shell words, e.g. /opt/venv/bin/launch")
+    return shlex.join(words)
 
 
 def jump_entry(word: str, where: str) -> HostEntry:

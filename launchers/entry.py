@@ -7,7 +7,8 @@ import sys
 
 
 def will_submit_to_slurm(argv: list[str]) -> bool:
-    """`launch slurm ...` that will submit: not a dry-run or help, not inside an allocation. A guess from argv
+    """`launch slurm ...` that will submit here: not a dry-run or help, not through --cluster (the login node
+    submits), not inside an allocation. A guess from argv
     before it is parsed; a wrong guess only costs or saves a fork (the submitter submits only what it is
     handed, and exits on EOF when the launcher ends without handing it anything)."""
     if len(argv) < 2 or argv[1] != "slurm":
@@ -16,7 +17,7 @@ def will_submit_to_slurm(argv: list[str]) -> bool:
     if SlurmEnv.read().in_allocation:
         return False
     opts = argv[2:argv.index("--")] if "--" in argv else argv[2:]
-    return not any(a in ("--dry-run", "-h", "--help") for a in opts)
+    return not any(a in ("--dry-run", "-h", "--help", "--cluster") or a.startswith("--cluster=") for a in opts)
 
 
 def main() -> None:

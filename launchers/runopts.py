@@ -159,8 +159,9 @@ BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt("max_parallel", I, "With --sweep: at most this many runs of the array at once.", kind="int"),
         Opt("sbatch_lines", L, "Extra #SBATCH lines (profile only).", flag=None),
         Opt("job_name", S, "Slurm job name (profile only; default: the run name).", flag=None),
-        Opt("cluster", S, "NAME in the clusters file ($XDG_CONFIG_HOME/launchers/clusters.yaml): Slurm's commands "
-            "run on its login node over SSH (host keys verified, jump hosts as listed); run dirs under its runs root."),
+        Opt("cluster", S, "NAME in the clusters file ($XDG_CONFIG_HOME/launchers/clusters.yaml): submit from its "
+            "login node over SSH (host keys verified, jump hosts as listed; this tree uploaded); run dirs under its "
+            "runs root. '' = this machine's Slurm."),
     ),
 }
 BACKENDS = tuple(BACKEND_OPTIONS)

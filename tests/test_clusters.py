@@ -1,15 +1,13 @@
 """Clusters reached over SSH (issue 25 item 1), the client side: the clusters file, the one runner of Slurm's
-commands (here vs on a login node: the command that would run, no network), the SFTP plan of a submit, and
-`launch slurm --cluster NAME --dry-run` on a machine without sbatch."""
+commands (here vs on a login node: the command that would run, no network), the SFTP plan of a submit (the
+backend's own route, reached through the Python API; the CLI's --cluster is tests/test_viacluster.py)."""
 from __future__ import annotations
 
 import shlex
-import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, run_launch
 from launchers import clusters
 from launchers.backends.slurm import cmd, login
 from launchers.backends.slurm import status as slurm_status
@@ -192,20 +190,3 @@ def test_submit_plan_uploads_into_the_runs_root(tmp_path, monkeypatch):
     (skel / "link").symlink_to("/etc/passwd")
     with pytest.raises(LaunchError, match="is not a plain file or directory"):
         login.tree(str(skel), "/shared/alice/runs/t-1")
-
-
-def test_dry_run_through_a_cluster_without_sbatch(tmp_path):
-    path = write(tmp_path, GOOD)
-    (tmp_path / "train.py").write_text("print('hi')\n")
-    env = {"PATH": str(BIN), "LAUNCH_CLUSTERS_FILE": path}
-    assert shutil.which("sbatch", path=env["PATH"]) is None      # a client with no Slurm binary
-    p = run_launch("slurm", "--cluster", "dev", "--nodes", "2", "--dry-run", "train.py", cwd=tmp_path, env=env)
-    assert p.returncode == 0, p.stderr
-    assert "# cluster: dev -- sbatch, squeue, scontrol, sacct, scancel run on its login node " \
-           "alice@login1.example.org:2222 via bob@bastion.example.org:2200, gw2 over SSH" in p.stdout
-    run_dir = next(ln.split()[-1] for ln in p.stdout.splitlines() if ln.startswith("# run dir: "))
-    assert run_dir.startswith("/shared/alice/runs/train-")
-    assert f"#SBATCH --output={run_dir}/slurm/%j_0_log.out" in p.stdout
-    assert not (tmp_path / "runs").exists()
-    p = run_launch("slurm", "--cluster", "prod", "--dry-run", "train.py", cwd=tmp_path, env=env)
-    assert p.returncode == 2 and "--cluster 'prod' is not in clusters file" in p.stderr

@@ -20,11 +20,11 @@ LAYERS = {
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
         "launchers.nodecheck", "launchers.integrations", "launchers.restarts", "launchers.imagepull",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters",
-        "launchers.nodefacts"),
+        "launchers.nodefacts", "launchers.clusterssh"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
         "launchers.client", "launchers.top",
-        "launchers.detach", "launchers.sweeprun"),
+        "launchers.detach", "launchers.sweeprun", "launchers.viacluster"),
     4: ("launchers.cli", "launchers.entry", "launchers.slurmnode"),
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API

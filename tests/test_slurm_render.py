@@ -145,6 +145,8 @@ def test_bad_options_one_line(workdir, args, msg):
     (["launch", "slurm", "--nodes", "2", "--", "train.py"], {}, True),
     (["launch", "slurm", "--dry-run", "--", "train.py"], {}, False),
     (["launch", "slurm", "--help"], {}, False),
+    (["launch", "slurm", "--cluster", "dev", "--", "train.py"], {}, False),    # the login node submits
+    (["launch", "slurm", "--cluster=dev", "--", "train.py"], {}, False),
     (["launch", "slurm", "--", "train.py", "--help"], {}, True),          # the program's own flag
     (["launch", "local", "--", "train.py"], {}, False),
     (["launch"], {}, False),

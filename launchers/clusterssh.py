@@ -1,0 +1,208 @@
+"""One verified OpenSSH connection to a cluster's login node for one `launch` command (issue 25 item 1).
+
+    ssh_argv(c, line, control)   the `ssh` argv that runs `line` on the login node (pure: golden-tested)
+    remote_line(c, words, cwd)   the login node's command line: `words` (its `launch ...`) run by sh in cwd
+                                 with LAUNCH_RUNS_ROOT = the cluster's runs root, ended when the connection drops
+    explain(c, stderr)           ssh's failure as one line naming the cluster, the hop and the cause
+    Session(c)                   a ControlMaster for the command's life (private temp dir, closed at the end):
+                                 every remote call of the command goes over this one connection
+
+Every hop (each `jump:` host, first hop first, then the login node) is an `ssh` with the same options, the
+host key verified as `launch ssh` does (launchers.sshconn: never added, the cluster's known_hosts only):
+BatchMode=yes, StrictHostKeyChecking=yes, UpdateHostKeys=no, UserKnownHostsFile + GlobalKnownHostsFile=/dev/null
+when known_hosts is given, -i IDENTITY with IdentitiesOnly, -F SSH_CONFIG, ConnectTimeout and keepalives. The
+hops are nested ProxyCommands (`ssh OPTS -W [%h]:%p HOP`), not ProxyJump: OpenSSH passes none of the -o options
+to a ProxyJump hop, whose key would then be checked against ~/.ssh/known_hosts under the user's defaults.
+Without `jump:`, the ssh config's ProxyJump hops of the login node are taken the same way (sshconn.jump_hops).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+
+from .clusters import Cluster
+from .errors import LaunchError
+from .hostfile import HostEntry, ResolvedHost, resolve
+from .sshconn import SSHSettings, jump_hops
+
+CONNECT_S = 10          # each hop's ConnectTimeout
+ALIVE = ("-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2")   # a dead link ends the command in ~10 s
+
+
+def hop_options(c: Cluster) -> list[str]:
+    """The options every hop's ssh gets (host keys verified, never asked, never written)."""
+    out = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "UpdateHostKeys=no",
+           "-o", f"ConnectTimeout={CONNECT_S}", *ALIVE]
+    if c.known_hosts:      # ssh splits this option's value at spaces: a path with one is double-quoted
+        kh = f'"{c.known_hosts}"' if " " in c.known_hosts else c.known_hosts
+        out += ["-o", f"UserKnownHostsFile={kh}", "-o", "GlobalKnownHostsFile=/dev/null"]
+    if c.identity:
+        out += ["-i", c.identity, "-o", "IdentitiesOnly=yes"]
+    if c.ssh_config:
+        out += ["-F", c.ssh_config]
+    return out
+
+
+def target(e: HostEntry) -> list[str]:
+    return [*(["-p", str(e.port)] if e.port else []), *(["-l", e.user] if e.user else []), e.name]
+
+
+def hops(c: Cluster) -> list[HostEntry]:
+    """The jump hosts, first hop first: the cluster's `jump:`, else the ssh config's ProxyJump of the login."""
+    found = list(c.jump) or [h.entry for h in jump_hops(route(c)[-1], SSHSettings(ssh_config=c.ssh_config),
+                                                         check_first=False)]
+    first = resolve(found[:1], c.ssh_config)
+    if first and str(first[0].ssh_options.get("proxyjump", "none")).lower() != "none":
+        raise LaunchError(f"cluster {c.name}: jump host {found[0].word} has its own ProxyJump in the ssh config; "
+                          "accepted: every hop listed in the cluster's jump: (first hop first)")
+    return found
+
+
+def route(c: Cluster) -> list[ResolvedHost]:
+    """The jump hosts and the login node, resolved through the ssh config (where each really leads)."""
+    return [resolve([e], c.ssh_config)[0] for e in (*c.jump, c.login_entry)]
+
+
+def proxy_command(c: Cluster, through: list[HostEntry]) -> str | None:
+    """The ProxyCommand that reaches the next host through `through` (nested: each level's % escaped once more,
+    as each ssh expands the tokens of its own ProxyCommand)."""
+    if not through:
+        return None
+    inner = proxy_command(c, through[:-1])
+    pc = ["-o", "ProxyCommand=" + inner.replace("%", "%%")] if inner else []
+    return shlex.join(["ssh", *hop_options(c), *pc, "-T", "-W", "[%h]:%p", *target(through[-1])])
+
+
+def ssh_argv(c: Cluster, line: str | None = None, control: str | None = None, master: bool = False) -> list[str]:
+    """ssh to the login node: run `line`, or (master) hold the connection as the ControlMaster at `control`."""
+    pc = proxy_command(c, hops(c))
+    argv = ["ssh", *hop_options(c), *(["-o", "ProxyCommand=" + pc] if pc else [])]
+    if control:
+        argv += ["-o", f"ControlPath={control}", "-o", "ControlMaster=" + ("yes" if master else "no")]
+    argv += ["-T", *(["-N"] if master else []), *target(c.login_entry)]
+    return argv + ([line] if line is not None else [])
+
+
+# The login node's side of a call: its `launch` in the background, stdin (the connection) watched: when it ends
+# (Ctrl-C here, a dropped link), the login node's launch gets SIGTERM; its own exit code is the call's.
+WATCH = ("exec 3<&0; {cmd} 3<&- & p=$!; {{ while read -r _; do :; done; kill -TERM $p; }} <&3 >/dev/null 2>&1 & "
+         "w=$!; exec 3<&-; wait $p; r=$?; kill $w 2>/dev/null; exit $r")
+
+
+def remote_line(c: Cluster, words: list[str], cwd: str | None = None, watch: bool = True) -> str:
+    """`launch WORDS` on the login node, in cwd (default: the runs root, so that run names resolve there, or /
+    while it does not exist), LAUNCH_RUNS_ROOT set; one `sh -c` word (the login shell may be csh). watch: ended
+    when the connection's stdin ends (WATCH; the caller keeps it open), else run to its end (a short call whose
+    output is read)."""
+    root = shlex.quote(c.runs_root)
+    go = f"cd {shlex.quote(cwd)} || exit 2" if cwd else f"cd {root} 2>/dev/null || cd /"
+    cmd = " ".join([c.launch, *(shlex.quote(w) for w in words)])
+    return "sh -c " + shlex.quote(f"{go}; LAUNCH_RUNS_ROOT={root}; export LAUNCH_RUNS_ROOT; "
+                                  + (WATCH.format(cmd=cmd) if watch else f"exec {cmd}"))
+
+
+def shell_line(script: str) -> str:
+    return "sh -c " + shlex.quote(script)
+
+
+# ------------------------------------------------------------------------------------------ ssh's failures
+
+CAUSES = (     # ssh's line -> (the host it names, what to say)
+    (r"No \S+ host key is known for (\S+)", "host key unknown (not in {kh}); refusing to connect - verify it and "
+     "add it to that file (e.g. ssh-keyscan)"),
+    (r"Host key for (\S+) has changed", "host key CHANGED (not the one in {kh}); refusing to connect"),
+    (r"connect to host (\S+ port \d+): (.+)", "unreachable ({1})"),
+    (r"Could not resolve hostname (\S+): (.+)", "name does not resolve ({1})"),
+    (r"(\S+): Permission denied \((.+)\)", "authentication failed ({1})"),
+    (r"Connection to (\S+ port \d+) timed out", "no answer (timed out)"),
+    (r"Connection (?:closed|reset) by (\S+ port \d+)", "the connection was closed by the host"),
+)
+
+
+def which_hop(c: Cluster, said: str) -> str:
+    """`jump host bastion:2222 (hop 1)` or `login node login1` for ssh's `[127.0.0.1]:2222`, `h port 22`, `h`."""
+    m = re.fullmatch(r"\[?([^\]\s]+?)\]?(?::(\d+)| port (\d+))?", said)
+    host, port = (m.group(1), m.group(2) or m.group(3)) if m else (said, None)
+    names = [*(f"jump host {j.word} (hop {i + 1})" for i, j in enumerate(c.jump)), f"login node {c.login}"]
+    try:
+        where = route(c)
+    except LaunchError:
+        where = []
+    for name, h in zip(names, where):
+        if host in (h.hostname, h.entry.name) and (port is None or int(port) == h.port):
+            return name
+    return f"host {said}"
+
+
+class Unreachable(LaunchError):
+    """The login node could not be reached (one line, exit 2, nothing run there); `cause`: the part after the
+    cluster's name (`launch list --cluster all` shows it in the cluster's row)."""
+
+    def __init__(self, c: Cluster, cause: str) -> None:
+        super().__init__(f"cluster {c.name} (login {c.route}): {cause}; nothing was run")
+        self.cause = cause
+
+
+def explain(c: Cluster, stderr: str) -> Unreachable:
+    """ssh's stderr -> the error: the first line of a known kind (CAUSES), naming its hop; else ssh's last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    kh = c.known_hosts or "the ssh config's known_hosts"
+    for pattern, what in CAUSES:
+        for ln in lines:
+            m = re.search(pattern, ln)
+            if m:
+                return Unreachable(c, f"{which_hop(c, m.group(1))}: {what.format(*m.groups(), kh=kh)}")
+    return Unreachable(c, lines[-1] if lines else "ssh failed without a message")
+
+
+class Session:
+    """The command's one connection: a ControlMaster (its socket in a private temp dir) opened by open(), reused
+    by every call (argv()), closed by close() -- also when a call failed or Ctrl-C came."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.c, self.master = c, None
+        short = len(tempfile.gettempdir()) < 64          # a unix socket's path: at most 107 bytes
+        self.dir = tempfile.mkdtemp(prefix="launch-ssh-", dir=None if short else "/tmp")
+        self.sock, self.err = os.path.join(self.dir, "s"), os.path.join(self.dir, "err")
+
+    def open(self, timeout: float) -> "Session":
+        """Connect (every hop verified); a failure or no connection within timeout: LaunchError, one line."""
+        if not shutil.which("ssh"):
+            raise LaunchError(f"cluster {self.c.name}: no `ssh` client on this machine's PATH; accepted: OpenSSH's "
+                              "ssh (Debian: apt-get install openssh-client)")
+        with open(self.err, "wb") as err:
+            self.master = subprocess.Popen(ssh_argv(self.c, control=self.sock, master=True), stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL, stderr=err)
+        end = time.monotonic() + timeout
+        while not os.path.exists(self.sock):
+            if self.master.poll() is not None or time.monotonic() > end:
+                said = open(self.err, encoding="utf-8", errors="replace").read()
+                if self.master.poll() is None:
+                    said = f"no answer within {timeout:g} s"
+                raise explain(self.c, said)
+            time.sleep(0.02)
+        return self
+
+    def argv(self, line: str) -> list[str]:
+        return ssh_argv(self.c, line, control=self.sock)
+
+    def close(self) -> None:
+        if self.master is not None and self.master.poll() is None:
+            self.master.terminate()
+            try:
+                self.master.wait(5)
+            except subprocess.TimeoutExpired:
+                self.master.kill()
+                self.master.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
