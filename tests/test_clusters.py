@@ -1,18 +1,18 @@
-"""Clusters reached over SSH (issue 25 item 1), the client side: the clusters file, the one runner of Slurm's
-commands (here vs on a login node: the command that would run, no network), the SFTP plan of a submit (the
-backend's own route, reached through the Python API; the CLI's --cluster is tests/test_viacluster.py)."""
+"""Clusters reached over SSH (issue 25 item 1): the clusters file, and a profile's `slurm: {cluster: NAME}`,
+which only the CLI follows (tests/test_viacluster.py): the Python API and the Slurm backend refuse it."""
 from __future__ import annotations
 
-import shlex
+import os
 from pathlib import Path
 
 import pytest
 
-from launchers import clusters
-from launchers.backends.slurm import cmd, login
-from launchers.backends.slurm import status as slurm_status
+import launchers
+from launchers import api, clusters
+from launchers.backends.slurm import array
+from launchers.backends.slurm.backend import SlurmBackend
 from launchers.errors import LaunchError
-from launchers.spec import JobSpec, build_spec
+from launchers.spec import build_spec
 
 GOOD = """\
 dev:
@@ -108,85 +108,29 @@ def test_get_refuses_unknown_cluster_and_missing_files(tmp_path, monkeypatch):
     assert clusters.default_path() == str(tmp_path / "cfg" / "launchers" / "clusters.yaml")
 
 
-def test_runner_command_here_and_on_the_login_node(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAUNCH_CLUSTERS_FILE", write(tmp_path, GOOD))
-    argv = ["squeue", "-h", "-j", "12", "-o", "%i|%T|%r|%N"]
-    here = cmd.invocation(argv)
-    assert (here.argv, here.cluster, here.where()) == (tuple(argv), None, "here")
-    there = cmd.invocation(argv, cmd.cluster_named("dev"))
-    assert there.line == "squeue -h -j 12 -o '%i|%T|%r|%N'" and shlex.split(there.line) == argv
-    assert there.where() == "cluster dev (login alice@login1.example.org:2222 via bob@bastion.example.org:2200, gw2)"
-    assert cmd.invocation(["scancel", "1; rm -rf ~"], cmd.cluster_named("dev")).line == "scancel '1; rm -rf ~'"
-    with pytest.raises(ValueError, match="not a Slurm command"):
-        cmd.invocation(["rm", "-rf", "/"])
-    # here, as before the runner: a missing binary is OSError (the status queries: 127, "unanswered")
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(FileNotFoundError):
-        cmd.run(["sinfo", "-h"])
-    rc, out = slurm_status.runner(None)(["squeue", "-h"])
-    assert rc == 127 and slurm_status.unanswered(rc, out)
-
-
-def test_route_hops_verify_host_keys_like_launch_ssh(tmp_path, monkeypatch):
-    import paramiko
-    (tmp_path / "ssh_config").write_text("Host gw2\n  HostName 10.1.1.1\n  Port 2022\n"
-                                         "Host viacfg\n  HostName 10.2.2.2\n  ProxyJump hopC,carol@hopB:2201\n"
-                                         "Host hopA\n  ProxyJump elsewhere\n")
-    monkeypatch.setenv("LAUNCH_CLUSTERS_FILE", write(tmp_path, GOOD.replace(
-        "  runs_root: /scratch/runs\n", "  runs_root: /scratch/runs\n  ssh_config: ssh_config\n")
-        + "cfg:\n  login: viacfg\n  ssh_config: ssh_config\n  runs_root: /r\n"
-        + "hop:\n  login: l1\n  jump: hopA\n  ssh_config: ssh_config\n  runs_root: /r\n"))
-    dev = cmd.cluster_named("dev")
-    hosts, conns = cmd.build_route(dev)
-    assert [(h.hostname, h.port, h.user) for h in hosts][:2] == [("bastion.example.org", 2200, "bob"),
-                                                                  ("gw2", 22, hosts[1].user)]
-    assert [(h.hostname, h.port, h.user) for h in hosts][2] == ("login1.example.org", 2222, "alice")
-    assert [c.gateway for c in conns[1:]] == conns[:-1]
-    assert all(isinstance(c.client._policy, paramiko.RejectPolicy) for c in conns)
-    assert [h.entry.word for h in cmd.route_hosts(cmd.cluster_named("cfg"))] == ["hopC", "carol@hopB:2201", "viacfg"]
-    with pytest.raises(LaunchError, match="jump host hopA has its own ProxyJump"):
-        cmd.route_hosts(cmd.cluster_named("hop"))
-
-
-def test_profile_names_the_cluster(tmp_path, monkeypatch):
+def test_profile_names_the_cluster_only_the_cli_follows_it(tmp_path, monkeypatch):
     monkeypatch.setenv("LAUNCH_CLUSTERS_FILE", write(tmp_path, GOOD))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "t.py").write_text("")
     (tmp_path / "p.yaml").write_text("slurm:\n  cluster: small\n")
     spec = build_spec("slurm", {"snapshot": False}, ["t.py"], profile="p.yaml")
     assert spec.opts["cluster"] == "small"
-    assert login.on_cluster(spec)[0].run_dir == "/scratch/runs/" + Path(spec.run_dir).name
+    # the Python API (and any path to the Slurm backend) never submits such a spec here: one line, nothing written
+    said = ("slurm option cluster 'small' is not accepted here: a cluster is reached by the CLI, `launch slurm "
+            "--cluster small` (launch runs on its login node); accepted: no cluster option, or cluster '' (this "
+            "machine's Slurm)")
+    api_spec = launchers.JobSpec(backend="slurm", program=("t.py",), profile="p.yaml", snapshot=False)
+    resolved = api_spec.resolve()
+    for refused in (lambda: launchers.submit(api_spec, dry_run=True), lambda: api.submit(resolved),
+                    lambda: array.submit_array([spec], {"sweep_dir": str(tmp_path / "sw")}, None)):
+        with pytest.raises(LaunchError) as e:
+            refused()
+        assert str(e.value) == said
+    assert sorted(os.listdir(tmp_path)) == ["clusters.yaml", "keys", "kh", "p.yaml", "t.py"]
+    assert not os.path.exists(resolved.run_dir)
+    # `--cluster ''` over the profile's (what viacluster gives the login node's launch): this machine's Slurm
+    here = build_spec("slurm", {"snapshot": False, "options": {"cluster": ""}}, ["t.py"], profile="p.yaml")
+    assert here.opts["cluster"] == "" and "#SBATCH" in SlurmBackend().plan(here, "t-1", attempt=0).render()
     (tmp_path / "p.yaml").write_text("slurm:\n  cluster: [small]\n")
     with pytest.raises(LaunchError, match="cluster has a value of the wrong type"):
         build_spec("slurm", {}, ["t.py"], profile="p.yaml")
-
-
-def spec_for(tmp_path, **kw) -> JobSpec:
-    return JobSpec(backend="slurm", nodes=2, gpus_per_node=1, program=("t.py",), program_args=(), name="t",
-                   run_dir=str(tmp_path / "runs" / "t-1"), **kw)
-
-
-def test_submit_plan_uploads_into_the_runs_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAUNCH_CLUSTERS_FILE", write(tmp_path, GOOD))
-    monkeypatch.setenv("LAUNCH_RUNS_ROOT", str(tmp_path / "runs"))
-    spec, c = login.on_cluster(spec_for(tmp_path, options=(("cluster", "dev"),), snapshot=str(tmp_path / "s"),
-                                        snapshot_dir=str(tmp_path / "s" / "abc")))
-    assert (spec.run_dir, spec.snapshot, spec.snapshot_dir) == ("/shared/alice/runs/t-1", "/shared/alice/runs/.snapshots",
-                                                                "/shared/alice/runs/.snapshots/abc")
-    assert login.on_cluster(spec_for(tmp_path)) == (spec_for(tmp_path), None)
-    skel = tmp_path / "skel"
-    (skel / "logs").mkdir(parents=True)
-    (skel / "run.yaml").write_text("run_id: t-1\n")
-    items = login.uploads(c, str(skel), "/shared/alice/runs/sweep/t-1", "#!/bin/bash\n", attempt=2)
-    assert [(u.path, u.text, oct(u.mode)) for u in items if u.text is not None] == [
-        ("/shared/alice/runs/sweep/t-1/run.yaml", "run_id: t-1\n", oct((skel / "run.yaml").stat().st_mode & 0o777)),
-        ("/shared/alice/runs/sweep/t-1/slurm/submit-a2.sh", "#!/bin/bash\n", "0o755")]
-    assert [u.path for u in items if u.text is None] == [
-        "/shared/alice/runs", "/shared/alice/runs/sweep", "/shared/alice/runs/sweep/t-1",
-        "/shared/alice/runs/sweep/t-1/logs", "/shared/alice/runs/sweep/t-1/slurm"]
-    assert login.submit_argv(items[-1].path) == ["sbatch", "--parsable", items[-1].path]
-    with pytest.raises(LaunchError, match="is outside its runs root /shared/alice/runs"):
-        login.uploads(c, str(skel), "/shared/alice/other/t-1", "#!/bin/bash\n", attempt=0)
-    (skel / "link").symlink_to("/etc/passwd")
-    with pytest.raises(LaunchError, match="is not a plain file or directory"):
-        login.tree(str(skel), "/shared/alice/runs/t-1")

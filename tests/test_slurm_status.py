@@ -1,4 +1,7 @@
 """Slurm status without slurmdbd: parsing recorded squeue/scontrol/sacct -c output, GONE, the rate limit."""
+import pytest
+
+from launchers.backends.slurm import cmd
 from launchers.backends.slurm import status as ss
 
 SCONTROL_RUNNING = ("JobId=7 JobName=train UserId=root(0) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 "
@@ -83,3 +86,14 @@ def test_query_is_rate_limited_and_caches_ended(tmp_path):
     # another job id is asked about, not served from the cache
     run3, calls3 = runner({"scontrol": (0, SCONTROL_RUNNING.replace("JobId=7", "JobId=8"))})
     assert ss.query("8", str(tmp_path), run3, now=lambda: t[0]).state == "RUNNING" and calls3 == ["scontrol"]
+
+
+def test_slurm_commands_run_here_only(tmp_path, monkeypatch):
+    """cmd.run: Slurm's commands only, on this machine (a cluster is viacluster's: the whole launch there)."""
+    with pytest.raises(ValueError, match="not a Slurm command"):
+        cmd.run(["rm", "-rf", "/"])
+    monkeypatch.setenv("PATH", str(tmp_path))          # a missing binary is OSError (the queries: 127, unanswered)
+    with pytest.raises(FileNotFoundError):
+        cmd.run(["sinfo", "-h"])
+    rc, out = ss._run(["squeue", "-h"])
+    assert rc == 127 and ss.unanswered(rc, out)

@@ -63,6 +63,27 @@ def test_ssh_argv_verifies_every_hop_golden(tmp_path):
         "--after", "/shared/alice/runs/prep:afterany", "--wait", "--after", "42", "t.py", "--run-dir", "keep"]
 
 
+def test_ssh_config_proxyjump_hops_each_verified(tmp_path):
+    """Without `jump:`, the login's ssh-config ProxyJump hops, first hop first, each an ssh of its own with the
+    cluster's host-key options (never ssh's ProxyJump, which would not verify them); a first hop with its own
+    ProxyJump refused in one line."""
+    path = cluster_file(tmp_path, "cfg:\n  login: viacfg\n  known_hosts: kh\n  ssh_config: cfg\n  runs_root: /r\n"
+                        "hop:\n  login: l1\n  jump: hopA\n  known_hosts: kh\n  ssh_config: cfg\n  runs_root: /r\n")
+    (tmp_path / "cfg").write_text("Host viacfg\n  HostName 10.2.2.2\n  ProxyJump hopC,carol@hopB:2201\n"
+                                  "Host hopA\n  ProxyJump elsewhere\n")
+    c = clusters.get("cfg", path)
+    assert [e.word for e in clusterssh.hops(c)] == ["hopC", "carol@hopB:2201"]
+    argv = clusterssh.ssh_argv(c, "true")
+    pc = argv[argv.index("-T") - 1]
+    assert pc.startswith("ProxyCommand=ssh ") and pc.endswith("-T -W '[%h]:%p' -p 2201 -l carol hopB")
+    assert pc.count("StrictHostKeyChecking=yes") == 2 and pc.count(f"UserKnownHostsFile={tmp_path}/kh") == 2
+    inner = [w for w in shlex.split(pc.removeprefix("ProxyCommand=")) if w.startswith("ProxyCommand=")]
+    assert inner[0].endswith("-T -W '[%%h]:%%p' hopC") and argv[-2:] == ["viacfg", "true"]   # hopC: the first hop
+    with pytest.raises(LaunchError, match=r"^cluster hop: jump host hopA has its own ProxyJump in the ssh config; "
+                       r"accepted: every hop listed in the cluster's jump: \(first hop first\)$"):
+        clusterssh.ssh_argv(clusters.get("hop", path), "true")
+
+
 SSH_SAID = [   # ssh 9.2's own lines
     ("No ED25519 host key is known for [127.0.0.1]:2222 and you have requested strict checking.\n"
      "Host key verification failed.", "login node 127.0.0.1: host key unknown (not in {kh});"),

@@ -68,7 +68,7 @@ def check_parent(spec: JobSpec) -> None:
         return
     kind, job_id = dep.split(":", 1)
     given = spec.opts["after"]
-    job = slurm_status.ask_slurm(job_id, slurm_status.runner(spec.opts.get("cluster")))
+    job = slurm_status.ask_slurm(job_id)
     if job.state == "GONE":
         raise LaunchError(f"--after {brief(given)}: Slurm job {job_id} does not exist (not in squeue, scontrol or "
                           f"sacct -c); accepted: {AFTER_ACCEPTED} of a queued, running or recently ended job")

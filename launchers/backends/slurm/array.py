@@ -44,9 +44,6 @@ def render_dry_run(script: str, plans: list[Plan], rec: dict) -> str:
 def submit_array(specs: list[JobSpec], rec: dict, max_parallel: int | None, dry_run: bool = False,
                  out: TextIO = sys.stdout, prepare: Callable[[JobSpec, str], None] | None = None) -> int:
     """Plan every run, then (not a dry-run) create the sweep dir and each run dir, and submit one job array."""
-    if specs[0].opts.get("cluster"):
-        raise LaunchError(f"--sweep with --cluster {specs[0].opts['cluster']} is not wired yet (client side only); "
-                          "accepted: one run per launch with --cluster, or --sweep without it")
     backend, sweep_dir = SlurmBackend(), rec["sweep_dir"]
     plans = [backend.plan(s, new_run_id(s), attempt=0) for s in specs]
     script = array_script(plans[0].spec, sweep_dir, len(plans), max_parallel)

@@ -9,8 +9,8 @@
     requeue:         Slurm's USR2 (--signal, or a preemption) -> checkpoint -> node 0 `scontrol requeue`
                      -> next attempt (LAUNCH_ATTEMPT + 1) resumes from checkpoints/latest. Slurm owns restarts.
     status / cancel: squeue/scontrol/`sacct -c` (status, cached); scancel and wait until nothing is left.
-    --cluster NAME:  every Slurm command through cmd.run on that cluster's login node over SSH; the run dir
-                     under its runs root (login.py); submitting that way is the lead's wiring (dry-run works).
+    a cluster:       not here: `launch slurm --cluster NAME` runs launch on its login node (launchers.viacluster);
+                     a spec whose options name one is refused (refuse_cluster), `cluster: ''` is this machine.
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ from . import cmd
 from . import status as slurm_status
 from .after import check_parent, resolve_after
 from .env import SlurmEnv
-from .login import ClusterPlan, on_cluster, route_lines
 from .node import slurm_node_command
 from .nodespec import resolve_for_nodes, write_node_spec
 from .render import header_for, render_sbatch, slurm_options, srun_argv
@@ -59,10 +58,10 @@ class SlurmBackend(Backend):
         if spec.opts.get("max_parallel") is not None:
             raise LaunchError(f"--max-parallel {spec.opts['max_parallel']} applies to a --sweep only (the runs of "
                               "its job array at once); accepted: --max-parallel N together with --sweep KEY=V1,V2")
+        refuse_cluster(spec)
         spec = resolve_after(spec, attempt)                  # --after RUN_DIR -> its job id (no Slurm call)
-        spec, cluster = on_cluster(spec)                     # --cluster: its run dir under the cluster's runs root
         resolved = resolve_for_nodes(spec)                   # bad options fail here, dry-run included
-        env = SlurmEnv.read({} if cluster else None)         # a login node is never inside an allocation
+        env = SlurmEnv.read()
         if env.in_allocation and spec.spares:
             raise LaunchError(f"--spares {spec.spares} inside an allocation (Slurm job {env.job_id}) is not taken yet; "
                               "accepted: --spares 0 here, or --spares K from outside (the job's allocation holds them)")
@@ -84,33 +83,27 @@ class SlurmBackend(Backend):
                    if not spec.spares else f"\n# {spec.nodes} of the {spec.nodes + spec.spares} nodes run each attempt, "
                    "an srun step (spares idle); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its "
                    "host's place in LAUNCH_STEP_HOSTS\n")
-        return ClusterPlan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER_SHOWN, master_port=port,
-                           dist_backend=dist, nodes=nodes, hosts=hosts, script=script,
-                           route=route_lines(spec, cluster) if cluster else [])
+        return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER_SHOWN, master_port=port,
+                    dist_backend=dist, nodes=nodes, hosts=hosts, script=script)
 
     def preflight(self, plan: Plan) -> None:
         """Before the run dir exists: Slurm is there, knows the partition, and accepts the job."""
-        cluster = plan.spec.opts.get("cluster")
-        if SlurmEnv.read().in_allocation and not cluster:
+        if SlurmEnv.read().in_allocation:
             if not shutil.which("srun"):
                 raise LaunchError("srun is not on PATH inside this allocation")
             return
-        if not cluster and not shutil.which("sbatch"):
+        if not shutil.which("sbatch"):
             raise LaunchError("sbatch is not on PATH: Slurm is not installed here (--dry-run shows the script)")
         check_parent(plan.spec)                              # --after: the job exists and can still be waited on
         try:             # while Slurm answers: creating the run dir needs yaml next
-            p = cmd.run(["sbatch", "--test-only"], input=plan.script, timeout=60, cluster=cluster,
+            p = cmd.run(["sbatch", "--test-only"], input=plan.script, timeout=60,
                         meanwhile=lambda: __import__("yaml"))
         except subprocess.TimeoutExpired:
             raise LaunchError("sbatch --test-only did not answer within 60 s: is slurmctld up?") from None
         if p.returncode != 0:
-            check_partition(plan.spec.opts.get("partition"), cluster)
+            check_partition(plan.spec.opts.get("partition"))
             raise LaunchError(f"Slurm refuses the job ({plan.spec.nodes} nodes x {plan.spec.gpus_per_node} GPUs): "
                               f"{one_line(p.stderr or p.stdout)}")
-        if cluster:
-            raise LaunchError(f"launch slurm --cluster {cluster}: Slurm accepts the job (sbatch --test-only on "
-                              f"{cmd.cluster_named(cluster).route}), but submitting through a login node is not wired "
-                              "yet (client side only); accepted: --dry-run")
 
     # ------------------------------------------------------------------ start
     def start(self, plan: Plan, rd: RunDir) -> int:
@@ -144,7 +137,7 @@ class SlurmBackend(Backend):
         from ...follow import follower
         from ...show import Progress
         progress, nnodes, here = Progress(), rd.spec().nodes, layout.Presence(rd.path)
-        job_id, at = rd.read_status().get("slurm_job_id"), cluster_of(rd)
+        job_id = rd.read_status().get("slurm_job_id")
 
         def done() -> bool:            # on stderr: the queue state and Slurm's reason, then each node as it starts
             try:
@@ -156,7 +149,7 @@ class SlurmBackend(Backend):
             if here.gone():            # the nodes stop and cancel it too (launchers.backends.slurm.gone)
                 if job_id:
                     with contextlib.suppress(LaunchError, OSError, subprocess.SubprocessError):
-                        scancel(job_id, cluster=at)
+                        scancel(job_id)
                 raise RunDirGone(here.gone_line())
             progress.run(st, rd.node_records(nnodes, st.get("attempt", 0)))
             return st["state"] in TERMINAL
@@ -212,7 +205,7 @@ class SlurmBackend(Backend):
             return rd.check_launcher()      # inside an allocation the launcher records the end itself
         if not job_id or st.get("state") in TERMINAL:
             return st
-        job = slurm_status.query(job_id, layout.path(rd.path, "slurm"), slurm_status.runner(cluster_of(rd)))
+        job = slurm_status.query(job_id, layout.path(rd.path, "slurm"))
         out = dict(st, slurm_job_id=job_id, slurm_state=job.state, slurm_reason=job.reason or None)
         if job.state == "UNKNOWN":       # a controller hiccup never turns into a verdict
             return dict(out, reason=f"Slurm does not answer ({job.reason or 'no reply'}); status unknown, retrying")
@@ -251,20 +244,19 @@ class SlurmBackend(Backend):
         scancel."""
         st = rd.update_status(cancel_requested=True, cancel_at=time.time())
         job_id = st.get("slurm_job_id") or last_job(rd)
-        at = cluster_of(rd)
         if st.get("in_allocation"):
             self._cancel_in_allocation(rd, st, job_id)
-        elif job_id and queued_only(job_id, at):       # nothing runs yet: no program to stop gracefully
-            scancel(job_id, cluster=at)
-            wait_gone(job_id, cluster=at)
+        elif job_id and queued_only(job_id):       # nothing runs yet: no program to stop gracefully
+            scancel(job_id)
+            wait_gone(job_id)
         elif job_id:
             spec = rd.spec()                        # run.yaml, read once
-            scancel(job_id, "--signal=" + spec.stop_signal[3:], cluster=at)
+            scancel(job_id, "--signal=" + spec.stop_signal[3:])
             try:
-                wait_gone(job_id, wait_s(spec.stop_grace), cluster=at)     # the batch side then scancels the job
+                wait_gone(job_id, wait_s(spec.stop_grace))     # the batch side then scancels the job
             except LaunchError:
-                scancel(job_id, cluster=at)
-                wait_gone(job_id, cluster=at)
+                scancel(job_id)
+                wait_gone(job_id)
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
                 rd.update_status(state="CANCELLED", reason=f"by launch cancel (scancel {job_id})", first_failure=None)
@@ -306,11 +298,11 @@ def submit_script(spec: JobSpec, script: str, run_dir: str, attempt: int) -> str
         raise SubmitFailed(one_line(str(e))) from None
 
 
-def check_partition(part: str | None, cluster: str | None = None) -> None:
+def check_partition(part: str | None) -> None:
     """After Slurm refused a job with --partition: one sinfo call tells an unknown partition apart."""
     if not part:
         return
-    q = cmd.run(["sinfo", "-h", "-o", "%R"], timeout=30, cluster=cluster)
+    q = cmd.run(["sinfo", "-h", "-o", "%R"], timeout=30)
     known = sorted(set(q.stdout.split()))
     if q.returncode != 0:
         raise LaunchError(f"sinfo failed: {one_line(q.stderr)}")
@@ -318,46 +310,42 @@ def check_partition(part: str | None, cluster: str | None = None) -> None:
         raise LaunchError(f"--partition {part!r} is unknown to Slurm; partitions: {', '.join(known) or '(none)'}")
 
 
-def scancel(job_id: str, *flags: str, cluster: str | None = None) -> None:
-    p = cmd.run(["scancel", *flags, job_id], timeout=60, cluster=cluster)
+def scancel(job_id: str, *flags: str) -> None:
+    p = cmd.run(["scancel", *flags, job_id], timeout=60)
     if p.returncode != 0 and "already completing or completed" not in p.stderr and "Invalid job id" not in p.stderr:
         raise LaunchError(f"scancel {job_id} failed: {one_line(p.stderr)}")
 
 
-def queue_states(job_id: str, cluster: str | None = None) -> list[str] | None:
+def queue_states(job_id: str) -> list[str] | None:
     """The states squeue lists for the job (one per array task); None when squeue fails."""
-    p = cmd.run(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=30, cluster=cluster)
+    p = cmd.run(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=30)
     return p.stdout.split() if p.returncode == 0 else None
 
 
-def queued_only(job_id: str, cluster: str | None = None) -> bool:
+def queued_only(job_id: str) -> bool:
     """squeue lists the job (every task of an array) as PENDING only: `scancel --signal` would reach nothing."""
-    return set(queue_states(job_id, cluster) or ()) == {"PENDING"}
+    return set(queue_states(job_id) or ()) == {"PENDING"}
 
 
-def wait_gone(job_id: str, wait_s: float = CANCEL_WAIT_S, cluster: str | None = None) -> None:
+def wait_gone(job_id: str, wait_s: float = CANCEL_WAIT_S) -> None:
     """Until squeue no longer lists the job as pending, running or completing (all its tasks are gone)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        states = queue_states(job_id, cluster)
+        states = queue_states(job_id)
         if not states or all(s not in slurm_status.LIVE for s in states):
             return
         time.sleep(0.2)
     raise LaunchError(f"Slurm job {job_id} is still listed {wait_s:.0f} s after scancel")
 
 
-_CLUSTER_OF: dict[str, str | None] = {}
-
-
-def cluster_of(rd: RunDir) -> str | None:
-    """The cluster a run was submitted to (--cluster, in run.yaml's spec), None for this machine's Slurm; read
-    once per run and process (a run's cluster never changes)."""
-    if rd.path not in _CLUSTER_OF:
-        try:
-            _CLUSTER_OF[rd.path] = dict(rd.read_run_yaml()["spec"].get("options") or {}).get("cluster")
-        except (LaunchError, OSError, KeyError, TypeError, ValueError):
-            return None           # unreadable now (removed meanwhile): this machine's Slurm, as before --cluster
-    return _CLUSTER_OF[rd.path]
+def refuse_cluster(spec: JobSpec) -> None:
+    """A spec whose options name a cluster (a profile's `slurm: {cluster: NAME}` given to the Python API, a
+    recorded run): refused, never submitted to this machine's Slurm; only the CLI reaches a cluster."""
+    name = spec.opts.get("cluster")
+    if name:
+        raise LaunchError(f"slurm option cluster {name!r} is not accepted here: a cluster is reached by the CLI, "
+                          f"`launch slurm --cluster {name}` (launch runs on its login node); accepted: no cluster "
+                          "option, or cluster '' (this machine's Slurm)")
 
 
 def last_job(rd: RunDir) -> str | None:

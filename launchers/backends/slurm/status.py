@@ -7,7 +7,6 @@ Parsing is pure (tested with recorded output); `query()` is the only function th
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -15,7 +14,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from ...errors import LaunchError
 from . import cmd, pending
 
 FACTS = ("Partition", "Priority", "Dependency", "StartTime", "NumNodes")
@@ -101,23 +99,15 @@ def parse_sacct(out: str, job_id: str) -> SlurmJob | None:
 Runner = Callable[[list[str]], "tuple[int, str]"]
 
 
-def _run(argv: list[str], cluster: str | None = None) -> tuple[int, str]:
-    """(exit status, stdout) -- stderr instead of stdout when the command failed; 124 when it timed out or the
-    cluster's login node cannot be reached (cmd.run: here, or over SSH with a cluster)."""
+def _run(argv: list[str]) -> tuple[int, str]:
+    """(exit status, stdout) -- stderr instead of stdout when the command failed; 124 when it timed out."""
     try:
-        p = cmd.run(argv, timeout=CMD_TIMEOUT_S, cluster=cluster)
+        p = cmd.run(argv, timeout=CMD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return 124, f"{argv[0]} did not answer within {CMD_TIMEOUT_S:.0f} s"
     except OSError as e:
         return 127, str(e)
-    except LaunchError as e:
-        return 124, str(e)
     return p.returncode, p.stdout if p.returncode == 0 else (p.stderr or p.stdout)
-
-
-def runner(cluster: str | None = None) -> Runner:
-    """The Runner of a run's queries: this machine's Slurm, or the cluster's (--cluster) over SSH."""
-    return functools.partial(_run, cluster=cluster) if cluster else _run
 
 
 NO_CONTROLLER = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
