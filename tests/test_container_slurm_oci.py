@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,7 +61,8 @@ def reports(run_dir) -> list[dict]:
 
 def containers_of(job: str) -> list[str]:
     """The job's runc containers (oci.conf names them lsim-JOB.STEP.NODE); [] once runc's root is gone too."""
-    p = subprocess.run(["runc", "--root", OCI_ROOT, "list", "-q"], capture_output=True, text=True, timeout=30)
+    runc = shutil.which("runc") or "/usr/sbin/runc"
+    p = subprocess.run([runc, "--root", OCI_ROOT, "list", "-q"], capture_output=True, text=True, timeout=30)
     return [c for c in p.stdout.split() if c.startswith(f"lsim-{job}.")] if p.returncode == 0 else []
 
 
