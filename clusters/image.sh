@@ -6,6 +6,13 @@
 #   clusters/image.sh build     the image $IMAGE, made here with no download (kept when its content is the same)
 #   clusters/image.sh rm        remove the image (nothing else)
 #   clusters/image.sh status    one line: podman, runc and the image (id, size, content key); exit 0 only if usable
+#   clusters/image.sh bundle DIR   an OCI bundle at DIR (absolute) for Slurm's `srun --container=DIR` (oci.conf:
+#                               slurm/dev-cluster.sh): config.json from `runc spec`, edited by clusters/oci_bundle.py
+#                               with the job's interpreter ($LAUNCH_BUNDLE_PYTHON, default this checkout's
+#                               .venv/bin/python); rootfs/ holds mount points only, this host's /usr, /etc, the
+#                               checkout, the interpreter's prefixes, /tmp, /var/tmp, /dev/shm, /run/munge are mounted
+#                               at the same paths. Kept when its content (config.json + rootfs listing) is the same,
+#                               replaced when it changed; a DIR not made here is never replaced.
 #
 # The image is a tiny rootfs: merged-/usr symlinks (bin, lib, lib64, sbin -> usr/...), an empty /usr, /etc with
 # passwd, group and hosts, /tmp, /root; `podman import` makes it an image. A job mounts this host's /usr, the
@@ -17,6 +24,10 @@
 set -euo pipefail
 
 IMAGE=${LAUNCH_TEST_IMAGE:-localhost/launch-python:test}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CHECKOUT=$(dirname "$HERE")
+BUNDLE_PYTHON=${LAUNCH_BUNDLE_PYTHON:-$CHECKOUT/.venv/bin/python}
+BUNDLE_KEY=launchers-bundle.key         # in a bundle made here: its content key
 LABEL=launchers.rootfs
 CONF=/etc/containers/containers.conf.d/50-launchers.conf
 CONF_TEXT='# written by clusters/image.sh: crun refuses a hybrid cgroup v1/v2 layout; runc runs there too
@@ -97,10 +108,33 @@ cmd_status() {
   return $ok
 }
 
+runc_bin() { command -v runc 2>/dev/null || { [[ -x /usr/sbin/runc ]] && echo /usr/sbin/runc; }; }
+
+cmd_bundle() {
+  local dir=${1:-} runc new key
+  [[ $dir == /* && $dir != */ && $dir != *..* ]] || die "bad bundle DIR '${dir}': an absolute path (no trailing /, no ..) is accepted"
+  runc=$(runc_bin) || die "runc is not installed: run clusters/image.sh install (make podman)"
+  [[ -x $BUNDLE_PYTHON ]] || die "no interpreter at $BUNDLE_PYTHON: make venv, or set LAUNCH_BUNDLE_PYTHON"
+  [[ ! -e $dir || -e $dir/$BUNDLE_KEY ]] || die "$dir exists and is no bundle made here; remove it or choose another DIR"
+  mkdir -p "$(dirname "$dir")"
+  new=$(mktemp -d "$dir.new.XXXXXX")
+  (cd "$new" && "$runc" spec) && "$BUNDLE_PYTHON" "$HERE/oci_bundle.py" "$new" "$CHECKOUT" \
+    || { rm -rf "$new"; die "could not make the bundle"; }
+  key=$(cd "$new" && { cat config.json; find rootfs -printf '%p %y %m %l\n' | LC_ALL=C sort; } | sha256sum | cut -c1-16)
+  if [[ $(cat "$dir/$BUNDLE_KEY" 2>/dev/null) == "$key" ]]; then
+    rm -rf "$new"; log "bundle $dir is up to date ($key)"; return 0
+  fi
+  echo "$key" >"$new/$BUNDLE_KEY"
+  chmod 0755 "$new"
+  rm -rf "$dir" && mv "$new" "$dir"
+  log "built bundle $dir ($key)"
+}
+
 case "${1:-}" in
   install) cmd_install ;;
   build) cmd_build ;;
   rm) cmd_rm ;;
   status) cmd_status ;;
-  *) die "usage: $0 install|build|rm|status" ;;
+  bundle) cmd_bundle "${2:-}" ;;
+  *) die "usage: $0 install|build|rm|status|bundle DIR" ;;
 esac

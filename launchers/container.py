@@ -141,6 +141,14 @@ def srun_args(spec: JobSpec, secret_names: tuple[str, ...] = (), package: str = 
             "--export=" + ",".join(["ALL", *(f"{k}={v}" for k, v in exported.items())])]
 
 
+def step_cwd(spec: JobSpec) -> str | None:
+    """Where a Slurm step's node task starts its agent: the launch dir in Slurm's OCI container, whose process runs
+    in its bundle's process.cwd ("/"), never srun's (slurmstepd rewrites the bundle's args, env and root, not its
+    cwd: slurm-22-05-8-1 src/slurmd/slurmstepd/container.c:255-466); None elsewhere (srun's cwd, pyxis's
+    --container-workdir)."""
+    return spec.container_workdir if in_container(spec) and spec.container_runtime == "oci" else None
+
+
 def step_python(spec: JobSpec) -> str:
     """The interpreter of a Slurm step's node task: the image's when the step runs in the container."""
     return spec.container_python if in_container(spec) and WRAPS[spec.container_runtime] == "step" else spec.python

@@ -15,6 +15,8 @@
 # torchrun traffic really crosses the bridge. The filesystem is shared (only net and uts are unshared): run
 # directories and the venv are visible on every node. Each node offers gres gpu:8 backed by character devices
 # (clones of /dev/null), so --gpus-per-node 8 is accepted and CUDA_VISIBLE_DEVICES is set. No slurmdbd.
+# Slurm's OCI support is on (oci.conf): `srun --container=BUNDLE` runs each node's task with runc as root, its state
+# under /run/lsim-oci (a bundle: clusters/image.sh bundle DIR); down deletes what is left there.
 #
 # Knobs (environment): LSIM_DIR [/var/tmp/lsim]  LSIM_NODES [4]  LSIM_CPUS [8]  LSIM_MEM_MB [4096]
 #   LSIM_GPUS [8]  LSIM_PARTITION [gpu]  LSIM_SUBNET [10.215.0]  LSIM_CRED_EXPIRE [10]  LSIM_SLURMD_TIMEOUT [30]
@@ -40,6 +42,8 @@ CTL_HOST=lsimctl
 CTL_ADDR=$SUBNET.1
 CONF=/etc/slurm/slurm.conf
 GRES_CONF=/etc/slurm/gres.conf
+OCI_CONF=/etc/slurm/oci.conf
+OCI_ROOT=/run/lsim-oci            # runc's state dir for the steps' containers (tmpfs: gone with a reboot, as runc expects)
 SACCT_LINK=/usr/local/bin/sacct
 LOCK=/run/lock/lsim-dev-cluster.lock
 
@@ -179,6 +183,25 @@ install_file() {  # install_file NEW DEST: back up a foreign DEST once; returns 
   mv "$1" "$2"
 }
 
+runc_bin() { command -v runc 2>/dev/null || echo /usr/sbin/runc; }   # clusters/image.sh install puts it there
+
+# oci.conf(5) of Slurm 22.05: RunTimeRun (runc run in the foreground: the task's stdio, its exit status, signals
+# passed on to the container, every process a descendant of slurmstepd) with Query/Kill/Delete, which slurmstepd
+# runs after the step to remove a container that runc run left (runc SIGKILLed). One task per node and step, so
+# job.step.node names a container uniquely across the nodes (they share /run).
+write_oci_conf() {
+  local r id="lsim-%j.%s.%n"
+  r="$(runc_bin) --root $OCI_ROOT"
+  {
+    echo "# $MARK: Slurm's OCI support (srun --container=BUNDLE), rendered by slurm/dev-cluster.sh"
+    echo "RunTimeQuery=\"$r state $id\""
+    echo "RunTimeKill=\"$r kill --all $id KILL\""
+    echo "RunTimeDelete=\"$r delete --force $id\""
+    echo "RunTimeRun=\"$r run --bundle %b $id\""
+  } >"$DIR/oci.conf.new"
+  install_file "$DIR/oci.conf.new" "$OCI_CONF" || true   # slurmstepd reads it at each step: no reconfigure
+}
+
 write_configs() {  # -> CONF_CHANGED=1 when slurm.conf or gres.conf changed
   local k i last=$((GPUS - 1))
   mkdir -p /etc/slurm "$DIR/dev"
@@ -201,6 +224,7 @@ write_configs() {  # -> CONF_CHANGED=1 when slurm.conf or gres.conf changed
   CONF_CHANGED=0
   if install_file "$DIR/slurm.conf.new" "$CONF"; then CONF_CHANGED=1; fi
   if install_file "$DIR/gres.conf.new" "$GRES_CONF"; then CONF_CHANGED=1; fi
+  write_oci_conf
 }
 
 install_sacct_shim() {  # sacct without slurmdbd fails; the shim answers from jobcomp + squeue
@@ -310,9 +334,15 @@ cmd_down() {
     ip link del "$v" 2>/dev/null || true   # veths normally vanish with their namespace
   done
   if ip link show "$BRIDGE" >/dev/null 2>&1; then log "deleting bridge $BRIDGE"; ip link del "$BRIDGE"; fi
+  if [ -d "$OCI_ROOT" ]; then   # their processes are gone with the nodes'; runc's state and cgroups are left
+    for c in $("$(runc_bin)" --root "$OCI_ROOT" list -q 2>/dev/null); do
+      log "deleting container $c"; "$(runc_bin)" --root "$OCI_ROOT" delete --force "$c" 2>/dev/null || true
+    done
+    rm -rf "$OCI_ROOT"
+  fi
 
   sed -i "/^# BEGIN $MARK\$/,/^# END $MARK\$/d" /etc/hosts
-  for c in "$CONF" "$GRES_CONF"; do
+  for c in "$CONF" "$GRES_CONF" "$OCI_CONF"; do
     if [ -e "$c" ] && grep -q "$MARK" "$c"; then rm -f "$c"; fi
     if [ -e "$c.pre-$MARK" ]; then mv "$c.pre-$MARK" "$c"; fi
   done

@@ -163,6 +163,14 @@ def test_cleanup_hook(tmp_path):
                                                           ">/dev/null 2>&1")
 
 
+def test_the_agent_starts_in_the_launch_dir_only_in_slurms_oci_container():
+    """slurmstepd runs the bundle's process.cwd ("/"), not srun's: the node task starts the agent in the launch dir
+    (a relative program path); pyxis has --container-workdir, the others srun's cwd."""
+    assert container.step_cwd(spec("oci", backend="slurm")) == "/shared/code"
+    assert [container.step_cwd(spec(r, backend="slurm")) for r in ("pyxis", "podman", "apptainer")] == [None] * 3
+    assert container.step_cwd(spec("oci", backend="slurm", container_image="")) is None
+
+
 def test_mounts_normalised_ordered_and_kept_in_run_yaml():
     assert containeropts.parse_mount("data:/d/:ro", "/code") == "/code/data:/d:ro"
     assert containeropts.parse_mount("/a:/b:rw", "/code") == "/a:/b"

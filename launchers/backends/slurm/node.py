@@ -30,7 +30,7 @@ from ... import layout, ports, procs
 from ...errors import LaunchError
 from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
-from ...container import wrap
+from ...container import step_cwd, wrap
 from ...containeropts import host_limits
 from ...stops import decide, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
@@ -207,7 +207,7 @@ class NodeRun:
             raise NodeError(f"stopped by {self.stops[0]} before starting")
         log = self.rd.start_agent_log(self.node, self.attempt, nc.shell(),
                                       f"{socket.gethostname()} | slurm job {self.env.job_id}")
-        agent = procs.start_session(nc.argv, node_environ(os.environ, nc), log)
+        agent = procs.start_session(nc.argv, node_environ(os.environ, nc), log, cwd=step_cwd(self.ns.spec))
         self.watch_hangs(agent.pid)
         threading.Thread(target=self.watch_peers, args=(agent,), daemon=True, name="launch-peer-watch").start()
         threading.Thread(target=self.watch_gone, args=(agent,), daemon=True, name="launch-gone-watch").start()
