@@ -1,8 +1,9 @@
 """The node side of `launch doctor`: one stdlib script, sent inline (`python -c PROBE ARGS`) because
 `launchers` may not even be importable on a node. Run with the nodes' python on every node at once.
 
-It prints `DOCTOR-T <epoch>` first (the submitting side stamps its arrival: clock skew), then one line
-`DOCTOR <json>`: versions (python, torch, launchers, NCCL when CUDA exists), GPUs (nvidia-smi; none = CPU
+It prints `DOCTOR-T <epoch>` first (the submitting side stamps its arrival: clock skew), then its record as
+`DOCTOR+ <json string>` lines (the record's JSON in pieces of 400 characters: srun --unbuffered cuts a line of
+about 1 KiB in two) and `DOCTOR-END`. The record: versions (python, torch, launchers, NCCL when CUDA exists), GPUs (nvidia-smi; none = CPU
 only), free disk under the run root, /dev/shm, the open-file limit, the NCCL_* / TORCH_NCCL_* environment; with
 `gpu`, the GPU and NIC tools' raw outputs (launchers.gpuhealth.tools); always the network interfaces
 (/sys/class/net: name, operstate, loopback) and the HCA ports' files (/sys/class/infiniband, read by
@@ -305,7 +306,10 @@ def main():
             R["collective_error"] = "%s: %s" % (type(e).__name__, first_line(e))
 
 main()
-print("DOCTOR " + json.dumps(R), flush=True)
+S = json.dumps(R)      # in pieces, each a JSON string: srun --unbuffered cuts a long line (~1 KiB) in two
+for i in range(0, len(S), 400):
+    print("DOCTOR+ " + json.dumps(S[i:i + 400]))
+print("DOCTOR-END", flush=True)
 '''
 
 # Run on node 0 for a node whose probe could not start (its python is missing): reports it gone, so node 0

@@ -50,11 +50,14 @@ class NodeRun:
     reached: bool = True              # False: no connection (error says why)
 
     def take(self, lines: list[tuple[float, str]]) -> None:
+        parts: list[str] = []            # the record's JSON, in pieces (launchers.doctor.probe)
         for at, ln in lines:
             if ln.startswith("DOCTOR-T ") and self.skew is None:
                 self.skew = float(ln.split()[1]) - at
-            elif ln.startswith("DOCTOR "):
-                self.result = json.loads(ln[len("DOCTOR "):])
+            elif ln.startswith("DOCTOR+ "):
+                parts.append(json.loads(ln[len("DOCTOR+ "):]))
+            elif ln.strip() == "DOCTOR-END":
+                self.result = json.loads("".join(parts))
 
 
 def probe_argv(python: str, args: dict) -> list[str]:
@@ -115,9 +118,10 @@ def run_local(python: str, base: dict, timeout: float) -> list[NodeRun]:
 
 
 def run_slurm(python: str, base: dict, opts: dict, nodes: int, timeout: float) -> list[NodeRun]:
-    """One srun step, one task per node; each task's lines come labelled "K: " (task K = node K)."""
+    """One srun step, one task per node; each task's lines come labelled "K: " (task K = node K). Not
+    --unbuffered: then srun labels each piece it reads, cutting a line wherever a read ended."""
     argv = ["srun", "--nodes", str(nodes), "--ntasks", str(nodes), "--ntasks-per-node", "1", "--label",
-            "--unbuffered", "--job-name", "launch-doctor", "--time", "10", f"--immediate={SLURM_QUEUE_WAIT}",
+            "--job-name", "launch-doctor", "--time", "10", f"--immediate={SLURM_QUEUE_WAIT}",
             "--kill-on-bad-exit=0"]
     for key in ("partition", "account", "qos", "constraint"):
         if opts.get(key):
