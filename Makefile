@@ -105,9 +105,11 @@ ssh-up:
 ssh-down:
 	@clusters/ssh-hosts.sh down
 
-# A real 4-node Slurm cluster (slurmctld + 4 slurmd in network namespaces lnode1..4, fake gpu:8 gres).
+# A real 4-node Slurm cluster (slurmctld + 4 slurmd in network namespaces lnode1..4, fake gpu:8 gres). Its login
+# nodes and bastion (clusters/slurm-login.sh) are brought up by the tests that use them; slurm-down removes them too.
 slurm-up:
 	@slurm/dev-cluster.sh up
 
 slurm-down:
+	@clusters/slurm-login.sh down
 	@slurm/dev-cluster.sh down
