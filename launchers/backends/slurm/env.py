@@ -36,12 +36,16 @@ class SlurmEnv:
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None) -> "SlurmEnv":
         e = os.environ if environ is None else environ
+        name, node, procid = e.get("SLURMD_NODENAME", ""), e.get("SLURM_NODEID"), e.get("SLURM_PROCID", "0")
+        if e.get("SLURM_CONTAINER") and e.get("SLURM_STEP_NODELIST"):
+            name, node = container_node(e["SLURM_STEP_NODELIST"])
+            procid = node or "0"
         return cls(job_id=e.get("SLURM_JOB_ID", ""), array_job_id=e.get("SLURM_ARRAY_JOB_ID", ""),
-                   node_id=_int(e.get("SLURM_NODEID")), procid=e.get("SLURM_PROCID", "0"),
+                   node_id=_int(node), procid=procid,
                    nodelist=e.get("SLURM_JOB_NODELIST", ""),
                    num_nodes=_int(e.get("SLURM_JOB_NUM_NODES") or e.get("SLURM_NNODES"), 1),
                    restart_count=_int(e.get("SLURM_RESTART_COUNT")), step_id=e.get("SLURM_STEP_ID", "0"),
-                   array_task_id=e.get("SLURM_ARRAY_TASK_ID", ""), node_name=e.get("SLURMD_NODENAME", ""),
+                   array_task_id=e.get("SLURM_ARRAY_TASK_ID", ""), node_name=name,
                    step_hosts=tuple(h for h in e.get(STEP_HOSTS, "").split(",") if h),
                    step_slots=tuple(_int(k) for k in e.get(STEP_SLOTS, "").split(",") if k),
                    step_attempt=_int(e.get(STEP_ATTEMPT), -1) if e.get(STEP_ATTEMPT) else None)
@@ -67,6 +71,21 @@ class SlurmEnv:
             raise NodelistError(f"this node ({self.node_name or 'SLURMD_NODENAME unset'}) is not one of the "
                                 f"step's hosts ({','.join(self.step_hosts)})")
         return self.step_hosts.index(self.node_name)
+
+
+def container_node(step_nodelist: str) -> tuple[str, str | None]:
+    """(this node's name, its index in the step) inside a container of Slurm's own OCI support (srun
+    --container): Slurm 22.05 gives the container the step's variables, not the task's (no SLURM_NODEID,
+    SLURM_PROCID, SLURMD_NODENAME of its own: those present are the batch step's, passed on by srun
+    --export=ALL), so the node is found by its host name in SLURM_STEP_NODELIST (one task per node). None when
+    the host is not in the list."""
+    import socket
+    name = socket.gethostname().split(".")[0]
+    try:
+        hosts = job_hostnames(step_nodelist)
+    except NodelistError:
+        return name, None
+    return name, (str(hosts.index(name)) if name in hosts else None)
 
 
 def _int(value: str | None, default: int = 0) -> int:
