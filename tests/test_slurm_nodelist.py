@@ -81,3 +81,16 @@ def test_a_step_of_the_loop_over_attempts_ranks_its_nodes_by_the_hosts_it_was_gi
     assert SlurmEnv.read(base).step_node() == 0 and SlurmEnv.read(base).step_attempt is None
     with pytest.raises(NodelistError, match=r"this node \(lnode2\) is not one of the step's hosts \(lnode3,lnode1\)"):
         SlurmEnv.read({**base, "SLURMD_NODENAME": "lnode2", "LAUNCH_STEP_HOSTS": "lnode3,lnode1"}).step_node()
+
+
+def test_a_node_inside_slurms_oci_container_is_found_by_its_host_name():
+    """srun --container (Slurm 22.05): the task sees the step's variables only; SLURM_NODEID/PROCID/SLURMD_NODENAME,
+    when present, are the batch step's (srun --export=ALL), so the node is its host's place in the step."""
+    import socket
+    from launchers.backends.slurm.env import SlurmEnv
+    me = socket.gethostname().split(".")[0]
+    stale = {"SLURM_JOB_ID": "7", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURMD_NODENAME": "other"}
+    inside = SlurmEnv.read({**stale, "SLURM_CONTAINER": "/b", "SLURM_STEP_NODELIST": f"zz[1-2],{me}"})
+    assert (inside.node_id, inside.procid, inside.node_name) == (2, "2", me)
+    outside = SlurmEnv.read({**stale, "SLURM_STEP_NODELIST": f"zz[1-2],{me}"})
+    assert (outside.node_id, outside.procid, outside.node_name) == (0, "0", "other")
