@@ -321,3 +321,24 @@ def test_preflight_gpu_one_bad_node_fails_the_job_before_any_agent(workdir):
     st = status("runs/g")
     assert st["state"] == "FAILED" and line in st["reason"], st
     assert line in run_launch("status", "runs/g", check=True).stdout
+
+
+HASHME = ('import hashlib, torch.distributed as dist\ndist.init_process_group("gloo")\n'
+          'print("CODE", hashlib.sha256(open(__file__, "rb").read()).hexdigest(), flush=True)\n'
+          'dist.destroy_process_group()\n')
+
+
+def test_after_job_waits_and_every_rank_runs_the_submitted_code_not_an_edit(workdir):
+    """--after: the job waits in the queue behind another; the program is edited meanwhile; every rank runs the
+    version submitted (the snapshot, default on for Slurm) and says so by the hash of its own file."""
+    import hashlib
+    Path("hashme.py").write_text(HASHME)
+    submitted = hashlib.sha256(HASHME.encode()).hexdigest()
+    run_launch("slurm", "--nodes", "1", "--gpus-per-node", "1", "--time", "10", "--run-dir", "runs/a",
+               "--env", "TEST_SLEEP=4", "--", "report.py", check=True)
+    run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--run-dir", "runs/b",
+               "--after", "runs/a", "--", "hashme.py", check=True)
+    Path("hashme.py").write_text(HASHME + "# edited after the submit\n")
+    assert status("runs/b")["state"] == "PENDING"          # still waiting for runs/a when the edit landed
+    run_launch("wait", "runs/b", timeout=240, check=True)
+    assert [ln.split()[1] for ln in rank_lines("runs/b", "CODE ")] == [submitted, submitted]
