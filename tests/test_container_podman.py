@@ -2,7 +2,8 @@
 local image (clusters/image.sh build: an imported rootfs; this host's /usr, the interpreter's Python prefix and
 the venv mounted read-only at the same paths, so the venv's python runs inside). Every rank proves it is inside
 (podman's /run/.containerenv, a mount namespace other than ours); the run completes with its per-rank records;
-after it, and after a Ctrl-C mid-run, no container of the run and no process of it is left.
+after it, after a Ctrl-C mid-run and after a SIGKILLed agent of a 2-node job, no container of the run and no
+process of it is left; `launch resume` of that job continues inside from its last checkpoint.
 Needs podman and the image (`make podman`; `make test` does it): without them these tests fail, never skip."""
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import LAUNCH, rank_lines, read_json, require_cluster, run_launch
+from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
 from launchers import procs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
+from common import (assert_latest_complete, convnet, kill_orphans, latest_checkpoint, metrics, orphans,  # noqa: E402
+                    proc_env, wait_for, wait_step)
 
 pytestmark = pytest.mark.podman
 IMAGE = os.environ.get("LAUNCH_TEST_IMAGE", "localhost/launch-python:test")
@@ -85,6 +90,80 @@ def test_podman_ctrl_c_leaves_no_container_and_no_process(workdir):
     assert containers_of(run_id) == [] and procs.tagged_pids(run_id) == []
     assert read_json("runs/c/status.json")["state"] == "CANCELLED"
     assert all(r["container"] for r in reports("runs/c")) and len(reports("runs/c")) == 2
+
+
+# A rank's first words from inside, then the module it is given runs as `python -m` would run it (the convnet).
+INSIDE = """import json, os, runpy, sys
+e = os.environ
+rec = {"rank": int(e["RANK"]), "world": int(e["WORLD_SIZE"]), "attempt": int(e["LAUNCH_ATTEMPT"]),
+       "container": os.path.exists("/run/.containerenv"), "mnt_ns": os.readlink("/proc/self/ns/mnt")}
+print("INSIDE " + json.dumps(rec), flush=True)
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def inside_agent(run_id: str, node: int) -> int | None:
+    """The torchrun agent of `node` in its container (--pid host: a pid of ours; its root is the image's), never
+    the `podman run` client in front of it, which carries the same tag and command line."""
+    return next((q for q in procs.agent_pids(run_id) if proc_env(q).get("NODE_RANK") == str(node)
+                 and os.path.exists(f"/proc/{q}/root/run/.containerenv")), None)
+
+
+def test_podman_2_nodes_killed_agent_leaves_nothing_and_resume_continues_inside(workdir):
+    """2 nodes x 1 process (gloo), one container per node; the checkout mounted read-only for `workloads`. SIGKILL
+    node 1's torchrun agent once both ranks are past a complete checkpoint: the run FAILS, node 1 ended by the
+    SIGKILL (podman's 128 + 9), no container and no process is left; `launch resume` runs attempt 1 in the
+    containers from checkpoints/latest to COMPLETED. Every rank of both attempts says it is inside, in a world of 2."""
+    steps, every, hit = 30, 5, 10
+    Path("inside.py").write_text(INSIDE)
+    train = ["inside.py", *convnet(steps, every)[1:]]                  # [1:]: inside.py takes the module's name
+    flags = [*container_flags(), "--container-mount", f"{ROOT}:{ROOT}:ro", "--env", f"PYTHONPATH={ROOT}"]
+    with open("launch.err", "w") as err:
+        p = subprocess.Popen([LAUNCH, "local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/k", *flags,
+                              "--", *train, "--step-delay", "0.2"], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: Path("runs/k/run.yaml").is_file() or p.poll() is not None, 60, "run.yaml")
+        rid = run_id_of("runs/k")
+        killed_agent_then_resume(p, rid, train, steps, every, hit)
+    finally:                                    # a failed check leaves nothing running either
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            p.wait(timeout=90)
+        if Path("runs/k/run.yaml").is_file():
+            kill_orphans(run_id_of("runs/k"))
+            for name in containers_of(run_id_of("runs/k")):
+                subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=60)
+
+
+def killed_agent_then_resume(p: subprocess.Popen, rid: str, train: list[str], steps: int, every: int,
+                             hit: int) -> None:
+    wait_step("runs/k", hit, world=2, timeout=240, alive=lambda: p.poll() is None)
+    wait_for(lambda: latest_checkpoint("runs/k")[1], 60, "a complete checkpoint")
+    assert sorted(containers_of(rid)) == [f"{rid}-node0", f"{rid}-node1"]
+    pid = inside_agent(rid, 1)
+    assert pid, [proc_env(q).get("NODE_RANK") for q in procs.agent_pids(rid)]
+    os.kill(pid, signal.SIGKILL)
+    assert p.wait(timeout=180) == 1, Path("launch.err").read_text()[-3000:]
+    st = read_json("runs/k/status.json")
+    assert st["state"] == "FAILED" and st["nodes"]["1"] == 128 + signal.SIGKILL and st["first_failure"], st
+    assert containers_of(rid) == [] and orphans(rid) == []
+    assert_latest_complete("runs/k")
+    r = run_launch("resume", "runs/k", "--", *train, timeout=300)                   # the normal speed
+    assert r.returncode == 0, r.stderr[-3000:]
+    st = read_json("runs/k/status.json")
+    assert st["state"] == "COMPLETED" and st["nodes"] == {"0": 0, "1": 0}, st
+    resumed = rank_lines("runs/k", "resumed from ")                                # rank 0 says where from
+    assert len(resumed) == 1 and int(resumed[0].split("(step ")[1].split(",")[0]) >= every, resumed
+    later = [m for m in metrics("runs/k") if m.get("attempt") == 1 and "step" in m]
+    assert later and later[0]["step"] > every and later[-1]["step"] == steps, later[:1] + later[-1:]
+    ins = sorted((json.loads(ln[len("INSIDE "):]) for ln in rank_lines("runs/k", "INSIDE ")),
+                 key=lambda d: (d["attempt"], d["rank"]))
+    ours = os.readlink("/proc/self/ns/mnt")
+    assert [(d["attempt"], d["rank"], d["world"]) for d in ins] == [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)], ins
+    assert all(d["container"] and d["mnt_ns"] != ours for d in ins), ins
+    assert read_json("runs/k/final.json")["param_sha256"]
+    assert containers_of(rid) == [] and orphans(rid) == []
 
 
 @pytest.mark.ssh
