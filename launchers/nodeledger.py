@@ -3,7 +3,8 @@ the attempts (launchers.restarts), atomically (launchers.layout). Per node slot 
 first failure on it: exit code or signal, lost, hung; or stopped with the run), its strikes, quarantined or not;
 the pool (active slots in node-rank order, idle spares, quarantined) and each decision of launchers.recovery.
 
-No ledger file when no attempt of the run ever failed; `launch status` shows it as a short block.
+No ledger file when no attempt of the run ever failed and no `--preflight gpu --spares` quarantined a slot before
+it started (preflight()); `launch status` shows it as a short block.
 """
 from __future__ import annotations
 

@@ -129,12 +129,15 @@ def test_preflight_policy_table(case):
     """recovery.preflight_start: every bad slot quarantined at once (one strike, kind gpu); the good slots in
     the pool's order make the nodes (node 0 the first good one), then the spares; too few: stop."""
     (pool, bad, low), (action, start) = PREFLIGHT[case]
-    d = recovery.preflight_start(pool, {s: f"slot {s} [h]: mlx5_0 port 1: State Down" for s in bad}, low)
+    d = recovery.preflight_start(pool, {s: f"slot {s} [h]: mlx5_0 port 1: State Down" for s in bad},
+                                 (low, 2) if low else None)
     assert (d.action, d.pool) == (action, start), d
     assert d.quarantined == bad and d.strikes == {s: 1 for s in bad} and "\n" not in d.why
-    assert all(f"slot {s}: failed the GPU check" in d.why for s in bad), d.why
     if action == "stop":
-        assert d.why.endswith(f"--nodes {low}:2 needs {low}" if low else "--nodes 2 needs 2"), d.why
+        assert d.why == f"{3 - len(bad)} good slot(s) of 3, " + (f"--nodes {low}:2 needs {low}" if low else
+                                                                 "--nodes 2 needs 2"), d.why
+    else:
+        assert all(f"slot {s}: failed the GPU check" in d.why for s in bad), d.why
 
 
 def test_preflight_ledger_and_status_block(tmp_path):

@@ -101,15 +101,15 @@ def start_pool(backend, plan, pool: recovery.Pool) -> tuple[Any, dict[str, Any]]
     """--preflight gpu with --spares: every slot of `pool` checked; the policy (recovery.preflight_start) picks
     the slots the run starts on -> (the plan on them, the backend's own preflight run again when they changed;
     the verdict for record()). LaunchError, nothing started, when too few slots are good."""
-    slots = list(pool.active + pool.spares)
+    spec, slots = plan.spec, list(pool.active + pool.spares)
     runs = probe_slots(backend, plan, slots)
-    bad = {run.node: line for run in runs if (line := verdict(run, _gpus(plan.spec, plan), what="slot"))}
-    decision = recovery.preflight_start(pool, bad, plan.spec.min_nodes)
+    bad = {run.node: line for run in runs if (line := verdict(run, _gpus(spec, plan), what="slot"))}
+    decision = recovery.preflight_start(pool, bad, (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None)
     if decision.action == "stop":
         lines = [bad[s] for s in sorted(bad)]
         raise LaunchError(f"{summary(lines, len(runs))} ({decision.why})\n" + "\n".join(lines))
     if list(decision.pool.active) != list(plan.slots):
-        plan = plan_on(backend, plan.spec, plan.run_id, plan.attempt, decision.pool)
+        plan = plan_on(backend, spec, plan.run_id, plan.attempt, decision.pool)
         backend.preflight(plan)
     for line in bad.values():
         print(f"launch: preflight gpu: {line}", file=sys.stderr)
