@@ -49,20 +49,29 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
         out.write(snapshot.dry_run_line(spec) + plan.render())
         return 0
     backend.preflight(plan)
-    _gpu_preflight(spec, plan)
+    plan, found = _gpu_preflight(backend, plan, pool_of(spec, None))
+    spec = plan.spec
     snapshot.commit(spec)
     rd = RunDir.create(spec, run_id, plan.record())
+    _gpu_record(rd.path, spec, plan.attempt, found)
     manifest.write_launcher(rd.path, spec, plan)
     _make_nccl_dirs(spec, plan.dist_backend)
     print(f"launch: run dir {rd.path}", file=sys.stderr)
     return run_attempts(backend, spec, rd, plan, spec.max_restarts)
 
 
-def _gpu_preflight(spec: JobSpec, plan) -> None:
-    """--preflight gpu: every node's GPU/NIC tools before anything starts (launchers.doctor.preflight)."""
-    if "gpu" in spec.preflight:
-        from .doctor.preflight import check
-        check(spec, plan)
+def _gpu_preflight(backend: Backend, plan, pool) -> tuple[Any, dict[str, Any] | None]:
+    """--preflight gpu before anything starts (launchers.doctor.preflight.gate; --spares: every slot of `pool`)."""
+    if "gpu" not in plan.spec.preflight:
+        return plan, None
+    from .doctor.preflight import gate
+    return gate(backend, plan, pool)
+
+
+def _gpu_record(run_dir: str, spec: JobSpec, attempt: int, found: dict[str, Any] | None) -> None:
+    if found:
+        from .doctor.preflight import record
+        record(run_dir, spec, attempt, found)
 
 
 def _make_nccl_dirs(spec: JobSpec, dist_backend: str) -> None:
@@ -114,7 +123,8 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         out.write(snapshot.dry_run_line(spec) + plan.render())
         return 0
     backend.preflight(plan)
-    _gpu_preflight(spec, plan)
+    plan, found = _gpu_preflight(backend, plan, pool)
+    spec = plan.spec
     snapshot.commit(spec)
     if adopt:
         rd.write_run_yaml(dict(data, run_id=run_id, adopted_from={"run_id": data["run_id"],
@@ -124,6 +134,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         runindex.note(rd.path)
     rd.claim_attempt(spec, dict(plan.record(), by="launch resume"), plan.attempt,     # under the lock
                      (lambda st: None) if adopt else (lambda st: _busy_line(backend, rd, st)))
+    _gpu_record(rd.path, spec, plan.attempt, found)
     manifest.write_launcher(rd.path, spec, plan)
     _make_nccl_dirs(spec, plan.dist_backend)
     return run_attempts(backend, spec, rd, plan, spec.max_restarts)

@@ -3,7 +3,8 @@ the attempts (launchers.restarts), atomically (launchers.layout). Per node slot 
 first failure on it: exit code or signal, lost, hung; or stopped with the run), its strikes, quarantined or not;
 the pool (active slots in node-rank order, idle spares, quarantined) and each decision of launchers.recovery.
 
-No ledger file when no attempt of the run ever failed; `launch status` shows it as a short block.
+No ledger file when no attempt of the run ever failed and no `--preflight gpu --spares` quarantined a slot before
+it started (preflight()); `launch status` shows it as a short block.
 """
 from __future__ import annotations
 
@@ -61,6 +62,26 @@ def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, f
     return led
 
 
+def preflight(run_dir: str, led: dict[str, Any] | None, attempt: int, decision: Decision, bad: dict[int, str],
+              quarantine_after: int, decided: float) -> dict[str, Any]:
+    """The ledger with `--preflight gpu`'s decision before `attempt` started (launchers.recovery.preflight_start):
+    each bad slot quarantined with its one line (kind gpu, never run: no node); the pool the run starts on; the
+    decision (no person: the policy took it), written atomically; returned."""
+    led = dict(led or {}, quarantine_after=quarantine_after)
+    slots = {str(k): dict(v) for k, v in (led.get("slots") or {}).items()}
+    for slot, line in sorted(bad.items()):
+        entry = slots.setdefault(str(slot), {"strikes": 0, "quarantined": False, "attempts": []})
+        entry["attempts"] = [*entry.get("attempts", []), {"attempt": attempt, "preflight": True, "exit": None,
+                                                          "failure": f"--preflight gpu: {line}", "kind": "gpu", "strike": True}]
+        entry.update(strikes=entry.get("strikes", 0) + decision.strikes.get(slot, 1), quarantined=True)
+    led.update(slots=slots, pool=decision.pool.to_dict(),
+               decisions=[*(led.get("decisions") or []), {"attempt": attempt, "preflight": True, "person": "no",
+                                                          "action": decision.action, "why": decision.why,
+                                                          "decided": decided}])
+    _write(run_dir, led)
+    return led
+
+
 def quarantined_hosts(led: dict[str, Any] | None, attempts: list[dict[str, Any]]) -> list[str]:
     """The hosts the run's quarantined slots ran on (a slot's attempts -> run.yaml's attempts' `hosts`, node order):
     what a Slurm requeue of a --spares run excludes from its next allocation."""
@@ -107,5 +128,6 @@ def lines(led: dict[str, Any] | None) -> list[str]:
         fails = "; ".join(f"attempt {a['attempt']}: {a['failure']}" for a in v.get("attempts", []) if a.get("strike"))
         out.append(f"slot {k}: {v['strikes']} strike{'s' if v['strikes'] != 1 else ''}"
                    f"{', quarantined' if v.get('quarantined') else ''} ({fails})")
-    out += [f"attempt {d['attempt']}: {d['action']} -- {d['why']}" for d in (led or {}).get("decisions") or []]
+    out += [(f"before attempt {d['attempt']} (--preflight gpu; person: no)" if d.get("preflight") else
+             f"attempt {d['attempt']}") + f": {d['action']} -- {d['why']}" for d in (led or {}).get("decisions") or []]
     return out

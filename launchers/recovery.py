@@ -179,6 +179,36 @@ def decide(failure: Failure | None, pool: Pool, strikes: dict[int, int], quarant
     return _restart_or_stop(pool, strikes, restarts_left, (), why, high=high)
 
 
+def preflight_start(pool: Pool, bad: dict[int, str], bounds: tuple[int, int] | None = None) -> Decision:
+    """The pool a run starts on after `--preflight gpu` checked every slot of `pool` (the active ones and the
+    spares) and found faults on the slots of `bad` (slot -> its one line): each bad slot is quarantined at once
+    (kind "gpu", AT_ONCE); the good slots, active ones first and then the spares, each in its order, make the
+    nodes (node 0 the first good one) and the spares. Fewer good slots than the active ones: the run shrinks to
+    them while they are at least MIN (bounds: --nodes MIN:MAX; None: no shrink), else it stops. action: start (no
+    active slot was bad), replace, shrink or stop; strikes: 1 for each bad slot."""
+    n, said = len(pool.active), KINDS["gpu"][1]
+    low, high = bounds or (0, n)
+    good = [s for s in pool.active + pool.spares if s not in bad]
+    gone = tuple(sorted({*pool.quarantined, *bad}))
+    strikes = {s: 1 for s in bad}
+    named = "; ".join(f"slot {s}: {said}" for s in sorted(bad))
+    size = n if len(good) >= n else len(good) if low and len(good) >= low else 0
+    if not size:
+        need = f"--nodes {low}:{high}" if low else f"--nodes {n}"
+        return Decision("stop", replace(pool, quarantined=gone), f"{len(good)} good slot(s) of "
+                        f"{len(pool.active + pool.spares)}, {need} needs {low or n}", strikes, tuple(sorted(bad)))
+    start = Pool(tuple(good[:size]), tuple(good[size:]), gone)
+    action = "start" if start.active == pool.active else "replace" if size == n else "shrink"
+    said = {"start": "never used", "replace": f"the run starts on slots {_slots(start.active)}",
+            "shrink": f"the run starts on slots {_slots(start.active)} (shrunk: --nodes {low}:{high})"}[action]
+    why = f"{named}: quarantined; {said}" if bad else "every slot passed"
+    return Decision(action, start, why, strikes, tuple(sorted(bad)))
+
+
+def _slots(slots: tuple[int, ...]) -> str:
+    return ", ".join(map(str, slots))
+
+
 def _restart_or_stop(pool: Pool, strikes: dict[int, int], restarts_left: int, quarantined: tuple[int, ...],
                      why: str, action: str = "restart", high: int = 0, benched: tuple[int, ...] = ()) -> Decision:
     grown = grow(pool, high, benched)

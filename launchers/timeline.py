@@ -93,7 +93,7 @@ def restarts(run_dir: str, recorded: list[dict[str, Any]] | None = None, data: d
     record and the ledger when the caller has read them."""
     data = data if data is not None else layout.load_run_yaml(run_dir)[0]
     led = led if led is not None else nodeledger.read(run_dir)
-    decisions = {d.get("attempt"): d for d in (led or {}).get("decisions") or []}
+    decisions = {d.get("attempt"): d for d in (led or {}).get("decisions") or [] if not d.get("preflight")}
     before = {e.get("attempt"): e for e in recorded or []}
     out = []
     for a in ((data or {}).get("attempts") or [])[1:]:

@@ -1,10 +1,13 @@
 """Stand-in GPU/NIC tools for the cluster tests of `--preflight gpu`: executables that print real outputs
 captured on other machines (tests/data/gpu/, sources in tests/data/gpu/sources.md), picked by the node's
 `hostname` -- the SSH test hosts and the Slurm dev nodes share this machine's filesystem but each has its own
-hostname (UTS namespace: sshhost<k>, lnode<k>), so the tools' faulty outputs are "placed" on one node only.
+hostname (UTS namespace: sshhost<k>, lnode<k>), so the tools' faulty outputs are "placed" on one node only;
+the simulated nodes of `launch local` share this machine: there the tools pick by the node's slot
+(LAUNCH_NODE_SLOT, told to each node and to its --preflight gpu check).
 They reach a node's PATH through a `--python` wrapper that puts their folder first and runs the real python."""
 from __future__ import annotations
 
+import json
 import shlex
 import stat
 import sys
@@ -18,19 +21,20 @@ def _tool(path: Path, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def _by_host(outputs: dict[str, str], default: str) -> str:
-    """A shell `case` on the hostname: the fixture to print there (default elsewhere)."""
+def _by_host(outputs: dict[str, str], default: str, key: str = "$(hostname)") -> str:
+    """A shell `case` on the hostname (or another key): the fixture to print there (default elsewhere)."""
     arms = "".join(f"  {shlex.quote(h)}) cat {shlex.quote(str(DATA / rel))} ;;\n" for h, rel in outputs.items())
-    return f'case "$(hostname)" in\n{arms}  *) cat {shlex.quote(str(DATA / default))} ;;\nesac'
+    return f'case "{key}" in\n{arms}  *) cat {shlex.quote(str(DATA / default))} ;;\nesac'
 
 
-def per_host_tools(bin_dir: Path, smi_xml: str, ibstat: dict[str, str], ibstat_default: str) -> Path:
-    """nvidia-smi (-q -x: smi_xml everywhere; other arguments exit 9) and ibstat (by hostname); returns
-    bin_dir."""
+def per_host_tools(bin_dir: Path, smi_xml: str, ibstat: dict[str, str], ibstat_default: str,
+                   key: str = "$(hostname)") -> Path:
+    """nvidia-smi (-q -x: smi_xml everywhere; other arguments exit 9) and ibstat (by hostname, or by `key`:
+    "$LAUNCH_NODE_SLOT" for launch local's slots); returns bin_dir."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     _tool(bin_dir / "nvidia-smi", f'case "$*" in\n  "-q -x") cat {shlex.quote(str(DATA / smi_xml))} ;;\n'
                                   '  *) exit 9 ;;\nesac')
-    _tool(bin_dir / "ibstat", _by_host(ibstat, ibstat_default))
+    _tool(bin_dir / "ibstat", _by_host(ibstat, ibstat_default, key))
     return bin_dir
 
 
@@ -38,3 +42,16 @@ def python_with_tools(path: Path, bin_dir: Path, python: str = sys.executable) -
     """A --python for the nodes: the stand-ins first on PATH, then the real interpreter."""
     _tool(path, f'PATH={shlex.quote(str(bin_dir))}:"$PATH"; export PATH\nexec {shlex.quote(python)} "$@"')
     return str(path)
+
+
+def check_slot0_swapped(run_dir: Path, host: str = "") -> None:
+    """A --nodes 2 --spares 1 --preflight gpu run whose slot 0 showed the Down port: nodes.json has slot 0
+    quarantined before attempt 0 (kind gpu, its line, never run: no node) and the run on slots 1 and 2, the
+    policy's replace with no person."""
+    led = json.loads((Path(run_dir) / "nodes.json").read_text())
+    assert led["pool"] == {"active": [1, 2], "spares": [], "quarantined": [0]}
+    (gone,) = led["slots"]["0"]["attempts"]
+    assert (gone["kind"], led["slots"]["0"]["quarantined"], "node" in gone) == ("gpu", True, False)
+    assert gone["failure"].startswith(f"--preflight gpu: slot 0 [{host}") and gone["failure"].endswith(
+        "]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"), gone
+    assert [(d["action"], d["person"]) for d in led["decisions"]] == [("replace", "no")]

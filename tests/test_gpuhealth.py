@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import run_launch
 from launchers.gpuhealth import ib, nvlink, smi, topo, verdict, xid
@@ -237,6 +238,34 @@ def test_preflight_gpu_passes_a_healthy_node_and_refuses_unknown_checks(tmp_path
     assert p.returncode == 2 and p.stderr.strip() == \
         "launch: error: --preflight 'gpus' is not accepted; choose one of: gpu", p.stderr
     assert not (tmp_path / "runs/x").exists()
+
+
+def test_preflight_gpu_with_a_spare_swaps_the_bad_node_0(tmp_path):
+    """`launch local --nodes 2 --spares 1 --preflight gpu`: every slot of the pool is checked before anything
+    starts (the stand-in ibstat, picked by LAUNCH_NODE_SLOT, shows a Down port on slot 0 only); the policy
+    quarantines slot 0 (kind gpu, its line as the why) and the run starts on slots 1 and 2 -- slot 1 is node 0 --
+    world 2, COMPLETED; no rank ran on slot 0; `launch status` shows the ledger, no person involved."""
+    from gpu_standins import check_slot0_swapped, per_host_tools
+    per_host_tools(tmp_path / "bin", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
+                   {"0": "ibstat/network-operator-issue-249-ib-down.txt"},
+                   "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt", key="${LAUNCH_NODE_SLOT:-}")
+    (tmp_path / "hello.py").write_text("import os\nprint('HELLO rank %s of %s on slot %s' % tuple(os.environ[k] for k "
+                                       "in ('RANK', 'WORLD_SIZE', 'LAUNCH_NODE_SLOT')))\n")
+    p = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--preflight", "gpu",
+                   "--run-dir", "runs/r", "--", "hello.py", cwd=tmp_path, timeout=240,
+                   env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    run = tmp_path / "runs/r"
+    assert json.loads((run / "status.json").read_text())["state"] == "COMPLETED"
+    assert [a["slots"] for a in yaml.safe_load((run / "run.yaml").read_text())["attempts"]] == [[1, 2]]
+    said = sorted(ln for f in run.glob("logs/node*/rank*.log") for ln in f.read_text().splitlines()
+                  if ln.startswith("HELLO"))
+    assert said == ["HELLO rank 0 of 2 on slot 1", "HELLO rank 1 of 2 on slot 2"], said
+    check_slot0_swapped(run)
+    out = run_launch("status", "runs/r", cwd=tmp_path, check=True).stdout
+    assert "slot 0: 1 strike, quarantined (attempt 0: --preflight gpu: slot 0 [" in out and \
+        "before attempt 0 (--preflight gpu; person: no): replace -- slot 0: failed the GPU check: quarantined; " \
+        "the run starts on slots 1, 2" in out, out
 
 
 def test_python_api_takes_preflight_like_the_cli(tmp_path, monkeypatch):

@@ -111,6 +111,60 @@ def test_policy_table(case):
     assert "\n" not in d.why
 
 
+# --preflight gpu with --spares: (pool, bad slots, MIN) -> (action, the pool the run starts on)
+PREFLIGHT = {
+    "all-good": ((P((0, 1), (2,)), (), 0), ("start", P((0, 1), (2,)))),
+    "bad-active-node": ((P((0, 1), (2,)), (1,), 0), ("replace", P((0, 2), (), (1,)))),
+    "bad-node-0": ((P((0, 1), (2,)), (0,), 0), ("replace", P((1, 2), (), (0,)))),
+    "bad-spare": ((P((0, 1), (2, 3)), (2,), 0), ("start", P((0, 1), (3,), (2,)))),
+    "too-many-bad": ((P((0, 1), (2,)), (0, 2), 0), ("stop", P((0, 1), (2,), (0, 2)))),
+    "resumed-pool-keeps-its-order": ((P((2, 0), (3,), (1,)), (2,), 0), ("replace", P((0, 3), (), (1, 2)))),
+    "range-shrinks-to-min": ((P((0, 1), (2,)), (0, 2), 1), ("shrink", P((1,), (), (0, 2)))),
+    "range-below-min-stops": ((P((0, 1), (2,)), (0, 1, 2), 1), ("stop", P((0, 1), (2,), (0, 1, 2)))),
+}
+
+
+@pytest.mark.parametrize("case", PREFLIGHT, ids=list(PREFLIGHT))
+def test_preflight_policy_table(case):
+    """recovery.preflight_start: every bad slot quarantined at once (one strike, kind gpu); the good slots in
+    the pool's order make the nodes (node 0 the first good one), then the spares; too few: stop."""
+    (pool, bad, low), (action, start) = PREFLIGHT[case]
+    d = recovery.preflight_start(pool, {s: f"slot {s} [h]: mlx5_0 port 1: State Down" for s in bad},
+                                 (low, 2) if low else None)
+    assert (d.action, d.pool) == (action, start), d
+    assert d.quarantined == bad and d.strikes == {s: 1 for s in bad} and "\n" not in d.why
+    if action == "stop":
+        assert d.why == f"{3 - len(bad)} good slot(s) of 3, " + (f"--nodes {low}:2 needs {low}" if low else
+                                                                 "--nodes 2 needs 2"), d.why
+    else:
+        assert all(f"slot {s}: failed the GPU check" in d.why for s in bad), d.why
+
+
+def test_preflight_ledger_and_status_block(tmp_path):
+    """The preflight's decision as the launcher records it before attempt 0: slot 0 quarantined with its line, the
+    pool the run starts on, the decision taken by the policy (person: no); not a restart in the timeline; a
+    later failure's decisions go on from its pool."""
+    spec = JobSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
+                   run_dir=str(tmp_path / "run"), name="x", spares=1, max_restarts=2)
+    rd = RunDir.create(spec, "x-1", {"hosts": []})
+    line = "slot 0 [h]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"
+    d = recovery.preflight_start(nodeledger.pool_for(None, 2, 1), {0: line})
+    led = nodeledger.preflight(rd.path, None, 0, d, {0: line}, 2, 1.0e9)
+    assert nodeledger.read(rd.path) == json.loads(json.dumps(led))
+    assert led["slots"]["0"]["quarantined"] and led["slots"]["0"]["strikes"] == 1
+    assert led["slots"]["0"]["attempts"] == [{"attempt": 0, "preflight": True, "exit": None, "kind": "gpu",
+                                              "failure": f"--preflight gpu: {line}", "strike": True}]
+    assert nodeledger.pool_for(led, 2, 1) == Pool((1, 2), (), (0,))
+    assert timeline.restarts(rd.path) == []
+    block = api.format_status(api.status(rd.path))
+    block = block[block.index("nodes:"):].splitlines()[:3]
+    assert block == [
+        "nodes:      slots active 1, 2; spares none; quarantined 0 (at 2 strikes)",
+        f"            slot 0: 1 strike, quarantined (attempt 0: --preflight gpu: {line})",
+        "            before attempt 0 (--preflight gpu; person: no): replace -- slot 0: failed the GPU check: "
+        "quarantined; the run starts on slots 1, 2"]
+
+
 KINDS = [({"rank": 1, "node": 1, "exit_code": 1, "signal": None}, "rank"),
          ({"rank": 1, "node": 1, "exit_code": None, "signal": "SIGKILL", "reason": "out of memory"}, "rank"),
          ({"rank": 1, "node": 1, "exit_code": None, "reason": "hang: process stopped"}, "hang"),

@@ -192,6 +192,29 @@ def test_preflight_gpu_names_the_one_bad_host_and_starts_nothing(workdir):
     assert not (workdir / "runs").exists() and not rank_lines(workdir / "runs/g", "REPORT ")
 
 
+def test_preflight_gpu_with_a_spare_swaps_the_bad_host_of_node_0(workdir):
+    """--preflight gpu --nodes 2 --spares 1 over SSH: every host of the pool (sshhost1..3) is checked before
+    anything starts; the stand-in ibstat (picked by hostname) shows a Down port on sshhost1 (slot 0, node 0's
+    host) only: the policy quarantines slot 0 (kind gpu) and the run starts on sshhost2 (node 0) and sshhost3,
+    world 2, COMPLETED; nothing ran on sshhost1; the ledger says no person was involved."""
+    from gpu_standins import check_slot0_swapped, per_host_tools, python_with_tools
+    bin_dir = per_host_tools(workdir / "gpubin", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
+                             {"sshhost1": "ibstat/network-operator-issue-249-ib-down.txt"},
+                             "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
+    py = python_with_tools(workdir / "py-gpu", bin_dir)
+    p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--nodes", "2", "--spares", "1", *OPTS,
+                   "--python", py, "--preflight", "gpu", "--run-dir", "runs/g", "--", "report.py")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert read_json("runs/g/status.json")["state"] == "COMPLETED"
+    run = yaml.safe_load(Path("runs/g/run.yaml").read_text())
+    assert [(a["slots"], a["hosts"]) for a in run["attempts"]] == [([1, 2], ["sshhost2", "sshhost3"])]
+    reps = sorted(reports("runs/g"), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world"], r["host"]) for r in reps] == [(0, 2, "sshhost2"), (1, 2, "sshhost3")]
+    check_slot0_swapped("runs/g", "sshhost1 (")
+    out = run_launch("status", "runs/g", check=True).stdout
+    assert "before attempt 0 (--preflight gpu; person: no): replace -- slot 0: failed the GPU check" in out, out
+
+
 def test_failing_rank_stops_every_node(workdir):
     p = run_launch("ssh", "--hosts", HOSTS4, *OPTS, "--run-dir", "runs/f",
                    "--env", "TEST_FAIL_RANK=2", "--env", "TEST_SLEEP=120", "--", "report.py", timeout=240)

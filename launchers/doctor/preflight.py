@@ -4,7 +4,10 @@ with its GPU/NIC tools (launchers.gpuhealth.tools) runs on every node and the fa
 and fact. Warnings are printed and the launch goes on.
 
 local: the one machine the simulated nodes share, probed once. ssh: every host of the plan, through the
-doctor's SSH target (verified host keys). slurm: not here -- the nodes are only known once the job runs, so
+doctor's SSH target (verified host keys). With --spares (local, ssh) every slot of the pool is checked, the
+spares too (local: the tools once per simulated node slot, in its environment: LAUNCH_NODE_SLOT), and the
+recovery policy picks the slots the run starts on (launchers.recovery.preflight_start): a bad node is
+quarantined and a good spare takes its place; the run stops as above only when too few slots are good. slurm: not here -- the nodes are only known once the job runs, so
 each node task runs the same check on its node before its agent starts and waits for every node's verdict
 (launchers.backends.slurm.node); a bad node ends the job FAILED, naming it, before any agent starts.
 """
@@ -14,10 +17,15 @@ import os
 import secrets
 import sys
 
-from .. import layout, ports
+import time
+from typing import Any
+
+from .. import layout, nodeledger, ports, recovery
 from ..errors import LaunchError
 from ..gpuhealth.verdict import bad_line, node_findings, summary, warnings
-from .targets import NodeRun, run_local, run_ssh
+from ..restarts import plan_on
+from ..torchrun import NODE_SLOT_ENV
+from .targets import NodeRun, run_local, run_local_slots, run_ssh
 
 TIMEOUT, TOOL_TIMEOUT = 60.0, 20.0
 
@@ -38,27 +46,81 @@ def probe(spec, plan) -> list[NodeRun]:
     return []
 
 
+def verdict(run: NodeRun, gpus_per_node: int | None, out=sys.stderr, what: str = "node") -> str | None:
+    """The line naming a node (what: node or slot) with a fault or whose probe did not run; warnings to `out`."""
+    label = f"{what} {run.node} [{run.host}]"
+    if run.result is None:
+        return f"{label}: the GPU preflight could not run there ({run.error})"
+    found = node_findings(run.result, label, gpus_per_node)
+    for w in warnings(found):
+        print(f"launch: preflight gpu: warning: {w}", file=out)
+    return bad_line(found, label)
+
+
 def bad_lines(runs: list[NodeRun], gpus_per_node: int | None, out=sys.stderr) -> list[str]:
     """One line per node with a fault (or whose probe did not run); warnings go to `out`."""
-    bad = []
-    for run in runs:
-        label = f"node {run.node} [{run.host}]"
-        if run.result is None:
-            bad.append(f"{label}: the GPU preflight could not run there ({run.error})")
-            continue
-        found = node_findings(run.result, label, gpus_per_node)
-        for w in warnings(found):
-            print(f"launch: preflight gpu: warning: {w}", file=out)
-        line = bad_line(found, label)
-        if line:
-            bad.append(line)
-    return bad
+    return [line for run in runs if (line := verdict(run, gpus_per_node, out))]
+
+
+def _gpus(spec, plan) -> int | None:
+    return spec.gpus_per_node if plan.dist_backend != "gloo" else None      # the GPU count matters with nccl
 
 
 def check(spec, plan) -> None:
     """Raise LaunchError (nothing started) when a node shows a fault."""
     runs = probe(spec, plan)
-    gpus = spec.gpus_per_node if plan.dist_backend != "gloo" else None      # the GPU count matters with nccl
-    bad = bad_lines(runs, gpus)
+    bad = bad_lines(runs, _gpus(spec, plan))
     if bad:
         raise LaunchError(summary(bad, len(runs)) + "\n" + "\n".join(bad))
+
+
+def gate(backend, plan, pool: recovery.Pool) -> tuple[Any, dict[str, Any] | None]:
+    """--preflight gpu: with --spares where the launcher owns restarts (local, ssh) start_pool(), else check():
+    (the plan the run starts on, what record() keeps)."""
+    if plan.spec.spares and backend.owns_restarts:
+        return start_pool(backend, plan, pool)
+    check(plan.spec, plan)
+    return plan, None
+
+
+def probe_slots(backend, plan, slots: list[int]) -> list[NodeRun]:
+    """Every slot of the pool (--spares), at once; NodeRun.node is the slot. local: the GPU tools once per
+    simulated node slot, in its environment; ssh: the probe on each slot's host (a plan on those slots)."""
+    spec = plan.spec
+    if spec.backend == "local":
+        return run_local_slots(spec.python, _base(spec, 1), slots,
+                               lambda s: dict(os.environ, **{NODE_SLOT_ENV: str(s)}), TIMEOUT + 120)
+    wide = backend.plan(spec, plan.run_id, attempt=plan.attempt, slots=slots)
+    runs = run_ssh(wide.rhosts, wide.settings, spec.python, _base(spec, len(slots)), TIMEOUT)
+    for run, slot in zip(runs, slots):
+        run.node = slot
+    return runs
+
+
+def start_pool(backend, plan, pool: recovery.Pool) -> tuple[Any, dict[str, Any]]:
+    """--preflight gpu with --spares: every slot of `pool` checked; the policy (recovery.preflight_start) picks
+    the slots the run starts on -> (the plan on them, the backend's own preflight run again when they changed;
+    the verdict for record()). LaunchError, nothing started, when too few slots are good."""
+    spec, slots = plan.spec, list(pool.active + pool.spares)
+    runs = probe_slots(backend, plan, slots)
+    bad = {run.node: line for run in runs if (line := verdict(run, _gpus(spec, plan), what="slot"))}
+    decision = recovery.preflight_start(pool, bad, (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None)
+    if decision.action == "stop":
+        lines = [bad[s] for s in sorted(bad)]
+        raise LaunchError(f"{summary(lines, len(runs))} ({decision.why})\n" + "\n".join(lines))
+    if list(decision.pool.active) != list(plan.slots):
+        plan = plan_on(backend, spec, plan.run_id, plan.attempt, decision.pool)
+        backend.preflight(plan)
+    for line in bad.values():
+        print(f"launch: preflight gpu: {line}", file=sys.stderr)
+    if bad:
+        print(f"launch: preflight gpu: {decision.action} -- {decision.why}", file=sys.stderr)
+    return plan, {"decision": decision, "bad": bad, "decided": time.time()}
+
+
+def record(run_dir: str, spec, attempt: int, found: dict[str, Any] | None) -> None:
+    """start_pool's verdict into the run's node ledger (nodes.json) once the run dir exists; nothing when every
+    slot passed."""
+    if found and found["bad"]:
+        nodeledger.preflight(run_dir, nodeledger.read(run_dir), attempt, found["decision"], found["bad"],
+                             spec.quarantine_after, found["decided"])

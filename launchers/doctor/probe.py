@@ -282,6 +282,8 @@ def main():
     R["node"] = A.get("node")
     if A.get("facts_only"):
         facts(); return
+    if A.get("tools_only"):                # --preflight gpu on one simulated node of `launch local --spares`
+        R["gpu_tools"] = gpu_tools(A.get("tool_timeout", 20)); return
     pf = write_probe() if A["node"] == 0 else None
     facts()
     go = False

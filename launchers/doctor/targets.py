@@ -64,12 +64,13 @@ def probe_argv(python: str, args: dict) -> list[str]:
     return [python, "-c", PROBE, json.dumps(args)]
 
 
-def run_process(argv: list[str], timeout: float) -> tuple[Lines, int, str]:
-    """Run argv here; stdout lines stamped as they arrive. (lines, exit code, stderr)."""
+def run_process(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[Lines, int, str]:
+    """Run argv here (env: its environment, default ours); stdout lines stamped as they arrive. (lines, exit code,
+    stderr)."""
     out = Lines()
     try:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                             text=True, bufsize=1)
+                             text=True, bufsize=1, env=env)
     except OSError as e:
         return out, 127, f"{argv[0]}: {e.strerror or e}"
     err: list[str] = []
@@ -115,6 +116,23 @@ def run_local(python: str, base: dict, timeout: float) -> list[NodeRun]:
     if node.result is None:
         node.error = why_no_result(python, code, err)
     return [node]
+
+
+def run_local_slots(python: str, base: dict, slots: list[int], env_of, timeout: float) -> list[NodeRun]:
+    """The GPU tools only (no imports, no port), once per simulated node slot, all at once, each in that slot's
+    environment (env_of(slot): LAUNCH_NODE_SLOT told); NodeRun.node is the slot."""
+    import socket
+
+    def one(slot: int) -> NodeRun:
+        node = NodeRun(slot, socket.gethostname())
+        lines, code, err = run_process(probe_argv(python, dict(base, node=slot, tools_only=True)), timeout,
+                                       env_of(slot))
+        node.take(lines.lines)
+        if node.result is None:
+            node.error = why_no_result(python, code, err)
+        return node
+    with ThreadPoolExecutor(max_workers=max(1, len(slots))) as ex:
+        return list(ex.map(one, slots))
 
 
 def run_slurm(python: str, base: dict, opts: dict, nodes: int, timeout: float) -> list[NodeRun]:
