@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 
-from .containeropts import BINARIES, WRAPS, Limits
+from .containeropts import BINARIES, SIGNAL_EXIT_BASE, WRAPS, Limits
 from .spec import JobSpec
 from .torchrun import NodeCommand
 
@@ -109,6 +110,18 @@ def wrap(spec: JobSpec, nc: NodeCommand, run_id: str, package: str = PACKAGE_DIR
         env.update({prefix + k: v for k, v in list(env.items())})
         secret = (*secret, *(prefix + k for k in nc.secret_env()))
     return NodeCommand(node_rank=nc.node_rank, argv=argv, env=tuple(env.items()), secret=secret)
+
+
+SIGNALS = frozenset(int(s) for s in signal.Signals)
+
+
+def agent_code(spec: JobSpec, code: int | None) -> int | None:
+    """A node agent's exit as Popen reports it (-N: signal N ended it) through the job's runtime: a podman
+    client's 128 + N (its container's agent ended by signal N: SIGNAL_EXIT_BASE) is -N; any other code as given."""
+    base = SIGNAL_EXIT_BASE.get(spec.container_runtime) if in_container(spec) else None
+    if base is None or code is None or code - base not in SIGNALS:
+        return code
+    return base - code
 
 
 # ------------------------------------------------------------------------------------------ Slurm steps

@@ -26,6 +26,10 @@ ACCEPTED = {                       # backend -> the runtimes it can use; auto pi
 # the binaries that make a runtime usable on a node (any one of them), checked by `launch doctor`
 BINARIES = {"pyxis": ("enroot",), "oci": ("crun", "runc"), "podman": ("podman",),
             "apptainer": ("apptainer", "singularity")}
+# a node runtime whose client exits 128 + N when signal N ended its container's process (podman-run(1), "Exit
+# Status": otherwise the contained command's exit code; conmon records a signalled process as 128 + N, as a shell
+# does): what its node's exit code means (container.agent_code)
+SIGNAL_EXIT_BASE = {"podman": 128}
 DEFAULT_PYTHON = "python3"         # the image's interpreter unless --container-python names another
 MOUNT_WORDS = "SRC:DST[:ro] with an absolute DST and no ',' (e.g. /data:/data:ro)"
 _MOUNT_PART = re.compile(r"^[^:,\s\x00]+$")

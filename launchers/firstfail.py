@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .rankcause import peer_lost
+
 FAILURE_KEYS = ("node", "rank", "exit_code", "signal", "time")
 CAUSE_KEYS = ("exception", "reason")     # what a rank's wrapper found out (launchers.rankcause), kept when set
 
@@ -27,13 +29,22 @@ def earliest(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
 def decide(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
            hosts: list[str] | None = None) -> dict[str, Any] | None:
     """The earliest in time among the first failing rank record and `node_failures` ({node, exit_code, signal,
-    time, reason[, host]}) of nodes that left no failing rank record; named with its host where known."""
+    time, reason[, host]}) of nodes that left no failing rank record; named with its host where known.
+
+    A rank that failed on losing a peer (rankcause.peer_lost) failed second: a node killed by a signal whose ranks
+    died with it (no record at all) goes first whenever its failure was seen -- a container runtime's client (podman)
+    reports its agent's death only after tearing the container down, later than the peer's record of it."""
     failing = [r for r in recs if r.get("exit_code") != 0]
     ranked = {r.get("node") for r in failing}
     cands = [of_rank(r) for r in failing[:1]]
-    cands += [dict({k: nf.get(k) for k in FAILURE_KEYS}, rank=None, **{k: nf[k] for k in ("host", "reason")
-                                                                       if nf.get(k)})
-              for nf in node_failures if nf.get("node") not in ranked]
+    nodes = [dict({k: nf.get(k) for k in FAILURE_KEYS}, rank=None, **{k: nf[k] for k in ("host", "reason")
+                                                                      if nf.get(k)})
+             for nf in node_failures if nf.get("node") not in ranked]
+    if cands and peer_lost(cands[0].get("exception")):
+        heard = {r.get("node") for r in recs}
+        killed = [nf for nf in nodes if nf.get("signal") and nf.get("node") not in heard]
+        cands, nodes = (killed, []) if killed else (cands, nodes)
+    cands += nodes
     if not cands:
         return None
     ff = min(cands, key=lambda r: r.get("time") or 0.0)

@@ -13,6 +13,11 @@ TRACEBACK = "Traceback (most recent call last):"
 CGROUP_ROOT = "/sys/fs/cgroup"
 SIGKILL = 9
 UNLIMITED = 1 << 62             # cgroup v1's "no limit" is a number near 2**63
+# what a collective library says when a peer process went away (the rank failed because another did first): gloo's
+# tcp pair ("Connection closed by peer [ADDR]:PORT", torch adding "This is typically caused by a remote worker
+# crashing"), NCCL's ncclRemoteError (nccl-2.21.5-1/src/init.cc:2265) and socket warning (src/misc/socket.cc:50)
+PEER_LOSS = ("connection closed by peer", "connection reset by peer", "remote worker crashing",
+             "remote process exited", "connection closed by remote peer")
 # per cgroup version: (its controller field in /proc/self/cgroup, its mount under CGROUP_ROOT, the file holding
 # the `oom_kill N` counter, the file holding the limit)
 MEMORY_FILES = (("", "", "memory.events", "memory.max"),                                  # v2: "0::/path"
@@ -40,6 +45,11 @@ def last_exception(text: str) -> str | None:
                     return clean(body)
             return None
     return None
+
+
+def peer_lost(line: str | None) -> bool:
+    """Whether an exception line says the rank lost a peer (PEER_LOSS): a symptom of another failure."""
+    return bool(line) and any(p in line.lower() for p in PEER_LOSS)
 
 
 def exception_line(log: str, start: int = 0) -> str | None:

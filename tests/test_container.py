@@ -163,6 +163,18 @@ def test_cleanup_hook(tmp_path):
                                                           ">/dev/null 2>&1")
 
 
+@pytest.mark.parametrize("runtime, image, code, want", [
+    ("podman", "i", 128 + 9, -9), ("podman", "i", 128 + 15, -15),        # its container's agent ended by a signal
+    ("podman", "i", 1, 1), ("podman", "i", 0, 0), ("podman", "i", None, None),
+    ("podman", "i", 125, 125), ("podman", "i", 128 + 99, 128 + 99),     # podman's own failure; no such signal
+    ("podman", "i", -9, -9),                                             # the podman client itself killed
+    ("apptainer", "i", 137, 137), ("podman", "", 137, 137),              # only podman's convention; no container
+])
+def test_a_node_agents_exit_through_its_runtime(runtime, image, code, want):
+    """A node's code as every backend reads it (Popen's: -N for signal N): podman's 128 + N is signal N."""
+    assert container.agent_code(spec(runtime, container_image=image), code) == want
+
+
 def test_the_agent_starts_in_the_launch_dir_only_in_slurms_oci_container():
     """slurmstepd runs the bundle's process.cwd ("/"), not srun's: the node task starts the agent in the launch dir
     (a relative program path); pyxis has --container-workdir, the others srun's cwd."""

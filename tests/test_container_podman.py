@@ -113,7 +113,8 @@ def inside_agent(run_id: str, node: int) -> int | None:
 def test_podman_2_nodes_killed_agent_leaves_nothing_and_resume_continues_inside(workdir):
     """2 nodes x 1 process (gloo), one container per node; the checkout mounted read-only for `workloads`. SIGKILL
     node 1's torchrun agent once both ranks are past a complete checkpoint: the run FAILS, node 1 ended by the
-    SIGKILL (podman's 128 + 9), no container and no process is left; `launch resume` runs attempt 1 in the
+    SIGKILL (podman's 128 + 9), which is the first failure (node 1, SIGKILL: not rank 0's lost peer), no container
+    and no process is left; `launch resume` runs attempt 1 in the
     containers from checkpoints/latest to COMPLETED. Every rank of both attempts says it is inside, in a world of 2."""
     steps, every, hit = 30, 5, 10
     Path("inside.py").write_text(INSIDE)
@@ -146,7 +147,11 @@ def killed_agent_then_resume(p: subprocess.Popen, rid: str, train: list[str], st
     os.kill(pid, signal.SIGKILL)
     assert p.wait(timeout=180) == 1, Path("launch.err").read_text()[-3000:]
     st = read_json("runs/k/status.json")
-    assert st["state"] == "FAILED" and st["nodes"]["1"] == 128 + signal.SIGKILL and st["first_failure"], st
+    ff = st["first_failure"]                  # as without a container: the killed node, not the peer that lost it
+    assert st["state"] == "FAILED" and st["nodes"]["1"] == 128 + signal.SIGKILL, st
+    assert ff["node"] == 1 and ff["signal"] == "SIGKILL" and ff.get("rank") is None, st
+    err = Path("launch.err").read_text()
+    assert "run FAILED (node 1, signal SIGKILL)" in err, err[-3000:]
     assert containers_of(rid) == [] and orphans(rid) == []
     assert_latest_complete("runs/k")
     r = run_launch("resume", "runs/k", "--", *train, timeout=300)                   # the normal speed

@@ -124,6 +124,27 @@ def test_first_failure_carries_the_cause_and_the_end_line_shows_it():
     assert api.end_line(st(hang)) == "launch: run FAILED (rank 3 on node 0, hang: process stopped)"
 
 
+GLOO = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+        "[127.0.0.1]:4242")
+NCCL = "torch.distributed.DistBackendError: NCCL error: remote process exited or there was a network error"
+
+
+@pytest.mark.parametrize("exception, node, heard, want", [
+    (GLOO, {"signal": "SIGKILL"}, [], (1, None, "SIGKILL")),           # the killed node went first, seen late
+    (NCCL, {"signal": "SIGTERM"}, [], (1, None, "SIGTERM")),
+    ("RuntimeError: boom", {"signal": "SIGKILL"}, [], (0, 0, None)),   # no peer lost: the earliest stays first
+    (GLOO, {"exit_code": 1}, [], (0, 0, None)),                         # that node exited, no signal ended it
+    (GLOO, {"signal": "SIGKILL"}, [1], (0, 0, None)),                   # its ranks ended and recorded (the stop)
+    (None, {"signal": "SIGKILL"}, [], (0, 0, None)),
+])
+def test_a_rank_that_lost_its_peer_gives_way_to_a_node_killed_by_a_signal(exception, node, heard, want):
+    recs = [{"node": 0, "rank": 0, "exit_code": 1, "signal": None, "time": 2.0, "exception": exception}]
+    recs += [{"node": k, "rank": 1, "exit_code": 0, "signal": None, "time": 1.0} for k in heard]
+    ff = firstfail.decide(recs, [dict({"exit_code": None, "signal": None}, node=1, time=3.0, **node)], ["h0", "h1"])
+    assert (ff["node"], ff["rank"], ff["signal"]) == want and ff["host"] == f"h{want[0]}", ff
+    assert rankcause.peer_lost(exception) == (exception in (GLOO, NCCL))
+
+
 def hang(stalled, waiting, whys=None):
     ranks = {str(r): {"why": (whys or {}).get(r, "process stopped")} for r in stalled}
     return {"stalled_ranks": stalled, "waiting_ranks": waiting, "timeout": 10.0, "dir": "D", "ranks": ranks}

@@ -89,6 +89,7 @@ class LocalBackend(Backend):
         if here.gone():       # nothing recorded: a record would recreate half a run dir
             raise RunDirGone(here.gone_line())
         now = time.time()    # a node that ended in the stop ended after the one that made us stop
+        codes = [container.agent_code(spec, c) for c in codes]      # podman's 128 + N: its agent's signal N
         failures = [dict(node=k, time=exited_at.get(k, now), **exit_fields(c))
                     for k, c in enumerate(codes) if c not in (0, None)]
         return rd.record_outcome(attempt, {str(k): node_exit(c) for k, c in enumerate(codes)}, node_failures=failures,

@@ -30,7 +30,7 @@ from ... import layout, ports, procs
 from ...errors import LaunchError
 from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
-from ...container import step_cwd, wrap
+from ...container import agent_code, step_cwd, wrap
 from ...containeropts import host_limits
 from ...stops import decide, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
@@ -332,7 +332,7 @@ class NodeRun:
             return self.end_gone()
         self.rd.write_node_record(self.node, dict(self.base_rec, state="EXITED", stop_signals=sorted(set(self.stops)),
                                                   error=error, time=time.time(), stopped_because=self.peer_failed,
-                                                  **exit_fields(code)))
+                                                  **exit_fields(agent_code(self.ns.spec, code))))
         self.sweep()
         if self.node == 0 and "SIGUSR2" in self.stops:
             after_stop(self.rd, self.ns.spec, self.attempt, self.restart, self.env.job_id, self.in_allocation,
