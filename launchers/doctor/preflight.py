@@ -7,9 +7,10 @@ local: the one machine the simulated nodes share, probed once. ssh: every host o
 doctor's SSH target (verified host keys). With --spares (local, ssh) every slot of the pool is checked, the
 spares too (local: the tools once per simulated node slot, in its environment: LAUNCH_NODE_SLOT), and the
 recovery policy picks the slots the run starts on (launchers.recovery.preflight_start): a bad node is
-quarantined and a good spare takes its place; the run stops as above only when too few slots are good. slurm: not here -- the nodes are only known once the job runs, so
-each node task runs the same check on its node before its agent starts and waits for every node's verdict
-(launchers.backends.slurm.node); a bad node ends the job FAILED, naming it, before any agent starts.
+quarantined and a good spare takes its place; the run stops as above only when too few slots are good.
+slurm: not here -- the nodes are only known once the job runs, so each node task runs the same check on its
+node before its agent starts and waits for every node's verdict (launchers.backends.slurm.node); a bad node
+ends the job FAILED, naming it, before any agent starts (with --spares: quarantined, a spare of the job runs).
 """
 from __future__ import annotations
 
