@@ -23,7 +23,7 @@ MAX_SPARES = 65536
 MAX_NODES = 65536                      # --nodes, the hosts of a hostfile
 QUARANTINE_AFTER = 2                   # --quarantine-after's default
 SPARES_ON = ("local", "ssh", "slurm")  # the backends that carry out a replacement by a spare
-RANGES_ON = ("local", "ssh")           # ... and a shrink (--nodes MIN:MAX; slurm: not yet)
+RANGES_ON = ("local", "ssh", "slurm")  # ... and a shrink (--nodes MIN:MAX)
 
 # how a first failure is told apart: its reason's start -> its kind (a rank's own record: "rank"; none of these,
 # without a rank: the node's agent ended on its own, "agent")

@@ -85,7 +85,6 @@ CASES = [
     Case("nodes-range-min-0", local("--nodes", "0:2"), ("--nodes '0:2'", "integers 1-65536", "MIN:MAX")),
     Case("nodes-range-word", local("--nodes", "1:two"), ("--nodes '1:two'", "MIN:MAX")),
     Case("nodes-range-three", local("--nodes", "1:2:3"), ("--nodes '1:2:3'", "MIN:MAX")),
-    Case("nodes-range-slurm", slurm("--nodes", "1:2"), ("--nodes 1:2", "not yet on this backend (slurm)", "launch local")),
     Case("gpn-0", local("--gpus-per-node", "0"), ("--gpus-per-node '0'", "1-1024")),
     Case("gpn-huge", local("--gpus-per-node", "5000"), ("'5000'", "1-1024")),
     Case("max-restarts-neg", local("--max-restarts", "-1"), ("'-1'", ">= 0")),

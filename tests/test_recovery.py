@@ -205,7 +205,7 @@ OPTIONS = [("local", {}, opts()),
            ("local", {"nodes": "1:3", "max_restarts": "1"}, opts(restarts=1, nodes=3, low=1, high=3)),
            ("local", {"nodes": "3:2"}, "--nodes '3:2' is not accepted: MIN 3 is more than MAX 2"),
            ("local", {"nodes": "1:x"}, "--nodes '1:x' is not accepted; give N or MIN:MAX"),
-           ("slurm", {"nodes": "1:2"}, "--nodes 1:2 (a range) is not yet on this backend (slurm)")]
+           ("slurm", {"nodes": "1:2"}, opts(restarts=2, nodes=2, low=1, high=2))]     # the loop over steps
 
 
 @pytest.mark.parametrize("backend,given,expected", OPTIONS)
@@ -521,6 +521,26 @@ def test_ssh_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_referenc
         assert p.returncode == 0, p.stderr[-3000:]
         run = check_shrink("runs/shrink", shrink_reference)
         assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"]] * 2 + [["sshhost1"]]
+
+
+@pytest.mark.slurm
+def test_slurm_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_reference):
+    """The shrink on Slurm: --nodes 1:2 and no spare is a 2-node allocation (--no-kill) whose attempts are srun
+    steps of the batch step's loop (launchers.backends.slurm.steps); slot 1 crashes at step 14 in every attempt:
+    a restart on both nodes, then quarantined with no spare left: attempt 2 is a step on the one node left,
+    resharded from step 12, and completes within the local test's bounds -- all in one Slurm job."""
+    require_slurm()
+    with recovery_row("slurm", "no spare left, --nodes 1:2 (a lemon node at step 14)", "runs/shrink",
+                      "restart, then quarantined and shrunk to 1 node in the same job; COMPLETED, loss within "
+                      "the bound", bitexact=False):
+        run_launch("slurm", "--nodes", "1:2", "--gpus-per-node", "1", "--time", "10", "--run-dir", "runs/shrink",
+                   "--", *SHRINK, "--crash-at-step", "14", "--crash-slot", "1", check=True)
+        p = run_launch("wait", "runs/shrink", timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        run = check_shrink("runs/shrink", shrink_reference)
+        hosts = [a["hosts"] for a in run["attempts"]]
+        assert len(hosts[0]) == 2 and hosts[1] == hosts[0] and hosts[2] == hosts[0][:1], hosts
+        assert len({a["slurm_job_id"] for a in run["attempts"]}) == 1, run["attempts"]
 
 
 def require_slurm() -> str:

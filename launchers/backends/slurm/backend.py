@@ -36,7 +36,7 @@ from .after import check_parent, resolve_after
 from .env import SlurmEnv
 from .node import slurm_node_command
 from .nodespec import resolve_for_nodes, write_node_spec
-from .render import header_for, render_sbatch, slurm_options, srun_argv
+from .render import header_for, render_sbatch, slurm_options, srun_argv, step_loop
 
 MASTER_SHOWN = "<first host of the allocation, resolved to its address on that host>"
 PORT_SHOWN = "<derived from the Slurm job id>"
@@ -62,9 +62,10 @@ class SlurmBackend(Backend):
         spec = resolve_after(spec, attempt)                  # --after RUN_DIR -> its job id (no Slurm call)
         resolved = resolve_for_nodes(spec)                   # bad options fail here, dry-run included
         env = SlurmEnv.read()
-        if env.in_allocation and spec.spares:
-            raise LaunchError(f"--spares {spec.spares} inside an allocation (Slurm job {env.job_id}) is not taken yet; "
-                              "accepted: --spares 0 here, or --spares K from outside (the job's allocation holds them)")
+        if env.in_allocation and step_loop(spec):
+            what = f"--spares {spec.spares}" if spec.spares else f"--nodes {spec.min_nodes}:{spec.max_nodes}"
+            raise LaunchError(f"{what} inside an allocation (Slurm job {env.job_id}) is not taken yet; accepted: "
+                              "--spares 0 and --nodes N here, or submit from outside (the job's allocation holds them)")
         if env.in_allocation and spec.nodes > env.num_nodes:
             raise LaunchError(f"--nodes {spec.nodes} is larger than the current allocation (Slurm job "
                               f"{env.job_id}: {env.num_nodes} nodes, {env.nodelist or '?'})")
@@ -80,9 +81,10 @@ class SlurmBackend(Backend):
             script = render_sbatch(spec, base_attempt=attempt, header=header_for(sys.argv[1:], __version__))
         script += (f"\n# each node: LAUNCH_ATTEMPT = {attempt}"
                    + ("" if env.in_allocation else " + SLURM_RESTART_COUNT") + "; NODE_RANK = SLURM_NODEID\n"
-                   if not spec.spares else f"\n# {spec.nodes} of the {spec.nodes + spec.spares} nodes run each attempt, "
-                   "an srun step (spares idle); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its "
-                   "host's place in LAUNCH_STEP_HOSTS\n")
+                   if not step_loop(spec) else f"\n# {spec.nodes} of the {spec.nodes + spec.spares} nodes run each "
+                   "attempt, an srun step (spares idle" + (f"; at least {spec.min_nodes} after a loss" if spec.min_nodes
+                   else "") + "); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its host's place in "
+                   "LAUNCH_STEP_HOSTS\n")
         return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER_SHOWN, master_port=port,
                     dist_backend=dist, nodes=nodes, hosts=hosts, script=script)
 

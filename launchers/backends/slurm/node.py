@@ -24,6 +24,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from ... import layout, ports, procs
@@ -150,6 +151,8 @@ class NodeRun:
         self.rd = RunDir(run_dir)
         self.here = layout.Presence(self.rd.path)       # the run dir as this node found it (watch_gone)
         self.ns = load_node_spec(self.rd, base_attempt)
+        if 0 < len(self.env.step_hosts) < self.ns.spec.nodes:    # --nodes MIN:MAX: the loop shrank the run
+            self.ns = replace(self.ns, spec=self.ns.spec.replace(nodes=len(self.env.step_hosts)))
         self.dir_gone = False
         self.stops: list[str] = []
         self.peer_failed: str | None = None

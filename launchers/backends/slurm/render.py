@@ -146,8 +146,8 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     # without --time submitit would write its own default (5 minutes): leave the cluster's default instead
     params["time"] = (str(o["time"]) if so["timeout_min"] else "UNLIMITED") if "timeout_min" in so else None
     extra.setdefault("requeue", True)
-    if spec.spares:
-        extra.setdefault("no-kill", True)        # a node's loss does not end the allocation: a spare takes over
+    if step_loop(spec):
+        extra.setdefault("no-kill", True)        # a node's loss does not end the allocation: a spare or a shrink
     if dependency(spec):
         extra["dependency"] = dependency(spec)
     params["additional_parameters"] = extra
@@ -174,6 +174,12 @@ def node_task_command(python: str, run_dir: str, base_attempt: int, array: bool 
     dir and each array task runs the sweep's run number SLURM_ARRAY_TASK_ID."""
     words = (python, "-u", "-m", NODE_ENTRY, "task", run_dir, "--base-attempt", str(base_attempt))
     return " ".join(shlex.quote(w) for w in words + (("--array",) if array else ()))
+
+
+def step_loop(spec: JobSpec) -> bool:
+    """The job runs each attempt as a step of its allocation (launchers.backends.slurm.steps): with --spares (a
+    spare takes a lost node's place) or --nodes MIN:MAX (the run shrinks to the survivors, never below MIN)."""
+    return bool(spec.spares or spec.min_nodes)
 
 
 def steps_command(python: str, run_dir: str, base_attempt: int) -> str:
@@ -236,7 +242,7 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
     srun = " ".join(shlex.quote(w) for w in ("srun", "--unbuffered", "--output", stdout, *srun_args))
     head = ["#!/bin/bash", *[f"# {line}" if line else "#" for line in header.splitlines()], "", "# Parameters",
             *[sbatch_flag(k, params[k]) for k in sorted(params)], "", "# command", "export SUBMITIT_EXECUTOR=slurm"]
-    if spec.spares and not array:             # each attempt a step on the pool's nodes, recorded by the loop
+    if step_loop(spec) and not array:         # each attempt a step on the pool's nodes, recorded by the loop
         return "\n".join([*head, steps_command(spec.python, spec.run_dir, base_attempt)]) + "\n"
     lines = [*head, f"{srun} {node_task_command(container.step_python(spec), spec.run_dir, base_attempt, bool(array))}",
              "", "", "# teardown", finalize_command(spec.python, spec.run_dir, base_attempt, bool(array))]

@@ -19,6 +19,7 @@ from ...spec import JobSpec
 from . import cmd
 from .env import SlurmEnv
 from .nodespec import load_node_spec
+from .render import step_loop
 
 PEERS_WAIT_S = 30.0        # node 0 waits this long for every node's record before requeueing
 DECIDED = ("REQUEUED", "FAILED", "CANCELLED", "COMPLETED")
@@ -45,14 +46,15 @@ def after_stop(rd: RunDir, spec: JobSpec, attempt: int, restart: int, job_id: st
         rd.update_status(state="FAILED", nodes=nodes, reason="stopped by SIGUSR2 inside an allocation (not "
                          f"requeued); continue with `launch resume {rd.path}`")
         return
-    requeue_or_fail(rd, attempt, restart, job_id, max_requeues, nodes, spec.spares)
+    requeue_or_fail(rd, attempt, restart, job_id, max_requeues, nodes, step_loop(spec))
 
 
 def requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_requeues: int,
-                    nodes: dict[str, Any], spares: int = 0) -> None:
-    """After a USR2 stopped the attempt: `scontrol requeue`, or FAILED once the requeues are used up. With spares,
-    the hosts of quarantined slots are excluded from the next allocation first (ExcNodeList)."""
-    if spares:
+                    nodes: dict[str, Any], steps: bool = False) -> None:
+    """After a USR2 stopped the attempt: `scontrol requeue`, or FAILED once the requeues are used up. A run of
+    the loop over steps (--spares, --nodes MIN:MAX) has its quarantined slots' hosts excluded from the next
+    allocation first (ExcNodeList)."""
+    if steps:
         exclude_quarantined(rd, job_id)
     with rd.lock():
         if restart >= max_requeues:
@@ -80,28 +82,31 @@ def exclude_quarantined(rd: RunDir, job_id: str) -> None:
 
 
 def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_status: int | None = None,
-             attempt: int | None = None, on_failure: Callable[[dict | None, dict], str | None] | None = None) -> int:
+             attempt: int | None = None, on_failure: Callable[[dict | None, dict], str | None] | None = None,
+             nodes_run: int | None = None) -> int:
     """After srun: per-node exit codes and first failure into status.json, unless node 0 already decided
     (REQUEUED, FAILED after a stop). A USR2 that ended the step before node 0 could act on it (e.g. during
     start-up: srun status 128+12) is requeued from here. Returns 0 only if every node (so every rank)
     succeeded. attempt: the step's own (the loop over attempts, launchers.backends.slurm.steps), else the base
     attempt plus Slurm's restarts. on_failure(first failure, nodes): a failed attempt (not a stop) that another
-    follows in the same job -- the line why, written as REQUEUED instead of FAILED (never FAILED meanwhile)."""
+    follows in the same job -- the line why, written as REQUEUED instead of FAILED (never FAILED meanwhile).
+    nodes_run: the step's node count when the loop ran it on fewer than --nodes (a shrunk run, MIN:MAX)."""
     rd = RunDir(run_dir)
     env = SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
     restart = 0 if in_allocation else env.restart_count
     attempt = base_attempt + restart if attempt is None else attempt
-    recs = rd.node_records(ns.spec.nodes, attempt)
+    n = nodes_run or ns.spec.nodes
+    recs = rd.node_records(n, attempt)
     nodes = node_codes(recs)
     with rd.lock():
         st = rd.read_status()
         if st.get("attempt") == attempt and st.get("state") in DECIDED:
             return 0 if st["state"] == "COMPLETED" else 1
         usr2 = not st.get("cancel_requested") and srun_status == 128 + signal.SIGUSR2 or any("SIGUSR2" in r.get("stop_signals", ()) for r in recs.values())
-        missing = [k for k in range(ns.spec.nodes) if recs.get(k, {}).get("state") != "EXITED"]
+        missing = [k for k in range(n) if recs.get(k, {}).get("state") != "EXITED"]
         if usr2 and not in_allocation and (missing or any(c != 0 for c in nodes.values())):
-            requeue_or_fail(rd, attempt, restart, env.job_id, ns.max_requeues, nodes, ns.spec.spares)
+            requeue_or_fail(rd, attempt, restart, env.job_id, ns.max_requeues, nodes, step_loop(ns.spec))
             return 1
         failures = [{"node": k, "exit_code": r.get("exit_code"), "signal": r.get("signal"), "time": r.get("time"),
                      "host": r.get("host"), "reason": r.get("error")}

@@ -77,7 +77,7 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
         argv = step_srun_argv(spec, hosts, node_task_command(step_python(spec), rd.path, base_attempt))
         print(f"launch: attempt {attempt} on {','.join(hosts)}: {shlex.join(argv)}", flush=True)
         rd.update_attempt(attempt, {"hosts": hosts, "slurm_job_id": env.job_id},      # also when no node gets as
-                          {"nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node})  # far as its agent
+                          {"nodes": len(hosts), "gpus_per_node": spec.gpus_per_node})  # far as its agent
         status = subprocess.call(argv, env=step_env(hosts, pool.active, attempt))
         decided: list[Any] = []
 
@@ -90,7 +90,8 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
             return (f"attempt {attempt} failed ({describe(ff)}); {d.why}; restarting in job {env.job_id} on "
                     + ",".join(allocation[s] for s in d.pool.active))
 
-        code = finalize(rd.path, base_attempt, srun_status=status, attempt=attempt, on_failure=on_failure)
+        code = finalize(rd.path, base_attempt, srun_status=status, attempt=attempt, on_failure=on_failure,
+                        nodes_run=len(hosts))
         if not decided or decided[-1].action == "stop":
             if decided:
                 print(f"launch: attempt {attempt} failed; not restarted: {decided[-1].why}", file=sys.stderr)
