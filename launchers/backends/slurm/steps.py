@@ -76,8 +76,8 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
         hosts = [allocation[s] for s in pool.active]
         argv = step_srun_argv(spec, hosts, node_task_command(step_python(spec), rd.path, base_attempt))
         print(f"launch: attempt {attempt} on {','.join(hosts)}: {shlex.join(argv)}", flush=True)
-        rd.update_attempt(attempt, {"hosts": hosts, "slurm_job_id": env.job_id},      # also when no node gets as
-                          {"nodes": len(hosts), "gpus_per_node": spec.gpus_per_node})  # far as its agent
+        rd.update_attempt(attempt, {"hosts": hosts, "slots": list(pool.active), "nodes": len(hosts),  # also when
+                                    "slurm_job_id": env.job_id}, {"gpus_per_node": spec.gpus_per_node})  # no agent ran
         status = subprocess.call(argv, env=step_env(hosts, pool.active, attempt))
         decided: list[Any] = []
 
@@ -99,5 +99,7 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
             return code
         print(f"launch: {rd.read_status().get('reason')}", file=sys.stderr, flush=True)
         restarts.record_timeline(rd)
-        attempt = rd.add_attempt(spec, {"backend": "slurm", "slurm_job_id": env.job_id, "by": timeline.BY_POLICY,
-                                        "hosts": [allocation[s] for s in decided[-1].pool.active]})
+        active = decided[-1].pool.active           # --nodes MIN:MAX: the run's shape is the pool's (run.yaml)
+        attempt = rd.add_attempt(spec.replace(nodes=len(active)) if spec.min_nodes else spec,
+                                 {"backend": "slurm", "slurm_job_id": env.job_id, "by": timeline.BY_POLICY,
+                                  "hosts": [allocation[s] for s in active]})
