@@ -504,6 +504,68 @@ def test_ssh_node0_host_killed_a_spare_host_takes_over_bit_exact(workdir, refere
         row["orphans"] = len(gone(run["run_id"]))
 
 
+def frozen_records(run_dir: str) -> dict[str, bytes]:
+    """What a zombie must not change: the records, heartbeats, checkpoints, the ledger and the final weights."""
+    root = Path(run_dir)
+    files = [f for d in ("status", "progress", "checkpoints") for f in (root / d).rglob("*") if f.is_file()]
+    files += [root / n for n in ("status.json", "nodes.json", "final.json", "run.yaml") if (root / n).exists()]
+    return {str(f.relative_to(root)): f.read_bytes() for f in files}
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+def test_ssh_host_cut_and_sigstopped_then_restored_a_spare_finishes_nothing_it_writes_is_taken(workdir,
+                                                                                              reference_sha):
+    """A host cut from the network with its processes SIGSTOPped (a partitioned, paused node): the launcher names
+    it lost once it is silent, the spare host takes its place from checkpoints/latest (bit-exact); then the host
+    comes back (link up, SIGCONT): its woken rank and agent write nothing that is taken (fenced: the run's
+    records, heartbeats, checkpoints, ledger and weights unchanged) and nothing of the run is left anywhere."""
+    script = str(ROOT / "clusters" / "ssh-hosts.sh")
+    st = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60)
+    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (SSH_STATE / "known_hosts").exists(),
+                    "make ssh-up")
+    with recovery_row("ssh", "host cut and SIGSTOPped, then restored, --spares 1", "runs/cut",
+                      "the spare host in; COMPLETED; the restored host's writes fenced; no command typed") as row:
+        p = subprocess.Popen([LAUNCH, "ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config",
+                              str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts"),
+                              "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir", "runs/cut", "--",
+                              *PROGRAM, "--step-delay", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stopped: list[int] = []
+        try:
+            deadline = time.monotonic() + 240
+            while (read_json_or_none("runs/cut/progress/rank1.json") or {}).get("step", 0) < 3:
+                assert time.monotonic() < deadline and p.poll() is None, "attempt 0 never reached step 3"
+                time.sleep(0.5)
+            subprocess.run([script, "cut-host", "2"], check=True, capture_output=True, timeout=60)
+            stopped = [int(x) for x in subprocess.run(["ip", "netns", "pids", "lssh2"], capture_output=True,
+                                                      text=True).stdout.split()]
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 19)                                     # SIGSTOP: the host is paused too
+            out, err = p.communicate(timeout=400)
+            assert p.returncode == 0, err[-3000:]
+            before = frozen_records("runs/cut")
+        finally:
+            if p.poll() is None:
+                p.kill()
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 18)                                     # SIGCONT: it wakes where it was
+            if stopped:
+                subprocess.run([script, "revive-host", "2"], capture_output=True, timeout=120)
+        run = yaml.safe_load(Path("runs/cut/run.yaml").read_text())
+        assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"], ["sshhost1", "sshhost3"]]
+        led = read_json("runs/cut/nodes.json")
+        assert [d["action"] for d in led["decisions"]] == ["replace"] and "slot 1" in led["decisions"][0]["why"], led
+        assert read_json("runs/cut/final.json")["param_sha256"] == reference_sha
+        deadline = time.monotonic() + 90                # the woken processes end: their ssh session is gone
+        while procs.tagged_pids(run["run_id"]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        row["orphans"] = len(procs.tagged_pids(run["run_id"]))
+        assert row["orphans"] == 0
+        assert frozen_records("runs/cut") == before     # nothing the restored host wrote was taken
+
+
 @pytest.mark.ssh
 @pytest.mark.slow
 def test_ssh_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_reference):
