@@ -44,11 +44,11 @@ class Snapshot:
         return os.path.join(store, self.digest)
 
 
-def store_for(run_dir: str, runs_root: str) -> str:
+def store_for(run_dir: str, runs_root: str, name: str = STORE) -> str:
     """Where a run's snapshots live: `<runs root>/.snapshots` when run_dir is inside the runs root, else
-    `.snapshots` beside run_dir."""
+    `.snapshots` beside run_dir (name: another store kept the same way, launchers.extcache's)."""
     inside = os.path.commonpath([run_dir, runs_root]) == runs_root
-    return os.path.join(runs_root if inside else os.path.dirname(run_dir), STORE)
+    return os.path.join(runs_root if inside else os.path.dirname(run_dir), name)
 
 
 def git(root: str, *args: str) -> bytes | None:
