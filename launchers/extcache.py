@@ -23,6 +23,7 @@ import os
 import sys
 import time
 
+from . import heartbeat
 from .layout import runs_root
 from .manifest import torch_cuda, version
 from .snapshot import store_for
@@ -30,6 +31,7 @@ from .snapshot import store_for
 STORE = ".torch_extensions"
 ENV = "TORCH_EXTENSIONS_DIR"
 LOCK = "lock"                       # torch's FileBaton under each extension's build dir
+EVERY_S = 15.0                      # the launcher's own building line: again after this long
 
 
 def key(python: str, image: str = "", container_python: str = "") -> str:
@@ -95,3 +97,32 @@ def ext_dir(spec: dict) -> str | None:
 def line(node: int | None, name: str, secs: float) -> str:
     who = "a node" if node is None else f"node {node}"
     return f"{who}: building a torch extension ({name}, {secs:.0f}s)"
+
+
+
+class Teller:
+    """The launcher's own progress lines (local): `launch: node K: building a torch extension (NAME, Ns)` for each
+    build under way and each node none of whose ranks has a heartbeat this attempt, again every EVERY_S; call it
+    in the launcher's wait loop (it looks at most every 2 s)."""
+
+    def __init__(self, spec, attempt: int, out=None):
+        self.dir, self.run_dir, self.attempt, self.out = spec.torch_extensions_dir, spec.run_dir, attempt, out
+        self.nodes, self.gpus = spec.nodes, spec.gpus_per_node
+        self.next, self.said = 0.0, {}
+
+    def quiet_nodes(self) -> list[int]:
+        def quiet(k: int) -> bool:
+            beats = (heartbeat.read(self.run_dir, k * self.gpus + i) for i in range(self.gpus))
+            return not any(b and b.get("attempt") == self.attempt for b in beats)
+        return [k for k in range(self.nodes) if quiet(k)]
+
+    def __call__(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        if not self.dir or now < self.next:
+            return
+        self.next = now + 2.0
+        for name, secs in building(self.dir, now):
+            for k in self.quiet_nodes() or [None]:
+                if self.said.get((k, name), -EVERY_S) + EVERY_S <= secs:
+                    self.said[(k, name)] = secs
+                    print(f"launch: {line(k, name, secs)}", file=self.out or sys.stderr, flush=True)

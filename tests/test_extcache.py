@@ -1,5 +1,6 @@
 """What a job builds once, it keeps (issue 22 item 5): torch's JIT extensions in one directory per environment
 under the runs root (launchers.extcache), and a node that builds one says so."""
+import io
 import os
 import sys
 
@@ -57,6 +58,11 @@ def test_a_held_filebaton_is_said_building_and_is_no_hang(tmp_path, monkeypatch)
         assert found == [{"node": 0, "name": "deepspeed_shm_comm", "secs": 42.0}]
         said = "node 0: building a torch extension (deepspeed_shm_comm, 42s)"
         assert extcache.line(0, "deepspeed_shm_comm", 42) == said
+        out = io.StringIO()
+        tell = extcache.Teller(spec, 0, out)       # the launcher's own lines: once, again after EVERY_S
+        for t in (42, 43, 44.5, 58):
+            tell(start + t)
+        assert out.getvalue().splitlines() == ["launch: " + said, "launch: " + said.replace("42s", "58s")]
         coord = Coordinator(rd, 0, 1.0, 1, 2)
         # both ranks seen by the node's monitor, none advanced since the start
         layout.atomic_write(layout.path(rd.path, "node_progress", node=0), '{"attempt": 0, "ranks": {'
