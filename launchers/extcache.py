@@ -26,9 +26,9 @@ import time
 from . import heartbeat
 from .layout import runs_root
 from .manifest import torch_cuda, version
-from .snapshot import store_for
+from .snapshot import STORES, store_for
 
-STORE = ".torch_extensions"
+STORE = STORES[1]                   # ".torch_extensions": never taken into a snapshot
 ENV = "TORCH_EXTENSIONS_DIR"
 LOCK = "lock"                       # torch's FileBaton under each extension's build dir
 EVERY_S = 15.0                      # the launcher's own building line: again after this long

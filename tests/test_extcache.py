@@ -7,7 +7,7 @@ import sys
 from torch.utils.file_baton import FileBaton
 
 from conftest import run_launch
-from launchers import api, container, explain, extcache, layout
+from launchers import api, container, explain, extcache, layout, snapshot
 from launchers.hang.watch import Coordinator
 from launchers.rundir import RunDir
 from launchers.spec import JobSpec
@@ -40,6 +40,10 @@ def test_key_and_env_user_wins_container_changes_key(tmp_path, monkeypatch):
                                     container_python="python3", container_workdir=str(tmp_path)), environ={})
     assert boxed.torch_extensions_dir != want
     assert (boxed.torch_extensions_dir,) * 2 + (False,) in container.mounts(boxed)
+    os.makedirs(os.path.join(want, "op"))
+    for f in (os.path.join(want, "op", "op.so"), str(tmp_path / "t.py")):
+        open(f, "w").close()
+    assert snapshot.tree_files(str(tmp_path)) == ["t.py"]     # built ops never go into a snapshot
 
 
 def test_a_held_filebaton_is_said_building_and_is_no_hang(tmp_path, monkeypatch):
