@@ -14,7 +14,8 @@ torch builds an extension under `<dir>/<name>/` holding a FileBaton, the file `<
 O_CREAT|O_EXCL and removed when the build ends (torch/utils/cpp_extension.py `_jit_compile`:
 `FileBaton(os.path.join(build_directory, 'lock'))`, torch/utils/file_baton.py `try_acquire`/`release`, torch
 2.13); every other rank spins until it is gone. building() reads those files: `launch status`, `launch wait` and
-the hang detector say a node is building instead of calling it stuck.
+the hang detector say a node is building instead of calling it stuck -- for STALE_S at most: a lock older than
+that may be one a killed build left (torch then waits forever), so the hang detector counts it no more.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from .snapshot import STORES, store_for
 STORE = STORES[1]                   # ".torch_extensions": never taken into a snapshot
 ENV = "TORCH_EXTENSIONS_DIR"
 LOCK = "lock"                       # torch's FileBaton under each extension's build dir
+STALE_S = 1800.0                    # a lock this old: maybe left by a killed build (torch waits on it forever)
 EVERY_S = 15.0                      # the launcher's own building line: again after this long
 
 
@@ -96,7 +98,9 @@ def ext_dir(spec: dict) -> str | None:
 
 def line(node: int | None, name: str, secs: float) -> str:
     who = "a node" if node is None else f"node {node}"
-    return f"{who}: building a torch extension ({name}, {secs:.0f}s)"
+    stale = f"; a lock left by a killed build? torch waits on <dir>/{name}/{LOCK} until it is removed" \
+        if secs >= STALE_S else ""
+    return f"{who}: building a torch extension ({name}, {secs:.0f}s{stale})"
 
 
 

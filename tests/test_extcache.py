@@ -73,6 +73,11 @@ def test_a_held_filebaton_is_said_building_and_is_no_hang(tmp_path, monkeypatch)
                             '"0": {"last_advance": %f, "step": null}, "1": {"last_advance": %f, "step": null}}}'
                             % (start, start))
         assert coord.check(start + 100) is None and coord.requested is None
+        assert "a lock left by a killed build?" in extcache.line(0, "x", extcache.STALE_S)
+        coord.check(start + extcache.STALE_S + 100)
+        assert coord.requested is not None      # a lock that old may be stale: no longer counted as a build
+        coord = Coordinator(rd, 0, 1.0, 1, 2)
+        assert coord.check(start + 100) is None and coord.requested is None
     finally:
         baton.release()
     assert extcache.building(spec.torch_extensions_dir) == []

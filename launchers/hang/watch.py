@@ -104,7 +104,7 @@ class Coordinator:
             ranks = self.progress()
             if len(ranks) < self.world:
                 return None
-            if extcache.building(self.ext_dir, now):
+            if any(secs < extcache.STALE_S for _, secs in extcache.building(self.ext_dir, now)):
                 self.built = now
             self.since = max(self.built, *(t["last_advance"] for t in ranks.values()))
             if now - self.since < self.timeout:
