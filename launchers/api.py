@@ -38,20 +38,21 @@ def get_backend(name: str) -> Backend:
 
 
 def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
-    from . import manifest, snapshot
+    from . import extcache, manifest, snapshot
     from .jobenv import resolve_job_env
-    spec = snapshot.take(resolve_job_env(spec, sys.stderr))     # --snapshot: named (hashed); written below
+    spec = extcache.settle(snapshot.take(resolve_job_env(spec, sys.stderr)))   # --snapshot: named; written below
     backend = get_backend(spec.backend)
     run_id = new_run_id(spec)
     plan = backend.plan(spec, run_id, attempt=0)
     spec = plan.spec          # a backend may settle the shape (ssh: hosts and slots=)
     if dry_run:
-        out.write(snapshot.dry_run_line(spec) + plan.render())
+        out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render())
         return 0
     backend.preflight(plan)
     plan, found = _gpu_preflight(backend, plan, pool_of(spec, None))
     spec = plan.spec
     snapshot.commit(spec)
+    extcache.make(spec)
     rd = RunDir.create(spec, run_id, plan.record())
     _gpu_record(rd.path, spec, plan.attempt, found)
     manifest.write_launcher(rd.path, spec, plan)
@@ -94,7 +95,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     """A new attempt of the recorded spec (optionally a new shape or new program args), run where the run dir
     is now: a moved run dir resumes into itself; a copy is refused unless adopted (a new run id). The run's
     snapshot is kept unless changes["snapshot"] says otherwise (True: a new one of its tree; False: none)."""
-    from . import manifest, snapshot
+    from . import extcache, manifest, snapshot
     from .jobenv import resolve_job_env
     from .secretenv import refuse_missing
     rd = RunDir.open(path)
@@ -113,19 +114,20 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     spec = spec.replace(run_dir=rd.path, **{k: v for k, v in changes.items() if v is not None})
     if program_args is not None:
         spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
-    spec = snapshot.take(resolve_job_env(spec, sys.stderr))
+    spec = extcache.settle(snapshot.take(resolve_job_env(spec, sys.stderr)))
     layout.check_own_dirs(rd.path)                # nothing is written through a symlink out of the run dir
     run_id = new_run_id(spec) if adopt else data["run_id"]
     pool = pool_of(spec, nodeledger.read(rd.path), resume=True)    # quarantined: left out; MIN:MAX grows back
     plan = plan_on(backend, spec, run_id, len(data["attempts"]), pool)
     spec = plan.spec
     if dry_run:
-        out.write(snapshot.dry_run_line(spec) + plan.render())
+        out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render())
         return 0
     backend.preflight(plan)
     plan, found = _gpu_preflight(backend, plan, pool)
     spec = plan.spec
     snapshot.commit(spec)
+    extcache.make(spec)
     if adopt:
         rd.write_run_yaml(dict(data, run_id=run_id, adopted_from={"run_id": data["run_id"],
                                                                    "run_dir": data["spec"]["run_dir"]}))
@@ -223,13 +225,14 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
               nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),
               snapshot=spec.get("snapshot_dir") or None, node_ledger=nodeledger.read(rd.path))
     st["recovery"] = timeline.restarts(rd.path, st.get("recovery"), data, st["node_ledger"])   # issue 23
+    st["building"] = explain.building(rd, spec, st.get("attempt", 0)) if st["state"] == "RUNNING" else []
     if ranks:
         st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0), hang=st.get("hang"))
     return st
 
 
 def format_status(st: dict[str, Any]) -> str:
-    from . import explain
+    from . import explain, extcache
     lines = [f"run:        {st['run_dir']}", f"backend:    {st['backend']}  shape {st['shape']}",
              f"state:      {st['state']}" + (f"  ({st['reason']})" if st.get("reason") else ""),
              f"attempt:    {st.get('attempt', 0)} of {st['attempts']} recorded"]
@@ -251,6 +254,7 @@ def format_status(st: dict[str, Any]) -> str:
     if st.get("surviving_pids"):
         lines.append(f"still alive: pids {', '.join(map(str, st['surviving_pids']))} (`launch cancel "
                      f"{st['run_dir']}` ends them)")
+    lines += [extcache.line(b["node"], b["name"], b["secs"]) for b in st.get("building") or []]
     if st.get("snapshot"):
         lines.append(f"snapshot:   {os.path.basename(st['snapshot'])}  ({st['snapshot']})")
     lines.append(f"last step:  {st['last_step'] if st['last_step'] is not None else '-'}")

@@ -36,6 +36,8 @@ def mounts(spec: JobSpec, package: str = PACKAGE_DIR) -> list[tuple[str, str, bo
     mount in the order given)."""
     out = [(spec.run_dir, spec.run_dir, False), (spec.container_workdir, spec.container_workdir, False),
            (package, f"{PACKAGE_AT}/launchers", True)]
+    if spec.torch_extensions_dir:                 # the extensions built once per image (launchers.extcache)
+        out.append((spec.torch_extensions_dir, spec.torch_extensions_dir, False))
     for m in spec.container_mounts:
         src, dst, *flags = m.split(":")
         out.append((src, dst, flags == ["ro"]))

@@ -9,7 +9,7 @@ import statistics
 import time
 from typing import Any
 
-from . import ckptptr, heartbeat, layout
+from . import ckptptr, extcache, heartbeat, layout
 from .hang import sample
 from .rundir import RunDir
 
@@ -165,3 +165,17 @@ def format_checkpoint(ck: dict[str, Any] | None) -> str:
         return f"checkpoint: {ck['name']} (unverified: {ck['why']})"
     then = f"a resume uses {ck['resume_from']}" if ck.get("resume_from") else "no complete checkpoint to resume from"
     return f"checkpoint: {ck['name']} DAMAGED ({ck['why']}); {then}"
+
+
+def building(rd: RunDir, spec: dict[str, Any], attempt: int, now: float | None = None) -> list[dict[str, Any]]:
+    """The torch extension builds under way (launchers.extcache: its FileBaton `lock` present), each with the
+    nodes none of whose ranks has reported a step yet this attempt (they wait on it); node None: every node
+    already reported (the build is named without a node)."""
+    builds = extcache.building(extcache.ext_dir(spec), now)
+    if not builds:
+        return []
+    g = int(spec.get("gpus_per_node") or 1)
+    pairs = [(k, k * g + i) for k in range(int(spec.get("nodes") or 1)) for i in range(g)]
+    rows = rank_rows(rd, attempt, now, ranks=pairs)
+    quiet = sorted({r["node"] for r in rows} - {r["node"] for r in rows if r["step"] is not None}) or [None]
+    return [{"node": k, "name": name, "secs": round(secs, 1)} for name, secs in builds for k in quiet]

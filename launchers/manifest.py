@@ -72,6 +72,7 @@ def write_launcher(run_dir: str, spec: Any, plan: Any) -> None:
         "format": FORMAT, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "launchers": __version__,
         **({k: old[k] for k in GIT_KEYS} if kept else git_fields(spec.snapshot_from or os.getcwd())),
         "snapshot": digest, "snapshot_dir": spec.snapshot_dir or None,
+        "torch_extensions_dir": getattr(spec, "torch_extensions_dir", "") or None,
         "container_image": spec.container_image or None, "image_digests": dict(getattr(plan, "image_digests", {})),
         "command_line": command_line(sys.argv), "cwd": os.getcwd(), "backend": spec.backend,
         "nccl_env": redact(nccl, [k for k, _ in spec.secrets]), "hosts": list(plan.hosts) or local,
@@ -168,6 +169,7 @@ def format_manifest(data: dict[str, Any] | None, path: str) -> list[str]:
     lines = [f"manifest:   {path}", f"  git:             {git_line}",
              f"  snapshot:        {dash(data.get('snapshot'))}" + (f"  ({data['snapshot_dir']})"
                                                                    if data.get("snapshot_dir") else ""),
+             f"  torch ext dir:   {dash(data.get('torch_extensions_dir'))}",
              f"  container image: {dash(data.get('container_image'))}" + "".join(
                  f"  ({d} on {h})" for h, d in sorted((data.get("image_digests") or {}).items())),
              f"  command line:    {dash(data.get('command_line'))}",

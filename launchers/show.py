@@ -13,6 +13,8 @@ import re
 import sys
 from typing import Any, Sequence, TextIO
 
+from .extcache import line
+
 KV = re.compile(r"^([a-z][a-z ]{0,20}):\s+(.*)$")
 
 
@@ -112,6 +114,8 @@ class Progress:
         for k, rec in sorted(node_records.items()):
             if rec.get("state") == "RUNNING":
                 self.say(f"node{k}", f"node {k} started on {rec.get('host', '?')}")
+        for b in st.get("building") or []:      # a torch extension build (launchers.extcache): every 15 s at most
+            self.say(f"build{b['node']}{b['name']}", line(b["node"], b["name"], b["secs"] // 15 * 15))
 
 
 def counted(what: str, total: int, out: TextIO | None = None, terminal_only: bool = False):

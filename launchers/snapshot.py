@@ -3,7 +3,7 @@
 The tree is the launch's working directory: in a git work tree its tracked files plus the untracked ones git does
 not ignore (`git ls-files -co --exclude-standard`), elsewhere every file below it minus the `.launchignore`
 patterns (gitignore-like: `name`, `*.ext`, `dir/`, `sub/path`, `# comment`); `__pycache__/`, run dirs (a
-directory holding a run.yaml, wherever it is) and snapshot stores never belong to it. Its hash is the sha256 over each file's path, kind (file,
+directory holding a run.yaml, wherever it is), snapshot stores and torch extension stores never belong to it. Its hash is the sha256 over each file's path, kind (file,
 executable, symlink) and content sha256, in path order: the same content is the same directory,
 `<store>/<hash>`, written once (into a temporary directory, then renamed into place) and reused by every run,
 resume and array task with that content. The store is `<runs root>/.snapshots` for a run dir inside the runs
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from .errors import LaunchError, brief
 
 STORE = ".snapshots"
+STORES = (STORE, ".torch_extensions")       # never in a snapshot: this store, launchers.extcache's (built ops)
 RUN_DIR_MARKS = ("run.yaml", "status/.lock")    # a run dir (its lock comes first while one is being made)
 ATOMIC_TEMP = re.compile(r"\.tmp\.\d+$")        # layout.atomic_write's temporary file: there for a moment
 IGNORE_FILE = ".launchignore"
@@ -44,11 +45,11 @@ class Snapshot:
         return os.path.join(store, self.digest)
 
 
-def store_for(run_dir: str, runs_root: str) -> str:
+def store_for(run_dir: str, runs_root: str, name: str = STORE) -> str:
     """Where a run's snapshots live: `<runs root>/.snapshots` when run_dir is inside the runs root, else
-    `.snapshots` beside run_dir."""
+    `.snapshots` beside run_dir (name: another store kept the same way, launchers.extcache's)."""
     inside = os.path.commonpath([run_dir, runs_root]) == runs_root
-    return os.path.join(runs_root if inside else os.path.dirname(run_dir), STORE)
+    return os.path.join(runs_root if inside else os.path.dirname(run_dir), name)
 
 
 def git(root: str, *args: str) -> bytes | None:
@@ -110,7 +111,7 @@ def tree_files(root: str, exclude: tuple[str, ...] = ()) -> list[str]:
     skip += tuple(f[:-len(m)] for f in files for m in RUN_DIR_MARKS if f.endswith("/" + m))  # other run dirs
     return sorted(f for f in set(files) if _file_or_link(os.path.join(root, f))      # not a deleted file, a submodule
                   and not any(f.startswith(s) for s in skip) and not ignored_dirs(f, pats)
-                  and f"/{STORE}/" not in f"/{f}" and not ATOMIC_TEMP.search(f))
+                  and not any(f"/{s}/" in f"/{f}" for s in STORES) and not ATOMIC_TEMP.search(f))
 
 
 def _file_or_link(path: str) -> bool:

@@ -61,6 +61,7 @@ class JobSpec:
     snapshot: str = ""                          # --snapshot: the store of the run's snapshots ("" = none)
     snapshot_dir: str = ""                      # the snapshot the ranks run from (launchers.snapshot.take)
     snapshot_from: str = ""                     # the tree it was taken from (a program file's path maps into it)
+    torch_extensions_dir: str = ""              # every rank's TORCH_EXTENSIONS_DIR (launchers.extcache; "": theirs)
 
     @property
     def world_size(self) -> int:

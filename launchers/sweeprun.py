@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Iterable, TextIO
 
-from . import api, snapshot, sweep
+from . import api, extcache, snapshot, sweep
 from .errors import LaunchError
 from .jobenv import resolve_job_env
 from .spec import JobSpec, positive_int
@@ -40,7 +40,7 @@ def submit_sweep(spec: JobSpec, items: Iterable[str], dry_run: bool = False, out
         from .backends.slurm.env import SlurmEnv
         if not SlurmEnv.read().in_allocation:
             from .backends.slurm.array import submit_array
-            base = snapshot.take(resolve_job_env(specs[0], sys.stderr))     # one for the array (commit: array.py)
+            base = extcache.settle(snapshot.take(resolve_job_env(specs[0], sys.stderr)))  # one for the array
             specs = [base.replace(run_dir=s.run_dir, program_args=s.program_args) for s in specs]
             return submit_array(specs, rec, par, dry_run=dry_run, out=out, prepare=api.make_nccl_dirs)
     if par is not None:

@@ -90,6 +90,8 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
     if dist_backend == "nccl":
         env.update(flight_recorder(spec.run_dir))
     env.update(dict(spec.nccl_env))
+    if spec.torch_extensions_dir:                     # built once per environment, shared (launchers.extcache)
+        env["TORCH_EXTENSIONS_DIR"] = env["LAUNCH_TORCH_EXTENSIONS_DIR"] = spec.torch_extensions_dir
     env.update(dict(spec.env))           # the user's --env wins over presets and defaults
     env.update(dict(spec.secrets))       # --secret: in the agent's environment, never on its command line
     env.update({

@@ -32,7 +32,7 @@ RESERVED_ENV = {
     "PET_SHUTDOWN_TIMEOUT": "--stop-grace", "LAUNCH_STOP_SIGNAL": "--stop-signal",
     "LAUNCH_HANG_TIMEOUT": "--hang-timeout", "PYTHONUNBUFFERED": "launch (always 1)",
     "LAUNCH_CPU_BIND": "--cpu-bind", "LAUNCH_CPU_BIND_SLOT": "--cpu-bind (the local backend: each node's slots)",
-    "LAUNCH_SNAPSHOT_DIR": "--snapshot",
+    "LAUNCH_SNAPSHOT_DIR": "--snapshot", "LAUNCH_TORCH_EXTENSIONS_DIR": "launch (its TORCH_EXTENSIONS_DIR)",
     "LAUNCH_PRIVATE_ENV": "--secret NAME (launch lists the job's secret names there)",
 }
 

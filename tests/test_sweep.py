@@ -142,7 +142,7 @@ def test_local_sweep_of_two_one_after_another(workdir):
     assert_listed_together(workdir, "sw", 2)
     p = run_launch("slurm", "--after", dirs[0], "--run-dir", "runs/c", "--dry-run", "--", "report.py")
     assert p.returncode == 2 and "is a local run, not a submitted Slurm run" in p.stderr, p.stderr
-    assert sorted(os.listdir(workdir / "runs")) == ["sw"]
+    assert sorted(os.listdir(workdir / "runs")) == [".torch_extensions", "sw"]      # runs/c: none
     st = run_launch("status", "runs/sw")
     assert st.returncode == 2 and "is a sweep dir, not a run dir; give one of its runs: 0-tag-a, 1-tag-b" in st.stderr
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from .. import container, imagepull, nodecheck, procs
+from .. import container, extcache, imagepull, nodecheck, procs
 from ..cpubind import node_plan
 from ..errors import LaunchError, RunDirGone
 from ..follow import follow_in_thread
@@ -68,7 +68,7 @@ class LocalBackend(Backend):
                     log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
                     agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
                 exited_at: dict[int, float] = {}      # node -> when its agent's exit was first seen
-                codes, why = self._watch(agents, intr, watch, exited_at, here)
+                codes, why = self._watch(agents, intr, watch, exited_at, here, extcache.Teller(spec, attempt))
                 if intr.got or why or any(c not in (0, None) for c in codes):
                     how = decide("run dir gone", 0) if why == "gone" else \
                         intr.stop("hang" if why else "peer failure", spec.stop_grace)      # launchers.stops
@@ -97,7 +97,7 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _watch(agents: list[subprocess.Popen], intr: Interrupts, watch: LauncherWatch | None,
-               exited_at: dict[int, float], here: Presence) -> tuple[list, str | None]:
+               exited_at: dict[int, float], here: Presence, tell=None) -> tuple[list, str | None]:
         """Wait until every agent exits, one fails, a hang is decided, the run dir is removed or we are
         interrupted: (codes, None | "hung" | "gone"); exited_at gets the time each agent's exit was seen (the
         first failure is the earliest in time)."""
@@ -113,6 +113,8 @@ class LocalBackend(Backend):
             if watch and (verdict := watch.poll()):
                 print(f"launch: {describe(verdict)}", file=sys.stderr, flush=True)
                 return codes, "hung"
+            if tell:
+                tell()                    # a torch extension build under way: said (launchers.extcache)
             time.sleep(0.05)
         return [a.poll() for a in agents], None
 

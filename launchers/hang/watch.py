@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import layout
+from .. import extcache, layout
 from ..rundir import RunDir
 from . import stacks
 from .sample import Tracker
@@ -82,6 +82,8 @@ class Coordinator:
         self.requested: float | None = None
         self.since = 0.0
         self.verdict: dict | None = None
+        self.ext_dir = extcache.ext_dir(rd.read_run_yaml().get("spec") or {})
+        self.built = 0.0            # when a torch extension build was last seen under way: no hang while it builds
 
     def path(self, what: str, **kw: Any) -> str:
         return layout.path(self.rd.path, what, attempt=self.attempt, **kw)
@@ -102,7 +104,9 @@ class Coordinator:
             ranks = self.progress()
             if len(ranks) < self.world:
                 return None
-            self.since = max(t["last_advance"] for t in ranks.values())
+            if any(secs < extcache.STALE_S for _, secs in extcache.building(self.ext_dir, now)):
+                self.built = now
+            self.since = max(self.built, *(t["last_advance"] for t in ranks.values()))
             if now - self.since < self.timeout:
                 return None
             self.requested = now

@@ -23,7 +23,13 @@ def shared_cache_dir() -> str:
 
 
 def use_shared_cache() -> str:
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", shared_cache_dir())
+    """This venv's prebuilt cache unless the user set TORCH_EXTENSIONS_DIR; the launcher's own directory
+    (LAUNCH_TORCH_EXTENSIONS_DIR: launchers.extcache, per environment under the runs root) gives way to the
+    venv's when that holds a build (the Makefile's prebuild), so a run under launch loads it instead of
+    compiling it again."""
+    mine, given = shared_cache_dir(), os.environ.get("TORCH_EXTENSIONS_DIR")
+    if given is None or (given == os.environ.get("LAUNCH_TORCH_EXTENSIONS_DIR") and os.path.isdir(mine)):
+        os.environ["TORCH_EXTENSIONS_DIR"] = mine
     return os.environ["TORCH_EXTENSIONS_DIR"]
 
 

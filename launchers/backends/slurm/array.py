@@ -16,7 +16,7 @@ import shutil
 import sys
 from typing import Callable, TextIO
 
-from ... import __version__, layout, manifest, snapshot, sweep
+from ... import __version__, extcache, layout, manifest, snapshot, sweep
 from ...errors import LaunchError
 from ...rundir import RunDir, new_run_id
 from ...spec import JobSpec
@@ -52,6 +52,7 @@ def submit_array(specs: list[JobSpec], rec: dict, max_parallel: int | None, dry_
         return 0
     backend.preflight(dataclasses.replace(plans[0], script=script))    # sbatch --test-only of the array
     snapshot.commit(plans[0].spec)                                     # --snapshot: every run's (one) snapshot
+    extcache.make(plans[0].spec)                                       # their torch extensions' directory
     rds = create_runs(plans, rec, prepare)
     try:
         job = submit_script(plans[0].spec.replace(run_dir=sweep_dir), script, sweep_dir, 0)
