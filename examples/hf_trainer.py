@@ -1,6 +1,6 @@
 """HF Transformers' Trainer under `launch` (recipe: docs/FRAMEWORKS.md).
 
-    launch local --nodes 2 --gpus-per-node 2 -- examples/hf_trainer.py --max-steps 8
+    launch local --nodes 2 --gpus-per-node 1 -- examples/hf_trainer.py --max-steps 8
 
 A tiny BERT classifier built from a config (2 layers, hidden 32, vocab 100: nothing is downloaded) trained on
 generated token sequences by `Trainer`, started by torchrun (not `accelerate launch`, not `python -m
@@ -62,8 +62,7 @@ def main() -> None:
     ap.add_argument("--checkpoint-every", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=4)
     args = ap.parse_args()
-    run_dir = os.environ.get("LAUNCH_RUN_DIR", os.path.abspath("hf_trainer_run"))
-    ckpt_dir = os.environ.get("LAUNCH_CHECKPOINT_DIR", os.path.join(run_dir, "checkpoints"))
+    ckpt_dir = os.environ.get("LAUNCH_CHECKPOINT_DIR", os.path.abspath("hf_trainer_checkpoints"))
     targs = TrainingArguments(
         output_dir=ckpt_dir,                          # checkpoint-<N>/ directly here: `latest` can name them
         max_steps=args.max_steps, save_strategy="steps", save_steps=args.checkpoint_every,
