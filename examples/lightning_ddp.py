@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -174,16 +175,22 @@ def main() -> None:
         enable_progress_bar=False, enable_model_summary=False)
     latest = read_latest(ckpt_dir)
     resume = os.path.join(ckpt_dir, latest) if latest and int(os.environ.get("LAUNCH_ATTEMPT", "0")) > 0 else None
+    code = None
     try:
         trainer.fit(BoringModel(args.lr, args.step_sleep), DataLoader(data, batch_size=args.batch_size),
                     ckpt_path=resume)
+    except SystemExit as e:  # Lightning's graceful shutdown after a Ctrl-C ends with exit(1)
+        code = e.code if isinstance(e.code, int) else 1
     finally:
         if args.cleanup_seconds:
             cleanup(trainer.global_rank, args.cleanup_seconds, run_dir)
         ended = end_group()
-    print(f"DONE rank {trainer.global_rank} step {trainer.global_step}", flush=True)
-    if not ended:
-        os._exit(0)          # the group's threads are still up: the interpreter's exit would abort on them
+    print(f"DONE rank {trainer.global_rank} step {trainer.global_step}" + (f" exit {code}" if code else ""),
+          flush=True)
+    if code is not None or not ended:   # the interpreter's exit would wait on (or abort on) the threads Lightning
+        sys.stdout.flush()              # and gloo leave behind: once past 26 s after a Ctrl-C on SSH
+        sys.stderr.flush()
+        os._exit(code or 0)
 
 
 def end_group(timeout: float = 10.0) -> bool:

@@ -188,3 +188,33 @@ def test_podman_on_two_ssh_hosts_world_2_and_leaves_nothing(workdir):
     assert run["attempts"][0]["hosts"] == ["sshhost1", "sshhost2"]
     assert read_json("runs/s/status.json")["state"] == "COMPLETED"
     assert containers_of(run["run_id"]) == [] and procs.tagged_pids(run["run_id"]) == []
+
+
+@pytest.mark.ssh
+def test_podman_on_two_ssh_hosts_launch_cancel_leaves_no_container_and_no_process(workdir):
+    """`launch cancel` of a 2-host job in the container on the SSH test hosts, while both ranks sleep: CANCELLED,
+    no container of the run and no process of it left on any host (the root namespace sees every host's)."""
+    state = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
+    require_cluster("the SSH test hosts", (state / "known_hosts").exists(), "make ssh-up")
+    p = subprocess.Popen([LAUNCH, "ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(state / "ssh_config"),
+                          "--known-hosts", str(state / "known_hosts"), "--nodes", "2", "--gpus-per-node", "1",
+                          "--run-dir", "runs/c", *container_flags(), "--env", "TEST_SLEEP=120", "--", "report.py"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(rank_lines("runs/c", "sleeping")) < 2:
+            assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() is not None else "timeout"
+            time.sleep(0.3)
+        run_id = run_id_of("runs/c")
+        assert sorted(containers_of(run_id)) == [f"{run_id}-node0", f"{run_id}-node1"]
+        run_launch("cancel", "runs/c", check=True, timeout=120)
+        assert p.wait(timeout=120) == 143, p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    deadline = time.monotonic() + 30                     # the hosts' podman clients end after their teardown
+    while (containers_of(run_id) or procs.tagged_pids(run_id)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert containers_of(run_id) == [] and procs.tagged_pids(run_id) == []
+    assert read_json("runs/c/status.json")["state"] == "CANCELLED"
+    assert all(r["container"] for r in reports("runs/c")) and len(reports("runs/c")) == 2
