@@ -441,6 +441,23 @@ def test_range_pool_and_plan_follow_the_pool(tmp_path, monkeypatch):
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 
 
+def require_ssh() -> str:
+    """The SSH test hosts are up (a test fails, never skips, without them); their script's path."""
+    script = str(ROOT / "clusters" / "ssh-hosts.sh")
+    st = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60)
+    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (SSH_STATE / "known_hosts").exists(),
+                    "make ssh-up")
+    return script
+
+
+def start_on_ssh_with_a_spare(run_dir: str) -> subprocess.Popen:
+    """`launch ssh` of PROGRAM (a 1 s step delay) on sshhost1,2 with sshhost3 the spare, in the background."""
+    return subprocess.Popen([LAUNCH, "ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config",
+                             str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts"),
+                             "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir", run_dir, "--",
+                             *PROGRAM, "--step-delay", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def launch_on_ssh(hosts: str, *args: str):
     """`launch ssh` on the test hosts named (one rank each), waiting for the end."""
     return run_launch("ssh", "--hosts", hosts, "--ssh-config", str(SSH_STATE / "ssh_config"), "--known-hosts",
@@ -452,9 +469,7 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
     """The lemon on SSH: 3 test hosts, --nodes 2 --spares 1; slot 1 (sshhost2) crashes at step 5 in every attempt,
     is quarantined after 2 strikes, and the spare host sshhost3 finishes with sshhost1, bit-exact with the
     uninterrupted run; nothing of the run is left on any host (the root namespace sees every host's processes)."""
-    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True, timeout=60)
-    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (SSH_STATE / "known_hosts").exists(),
-                    "make ssh-up")
+    require_ssh()
     with recovery_row("ssh", "lemon host (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
                       "restart, then quarantined, the spare host in; COMPLETED, exit 0, no command typed") as row:
         p = launch_on_ssh("sshhost1,sshhost2,sshhost3", "--nodes", "2", "--spares", "1", "--run-dir", "runs/lemon",
@@ -471,16 +486,10 @@ def test_ssh_node0_host_killed_a_spare_host_takes_over_bit_exact(workdir, refere
     """Node 0's host (the master) killed outright mid-run (ssh-hosts.sh kill-host: sshd and every process of the
     host SIGKILLed): the launcher names it lost, the survivor sshhost2 is the new node 0 with the spare sshhost3,
     from checkpoints/latest, bit-exact, no command typed; nothing of the run left on any host."""
-    script = str(ROOT / "clusters" / "ssh-hosts.sh")
-    st = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60)
-    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (SSH_STATE / "known_hosts").exists(),
-                    "make ssh-up")
+    script = require_ssh()
     with recovery_row("ssh", "node 0's host killed (sshd and its processes), --spares 1", "runs/n0",
                       "the survivor is node 0 with the spare host; COMPLETED, exit 0, no command typed") as row:
-        p = subprocess.Popen([LAUNCH, "ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config",
-                              str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts"),
-                              "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir", "runs/n0", "--",
-                              *PROGRAM, "--step-delay", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = start_on_ssh_with_a_spare("runs/n0")
         killed = False
         try:
             deadline = time.monotonic() + 240
@@ -520,16 +529,10 @@ def test_ssh_host_cut_and_sigstopped_then_restored_a_spare_finishes_nothing_it_w
     it lost once it is silent, the spare host takes its place from checkpoints/latest (bit-exact); then the host
     comes back (link up, SIGCONT): its woken rank and agent write nothing that is taken (fenced: the run's
     records, heartbeats, checkpoints, ledger and weights unchanged) and nothing of the run is left anywhere."""
-    script = str(ROOT / "clusters" / "ssh-hosts.sh")
-    st = subprocess.run([script, "status"], capture_output=True, text=True, timeout=60)
-    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (SSH_STATE / "known_hosts").exists(),
-                    "make ssh-up")
+    script = require_ssh()
     with recovery_row("ssh", "host cut and SIGSTOPped, then restored, --spares 1", "runs/cut",
                       "the spare host in; COMPLETED; the restored host's writes fenced; no command typed") as row:
-        p = subprocess.Popen([LAUNCH, "ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config",
-                              str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts"),
-                              "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir", "runs/cut", "--",
-                              *PROGRAM, "--step-delay", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = start_on_ssh_with_a_spare("runs/cut")
         stopped: list[int] = []
         try:
             deadline = time.monotonic() + 240
@@ -572,9 +575,7 @@ def test_ssh_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_referenc
     """The shrink on SSH: sshhost1 and sshhost2, --nodes 1:2 --spares 0; slot 1 (sshhost2) crashes at step 14 in
     every attempt: restart, then quarantined with no spare left: attempt 2 runs on sshhost1 alone, resharded from
     step 12, and completes within the local test's bounds."""
-    st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True, timeout=60)
-    require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and (SSH_STATE / "known_hosts").exists(),
-                    "make ssh-up")
+    require_ssh()
     with recovery_row("ssh", "no spare left, --nodes 1:2 (a lemon host at step 14)", "runs/shrink",
                       "restart, then quarantined and shrunk to 1 host; COMPLETED, loss within the bound",
                       bitexact=False):
