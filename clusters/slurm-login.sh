@@ -57,11 +57,10 @@ link() {  # link NS IFNAME BRIDGE ADDR: a veth from bridge BRIDGE into NS as IFN
   ip -n "$ns" link set "$ifn" up
 }
 
-bashrc_copy() {  # root's ~/.bashrc without `pyenv init` (see clusters/ssh-hosts.sh host_bashrc: its rehash lock)
-  local rc; rc="$(getent passwd root | cut -d: -f6)/.bashrc"
-  [[ -f $rc ]] || return 0
-  sed -E 's/^([[:space:]]*eval[[:space:]].*pyenv[[:space:]].*init.*)$/# (slurm-login.sh) \1/' "$rc" > "$STATE/bashrc"
-  echo "mount --bind '$STATE/bashrc' '$rc'"
+bashrc_copy() {  # root's ~/.bashrc without `pyenv init` (clusters/host-bashrc.sh: its rehash lock), to mount
+  "$HERE/clusters/host-bashrc.sh" "$STATE/bashrc"
+  [[ -f $STATE/bashrc ]] || return 0
+  echo "mount --bind '$STATE/bashrc' '$(getent passwd root | cut -d: -f6)/.bashrc'"
 }
 
 sshd_up() {  # sshd_up HOST: its config, host key and sshd in its netns (own UTS and mount namespace)

@@ -191,17 +191,8 @@ cgroup_mounts() {  # shell lines repeating this machine's cgroup mounts on a hos
 
 root_bashrc() { echo "$(getent passwd root | cut -d: -f6)/.bashrc"; }  # the hosts log in as root
 
-host_bashrc() {  # host_bashrc DIR: the hosts' own ~/.bashrc (bind-mounted over this machine's on each host)
-  # bash reads ~/.bashrc for every command sshd runs. This machine's runs `pyenv init`, which runs `pyenv rehash`
-  # under a lock file in the one ~/.pyenv all hosts share: a host killed mid-rehash (kill-host, a test's SIGKILL
-  # sweep) leaves the lock behind, and from then on every shell on every host waits 60 s for it (PYENV_REHASH_TIMEOUT)
-  # -- every ssh command of every later test. The hosts' copy is the same file with those eval lines commented out
-  # (PATH kept); 5-10 processes fewer per ssh command too.
-  local rc; rc=$(root_bashrc)
-  rm -f "$1/bashrc"
-  [[ -f $rc ]] || return 0
-  sed -E 's/^([[:space:]]*eval[[:space:]].*pyenv[[:space:]].*init.*)$/# (a test host does not run this: clusters\/ssh-hosts.sh host_bashrc) \1/' \
-    "$rc" > "$1/bashrc"
+host_bashrc() {  # host_bashrc DIR: the hosts' own ~/.bashrc, bind-mounted over this machine's on each host
+  "$(dirname "${BASH_SOURCE[0]}")/host-bashrc.sh" "$1/bashrc"   # (why: clusters/host-bashrc.sh)
 }
 
 host_sshd_up() {  # config, host key and sshd for host k (kept if already running)
