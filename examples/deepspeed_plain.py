@@ -8,7 +8,7 @@ environment.
 On CPU: $LAUNCH_DIST_BACKEND (gloo) as the backend, torch's Adam ("torch_adam": DeepSpeed's own CPU Adam is
 compiled at first use) and fp32 (DeepSpeed has no fp16 on CPU). DeepSpeed compiles its CPU communication op at
 every initialize unless TORCH_EXTENSIONS_DIR holds it: the Makefile prebuilds it into <venv>/torch_extensions,
-used here unless you set the variable.
+used here unless you set the variable (launch's own default directory gives way to it).
 Checkpoints: engine.save_checkpoint into $LAUNCH_CHECKPOINT_DIR, DeepSpeed's own tag (global_step<N>), with
 save_latest=False: DeepSpeed's `latest` is the same file as the launcher's, written in place;
 launchers.integrations.DeepSpeedProgress.saved() writes it atomically on rank 0 after the save (whose last act
@@ -22,7 +22,12 @@ import json
 import os
 import sys
 
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))  # before deepspeed
+# before deepspeed: the venv's prebuilt op, unless you set TORCH_EXTENSIONS_DIR yourself (launch's own per-runs-root
+# directory, LAUNCH_TORCH_EXTENSIONS_DIR, gives way to the prebuilt one: otherwise a 2-minute compile per runs root)
+_PREBUILT = os.path.join(sys.prefix, "torch_extensions")
+if os.environ.get("TORCH_EXTENSIONS_DIR") in (None, os.environ.get("LAUNCH_TORCH_EXTENSIONS_DIR")) and \
+        os.path.isdir(_PREBUILT):
+    os.environ["TORCH_EXTENSIONS_DIR"] = _PREBUILT
 
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
