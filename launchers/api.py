@@ -91,10 +91,12 @@ make_nccl_dirs = _make_nccl_dirs          # public: a Slurm sweep's array create
 
 
 def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,
-           dry_run: bool = False, out: TextIO = sys.stdout, adopt: bool = False) -> int:
+           dry_run: bool = False, out: TextIO = sys.stdout, adopt: bool = False, requeued: str | None = None) -> int:
     """A new attempt of the recorded spec (optionally a new shape or new program args), run where the run dir
     is now: a moved run dir resumes into itself; a copy is refused unless adopted (a new run id). The run's
-    snapshot is kept unless changes["snapshot"] says otherwise (True: a new one of its tree; False: none)."""
+    snapshot is kept unless changes["snapshot"] says otherwise (True: a new one of its tree; False: none).
+    requeued: the attempt's reason when Slurm requeued the user's job that runs it (continue_requeued: nothing of
+    the run's earlier attempts is alive, no busy check)."""
     from . import extcache, manifest, snapshot
     from .jobenv import resolve_job_env
     from .secretenv import refuse_missing
@@ -106,7 +108,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} (run id {data['run_id']}); `launch resume "
                           f"--adopt {rd.path}` resumes the copy as a run of its own (a new run id)" if original else
                           f"--adopt is only for a copy of another run dir; {rd.path!r} is not one: resume it without")
-    if not adopt:                                 # an adopted copy's recorded state is the original's
+    if not adopt and not requeued:                # an adopted copy's recorded state is the original's
         _refuse_busy(backend, rd)
     changes = dict(changes, **({"min_nodes": 0, "max_nodes": 0} if changes.get("nodes") else {}))   # N: fixed
     store = snapshot.store_for(rd.path, os.path.dirname(rd.path))      # a run that had none: beside it
@@ -134,12 +136,35 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     if data["spec"]["run_dir"] != rd.path:        # moved or adopted: `launch list` finds it where it is now
         from . import runindex
         runindex.note(rd.path)
-    rd.claim_attempt(spec, dict(plan.record(), by="launch resume"), plan.attempt,     # under the lock
-                     (lambda st: None) if adopt else (lambda st: _busy_line(backend, rd, st)))
+    rd.claim_attempt(spec, dict(plan.record(), by=requeued or "launch resume"), plan.attempt,    # under the lock
+                     (lambda st: None) if adopt or requeued else (lambda st: _busy_line(backend, rd, st)))
     _gpu_record(rd.path, spec, plan.attempt, found)
     manifest.write_launcher(rd.path, spec, plan)
     _make_nccl_dirs(spec, plan.dist_backend)
     return run_attempts(backend, spec, rd, plan, spec.max_restarts)
+
+
+def requeued(backend: str, run_dir: str | None):
+    """Inside the user's Slurm allocation after Slurm requeued the job: the verdict to continue the existing
+    `--run-dir` (launchers.backends.slurm.inalloc), else None (the usual launch, and its refusal)."""
+    if backend != "slurm" or not run_dir:
+        return None
+    from .backends.slurm.inalloc import requeued_run
+    return requeued_run(run_dir)
+
+
+def continue_requeued(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
+    """The run in spec.run_dir continues after Slurm requeued the user's job: `launch resume` of the recorded
+    spec (one line says so), unless the command line given again differs from it (one line naming it)."""
+    from .backends.slurm.env import SlurmEnv
+    from .backends.slurm.inalloc import continuing_line, verdict
+    from .restarts import resume_point
+    rd, env = RunDir.open(spec.run_dir), SlurmEnv.read()
+    v = verdict(env, rd.read_status(), rd.read_run_yaml(), spec.to_dict(), rd.path)
+    if v.action != "continue":
+        raise LaunchError(v.line or f"run dir {rd.path!r} already exists; use `launch resume {rd.path}` ({v.why})")
+    print(continuing_line(v, env, rd.path, resume_point(rd)), file=sys.stderr, flush=True)
+    return resume(rd.path, {}, dry_run=dry_run, out=out, requeued=v.why)
 
 
 def _busy_line(backend: Backend, rd: RunDir, st: dict[str, Any]) -> str | None:
@@ -222,6 +247,7 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
                                                                   if spec.get("min_nodes") else ""),
               last_step=explain.last_step(rd, st.get("attempt", 0)),
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
+              attempt_list=explain.attempt_rows(data["attempts"]),
               nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),
               snapshot=spec.get("snapshot_dir") or None, node_ledger=nodeledger.read(rd.path))
     st["recovery"] = timeline.restarts(rd.path, st.get("recovery"), data, st["node_ledger"])   # issue 23
@@ -235,7 +261,8 @@ def format_status(st: dict[str, Any]) -> str:
     from . import explain, extcache
     lines = [f"run:        {st['run_dir']}", f"backend:    {st['backend']}  shape {st['shape']}",
              f"state:      {st['state']}" + (f"  ({st['reason']})" if st.get("reason") else ""),
-             f"attempt:    {st.get('attempt', 0)} of {st['attempts']} recorded"]
+             f"attempt:    {st.get('attempt', 0)} of {st['attempts']} recorded", *explain.format_attempts(
+                 st.get("attempt_list"))]
     if st.get("written_by"):
         lines.append(f"written by: launchers {st['written_by']}, newer than this one: shown as recorded, not refreshed")
     if st.get("slurm_job_id"):

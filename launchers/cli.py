@@ -147,7 +147,10 @@ def _launch(backend: str, kw: dict) -> None:
     sweep = common.pop("sweep")
     with _env_named(backend):     # a LAUNCH_* value refused (here or by the backend's preflight) is named
         common["options"] = options_from_cli(backend, kw)
-        spec = build_spec(backend, common, list(program), profile)
+        requeued = not sweep and api.requeued(backend, common.get("run_dir"))   # the user's job, requeued
+        spec = build_spec(backend, common, list(program), profile, existing=bool(requeued))
+        if requeued:                  # its run continues (launchers.backends.slurm.inalloc)
+            sys.exit(api.continue_requeued(spec, dry_run=dry_run))
         if sweep:                     # one run per combination (launchers.sweeprun)
             from .sweeprun import submit_sweep
             sys.exit(submit_sweep(spec, sweep, dry_run=dry_run))

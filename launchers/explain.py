@@ -9,7 +9,7 @@ import statistics
 import time
 from typing import Any
 
-from . import ckptptr, extcache, heartbeat, layout
+from . import ckptptr, extcache, heartbeat, layout, timeline
 from .hang import sample
 from .rundir import RunDir
 
@@ -179,3 +179,29 @@ def building(rd: RunDir, spec: dict[str, Any], attempt: int, now: float | None =
     rows = rank_rows(rd, attempt, now, ranks=pairs)
     quiet = sorted({r["node"] for r in rows} - {r["node"] for r in rows if r["step"] is not None}) or [None]
     return [{"node": k, "name": name, "secs": round(secs, 1)} for name, secs in builds for k in quiet]
+
+
+def attempt_rows(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """run.yaml's attempts as `launch status` lists them: number, start, and what started it."""
+    return [{"attempt": a.get("attempt", k), "started": a.get("started"), "why": started_by(a, k)}
+            for k, a in enumerate(attempts or [])]
+
+
+def started_by(a: dict[str, Any], k: int) -> str:
+    """An attempt's reason: `launch resume`, the recovery policy's restart, Slurm's requeue (restart N), the launch."""
+    by = a.get("by")
+    if by == timeline.BY_POLICY:
+        return "restarted by the recovery policy"
+    if by:
+        return str(by)
+    if a.get("reason"):
+        return str(a["reason"]) + (f" (restart {a['slurm_restart']})" if a.get("slurm_restart") else "")
+    return "the launch" if k == 0 else "-"
+
+
+def format_attempts(rows: list[dict[str, Any]]) -> list[str]:
+    """`launch status`'s lines under `attempt:` when the run has more than one: each attempt and its reason."""
+    if len(rows or []) < 2:
+        return []
+    return [f"            {r['attempt']}: {r['why']}" + (f"  (started {r['started']})" if r.get("started") else "")
+            for r in rows]

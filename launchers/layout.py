@@ -26,13 +26,16 @@ def runs_root(root: str | None = None) -> str:
     return os.path.abspath(root or os.environ.get("LAUNCH_RUNS_ROOT") or "runs")
 
 
-def choose_run_dir(run_dir: str | None, name: str, root: str | None = None) -> str:
-    """--run-dir as given (absolute), else <runs root>/<name>-<time>-<random>; never an existing path."""
+def choose_run_dir(run_dir: str | None, name: str, root: str | None = None, existing: bool = False) -> str:
+    """--run-dir as given (absolute), else <runs root>/<name>-<time>-<random>; never an existing path, unless
+    `existing` (a run Slurm requeued inside the user's allocation: launchers.backends.slurm.inalloc)."""
     if run_dir:
         path = os.path.abspath(run_dir)
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = os.path.join(runs_root(root), f"{name}-{stamp}-{os.urandom(2).hex()}")
+    if existing and run_dir and is_run_dir(path):
+        return path
     if os.path.lexists(path):
         raise LaunchError(f"run dir {path!r} already exists; use `launch resume {path}` or another --run-dir")
     check_creatable(path)

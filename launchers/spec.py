@@ -307,8 +307,10 @@ def check_program_words(backend: str, words: list[str]) -> None:
                           "(the program goes after `--`)")
 
 
-def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str], profile: str | None = None) -> JobSpec:
-    """Layer CLI `flags` (None = not given) over the profile and the defaults, validate, freeze."""
+def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str], profile: str | None = None,
+               existing: bool = False) -> JobSpec:
+    """Layer CLI `flags` (None = not given) over the profile and the defaults, validate, freeze. existing: the
+    --run-dir may be an existing run dir (its run continues: launchers.backends.slurm.inalloc)."""
     check_choice("backend", backend, BACKENDS)
     prof = load_profile(profile) if profile else {}
 
@@ -350,7 +352,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
             opts[k] = v
 
     name = check_name(default_name(program) if pick("name") is None else pick("name"))
-    run_dir = layout.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"))
+    run_dir = layout.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"), existing)
     snap = snapshot.store_for(run_dir, layout.runs_root(pick("runs_root"))) if pick("snapshot", backend == "slurm") else ""
     return JobSpec(
         backend=backend, gpus_per_node=gpn, program=program, program_args=args,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -56,6 +57,7 @@ class Ctx:
     row: dict
     t_launch: float = 0.0
     attempt: int = 0
+    own_job: str = ""          # the user's own sbatch job (the in-allocation rows), scancelled by cleanup
 
     @property
     def rid(self) -> str:
@@ -126,7 +128,7 @@ class Ctx:
         self.no_orphans()
 
     def cleanup(self) -> None:
-        for job in self.jobs():
+        for job in self.jobs() + ([self.own_job] if self.own_job else []):
             subprocess.run(["scancel", job], capture_output=True)
         if Path(self.run_dir, "run.yaml").is_file():
             kill_orphans(self.rid)
@@ -393,6 +395,108 @@ def deepspeed_preempted(ctx: Ctx) -> None:
     ctx.row["user_sees"] = f"checkpoint at step {stopped[0]} on the signal, REQUEUED, resumed from it; COMPLETED"
 
 
+OWN_SCRIPT = """#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=10
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output={out}
+cd {cwd}
+{launch} slurm --nodes 2 --gpus-per-node 1 --run-dir {run_dir} -- {program}
+echo "launch rc=$? restart=${{SLURM_RESTART_COUNT:-0}}"
+"""
+
+
+def submit_own(ctx: Ctx) -> str:
+    """The user's own sbatch script (#SBATCH --requeue: Slurm may run it again) whose `launch slurm` runs the
+    checkpointing workload inside its allocation; returns once both ranks are past step HIT. Its job id."""
+    script = Path(ctx.run_dir).parents[1] / "mine.sbatch"
+    script.write_text(OWN_SCRIPT.format(out=script.parent / "mine-%j.out", cwd=os.getcwd(), launch=LAUNCH,
+                                        run_dir=ctx.run_dir, program=shlex.join(ARGS)))
+    ctx.t_launch = time.time()
+    p = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    ctx.own_job = p.stdout.strip().split(";")[0]
+    ctx.started()
+    return ctx.own_job
+
+
+def own_output(ctx: Ctx) -> str:
+    return (Path(ctx.run_dir).parents[1] / f"mine-{ctx.own_job}.out").read_text()
+
+
+def restarts_of(job: str) -> int | None:
+    """Restarts=N of `scontrol show job` (the times Slurm requeued the job), while slurmctld still lists it."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True).stdout
+    found = re.search(r"\bRestarts=(\d+)", out)
+    return int(found.group(1)) if found else None
+
+
+def continued_in_own_job(ctx: Ctx, t_fault: float) -> list[dict]:
+    """After Slurm requeued the user's job: its script ran again, `launch slurm` continued the run (one line, no
+    refusal) as attempt 1 of the same job, from checkpoints/latest, and it ends COMPLETED with the uninterrupted
+    run's param_sha256 and no process left; `launch status` names the attempt's reason. run.yaml's attempts."""
+    wait_for(lambda: ctx.status().get("attempt", 0) >= 1, 300, "the requeued script's attempt 1", 1.0)
+    ctx.resumed(t_fault, attempt=ctx.attempt + 1, by_hand=False)
+    st, job = ctx.status(), ctx.own_job
+    assert st["state"] == "COMPLETED" and st["slurm_job_id"] == job and st["in_allocation"], st
+    attempts = yaml.safe_load(Path(ctx.run_dir, "run.yaml").read_text())["attempts"]
+    assert len(attempts) >= 2 and {a.get("slurm_job_id") for a in attempts} == {job}, attempts
+    assert attempts[1]["by"] == "requeued by Slurm (restart 1)" and attempts[1]["slurm_restart"] == 1, attempts
+    out = own_output(ctx)
+    assert f"launch: Slurm job {job} was requeued (restart 1): run {ctx.run_dir} continues as attempt 1, from " \
+           "step-" in out and "already exists" not in out, out[-3000:]
+    assert "launch rc=0 restart=1" in out, out[-3000:]
+    assert "resumed from step-" in Path(ctx.run_dir, "logs/node0/rank0.log").read_text()
+    assert "            1: requeued by Slurm (restart 1)" in run_launch("status", ctx.run_dir, check=True).stdout
+    return attempts
+
+
+def own_job_preempted(ctx: Ctx) -> None:
+    """The user's job preempted as Slurm 22.05 does with PreemptMode=REQUEUE: SIGTERM to the job's steps (the
+    notice; the batch script is not signalled), then at the end of the grace time the requeue (`scontrol requeue`:
+    the dev cluster has no preemption configured). The programs checkpoint, the attempt is PREEMPTED (not FAILED,
+    not COMPLETED), launch requeues nothing itself (Slurm counts one restart, ours); the script runs again and
+    continues the run from the checkpoint written at the signal."""
+    job = submit_own(ctx)
+    t = time.time()
+    subprocess.run(["scancel", "--signal=TERM", job], check=True)          # the steps only (no --batch/--full)
+    st = wait_for(lambda: (s := read_status(ctx.run_dir)).get("state") == "PREEMPTED" and s, 120,
+                  f"PREEMPTED in {ctx.run_dir}", 0.2)      # status.json itself: no `launch status` meanwhile
+    ctx.row["detection_s"] = round(time.time() - t, 2)
+    assert st["attempt"] == ctx.attempt and st["first_failure"] is None, st
+    assert st["reason"].startswith(f"stopped by SIGTERM from Slurm inside job {job}"), st
+    rank0 = Path(ctx.run_dir, "logs/node0/rank0.log").read_text()
+    assert "preempted: checkpoint at step" in rank0, rank0[-3000:]
+    subprocess.run(["scontrol", "requeue", job], check=True)               # the grace time is over
+    continued_in_own_job(ctx, t)
+    assert restarts_of(job) == 1                                           # ours: launch did not requeue it
+    ctx.row["exit_code"] = 0
+    ctx.row["user_sees"] = ("in the user's own job: checkpoint at the signal, PREEMPTED; the requeued script's "
+                            "`launch slurm` continues it from the checkpoint; COMPLETED")
+
+
+def own_job_node_killed(ctx: Ctx) -> None:
+    """A node of the user's job (no --no-kill) killed as the fault table kills one (dev-cluster.sh kill-node:
+    slurmd and every process of its namespace): after SlurmdTimeout the job ends NODE_FAIL and Slurm requeues
+    it (#SBATCH --requeue); the script runs again on live nodes and continues the run from checkpoints/latest."""
+    job = submit_own(ctx)
+    dead = read_json(f"{ctx.run_dir}/status/node1.json")["host"]           # not the batch host (node 0's)
+    t = time.time()
+    try:
+        subprocess.run([CLUSTER, "kill-node", dead.removeprefix("lnode")], check=True, capture_output=True)
+        attempts = continued_in_own_job(ctx, t)
+    finally:
+        subprocess.run([CLUSTER, "up"], capture_output=True)               # slurmd back; ReturnToService=2
+        resume_nodes([dead])
+    assert dead in attempts[0]["hosts"] and dead not in attempts[-1]["hosts"], attempts
+    ctx.row["exit_code"] = 0
+    ctx.row["first_failure"] = f"node {dead}: NODE_FAIL (Slurm requeued the user's job)"
+    ctx.row["user_sees"] = ("in the user's own job: RUNNING until SlurmdTimeout, NODE_FAIL, Slurm requeues it; "
+                            "the script's `launch slurm` continues from latest on live nodes; COMPLETED")
+
+
 # ------------------------------------------------------------------------------------------ helpers
 
 def expected_value(steps: int) -> int:
@@ -463,6 +567,8 @@ FAULTS = [
     Fault("slurmctld paused 20 s", ctld_paused(20), slow=True),
     Fault("slurmctld paused 60 s", ctld_paused(60), slow=True),
     Fault("DeepSpeed preempted (USR2)", deepspeed_preempted, slow=True),
+    Fault("in-allocation preemption (SIGTERM to the steps, then requeue)", own_job_preempted),
+    Fault("in-allocation node killed (NODE_FAIL, requeue)", own_job_node_killed, slow=True),
 ]
 
 

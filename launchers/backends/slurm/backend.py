@@ -5,7 +5,8 @@
                      every node -> the one torchrun command per node; after srun the batch side records the
                      result (requeue.finalize). `launch slurm` returns once queued (or follows with --wait).
     in allocation:   SLURM_JOB_ID set: no new job; `srun --ntasks-per-node=1` runs the same node task on the
-                     allocated nodes, and this process waits.
+                     allocated nodes, and this process waits. After Slurm requeued the user's job, its run dir
+                     continues as a new attempt; a preemption is PREEMPTED, never requeued by launch (.inalloc).
     requeue:         Slurm's USR2 (--signal, or a preemption) -> checkpoint -> node 0 `scontrol requeue`
                      -> next attempt (LAUNCH_ATTEMPT + 1) resumes from checkpoints/latest. Slurm owns restarts.
     status / cancel: squeue/scontrol/`sacct -c` (status, cached); scancel and wait until nothing is left.
@@ -28,7 +29,7 @@ from ... import __version__, layout, procs
 from ...errors import LaunchError, RunDirGone
 from ...rundir import TERMINAL, RunDir
 from ...spec import JobSpec, redact_env
-from ...stops import exit_code, stopped_reason, wait_s
+from ...stops import exit_code, wait_s
 from ..base import Backend, Plan
 from . import cmd
 from . import status as slurm_status
@@ -166,9 +167,10 @@ class SlurmBackend(Backend):
 
     def _start_in_allocation(self, plan: Plan, rd: RunDir) -> int:
         from ...follow import follow_in_thread
+        from .inalloc import hold_for_requeue
         from .requeue import finalize
         env = SlurmEnv.read()
-        rd.mark_running(plan.attempt, slurm_job_id=env.job_id, in_allocation=True)
+        rd.mark_running(plan.attempt, slurm_job_id=env.job_id, in_allocation=True, slurm_restart=env.restart_count)
         argv = srun_argv(plan.spec, run_id=plan.run_id, job_id=env.job_id, base_attempt=plan.attempt)
         os.makedirs(layout.path(rd.path, "slurm"), exist_ok=True)
         print(f"slurm job {env.job_id}: running in the current allocation; run dir {rd.path}", flush=True)
@@ -192,19 +194,24 @@ class SlurmBackend(Backend):
                 signal.signal(s, h)
         if here.gone():           # node 0 cancelled the step (launchers.backends.slurm.gone): nothing recorded
             raise RunDirGone(here.gone_line())
-        code = finalize(rd.path, plan.attempt, in_allocation=True)
-        if interrupted:                   # recorded as every backend records a stop (launchers.stops)
-            by = signal.Signals(interrupted[0]).name
-            return exit_code(rd.update_status(state="CANCELLED", stopped_by=by, first_failure=None,
-                                              reason=stopped_reason(by, bool(rd.read_status().get("cancel_requested")))))
-        return code
+        by = signal.Signals(interrupted[0]).name if interrupted else None     # CANCELLED by it (launchers.stops)
+        finalize(rd.path, plan.attempt, in_allocation=True, stopped_by=by)
+        st = rd.unrecorded or rd.read_status()
+        if st.get("state") == "PREEMPTED":    # Slurm requeues the job, never this launcher (.inalloc)
+            print(f"launch: {st.get('reason')}", file=sys.stderr, flush=True)
+            hold_for_requeue(env.job_id)
+        return exit_code(st)
 
     # ------------------------------------------------------------------ watch / cancel
     def refresh(self, rd: RunDir) -> dict[str, Any]:
         st = rd.read_status()
         job_id = st.get("slurm_job_id") or last_job(rd)
-        if st.get("in_allocation"):
-            return rd.check_launcher()      # inside an allocation the launcher records the end itself
+        if st.get("in_allocation"):         # inside an allocation the launcher records the end itself
+            st = rd.check_launcher()
+            if st.get("state") != "PREEMPTED":
+                return st
+            from .inalloc import settle_preempted        # waiting for Slurm's requeue while the job is queued
+            return settle_preempted(rd, st, lambda: queue_states(job_id) if job_id else [])
         if not job_id or st.get("state") in TERMINAL:
             return st
         job = slurm_status.query(job_id, layout.path(rd.path, "slurm"))

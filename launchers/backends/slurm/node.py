@@ -1,6 +1,7 @@
 """The per-node task of a Slurm run: one per allocated node (srun, one task per node).
 
-Node rank = SLURM_NODEID; attempt = base attempt + SLURM_RESTART_COUNT. The node reads what the launcher
+Node rank = SLURM_NODEID; attempt = base attempt + SLURM_RESTART_COUNT (in the user's own allocation: the base
+attempt, which the launcher numbers past a requeue: launchers.backends.slurm.inalloc). The node reads what the launcher
 resolved (spec, run id, dist backend, the agent's stop settings, max requeues) from slurm/spec-a<A>.json
 (nodespec) -- no yaml, no re-derivation. Node 0 (the first host of the allocation) resolves its own non-loopback address,
 binds a small beacon socket on it (proof that the address is local), chooses the port (--master-port, else
@@ -146,8 +147,10 @@ class NodeRun:
             self.node = self.env.step_node()      # a step of the loop over attempts (--spares): the step's order
         except NodelistError as e:
             self.node, self.step_error = self.env.node_id, str(e)
-        self.restart = 0 if in_allocation else self.env.restart_count
-        self.attempt = base_attempt + self.restart if self.env.step_attempt is None else self.env.step_attempt
+        self.restart = self.env.restart_count      # this run of the job, in the rendezvous' path: a requeued job
+        #                                            numbers its steps from 0 again (the user's allocation too)
+        added = 0 if in_allocation else self.restart   # in the user's allocation the launcher numbers attempts
+        self.attempt = base_attempt + added if self.env.step_attempt is None else self.env.step_attempt
         self.rd = RunDir(run_dir)
         self.here = layout.Presence(self.rd.path)       # the run dir as this node found it (watch_gone)
         self.ns = load_node_spec(self.rd, base_attempt)
@@ -337,9 +340,9 @@ class NodeRun:
                                                   error=error, time=time.time(), stopped_because=self.peer_failed,
                                                   **exit_fields(agent_code(self.ns.spec, code))))
         self.sweep()
-        if self.node == 0 and "SIGUSR2" in self.stops:
-            after_stop(self.rd, self.ns.spec, self.attempt, self.restart, self.env.job_id, self.in_allocation,
-                       self.ns.max_requeues)
+        if self.node == 0 and "SIGUSR2" in self.stops and not self.in_allocation:   # the user's job: never
+            after_stop(self.rd, self.ns.spec, self.attempt, self.restart, self.env.job_id,  # requeued by launch
+                       self.ns.max_requeues)                                          # (.inalloc)
         return code
 
 

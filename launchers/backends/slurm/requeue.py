@@ -1,10 +1,11 @@
 """The end of an attempt on Slurm (node 0 after a USR2, and the batch side after srun).
 
-When USR2 was seen (preemption or the --signal warning before the time limit), node 0 waits for every node's
-record, then requeues the job with `scontrol requeue` (the next run is attempt +1 and resumes from
-checkpoints/latest) -- or marks the run FAILED once --max-requeues is used up. After srun the batch side
-records the attempt's result through RunDir.record_outcome (the rule every backend uses), unless node 0
-already decided. Stdlib only.
+When USR2 was seen (preemption or the --signal warning before the time limit), node 0 of a submitted job waits
+for every node's record, then requeues the job with `scontrol requeue` (the next run is attempt +1 and resumes
+from checkpoints/latest) -- or marks the run FAILED once --max-requeues is used up. In the user's own allocation
+the launcher records such a stop PREEMPTED and requeues nothing (launchers.backends.slurm.inalloc). After srun
+the batch side records the attempt's result through RunDir.record_outcome (the rule every backend uses), unless
+node 0 already decided. Stdlib only.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ...rundir import RunDir
 from ...spec import JobSpec
 from . import cmd
 from .env import SlurmEnv
+from .inalloc import preempted_reason
 from .nodespec import load_node_spec
 from .render import step_loop
 
@@ -30,9 +32,9 @@ def node_codes(recs: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return {str(k): r.get("exit_code") for k, r in sorted(recs.items())}
 
 
-def after_stop(rd: RunDir, spec: JobSpec, attempt: int, restart: int, job_id: str, in_allocation: bool,
-               max_requeues: int) -> None:
-    """Node 0 after a USR2: wait for every node's record, then requeue (or give up)."""
+def after_stop(rd: RunDir, spec: JobSpec, attempt: int, restart: int, job_id: str, max_requeues: int) -> None:
+    """Node 0 of a submitted job after a USR2: wait for every node's record, then requeue (or give up). Never in
+    the user's own allocation: Slurm or the user requeues their job (launchers.backends.slurm.inalloc)."""
     deadline = time.monotonic() + PEERS_WAIT_S
     while time.monotonic() < deadline:
         recs = rd.node_records(spec.nodes, attempt)
@@ -42,10 +44,6 @@ def after_stop(rd: RunDir, spec: JobSpec, attempt: int, restart: int, job_id: st
     nodes = node_codes(rd.node_records(spec.nodes, attempt))
     if len(nodes) == spec.nodes and all(c == 0 for c in nodes.values()):
         return      # the signal came after the job had finished: nothing to requeue (finalize records it)
-    if in_allocation:
-        rd.update_status(state="FAILED", nodes=nodes, reason="stopped by SIGUSR2 inside an allocation (not "
-                         f"requeued); continue with `launch resume {rd.path}`")
-        return
     requeue_or_fail(rd, attempt, restart, job_id, max_requeues, nodes, step_loop(spec))
 
 
@@ -83,14 +81,16 @@ def exclude_quarantined(rd: RunDir, job_id: str) -> None:
 
 def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_status: int | None = None,
              attempt: int | None = None, on_failure: Callable[[dict | None, dict], str | None] | None = None,
-             nodes_run: int | None = None) -> int:
+             nodes_run: int | None = None, stopped_by: str | None = None) -> int:
     """After srun: per-node exit codes and first failure into status.json, unless node 0 already decided
     (REQUEUED, FAILED after a stop). A USR2 that ended the step before node 0 could act on it (e.g. during
     start-up: srun status 128+12) is requeued from here. Returns 0 only if every node (so every rank)
     succeeded. attempt: the step's own (the loop over attempts, launchers.backends.slurm.steps), else the base
     attempt plus Slurm's restarts. on_failure(first failure, nodes): a failed attempt (not a stop) that another
     follows in the same job -- the line why, written as REQUEUED instead of FAILED (never FAILED meanwhile).
-    nodes_run: the step's node count when the loop ran it on fewer than --nodes (a shrunk run, MIN:MAX)."""
+    nodes_run: the step's node count when the loop ran it on fewer than --nodes (a shrunk run, MIN:MAX).
+    In the user's allocation: stopped_by, the signal the launcher itself got (CANCELLED by it); steps stopped by
+    Slurm's signal while the launcher was not (a preemption's notice, the --signal warning) are PREEMPTED."""
     rd = RunDir(run_dir)
     env = SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
@@ -114,7 +114,12 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         reason = f"node(s) {', '.join(map(str, missing))} recorded no exit" if missing else None
         if missing and not failures:
             failures = [{"node": k, "time": time.time(), "reason": reason} for k in missing]
-        cancelled = "SIGTERM" if st.get("cancel_requested") else None       # launch cancel: not a failure
+        cancelled = "SIGTERM" if st.get("cancel_requested") else stopped_by     # launch cancel: not a failure
+        if in_allocation and not cancelled and (missing or any(c != 0 for c in nodes.values())) \
+                and (signals := sorted({s for r in recs.values() for s in r.get("stop_signals", ())})):
+            rd.update_status(state="PREEMPTED", attempt=attempt, nodes=nodes, first_failure=None,
+                             stopped_by=signals[0], reason=preempted_reason(signals, env.job_id, rd.path))
+            return 1
         if on_failure and not cancelled and (failures or any(c != 0 for c in nodes.values())):
             hang = st.get("hang") or {}
             ff = (hang_failure(hang) if hang.get("attempt") == attempt and hang.get("stalled_ranks")
