@@ -86,9 +86,13 @@ else:
 '''
 
 
-def node_pids(run_id: str, node: int) -> list[int]:
-    """Live pids whose environment holds LAUNCH_RUN_ID=run_id and NODE_RANK=node (not ours)."""
+def node_pids(run_id: str, node: int, attempt: int | None = None) -> list[int]:
+    """Live pids whose environment holds LAUNCH_RUN_ID=run_id and NODE_RANK=node (not ours); attempt: of that
+    attempt only (LAUNCH_ATTEMPT) -- an end-of-attempt sweep never takes another attempt's processes (on the
+    dev clusters the hosts share one pid namespace: a paused node's node 1 is not the spare's node 1)."""
     need = {f"{procs.TAG}={run_id}".encode(), f"NODE_RANK={node}".encode()}
+    if attempt is not None:
+        need.add(f"LAUNCH_ATTEMPT={attempt}".encode())
     out = []
     for pid in procs.tagged_pids(run_id):
         try:
@@ -109,13 +113,14 @@ def read_pidfile(path: str | None) -> dict:
 
 
 def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = signal.SIGTERM,
-              wait_s: float = STOP_WAIT_S, agent_pid: int | None = None) -> dict:
+              wait_s: float = STOP_WAIT_S, agent_pid: int | None = None, attempt: int | None = None) -> dict:
     """One `sig` to the node's agent (it passes the stop on once to each rank wrapper, which gives its program
-    the stop grace), wait up to wait_s for the node's processes to end, then SIGKILL what is left (the sweep)."""
+    the stop grace), wait up to wait_s for the node's processes to end, then SIGKILL what is left (the sweep);
+    attempt: that attempt's processes only (node_pids)."""
     rec = read_pidfile(pid_file)
     if agent_pid is None and rec.get("agent") and procs.start_ticks(rec["agent"]) == rec.get("agent_start"):
         agent_pid = rec["agent"]
-    before = node_pids(run_id, node)
+    before = node_pids(run_id, node, attempt)
     asked = []                           # who got the stop; nobody: leftovers (a daemon the program forked)
     if agent_pid and sig != signal.SIGKILL:
         asked = [agent_pid]
@@ -125,18 +130,18 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = si
         for pid in asked:
             procs.kill(pid, sig)
     deadline = time.monotonic() + (wait_s if asked else 0)     # are swept at once
-    while any(is_rank_wrapper(p) for p in node_pids(run_id, node)) and time.monotonic() < deadline:
+    while any(is_rank_wrapper(p) for p in node_pids(run_id, node, attempt)) and time.monotonic() < deadline:
         time.sleep(0.05)               # the grace is the programs': an agent with no wrapper left (torchrun's exit
     settle = min(deadline, time.monotonic() + 2.0)       # barrier) gets a 2 s settle, not the whole grace
-    while node_pids(run_id, node) and time.monotonic() < settle:
+    while node_pids(run_id, node, attempt) and time.monotonic() < settle:
         time.sleep(0.05)
-    forced = node_pids(run_id, node)
+    forced = node_pids(run_id, node, attempt)
     for pid in forced:
         procs.kill(pid, signal.SIGKILL)
     end = time.monotonic() + 3
-    while node_pids(run_id, node) and time.monotonic() < end:
+    while node_pids(run_id, node, attempt) and time.monotonic() < end:
         time.sleep(0.05)
-    return {"host": socket.gethostname(), "before": before, "forced": forced, "after": node_pids(run_id, node)}
+    return {"host": socket.gethostname(), "before": before, "forced": forced, "after": node_pids(run_id, node, attempt)}
 
 
 def stop_wait() -> float:
@@ -201,6 +206,7 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
     os.umask(os.umask(0) | 0o002)                  # never world-writable, whatever the host's login umask
     run_id = os.environ[procs.TAG]
     run_dir = os.environ["LAUNCH_RUN_DIR"]
+    attempt = int(os.environ["LAUNCH_ATTEMPT"]) if os.environ.get("LAUNCH_ATTEMPT", "").isdigit() else None
     log = layout.own_path(run_dir, "agent_log", node=node)     # never through a symlink
     os.makedirs(os.path.dirname(log), exist_ok=True)
     got: list[int] = []
@@ -220,7 +226,7 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
     monitor = None
     if os.environ.get("LAUNCH_HANG_TIMEOUT"):          # this host's half of hang detection (launchers.hang)
         from .hang.watch import NodeMonitor
-        monitor = NodeMonitor(run_dir, run_id, int(os.environ.get("LAUNCH_ATTEMPT", "0")), nodes=[node])
+        monitor = NodeMonitor(run_dir, run_id, attempt or 0, nodes=[node])
         monitor.start()
     beating = _heartbeat(tail.out) if stream else None
     try:
@@ -235,8 +241,8 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
             stop_node(run_id, node, sig=signal.SIGTERM if got[0] == signal.SIGHUP else got[0], wait_s=stop_wait(),
                       agent_pid=agent.pid)
             agent.wait()
-        elif node_pids(run_id, node):                    # workers orphaned by an agent that died hard
-            stop_node(run_id, node, wait_s=stop_wait())
+        elif node_pids(run_id, node, attempt):           # workers orphaned by an agent that died hard
+            stop_node(run_id, node, wait_s=stop_wait(), attempt=attempt)
     finally:
         if beating:
             beating.set()

@@ -698,6 +698,63 @@ def test_slurm_node0_host_killed_a_spare_of_the_same_job_takes_over_bit_exact(wo
         row["orphans"] = len(gone(run["run_id"]))
 
 
+def netns_pids(ns: str) -> list[int]:
+    return [int(x) for x in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_slurm_node_cut_and_sigstopped_then_restored_a_spare_finishes_nothing_it_writes_is_taken(workdir,
+                                                                                                 reference_sha):
+    """Node 1 of the step cut from the network (its veth down) with every process of its namespace SIGSTOPped --
+    slurmd, slurmstepd, the node task, the agent, the rank: a partitioned, paused node. Slurm gives it up
+    (SlurmdTimeout), the batch step's loop replaces it with the spare of the same job from checkpoints/latest
+    (bit-exact); then the node comes back (link up, SIGCONT): what its woken processes write is not taken (the
+    run's records, heartbeats, checkpoints, ledger and weights unchanged) and nothing of the run is left."""
+    cluster = require_slurm()
+    with recovery_row("slurm", "node cut and SIGSTOPped, then restored, --spares 1", "runs/cut",
+                      "REQUEUED in the same job, the spare in; COMPLETED; the restored node's writes fenced") as row:
+        submit_with_a_spare("runs/cut", *PROGRAM, "--step-delay", "1")
+        cut, stopped, p = None, [], None
+        try:
+            deadline = time.monotonic() + 240
+            while (read_json_or_none("runs/cut/progress/rank1.json") or {}).get("step", 0) < 3:
+                assert time.monotonic() < deadline, "attempt 0 never reached step 3"
+                time.sleep(0.5)
+            cut = read_json("runs/cut/status/node1.json")["host"]           # lnodeK: its veth is lsimvK
+            subprocess.run(["ip", "link", "set", "lsimv" + cut.removeprefix("lnode"), "down"], check=True)
+            stopped = netns_pids(cut)
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 19)                                         # SIGSTOP: the node is paused too
+            p = run_launch("wait", "runs/cut", timeout=400)
+            assert p.returncode == 0, p.stderr[-3000:]
+            before = frozen_records("runs/cut")
+        finally:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 18)                                         # SIGCONT: it wakes where it was
+            if cut:
+                subprocess.run(["ip", "link", "set", "lsimv" + cut.removeprefix("lnode"), "up"], capture_output=True)
+                subprocess.run([cluster, "up"], capture_output=True)         # slurmd as it was (ReturnToService=2)
+                for state in ("down", "resume"):
+                    subprocess.run(["scontrol", "update", f"nodename={cut}", f"state={state}", "reason=test"],
+                                   capture_output=True)
+        run = yaml.safe_load(Path("runs/cut/run.yaml").read_text())
+        a0, a1 = run["attempts"][0], run["attempts"][-1]
+        assert len(run["attempts"]) == 2 and a0["slurm_job_id"] == a1["slurm_job_id"], run["attempts"]
+        assert a0["hosts"][1] == cut and a1["hosts"][0] == a0["hosts"][0] and cut not in a1["hosts"], run["attempts"]
+        led = read_json("runs/cut/nodes.json")
+        assert [d["action"] for d in led["decisions"]] == ["replace"] and "slot 1" in led["decisions"][0]["why"], led
+        assert read_json("runs/cut/final.json")["param_sha256"] == reference_sha
+        deadline = time.monotonic() + 90                # the woken processes end: Slurm ends the job's steps there
+        while procs.tagged_pids(run["run_id"]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        row["orphans"] = len(procs.tagged_pids(run["run_id"]))
+        assert row["orphans"] == 0
+        assert frozen_records("runs/cut") == before     # nothing the restored node wrote was taken
+
+
 T0 = 1764900000.0             # a fixed fault time (whole seconds: the stamps' milliseconds are exact)
 
 

@@ -94,3 +94,20 @@ def test_a_node_inside_slurms_oci_container_is_found_by_its_host_name():
     assert (inside.node_id, inside.procid, inside.node_name) == (2, "2", me)
     outside = SlurmEnv.read({**stale, "SLURM_STEP_NODELIST": f"zz[1-2],{me}"})
     assert (outside.node_id, outside.procid, outside.node_name) == (0, "0", "other")
+
+
+def test_the_lost_node_is_the_one_slurm_names_down_when_several_recorded_no_exit():
+    """A partitioned, paused node leaves its peer blocked in a collective; Slurm kills both with the step, so
+    neither records an exit: the lost one is the node whose host sinfo shows not responding (or down), not the
+    first of them (the first Slurm cut row blamed the live node 0 and restarted on the cut one)."""
+    from launchers.backends.slurm.requeue import lost_node
+    recs = {0: {"state": "RUNNING", "host": "lnode2"}, 1: {"state": "RUNNING", "host": "lnode3"}}
+    asked = []
+
+    def sinfo(hosts):
+        asked.append(hosts)
+        return {"lnode3"}
+    assert lost_node([0, 1], recs, sinfo)["host"] == "lnode3" and asked == [["lnode2", "lnode3"]]
+    assert lost_node([0, 1], recs, lambda hosts: set())["node"] == 0          # Slurm names none: the first
+    assert lost_node([1], recs, lambda hosts: pytest.fail("one missing node needs no question"))["node"] == 1
+    assert lost_node([], recs, sinfo) is None

@@ -300,12 +300,12 @@ class NodeRun:
         from ...remote import node_pids, stop_node
         from ..base import remove_containers
         remove_containers(self.ns.spec, self.ns.run_id, [self.node])     # a podman container its agent left
-        left = node_pids(self.ns.run_id, self.node)
+        left = node_pids(self.ns.run_id, self.node, self.attempt)      # this attempt's: never another's node K
         if not left:
             return
         graceful = any(procs.is_rank_wrapper(p) for p in left)
         done = stop_node(self.ns.run_id, self.node, sig=signal.SIGTERM if graceful else signal.SIGKILL,
-                         wait_s=wait_s(self.ns.spec.stop_grace))
+                         wait_s=wait_s(self.ns.spec.stop_grace), attempt=self.attempt)
         print(f"launch: node {self.node}: {len(left)} process(es) of the run outlived the agent; stopped "
               f"(killed: {len(done['forced'])})", file=sys.stderr, flush=True)
 

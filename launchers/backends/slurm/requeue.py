@@ -10,6 +10,7 @@ node 0 already decided. Stdlib only.
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 from typing import Any, Callable
@@ -123,7 +124,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         if on_failure and not cancelled and (failures or any(c != 0 for c in nodes.values())):
             hang = st.get("hang") or {}
             ff = (hang_failure(hang) if hang.get("attempt") == attempt and hang.get("stalled_ranks")
-                  else lost_node(missing, recs) or rd.decide_first_failure(attempt, failures))
+                  else lost_node(missing, recs, down_hosts) or rd.decide_first_failure(attempt, failures))
             why = on_failure(ff, nodes)
             if why:
                 rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, first_failure=ff, reason=why)
@@ -135,17 +136,37 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
     return 0 if code == 0 else 1
 
 
-def lost_node(missing: list[int], recs: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+def lost_node(missing: list[int], recs: dict[int, dict[str, Any]],
+              unresponsive: Callable[[list[str]], set[str]] | None = None) -> dict[str, Any] | None:
     """A node of the step that recorded no exit while the step ended: its host died or its task was killed hard
     (a node's task records how it ended, also a failure to start). It is the cause: the other nodes' ranks
-    failed on losing it (their peer, or their master when it was node 0)."""
+    failed on losing it (their peer, or their master when it was node 0). When several recorded no exit -- a
+    node partitioned or paused leaves its peers blocked in a collective, and Slurm kills them with the step --
+    the one whose host Slurm names not responding or down (unresponsive(hosts): down_hosts) is the lost one."""
     if not missing:
         return None
     k = missing[0]
-    host = (recs.get(k) or {}).get("host")
+    hosts = {j: (recs.get(j) or {}).get("host") for j in missing}
+    if len(missing) > 1 and unresponsive is not None:
+        gone = unresponsive([h for h in hosts.values() if h])
+        k = next((j for j in missing if hosts[j] in gone), k)
+    host = hosts[k]
     return {"node": k, "rank": None, "exit_code": None, "signal": None, "time": None,
             "host": host, "reason": f"lost: node {k}{f' ({host})' if host else ''} recorded no exit (its host "
                                     "died or its task was killed)"}
+
+
+def down_hosts(hosts: list[str]) -> set[str]:
+    """Of these Slurm nodes, those sinfo shows not responding (a state ending in '*') or down/failed; none when
+    sinfo does not answer."""
+    if not hosts:
+        return set()
+    try:
+        p = cmd.run(["sinfo", "-h", "-N", "-n", ",".join(hosts), "-o", "%N %t"], timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {w[0] for w in (ln.split() for ln in p.stdout.splitlines()) if len(w) == 2 and
+            (w[1].endswith("*") or w[1].startswith(("down", "fail")))} if p.returncode == 0 else set()
 
 
 def end_as_cancelled(job_id: str) -> None:
