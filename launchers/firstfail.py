@@ -31,11 +31,16 @@ def decide(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
     """The earliest in time among the first failing rank record and `node_failures` ({node, exit_code, signal,
     time, reason[, host]}) of nodes that left no failing rank record; named with its host where known.
 
-    A rank that failed on losing a peer (rankcause.peer_lost) failed second: a node killed by a signal whose ranks
-    died with it (no record at all) goes first whenever its failure was seen -- a container runtime's client (podman)
-    reports its agent's death only after tearing the container down, later than the peer's record of it."""
+    A rank that failed on losing a peer (rankcause.peer_lost) failed second: a rank that failed on its own (any
+    other failure) goes first whatever the records' times -- the survivor's error can be written milliseconds before
+    the crashed rank's own record (seen under load: rank 1 crashed, rank 0's "Connection closed by peer" stamped
+    3 ms earlier); else a node killed by a signal whose ranks died with it (no record at all) goes first whenever
+    its failure was seen -- a container runtime's client (podman) reports its agent's death only after tearing the
+    container down, later than the peer's record of it."""
     failing = [r for r in recs if r.get("exit_code") != 0]
     ranked = {r.get("node") for r in failing}
+    if failing and peer_lost(failing[0].get("exception")):
+        failing = [r for r in failing if not peer_lost(r.get("exception"))] + failing     # own failures first
     cands = [of_rank(r) for r in failing[:1]]
     nodes = [dict({k: nf.get(k) for k in FAILURE_KEYS}, rank=None, **{k: nf[k] for k in ("host", "reason")
                                                                       if nf.get(k)})

@@ -145,6 +145,20 @@ def test_a_rank_that_lost_its_peer_gives_way_to_a_node_killed_by_a_signal(except
     assert rankcause.peer_lost(exception) == (exception in (GLOO, NCCL))
 
 
+@pytest.mark.parametrize("crashed, want", [
+    ({"exception": None}, (1, 1)),                               # exit 1 of its own (a crash: no exception line)
+    ({"exception": "RuntimeError: boom"}, (1, 1)),
+    ({"exception": GLOO}, (0, 0)),                               # both lost a peer: the earliest stays first
+])
+def test_a_rank_that_lost_its_peer_gives_way_to_a_rank_that_failed_on_its_own_recorded_later(crashed, want):
+    """n22: rank 1 crashed at step 25 and rank 0's "Connection closed by peer" was stamped 3 ms before rank 1's
+    own record: the crash is the first failure, not the peer's loss of it."""
+    recs = [{"node": 0, "rank": 0, "exit_code": 1, "signal": None, "time": 2.000, "exception": GLOO},
+            dict({"node": 1, "rank": 1, "exit_code": 1, "signal": None, "time": 2.003}, **crashed)]
+    ff = firstfail.decide(recs, [{"node": 0, "exit_code": 143, "signal": None, "time": 2.5}], ["h0", "h1"])
+    assert (ff["node"], ff["rank"]) == want and ff["host"] == f"h{want[0]}", ff
+
+
 def hang(stalled, waiting, whys=None):
     ranks = {str(r): {"why": (whys or {}).get(r, "process stopped")} for r in stalled}
     return {"stalled_ranks": stalled, "waiting_ranks": waiting, "timeout": 10.0, "dir": "D", "ranks": ranks}
