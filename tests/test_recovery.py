@@ -284,9 +284,9 @@ def losses(run_dir, attempt=None) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in rows if r.get("kind") != "eval" and attempt in (None, r["attempt"])}
 
 
-def gone(run_id: str) -> list[int]:
-    """The run's processes still alive after up to 10 s (exits take a moment to be reaped)."""
-    deadline = time.monotonic() + 10
+def gone(run_id: str, within: float = 10) -> list[int]:
+    """The run's processes still alive after up to `within` s (exits take a moment to be reaped)."""
+    deadline = time.monotonic() + within
     while (left := procs.tagged_pids(run_id)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
@@ -513,6 +513,20 @@ def test_ssh_node0_host_killed_a_spare_host_takes_over_bit_exact(workdir, refere
         row["orphans"] = len(gone(run["run_id"]))
 
 
+def restored_and_fenced(run_dir: str, run: dict, row: dict, reference_sha: str, before: dict[str, bytes]) -> None:
+    """The end every cut-and-SIGSTOPped row shares, once the paused node is back: one replace decision for slot 1,
+    the uninterrupted run's weights, nothing of the run left once the woken processes end (their SSH session is
+    gone, or Slurm ends the job's steps there: up to 90 s), and nothing the restored node wrote taken."""
+    led = read_json(Path(run_dir, "nodes.json"))
+    assert [d["action"] for d in led["decisions"]] == ["replace"] and "slot 1" in led["decisions"][0]["why"], led
+    assert read_json(Path(run_dir, "final.json"))["param_sha256"] == reference_sha
+    row["orphans"] = len(gone(run["run_id"], within=90))
+    assert row["orphans"] == 0
+    row["fenced_write_seen"] = woke_and_fenced(run_dir)    # a figure: whether the woken rank wrote before its
+    #                                 session (SSH) or slurmd (Slurm) ended it is a race, not a rule
+    assert frozen_records(run_dir) == before
+
+
 def woke_and_fenced(run_dir: str) -> bool:
     """The paused node's rank 1 of attempt 0 woke and a write of it was refused (launchers.fence's line in its
     log). Seen when it ran alone; in a full run its session's end can kill it first (a race): recorded, not
@@ -566,17 +580,7 @@ def test_ssh_host_cut_and_sigstopped_then_restored_a_spare_finishes_nothing_it_w
                 subprocess.run([script, "revive-host", "2"], capture_output=True, timeout=120)
         run = yaml.safe_load(Path("runs/cut/run.yaml").read_text())
         assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"], ["sshhost1", "sshhost3"]]
-        led = read_json("runs/cut/nodes.json")
-        assert [d["action"] for d in led["decisions"]] == ["replace"] and "slot 1" in led["decisions"][0]["why"], led
-        assert read_json("runs/cut/final.json")["param_sha256"] == reference_sha
-        deadline = time.monotonic() + 90                # the woken processes end: their ssh session is gone
-        while procs.tagged_pids(run["run_id"]) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        row["orphans"] = len(procs.tagged_pids(run["run_id"]))
-        assert row["orphans"] == 0
-        row["fenced_write_seen"] = woke_and_fenced("runs/cut")    # a figure: whether the woken rank wrote before
-        #                                 its session (SSH) or slurmd (Slurm) ended it is a race, not a rule
-        assert frozen_records("runs/cut") == before     # nothing the restored host wrote was taken
+        restored_and_fenced("runs/cut", run, row, reference_sha, before)
 
 
 @pytest.mark.ssh
@@ -754,17 +758,7 @@ def test_slurm_node_cut_and_sigstopped_then_restored_a_spare_finishes_nothing_it
         a0, a1 = run["attempts"][0], run["attempts"][-1]
         assert len(run["attempts"]) == 2 and a0["slurm_job_id"] == a1["slurm_job_id"], run["attempts"]
         assert a0["hosts"][1] == cut and a1["hosts"][0] == a0["hosts"][0] and cut not in a1["hosts"], run["attempts"]
-        led = read_json("runs/cut/nodes.json")
-        assert [d["action"] for d in led["decisions"]] == ["replace"] and "slot 1" in led["decisions"][0]["why"], led
-        assert read_json("runs/cut/final.json")["param_sha256"] == reference_sha
-        deadline = time.monotonic() + 90                # the woken processes end: Slurm ends the job's steps there
-        while procs.tagged_pids(run["run_id"]) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        row["orphans"] = len(procs.tagged_pids(run["run_id"]))
-        assert row["orphans"] == 0
-        row["fenced_write_seen"] = woke_and_fenced("runs/cut")    # a figure: whether the woken rank wrote before
-        #                                 its session (SSH) or slurmd (Slurm) ended it is a race, not a rule
-        assert frozen_records("runs/cut") == before     # nothing the restored node wrote was taken
+        restored_and_fenced("runs/cut", run, row, reference_sha, before)
 
 
 T0 = 1764900000.0             # a fixed fault time (whole seconds: the stamps' milliseconds are exact)
