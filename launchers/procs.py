@@ -44,12 +44,22 @@ def tagged_pids(run_id: str) -> list[int]:
     return out
 
 
-def _is_zombie(pid: int) -> bool:
+def _state(pid: int) -> bytes | None:
+    """The process state letter (/proc/PID/stat: R, S, D, T stopped, t traced, Z zombie...); None when gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+            return f.read().rsplit(b")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return True
+        return None
+
+
+def _is_zombie(pid: int) -> bool:
+    return _state(pid) in (None, b"Z")
+
+
+def stopped(pid: int) -> bool:
+    """Whether pid is stopped by a signal (state T: SIGSTOP, SIGTSTP), not a debugger's stop (t) nor gone."""
+    return _state(pid) == b"T"
 
 
 def start_ticks(pid: int) -> int | None:

@@ -16,6 +16,7 @@ from ..follow import follow_in_thread
 from ..hang.watch import LauncherWatch, describe
 from ..layout import Presence
 from ..ports import choose_port
+from ..remote import node_pids
 from ..rundir import TERMINAL, RunDir, exit_fields
 from ..spec import JobSpec
 from ..stops import decide, wait_s
@@ -23,6 +24,8 @@ from ..torchrun import node_environ
 from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands, node_exit, remove_containers
 
 MASTER = "127.0.0.1"
+PAUSED_S = 10.0    # a node whose agent is stopped this long while another's runs is lost (as an SSH host silent
+                   # for launchers.sshconn.LOST_S)
 
 
 class LocalBackend(Backend):
@@ -58,6 +61,7 @@ class LocalBackend(Backend):
         attempt, spec = plan.attempt, plan.spec
         rd.mark_running(attempt)
         agents: list[subprocess.Popen] = []
+        paused = Paused(agents)
         watch = LauncherWatch(rd, plan.run_id, attempt, spec.hang_timeout, spec.nodes, spec.world_size,
                               monitor_here=True) if spec.hang_timeout else None
         thread, stop = follow_in_thread(rd.path) if self.stream else (None, None)
@@ -68,10 +72,11 @@ class LocalBackend(Backend):
                     log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
                     agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
                 exited_at: dict[int, float] = {}      # node -> when its agent's exit was first seen
-                codes, why = self._watch(agents, intr, watch, exited_at, here, extcache.Teller(spec, attempt))
+                codes, why = self._watch(agents, intr, watch, exited_at, here, extcache.Teller(spec, attempt), paused)
                 if intr.got or why or any(c not in (0, None) for c in codes):
-                    how = decide("run dir gone", 0) if why == "gone" else \
-                        intr.stop("hang" if why else "peer failure", spec.stop_grace)      # launchers.stops
+                    paused.end(plan.run_id, attempt)
+                    how = decide("run dir gone", 0) if why == "gone" else intr.stop(      # launchers.stops
+                        {"hung": "hang", "lost": "lost node"}.get(why or "", "peer failure"), spec.stop_grace)
                     procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],      # not a reaped pid
                                    how.signal, how.wait_s, intr.urgent)
                     codes = [reap(a) for a in agents]
@@ -91,16 +96,19 @@ class LocalBackend(Backend):
         now = time.time()    # a node that ended in the stop ended after the one that made us stop
         codes = [container.agent_code(spec, c) for c in codes]      # podman's 128 + N: its agent's signal N
         failures = [dict(node=k, time=exited_at.get(k, now), **exit_fields(c))
-                    for k, c in enumerate(codes) if c not in (0, None)]
+                    for k, c in enumerate(codes) if c not in (0, None) and k not in paused.lost]
+        failures += [dict(node=k, time=t, exit_code=None, signal=None, reason=reason)      # paused: lost
+                     for k, (t, reason) in paused.lost.items()]
         return rd.record_outcome(attempt, {str(k): node_exit(c) for k, c in enumerate(codes)}, node_failures=failures,
                                  stopped_by=signal.Signals(intr.signal).name if intr.got else None, stopped_at=intr.at)
 
     @staticmethod
     def _watch(agents: list[subprocess.Popen], intr: Interrupts, watch: LauncherWatch | None,
-               exited_at: dict[int, float], here: Presence, tell=None) -> tuple[list, str | None]:
-        """Wait until every agent exits, one fails, a hang is decided, the run dir is removed or we are
-        interrupted: (codes, None | "hung" | "gone"); exited_at gets the time each agent's exit was seen (the
-        first failure is the earliest in time)."""
+               exited_at: dict[int, float], here: Presence, tell=None, paused: Paused | None = None
+               ) -> tuple[list, str | None]:
+        """Wait until every agent exits, one fails, a hang is decided, a node is paused (lost), the run dir is
+        removed or we are interrupted: (codes, None | "hung" | "lost" | "gone"); exited_at gets the time each
+        agent's exit was seen (the first failure is the earliest in time)."""
         while not intr.got:
             codes = [a.poll() for a in agents]
             for k, c in enumerate(codes):
@@ -113,6 +121,10 @@ class LocalBackend(Backend):
             if watch and (verdict := watch.poll()):
                 print(f"launch: {describe(verdict)}", file=sys.stderr, flush=True)
                 return codes, "hung"
+            if paused and (lost := paused.check(time.monotonic())):
+                for k, (_, why) in sorted(lost.items()):
+                    print(f"launch: node {k} is {why}; stopping the other nodes", file=sys.stderr, flush=True)
+                return codes, "lost"
             if tell:
                 tell()                    # a torch extension build under way: said (launchers.extcache)
             time.sleep(0.05)
@@ -138,6 +150,41 @@ class LocalBackend(Backend):
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
                 rd.update_status(state="CANCELLED", reason="by launch cancel", first_failure=None)
+
+
+class Paused:
+    """A paused simulated node: its torchrun agent stopped (state T: SIGSTOP) for PAUSED_S while another node's
+    agent runs -- here what an SSH host gone silent is there (launchers.sshconn.Silence): lost, the node's fault.
+    Every live agent stopped alike is a paused run (a person's kill -STOP), not a lost node: no verdict.
+    `lost`: node -> (when its pause was first seen, wall clock; the reason, `lost: ...`)."""
+
+    def __init__(self, agents: list[subprocess.Popen]) -> None:
+        self.agents = agents
+        self.since: dict[int, tuple[float, float]] = {}      # node -> (monotonic, wall) its stop was first seen
+        self.lost: dict[int, tuple[float, str]] = {}
+        self.next = 0.0
+
+    def check(self, now: float) -> dict[int, tuple[float, str]]:
+        """The lost nodes (at most one look at the agents every 0.5 s); now: time.monotonic()."""
+        if now < self.next or self.lost:
+            return self.lost
+        self.next = now + 0.5
+        live = [k for k, a in enumerate(self.agents) if a.poll() is None]
+        stopped = [k for k in live if procs.stopped(self.agents[k].pid)]
+        self.since = {k: self.since.get(k, (now, time.time())) for k in stopped}
+        if len(stopped) < len(live):
+            self.lost = {k: (wall, f"lost: paused for {now - t:.0f} s (its agent is stopped: SIGSTOP)")
+                         for k, (t, wall) in self.since.items() if now - t >= PAUSED_S}
+        return self.lost
+
+    def end(self, run_id: str, attempt: int) -> None:
+        """SIGKILL every process of this attempt on a lost node, where it stands: stopped, it could use no stop
+        grace, and on this machine nothing keeps the launcher from it -- left, it would wake into a run that
+        went on without it (its writes fenced, but a process of the run left behind). First, so that the ranks
+        waiting on it in a collective fail at once and take their stop."""
+        for k in self.lost:
+            for pid in node_pids(run_id, k, attempt):
+                procs.kill(pid, signal.SIGKILL)
 
 
 def reap(agent: subprocess.Popen) -> int | None:
