@@ -61,7 +61,7 @@ SUBMAKE := $(MAKE)
 reliability: venv
 	$(MAKE) clusters-up
 	out=$$(mktemp -d /tmp/launch-faults.XXXXXX); \
-	  LAUNCH_FAULTS_OUT=$$out CI=$${CI:-true} $(BIN)/pytest -q -ra $(PYTEST_ARGS) tests/faults tests/test_recovery.py; rc=$$?; \
+	  LAUNCH_FAULTS_OUT=$$out CI=$${CI:-true} $(BIN)/pytest -q -ra $(PYTEST_ARGS) tests/faults tests/test_recovery.py tests/test_recovery_local.py; rc=$$?; \
 	  $(SUBMAKE) clusters-down; \
 	  $(BIN)/python tests/faults/record.py $$out RELIABILITY.md || rc=1; rm -rf $$out; exit $$rc
 
