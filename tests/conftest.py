@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import clusterturn
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LAUNCH = str(BIN / "launch")
@@ -70,12 +72,13 @@ def workdir(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ groups (make test GROUP=..., xdist)
-# A test that needs a dev cluster belongs to that cluster's group, and a group runs on one pytest-xdist worker, one
-# test at a time (the fault rows stop slurmctld, kill slurmd, cut SSH hosts: nothing else may use that cluster
-# meanwhile); the local tests spread over the other workers, a module at a time (its module fixtures run once).
-# The groups wait on different things (Slurm's scheduler, the SSH hosts, this machine's CPUs), so they run side
-# by side (`make test`: -n N --dist loadgroup). xdist's own xdist_group marks rename node ids, which pytest 9's
-# node ids no longer allow; so the workers write each test's group to a file and our scheduler reads it.
+# A test that needs a dev cluster belongs to that cluster's group (make test GROUP=slurm). The groups wait on
+# different things (Slurm's scheduler, the SSH hosts, this machine's CPUs), so they run side by side (`make test`:
+# -n N --dist loadgroup), a module at a time per worker (its module fixtures run once there). Several workers may
+# use one cluster at once; a test marked `exclusive` (it kills, pauses or cuts a part of its cluster, or reads the
+# cluster-wide state) runs while no other test of its cluster does (tests/clusterturn.py), and a cluster's
+# exclusive tests run one after another on one worker, first. xdist's own xdist_group marks rename node ids, which
+# pytest 9's node ids no longer allow; so the workers write each test's scope to a file and our scheduler reads it.
 GROUPS = ("slurm", "ssh", "local")
 # Local modules that take minutes go first, so the other workers are not left waiting on one at the end.
 SLOW_LOCAL = ("tests/faults/test_faults_local.py", "tests/test_e2e_convnet.py", "tests/test_frameworks.py")
@@ -92,11 +95,21 @@ def pytest_addoption(parser):
                      help="run only this group's tests (repeatable): slurm, ssh or local")
 
 
+def scope_of(item) -> str:
+    """The scheduler's unit: a cluster's exclusive tests together ("slurm!"), else the group and the module."""
+    g, path = group_of(item.keywords), item.nodeid.split("::")[0]
+    if g != "local" and "exclusive" in item.keywords:
+        return f"{g}!"
+    return path if g == "local" else f"{g}:{path}"
+
+
 def _order(item) -> tuple:
     g = group_of(item.keywords)
     path = item.nodeid.split("::")[0]
     slow = SLOW_LOCAL.index(path) if path in SLOW_LOCAL else len(SLOW_LOCAL)
-    return (GROUPS.index(g), slow) if g != "local" else (2, slow)
+    if g != "local":                       # the exclusive lanes first (they wait longest), then the cluster modules
+        return (0 if "exclusive" in item.keywords else 1, GROUPS.index(g))
+    return (2, slow)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -110,8 +123,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=_order)                 # stable: the cluster groups, then slow local modules, then the rest
     where = getattr(config, "workerinput", {}).get("launch_test_groups")
     if where:                              # an xdist worker: tell the controller's scheduler each test's group
-        scopes = {i.nodeid: group_of(i.keywords) if group_of(i.keywords) != "local" else i.nodeid.split("::")[0]
-                  for i in items}
+        scopes = {i.nodeid: scope_of(i) for i in items}
         tmp = f"{where}.{config.workerinput['workerid']}"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(scopes, f)
@@ -130,7 +142,7 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class ClusterGroups(LoadScopeScheduling):
-        """LoadScope over our scopes: a cluster group, else the test's module; in collection order."""
+        """LoadScope over our scopes (scope_of), in collection order."""
         scopes: dict = {}
 
         def _split_scope(self, nodeid: str) -> str:
@@ -141,6 +153,19 @@ def pytest_xdist_make_scheduler(config, log):
 
     config.option.loadscopereorder = False
     return ClusterGroups(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A cluster test takes its turn on its cluster (shared, or alone when exclusive) around its whole protocol:
+    the module fixtures it sets up or tears down use the cluster too."""
+    g = group_of(item.keywords)
+    if g == "local":
+        yield
+        return
+    groups_file = getattr(item.config, "workerinput", {}).get("launch_test_groups") or item.config._launch_test_groups
+    with clusterturn.turn(os.path.dirname(groups_file), g, "exclusive" in item.keywords):
+        yield
 
 
 class GroupClock:

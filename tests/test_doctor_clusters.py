@@ -139,6 +139,7 @@ def test_unknown_host_key_and_dead_host_are_named_within_the_connect_timeout(tmp
     assert wall < 60, wall
 
 
+@pytest.mark.exclusive
 @pytest.mark.slurm
 def test_slurm_cluster_passes(tmp_path):
     slurm_up()
@@ -159,6 +160,7 @@ def test_slurm_bad_partition_is_one_line(tmp_path):
     assert line.startswith("launch: error: the doctor job did not start") and "partition" in line.lower()
 
 
+@pytest.mark.exclusive
 @pytest.mark.slurm
 def test_slurm_missing_python_is_named_per_node(tmp_path):
     slurm_up()

@@ -79,6 +79,7 @@ def test_env_nccl_refused_on_ssh_before_connecting(workdir):
     assert not (workdir / "runs").exists()
 
 
+@pytest.mark.exclusive
 @pytest.mark.slurm
 def test_env_nccl_refused_on_slurm_nothing_submitted(workdir):
     st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)

@@ -482,6 +482,7 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
 
 @pytest.mark.ssh
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_ssh_node0_host_killed_a_spare_host_takes_over_bit_exact(workdir, reference_sha):
     """Node 0's host (the master) killed outright mid-run (ssh-hosts.sh kill-host: sshd and every process of the
     host SIGKILLed): the launcher names it lost, the survivor sshhost2 is the new node 0 with the spare sshhost3,
@@ -545,6 +546,7 @@ def frozen_records(run_dir: str) -> dict[str, bytes]:
 
 @pytest.mark.ssh
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_ssh_host_cut_and_sigstopped_then_restored_a_spare_finishes_nothing_it_writes_is_taken(workdir,
                                                                                               reference_sha):
     """A host cut from the network with its processes SIGSTOPped (a partitioned, paused node): the launcher names
@@ -676,6 +678,7 @@ def test_slurm_single_killed_worker_is_restarted_on_the_same_nodes_not_quarantin
 
 @pytest.mark.slurm
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_slurm_node0_host_killed_a_spare_of_the_same_job_takes_over_bit_exact(workdir, reference_sha):
     """Node 0 of the step (the rendezvous host) killed outright (dev-cluster.sh kill-node: slurmd and every process
     of its namespace SIGKILLed): the step ends once Slurm gives the node up (SlurmdTimeout), the node that recorded
@@ -718,6 +721,7 @@ def netns_pids(ns: str) -> list[int]:
 
 @pytest.mark.slurm
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_slurm_node_cut_and_sigstopped_then_restored_a_spare_finishes_nothing_it_writes_is_taken(workdir,
                                                                                                  reference_sha):
     """Node 1 of the step cut from the network (its veth down) with every process of its namespace SIGSTOPped --

@@ -187,6 +187,7 @@ echo "inside rc=$?"
     (["--nodes", "9"], "Slurm refuses the job (9 nodes x 1 GPUs)"),
     (["--gpus-per-node", "9"], "Slurm refuses the job (1 nodes x 9 GPUs)"),
 ])
+@pytest.mark.exclusive
 def test_bad_input_nothing_submitted(workdir, args, msg):
     before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
     bad = str(workdir / "runs" / "bad")       # absolute: no other test's process carries this argument

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT, require_cluster
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.exclusive]   # every node, whole-cluster checks
 
 NODES = ["lnode1", "lnode2", "lnode3", "lnode4"]
 EXAMPLES = ROOT / "slurm" / "examples"

@@ -148,6 +148,7 @@ def _wait_line(run_dir, needle, timeout=90):
     return line
 
 
+@pytest.mark.exclusive
 @pytest.mark.slurm
 def test_waiting_job_names_the_blocker(blocker, workdir):
     p = run_launch("slurm", "--nodes", "1", "--time", "10", "--run-dir", "runs/wait", "--", "report.py")
@@ -162,6 +163,7 @@ def test_waiting_job_names_the_blocker(blocker, workdir):
         run_launch("cancel", "runs/wait")
 
 
+@pytest.mark.exclusive
 @pytest.mark.slurm
 def test_held_job_says_how_to_release(blocker, workdir):
     p = run_launch("slurm", "--nodes", "1", "--time", "10", "--run-dir", "runs/held", "--", "report.py")

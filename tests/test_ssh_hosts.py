@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, require_cluster
 
-pytestmark = pytest.mark.ssh
+pytestmark = [pytest.mark.ssh, pytest.mark.exclusive]   # hosts killed, cut, brought up and down
 
 SCRIPT = ROOT / "clusters" / "ssh-hosts.sh"
 STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))

@@ -551,6 +551,7 @@ class Fault:
     name: str
     run: Callable[[Ctx], None]
     slow: bool = False
+    exclusive: bool = False        # it kills slurmd or a node, or pauses slurmctld: no other Slurm test meanwhile
 
 
 FAULTS = [
@@ -561,19 +562,20 @@ FAULTS = [
     Fault("scancel", scancel_by_hand),
     Fault("hung rank (SIGSTOP, --hang-timeout)", hung_rank),
     Fault("double-forked daemon", double_fork_daemon),
-    Fault("slurmd killed", slurmd_killed, slow=True),
+    Fault("slurmd killed", slurmd_killed, slow=True, exclusive=True),
     Fault("preemption (USR2)", preempted),
     Fault("time limit (--time 2, USR2 warning)", time_limit, slow=True),
-    Fault("slurmctld paused 20 s", ctld_paused(20), slow=True),
-    Fault("slurmctld paused 60 s", ctld_paused(60), slow=True),
+    Fault("slurmctld paused 20 s", ctld_paused(20), slow=True, exclusive=True),
+    Fault("slurmctld paused 60 s", ctld_paused(60), slow=True, exclusive=True),
     Fault("DeepSpeed preempted (USR2)", deepspeed_preempted, slow=True),
     Fault("in-allocation preemption (SIGTERM to the steps, then requeue)", own_job_preempted),
-    Fault("in-allocation node killed (NODE_FAIL, requeue)", own_job_node_killed, slow=True),
+    Fault("in-allocation node killed (NODE_FAIL, requeue)", own_job_node_killed, slow=True, exclusive=True),
 ]
 
 
 @pytest.mark.parametrize("fault", [pytest.param(f, id=f.name.split(" (")[0].replace(" ", "-"),
-                                                marks=[pytest.mark.slow] if f.slow else [])
+                                                marks=[m for m, on in ((pytest.mark.slow, f.slow),
+                                                                        (pytest.mark.exclusive, f.exclusive)) if on])
                                    for f in FAULTS])
 def test_slurm_fault(fault: Fault, workdir, reference):
     up = subprocess.run([CLUSTER, "status"], capture_output=True, text=True)

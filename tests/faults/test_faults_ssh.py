@@ -309,10 +309,10 @@ FAULTS = [
     Fault("program double-forks a daemon", nothing, 0, "COMPLETED", extra=("--env", "FAULT_DAEMON=1"),
           step_s="0.05", resume=False, after=daemon_started, detect_bound=35),   # not the 45 s stop wait
     Fault("host sshd and processes killed", kill_host, 1, "FAILED", (1, None, "sshhost2"), "connection lost",
-          after=revive, says="node 1 on sshhost2 (10.216.0.12:22) failed: connection lost"),
+          after=revive, says="node 1 on sshhost2 (10.216.0.12:22) failed: connection lost", marks=(pytest.mark.exclusive,)),
     Fault("host network cut", cut_host, 1, "FAILED", (1, None, "sshhost2"), "lost: silent", after=revive,
           settle_s=90.0, detect_bound=CUT_BOUND_S, says="node 1 on sshhost2 (10.216.0.12:22) failed: lost: silent for",
-          marks=(pytest.mark.slow,)),
+          marks=(pytest.mark.slow, pytest.mark.exclusive)),
     Fault("two runs, one cancelled", cancel, 143, "CANCELLED", None, "by launch cancel", other=True,
           after=the_other_completes, marks=(pytest.mark.slow,)),
 ]
