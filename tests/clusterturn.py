@@ -6,13 +6,22 @@ once: Slurm queues what does not fit, and each run is found by its own run id, j
 a link, takes every node, compares the whole queue before and after): it runs while no other test of that cluster
 does. A readers-writer lock per cluster (flock, shared by every worker of the run): the shared tests hold it
 shared, an exclusive test holds it alone; a gate in front of it keeps new shared tests out once an exclusive one
-waits, so the exclusive one gets its turn when the running ones end (flock alone promises no order)."""
+waits, so the exclusive one gets its turn when the running ones end (flock alone promises no order).
+
+scheduler(): pytest-xdist's LoadScope over our scopes (conftest.scope_of: "slurm!" a cluster's exclusive tests,
+"slurm:MODULE" its other tests of a module, else the module), in collection order, with at most CAPS workers on a
+cluster at once: the workers that would wait for a cluster's turn run local modules instead.
+
+once(): what several workers' modules need alike (an uninterrupted reference run) is made once per run, by the
+first worker that asks; the others wait for it and read its result."""
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -26,3 +35,71 @@ def turn(lock_dir: str, cluster: str, exclusive: bool) -> Iterator[None]:
         finally:
             fcntl.flock(gate, fcntl.LOCK_UN)
         yield                                       # both fds close (and unlock) on leaving the with
+
+
+def once(run_dir: str, key: str, make: Callable[[str], object]):
+    """make(a fresh directory under run_dir) once per make test run (run_dir: the run's shared directory, removed
+    at its end), whichever worker asks first; its JSON-able result is kept and read by every later caller. A make
+    that fails keeps nothing: the next caller tries again."""
+    path = os.path.join(run_dir, f"once-{key}.json")
+    with open(path + ".lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        value = make(tempfile.mkdtemp(prefix=f"{key}-", dir=run_dir))
+        with open(path + ".new", "w", encoding="utf-8") as f:
+            json.dump(value, f)
+        os.replace(path + ".new", path)
+        return value
+
+
+CAPS = {"slurm": 2, "ssh": 2}        # workers on one cluster at once (its exclusive lane included)
+
+
+def cluster_of(scope: str) -> str | None:
+    head = scope.split(":", 1)[0].rstrip("!")
+    return head if head in CAPS else None
+
+
+def scheduler(config, log, scopes_file: str):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ClusterGroups(LoadScopeScheduling):
+        scopes: dict = {}
+
+        def _split_scope(self, nodeid: str) -> str:
+            if not self.scopes:
+                with open(scopes_file, encoding="utf-8") as f:
+                    self.scopes.update(json.load(f))
+            return self.scopes[nodeid]
+
+        def _busy(self, cluster: str) -> int:
+            """Workers with a scope of `cluster` under way. A worker keeps its last test until it gets more work or
+            is shut down (pytest needs the next item): a scope whose one test left is its worker's only one is
+            not under way (it runs once that worker gets anything)."""
+            n = 0
+            for work in self.assigned_work.values():
+                held = self._pending_of(work) == 1
+                for scope, unit in work.items():
+                    left = sum(not done for done in unit.values())
+                    n += cluster_of(scope) == cluster and left > 0 and not (left == 1 and held)
+            return n
+
+        def _assign_work_unit(self, node) -> None:
+            """The first scope in the queue that this node may take now (its cluster below its cap), if any."""
+            scope = next((s for s in self.workqueue if (c := cluster_of(s)) is None or self._busy(c) < CAPS[c]), None)
+            if scope is None:
+                return                        # offered again when a cluster's scope ends (mark_test_complete)
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(i) for i, done in work_unit.items() if not done])
+
+        def mark_test_complete(self, node, item_index, duration=0) -> None:
+            super().mark_test_complete(node, item_index, duration)
+            for other in self.nodes:          # a node left without work by a cap may take a scope now
+                if other is not node and self.workqueue:
+                    self._reschedule(other)
+
+    return ClusterGroups(config, log)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -139,20 +140,19 @@ def pytest_configure_node(node):
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ClusterGroups(LoadScopeScheduling):
-        """LoadScope over our scopes (scope_of), in collection order."""
-        scopes: dict = {}
-
-        def _split_scope(self, nodeid: str) -> str:
-            if not self.scopes:
-                with open(config._launch_test_groups, encoding="utf-8") as f:
-                    self.scopes.update(json.load(f))
-            return self.scopes[nodeid]
-
     config.option.loadscopereorder = False
-    return ClusterGroups(config, log)
+    return clusterturn.scheduler(config, log, config._launch_test_groups)
+
+
+def run_shared_dir(config) -> str:
+    """The directory every worker of this pytest run shares (the cluster locks, once()'s results); the controller
+    removes it at the end."""
+    return os.path.dirname(getattr(config, "workerinput", {}).get("launch_test_groups") or config._launch_test_groups)
+
+
+def once(request, key: str, make):
+    """clusterturn.once in this run's shared directory: e.g. a reference run that modules on several workers need."""
+    return clusterturn.once(run_shared_dir(request.config), key, make)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -163,8 +163,7 @@ def pytest_runtest_protocol(item, nextitem):
     if g == "local":
         yield
         return
-    groups_file = getattr(item.config, "workerinput", {}).get("launch_test_groups") or item.config._launch_test_groups
-    with clusterturn.turn(os.path.dirname(groups_file), g, "exclusive" in item.keywords):
+    with clusterturn.turn(run_shared_dir(item.config), g, "exclusive" in item.keywords):
         yield
 
 
@@ -201,3 +200,8 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):       # the controller (or a run without xdist) prints the summary
         config.pluginmanager.register(GroupClock(), "group-clock")
         config._launch_test_groups = os.path.join(tempfile.mkdtemp(prefix="launch-test-groups-"), "groups.json")
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and hasattr(config, "_launch_test_groups"):
+        shutil.rmtree(os.path.dirname(config._launch_test_groups), ignore_errors=True)

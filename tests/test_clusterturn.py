@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 import clusterturn
 
 
@@ -56,3 +58,28 @@ def test_another_cluster_is_not_held(tmp_path):
                 done.set()
         threading.Thread(target=other, daemon=True).start()
         assert done.wait(5)
+
+
+def test_once_makes_it_once_and_a_failed_make_is_tried_again(tmp_path):
+    made: list[str] = []
+
+    def make(d):
+        made.append(d)
+        time.sleep(0.2)                              # the other callers arrive meanwhile and wait
+        return {"sha": "x", "dir": d}
+
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(clusterturn.once(str(tmp_path), "ref", make)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(made) == 1 and got == [{"sha": "x", "dir": made[0]}] * 3
+    assert made[0].startswith(str(tmp_path / "ref-"))
+
+    def broken(d):
+        raise RuntimeError("the reference run failed")
+    with pytest.raises(RuntimeError):
+        clusterturn.once(str(tmp_path), "other", broken)
+    assert clusterturn.once(str(tmp_path), "other", lambda d: 7) == 7

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
+from conftest import LAUNCH, ROOT, once, read_json, require_cluster, run_launch
 from launchers import api, layout, nodeledger, procs, recovery, restarts, timeline
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
@@ -261,21 +261,26 @@ SHRINK = ["-m", "workloads.convnet", "--dataset", "digits", "--seed", "7", "--ba
 
 
 @pytest.fixture(scope="module")
-def reference_sha(tmp_path_factory):
-    """The uninterrupted run of world size 2 (local, 1 node x 2): the param_sha256 every recovered run must end with."""
-    d = tmp_path_factory.mktemp("ref")
-    ref = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/ref", "--", *PROGRAM, cwd=d)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    return read_json(d / "runs/ref/final.json")["param_sha256"]
+def reference_sha(request):
+    """The uninterrupted run of world size 2 (local, 1 node x 2): the param_sha256 every recovered run must end with
+    (made once per make test run: the local, SSH and Slurm rows on several workers share it)."""
+    def make(d):
+        ref = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/ref", "--", *PROGRAM,
+                         cwd=d)
+        assert ref.returncode == 0, ref.stderr[-3000:]
+        return read_json(Path(d, "runs/ref/final.json"))["param_sha256"]
+    return once(request, "recovery-ref", make)
 
 
 @pytest.fixture(scope="module")
-def shrink_reference(tmp_path_factory) -> Path:
-    """The uninterrupted 2-node run of SHRINK (local, 2 nodes x 1): its run dir."""
-    d = tmp_path_factory.mktemp("shrinkref")
-    ref = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/ref", "--", *SHRINK, cwd=d)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    return d / "runs/ref"
+def shrink_reference(request) -> Path:
+    """The uninterrupted 2-node run of SHRINK (local, 2 nodes x 1): its run dir (made once per make test run)."""
+    def make(d):
+        ref = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/ref", "--", *SHRINK,
+                         cwd=d)
+        assert ref.returncode == 0, ref.stderr[-3000:]
+        return str(Path(d, "runs/ref"))
+    return Path(once(request, "recovery-shrink-ref", make))
 
 
 def losses(run_dir, attempt=None) -> dict[int, float]:

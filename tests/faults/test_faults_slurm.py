@@ -26,7 +26,7 @@ import yaml
 from common import (agent_pid, assert_latest_complete, convnet, fault_row, final_sha, first_failure_text,
                     first_step_time, kill_orphans, metrics, orphans, progress, rank_pid, run_id, seconds, wait_for)
 from common import status as read_status
-from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
+from conftest import LAUNCH, ROOT, once, rank_lines, read_json, require_cluster, run_launch
 
 pytestmark = pytest.mark.slurm
 
@@ -40,13 +40,15 @@ TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> str:
-    """param_sha256 of the uninterrupted run (local backend, same shape: the hash is the same on every backend)."""
-    d = tmp_path_factory.mktemp("slurm-ref")
-    p = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", str(d / "run"), "--", *ARGS,
-                   cwd=d, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return final_sha(d / "run")
+def reference(request) -> str:
+    """param_sha256 of the uninterrupted run (local backend, same shape: the hash is the same on every backend); made
+    once per make test run (the exclusive rows and the others run on different workers)."""
+    def make(d):
+        p = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", str(Path(d, "run")), "--",
+                       *ARGS, cwd=d, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return final_sha(Path(d, "run"))
+    return once(request, "slurm-faults-ref", make)
 
 
 @dataclass

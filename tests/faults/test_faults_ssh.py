@@ -22,7 +22,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
+from conftest import LAUNCH, ROOT, once, read_json, require_cluster, run_launch
 from record import record
 from launchers.sshconn import LOST_S
 
@@ -67,15 +67,17 @@ def hosts_up():
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The uninterrupted run: its param_sha256 and its cold start (launch -> first step)."""
-    d = tmp_path_factory.mktemp("ref")
-    (d / "slowconvnet.py").write_text(SLOW_PROG)
-    t0 = time.time()
-    p = run_launch("ssh", "--hosts", ",".join(HOSTS), *OPTS, "--run-dir", "runs/ref", "--", *PROG_ARGS, cwd=d)
-    assert p.returncode == 0, p.stderr[-3000:]
-    first = metrics(d / "runs/ref")[0]
-    return {"sha": read_json(d / "runs/ref/final.json")["param_sha256"], "cold_start_s": first["time"] - t0}
+def reference(request):
+    """The uninterrupted run: its param_sha256 and its cold start (launch -> first step); made once per make test
+    run (the exclusive rows and the others run on different workers)."""
+    def make(d):
+        Path(d, "slowconvnet.py").write_text(SLOW_PROG)
+        t0 = time.time()
+        p = run_launch("ssh", "--hosts", ",".join(HOSTS), *OPTS, "--run-dir", "runs/ref", "--", *PROG_ARGS, cwd=d)
+        assert p.returncode == 0, p.stderr[-3000:]
+        first = metrics(Path(d, "runs/ref"))[0]
+        return {"sha": read_json(Path(d, "runs/ref/final.json"))["param_sha256"], "cold_start_s": first["time"] - t0}
+    return once(request, "ssh-faults-ref", make)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
