@@ -6,7 +6,8 @@ once: Slurm queues what does not fit, and each run is found by its own run id, j
 a link, takes every node, compares the whole queue before and after): it runs while no other test of that cluster
 does. A readers-writer lock per cluster (flock, shared by every worker of the run): the shared tests hold it
 shared, an exclusive test holds it alone; a gate in front of it keeps new shared tests out once an exclusive one
-waits, so the exclusive one gets its turn when the running ones end (flock alone promises no order).
+waits, so the exclusive one gets its turn when the running ones end (flock alone promises no order). A turn lasts
+one test: a fixture that holds a part of a cluster (a job taking every node, a stopped daemon) is function-scoped.
 
 scheduler(): pytest-xdist's LoadScope over our scopes (conftest.scope_of: "slurm!" a cluster's exclusive tests,
 "slurm:MODULE" its other tests of a module, else the module), in collection order, with at most CAPS workers on a

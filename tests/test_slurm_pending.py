@@ -117,10 +117,11 @@ def test_requeued_pending_and_progress_line():
 
 # ------------------------------------------------------------------------------------------ the dev cluster
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def blocker():
     """Every node of the dev cluster's partition taken by someone else's exclusive job (a plain `sbatch --wrap`,
-    no torch: only its place in the queue matters), running before the tests submit; cancelled at the end."""
+    no torch: only its place in the queue matters), running before the test submits; cancelled at its end (one
+    per test, not per module: it must not outlive the test's exclusive turn on the cluster)."""
     p = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", p.returncode == 0, "make slurm-up")
     job = subprocess.run(["sbatch", "--parsable", "--exclusive", "-N", "4", "-t", "10", "-o", "/dev/null",
