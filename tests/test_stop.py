@@ -7,6 +7,7 @@ the same way: one stop signal and the grace (issue 21 item 5: launchers.stops)."
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
-from launchers import procs
+from launchers import firstfail, procs
 from launchers.hang.sample import rank_programs
 
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
@@ -203,3 +204,65 @@ def test_slurm_cancel_gives_each_program_one_stop_signal(workdir, stop_signal):
     assert run_launch("wait", "runs/q").returncode == 143
     run_id = yaml.safe_load(Path("runs/q/run.yaml").read_text())["run_id"]
     assert procs.tagged_pids(run_id) == []
+
+
+# ------------------------------------------------------------------ a rank that ended on a stop (pure-ish: no run)
+# The rank wrapper and the SSH host agent on their own, in a scratch run dir: the wrapper's record names the stop
+# it gave the program (`stopped_by`), whatever the program then did, and launchers.firstfail never takes that end
+# for a failure of the rank's own (the SSH fault row `SIGKILL one agent` under load named rank 1, killed after the
+# grace of the stop its host gave it, instead of node 1 whose agent was killed).
+PROG = '''import os, signal, sys, time
+how = os.environ["TEST_HOW"]
+if how == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if how == "raise":
+    def fail(*_):
+        raise RuntimeError("cleanup failed")
+    signal.signal(signal.SIGTERM, fail)
+if how == "checkpoint":
+    signal.signal(signal.SIGTERM, lambda *_: (time.sleep(float(os.environ["TEST_CLEANUP_S"])), sys.exit(0)))
+print("READY", flush=True)
+if how == "crash":
+    sys.exit(3)
+time.sleep(60)
+'''
+
+
+def rank_env(run_dir, run_id, **extra):
+    return {**os.environ, "LAUNCH_RUN_DIR": str(run_dir), "LAUNCH_RUN_ID": run_id, "RANK": "0", "NODE_RANK": "0",
+            "LAUNCH_ATTEMPT": "0", "LAUNCH_STOP_GRACE": "0.5", "TEST_CLEANUP_S": "0.1", "PYTHONPATH": str(ROOT),
+            **extra}
+
+
+def wait_ready(run_dir, proc):
+    log = Path(run_dir, "logs/node0/rank0.log")
+    deadline = time.monotonic() + 60
+    while "READY" not in (log.read_text() if log.exists() else ""):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how, sig, want", [
+    ("raise", signal.SIGTERM, {"exit_code": 1, "exception": "RuntimeError: cleanup failed", "stopped_by": "SIGTERM"}),
+    ("ignore", signal.SIGTERM, {"signal": "SIGKILL", "killed_after_grace": 0.5, "stopped_by": "SIGTERM"}),
+    ("sleep", signal.SIGHUP, {"signal": "SIGHUP", "stopped_by": "SIGHUP"}),
+    ("checkpoint", signal.SIGTERM, {"exit_code": 0, "stopped_by": "SIGTERM"}),
+    ("sleep", signal.SIGUSR2, {"signal": "SIGUSR2"}),        # a checkpoint request is no stop: its own end
+    ("crash", None, {"exit_code": 3}),
+])
+def test_the_rank_record_names_the_stop_its_program_ended_on(tmp_path, how, sig, want):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (tmp_path / "prog.py").write_text(PROG)
+    proc = subprocess.Popen([sys.executable, "-m", "launchers.rankexec", "--", "prog.py"], cwd=tmp_path,
+                            env=rank_env(run_dir, "t-rec", TEST_HOW=how), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_ready(run_dir, proc)
+    if sig is not None:
+        proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    rec = read_json(run_dir / "status/rank0.json")
+    assert {k: rec.get(k) for k in want} == want and ("stopped_by" in want) == ("stopped_by" in rec), rec
+    mine = firstfail.decide([rec], [])
+    assert (mine is not None) == (how in ("crash", "sleep") and "stopped_by" not in rec), mine
+
