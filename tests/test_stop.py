@@ -16,7 +16,10 @@ import yaml
 
 from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
 from launchers import firstfail, procs
+from launchers.backends.ssh import agent_ended
 from launchers.hang.sample import rank_programs
+from launchers.remote import AGENT_ENDED, HEARTBEAT
+from launchers.sshconn import Prefixed
 
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH = ["ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"),
@@ -266,3 +269,30 @@ def test_the_rank_record_names_the_stop_its_program_ended_on(tmp_path, how, sig,
     mine = firstfail.decide([rec], [])
     assert (mine is not None) == (how in ("crash", "sleep") and "stopped_by" not in rec), mine
 
+
+def test_the_host_agent_says_when_its_agent_ended_before_it_stops_the_ranks_left(tmp_path):
+    """launchers.remote run: the torchrun agent SIGKILLed (here a stand-in that starts one rank wrapper and kills
+    itself) -- the host agent tells the launcher when it saw that (AGENT_ENDED, the node's failure time), then
+    gives the orphaned rank its stop; the rank's record (the stop's) and the session's end come after."""
+    run_dir, run_id = tmp_path / "run", f"t-agent-{os.getpid()}"
+    run_dir.mkdir()
+    (tmp_path / "prog.py").write_text(PROG)
+    agent = ("import os, signal, subprocess, sys, time\n"
+             "subprocess.Popen([sys.executable, '-m', 'launchers.rankexec', '--', 'prog.py'])\n"
+             "log = os.path.join(os.environ['LAUNCH_RUN_DIR'], 'logs/node0/rank0.log')\n"
+             "while 'READY' not in (open(log).read() if os.path.exists(log) else ''):\n"
+             "    time.sleep(0.05)\n"
+             "os.kill(os.getpid(), signal.SIGKILL)\n")
+    p = subprocess.run([sys.executable, "-m", "launchers.remote", "run", "--node", "0", "--pid-file",
+                        str(tmp_path / "pid"), "--", sys.executable, "-c", agent], cwd=tmp_path, timeout=120,
+                       env=rank_env(run_dir, run_id, TEST_HOW="checkpoint", LAUNCH_STOP_GRACE="5", TEST_CLEANUP_S="1"),
+                       capture_output=True, text=True)
+    session_end = time.time()
+    out = Prefixed("[h] ", lambda _t: None, skip=HEARTBEAT, notes=(AGENT_ENDED,))
+    out.write(p.stdout)
+    assert p.returncode == 128 + signal.SIGKILL, p.stdout + p.stderr
+    rec = read_json(run_dir / "status/rank0.json")
+    assert rec["exit_code"] == 0 and rec["stopped_by"] == "SIGTERM", rec
+    seen = agent_ended(out)
+    assert seen + 0.9 < rec["time"] < session_end, (seen, rec, p.stdout)        # the program's 1 s cleanup after it
+    assert procs.tagged_pids(run_id) == []
