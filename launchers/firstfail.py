@@ -1,6 +1,11 @@
 """The first failure of an attempt, decided from its records: pure functions over the rank wrappers' exit
 records (RunDir.rank_exits, earliest first) and the failures of nodes that left none; RunDir.record_outcome
-writes what they decide into status.json `first_failure`."""
+writes what they decide into status.json `first_failure`.
+
+A rank whose wrapper had given it a stop before it ended (its record's `stopped_by`: launchers.rankexec) did not
+fail on its own, however it ended -- killed after the grace, by a sweep's SIGKILL, an exception in its cleanup:
+what made the stop (another rank's failure, its own node's, a hang, a lost host, a cancel) is never named after
+it. Such a record is no failure here, and its node is still a candidate through the node's own failure."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,18 +23,24 @@ def of_rank(rec: dict[str, Any]) -> dict[str, Any]:
     return ff
 
 
+def failed(rec: dict[str, Any]) -> bool:
+    """Whether a rank record is a failure of the rank's own: a failing end that no stop it was given caused."""
+    return rec.get("exit_code") != 0 and not rec.get("stopped_by")
+
+
 def earliest(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The earliest failing rank record (records earliest first), as a first failure."""
+    """The earliest failing rank record (records earliest first; failed()), as a first failure."""
     for rec in recs:
-        if rec.get("exit_code") != 0:
+        if failed(rec):
             return of_rank(rec)
     return None
 
 
 def decide(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
            hosts: list[str] | None = None) -> dict[str, Any] | None:
-    """The earliest in time among the first failing rank record and `node_failures` ({node, exit_code, signal,
-    time, reason[, host]}) of nodes that left no failing rank record; named with its host where known.
+    """The earliest in time among the first failing rank record (failed(): a rank that ended on a stop is none)
+    and `node_failures` ({node, exit_code, signal, time, reason[, host]}) of nodes that left no failing rank
+    record; named with its host where known.
 
     A rank that failed on losing a peer (rankcause.peer_lost) failed second: a rank that failed on its own (any
     other failure) goes first whatever the records' times -- the survivor's error can be written milliseconds before
@@ -37,7 +48,7 @@ def decide(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
     3 ms earlier); else a node killed by a signal whose ranks died with it (no record at all) goes first whenever
     its failure was seen -- a container runtime's client (podman) reports its agent's death only after tearing the
     container down, later than the peer's record of it."""
-    failing = [r for r in recs if r.get("exit_code") != 0]
+    failing = [r for r in recs if failed(r)]
     ranked = {r.get("node") for r in failing}
     if failing and peer_lost(failing[0].get("exception")):
         failing = [r for r in failing if not peer_lost(r.get("exception"))] + failing     # own failures first

@@ -11,9 +11,12 @@ Stop signals (issue: a program must get each stop exactly once): the agent's sto
 (the program is in another process group), which passes each kind of signal on once. A signal that a Slurm
 step daemon sent to every process of the step (it reached the program directly) is not passed on again.
 After SIGINT/SIGTERM/SIGHUP/SIGQUIT the program has LAUNCH_STOP_GRACE seconds (default 30) to end; then it is killed
-and the record says so (`killed_after_grace`); a program stopped by SIGSTOP is continued with its stop, as scancel
-does. USR1/USR2 (checkpoint requests) start no grace. A SIGTERM is passed on as LAUNCH_STOP_SIGNAL when the job
-set one (--stop-signal SIGINT: Python programs get KeyboardInterrupt).
+and the record says so (`killed_after_grace`). The record of a program that ended after such a stop names it
+(`stopped_by`, also when a Slurm step daemon sent it): that end is the stop's, never the rank's own failure
+(launchers.firstfail: whatever made the stop goes first, however the program ended on it). A program stopped by
+SIGSTOP is continued with its stop, as scancel does. USR1/USR2 (checkpoint requests) start no grace. A SIGTERM
+is passed on as LAUNCH_STOP_SIGNAL when the job set one (--stop-signal SIGINT: Python programs get
+KeyboardInterrupt).
 """
 from __future__ import annotations
 
@@ -85,27 +88,33 @@ def stopped(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2:][:1] == b"T"      # the state letter follows "(comm) "
 
 
-def supervise(pid: int, grace: float, term_as: int = signal.SIGTERM) -> tuple[int, float | None]:
+def supervise(pid: int, grace: float, term_as: int = signal.SIGTERM) -> tuple[int, float | None, int | None]:
     """Wait for the program, passing each kind of stop signal on once (a SIGTERM as `term_as`); (exit code,
-    grace if it was killed)."""
+    grace if it was killed, the stop signal it was given before it ended: GRACE_STARTERS' first, passed on or
+    broadcast to it -- an end that followed a stop is the stop's, not a failure of the rank's own)."""
     waited = {*FORWARDED, signal.SIGCHLD}
     delivered: set[int] = set()
-    deadline = None
+    deadline = stop = None
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return os.waitstatus_to_exitcode(status), None
+            return os.waitstatus_to_exitcode(status), None, stop
         left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
         info = signal.sigtimedwait(waited, left)
         if info is None:
             if deadline is not None and time.monotonic() >= deadline:
                 os.kill(pid, signal.SIGKILL)
                 _, status = os.waitpid(pid, 0)
-                return os.waitstatus_to_exitcode(status), grace
+                return os.waitstatus_to_exitcode(status), grace, stop
             continue
         sig = info.si_signo
         if sig == signal.SIGCHLD or sig in delivered:
             continue
+        if sig in GRACE_STARTERS and stop is None:
+            done, status = os.waitpid(pid, os.WNOHANG)       # it ended before the stop reached it: its own end
+            if done:
+                return os.waitstatus_to_exitcode(status), None, None
+            stop = sig
         delivered.update(GRACE_STARTERS if sig in GRACE_STARTERS else (sig,))     # one stop, whatever its kind
         try:
             if not broadcast(info.si_pid):
@@ -205,11 +214,13 @@ def main(argv: list[str]) -> int:
     os.close(fd)
     if rank == 0:                                # signals stay blocked meanwhile: sigtimedwait takes them after
         node_manifest(run_dir, attempt)
-    code, killed = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
-                             getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
+    code, killed, stop = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
+                                   getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
     ended = time.time()                          # before any import: the records' order is the failures' order
     from .rundir import exit_fields
     rec = dict(base, time=ended, pid=pid, **exit_fields(code), **bound)
+    if stop is not None:                         # ended on a stop (launchers.firstfail: never a first failure)
+        rec["stopped_by"] = signal.Signals(stop).name
     rec.update({"killed_after_grace": killed} if killed else rankcause.cause(code, log, start, oom))    # why
     record(run_dir, rec)
     if code < 0:  # die the same way, so torchrun reports the signal

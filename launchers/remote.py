@@ -5,7 +5,9 @@
       Starts the torchrun agent in its own session, output to logs/node<K>/agent.log, writes the pid
       file, streams this node's agent and rank logs to stdout ("[nK rR] line"), runs this node's hang
       monitor (LAUNCH_HANG_TIMEOUT), and on SIGHUP (the launcher's connection dropped), SIGINT or SIGTERM
-      stops the node (stop_node). Exits with the agent's exit code (128 + N for signal N).
+      stops the node (stop_node). An agent that ended otherwise (by itself, killed, or by the launcher's
+      `kill`): "AGENT_ENDED <time>" to the launcher (the node's end time), then the ranks it left are
+      stopped. Exits with the agent's exit code (128 + N for signal N).
   python -m launchers.remote kill RUN_ID --node K [--pid-file P] [--signal SIGINT|SIGTERM|SIGKILL] [--wait S]
       The launcher's stop (failure, Ctrl-C, `launch cancel`): one signal to the node's agent (from the pid
       file, only if that pid is still ours), which passes it on once to each rank; up to S seconds for the
@@ -33,6 +35,7 @@ from .stops import wait_s
 STOP_WAIT_S = 45.0        # the default stop grace (30 s) + the agent's margin + slack
 HEARTBEAT = "@@launch-alive@@"   # `run` prints this line every HEARTBEAT_S to the launcher (never shown)
 HEARTBEAT_S = 1.0
+AGENT_ENDED = "@@launch-agent-ended@@"   # `run` prints "AGENT_ENDED <time>" (never shown)
 
 # Rendezvous reachability: the master listens on the chosen port and hands a token to every other host.
 REACH = r'''
@@ -164,6 +167,15 @@ class _Shared:
         pass
 
 
+def _say(out: _Shared, line: str) -> bool:
+    """One line to the launcher; False when the pty is gone (the launcher is, too)."""
+    try:
+        out.write(line)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def _heartbeat(out: _Shared) -> threading.Event:
     """HEARTBEAT every HEARTBEAT_S until the event is set: the launcher's sign that this host and its agent
     are alive (a cut network or a hung host goes silent; TCP keepalive would take minutes to notice)."""
@@ -171,9 +183,7 @@ def _heartbeat(out: _Shared) -> threading.Event:
 
     def beat() -> None:
         while not stop.wait(HEARTBEAT_S):
-            try:
-                out.write(HEARTBEAT + "\n")
-            except (OSError, ValueError):     # the pty is gone: the launcher is, too
+            if not _say(out, HEARTBEAT + "\n"):
                 return
 
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()
@@ -234,15 +244,18 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
             if stream:
                 tail.poll()
             time.sleep(0.1)
-        code = agent.poll()
+        code, seen = agent.poll(), time.time()
         if got:
             code = 128 + got[0]
             signal.signal(signal.SIGHUP, signal.SIG_IGN)   # the pty may be gone: never die half-way
             stop_node(run_id, node, sig=signal.SIGTERM if got[0] == signal.SIGHUP else got[0], wait_s=stop_wait(),
                       agent_pid=agent.pid)
             agent.wait()
-        elif node_pids(run_id, node, attempt):           # workers orphaned by an agent that died hard
-            stop_node(run_id, node, wait_s=stop_wait(), attempt=attempt)
+        else:               # when: the node's failure time (its session ends only after the stop of its orphans)
+            if stream:
+                _say(tail.out, f"{AGENT_ENDED} {seen:.3f}\n")
+            if node_pids(run_id, node, attempt):         # workers orphaned by an agent that died hard
+                stop_node(run_id, node, wait_s=stop_wait(), attempt=attempt)
     finally:
         if beating:
             beating.set()

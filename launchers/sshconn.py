@@ -206,13 +206,22 @@ class Silence:
 
 class Prefixed:
     """A file-like out_stream: each remote line (pty: \\r\\n) printed as "[host] line", whole lines only.
-    `last`: when the host last sent anything (monotonic); lines equal to `skip` (a heartbeat) are not printed."""
+    `last`: when the host last sent anything (monotonic); lines equal to `skip` (a heartbeat) are not printed;
+    a line `<note> value` of a word in `notes` is not printed either: `noted[note]` keeps its last value."""
 
     lock = threading.Lock()
 
-    def __init__(self, prefix: str, sink: Callable[[str], None], skip: str | None = None):
+    def __init__(self, prefix: str, sink: Callable[[str], None], skip: str | None = None, notes: Sequence[str] = ()):
         self.prefix, self.sink, self.buf, self.skip = prefix, sink, "", skip
         self.last, self.heard, self.first = time.monotonic(), False, 0.0
+        self.notes, self.noted = tuple(notes), {}
+
+    def kept(self, line: str) -> bool:
+        """Whether a line is printed (not the heartbeat, not a note: that one is kept in `noted`)."""
+        word, _, value = line.partition(" ")
+        if word in self.notes:
+            self.noted[word] = value
+        return line != self.skip and word not in self.notes
 
     def write(self, s: str) -> None:
         self.last = time.monotonic()
@@ -220,7 +229,7 @@ class Prefixed:
             self.heard, self.first = True, self.last
         self.buf += s.replace("\r", "")
         *lines, self.buf = self.buf.split("\n")
-        lines = [ln for ln in lines if ln != self.skip]
+        lines = [ln for ln in lines if self.kept(ln)]
         if lines:
             with self.lock:
                 self.sink("".join(f"{self.prefix}{ln}\n" for ln in lines))

@@ -159,6 +159,80 @@ def test_a_rank_that_lost_its_peer_gives_way_to_a_rank_that_failed_on_its_own_re
     assert (ff["node"], ff["rank"]) == want and ff["host"] == f"h{want[0]}", ff
 
 
+def end(node, rank, t, stop=None, **how):
+    """A rank record: exit 0 unless `how` says otherwise; stop: the stop its wrapper gave it (`stopped_by`)."""
+    rec = dict({"node": node, "rank": rank, "exit_code": 0, "signal": None, "time": t}, **how)
+    if how.get("signal"):
+        rec["exit_code"] = None
+    return dict(rec, stopped_by=stop) if stop else rec
+
+
+KILLED = {"signal": "SIGKILL"}
+GRACE = {"signal": "SIGKILL", "killed_after_grace": 10}
+NODE1_KILLED = {"node": 1, "exit_code": None, "signal": "SIGKILL", "host": "sshhost2", "reason": "node exited 137"}
+NODE0_STOPPED = {"node": 0, "exit_code": 1, "signal": None, "host": "sshhost1", "reason": "node exited 1", "time": 9.0}
+
+
+@pytest.mark.parametrize("recs, nodes, want", [
+    # the SSH fault row `SIGKILL one agent` under load (n26): node 1's agent SIGKILLed; its host stopped the rank
+    # it left, which did not stop within the grace; node 1's session ended after that (7.0), node 0 was stopped
+    ([end(1, 1, 5.0, "SIGTERM", **GRACE), end(0, 0, 8.5, "SIGTERM", **KILLED)],
+     [dict(NODE1_KILLED, time=7.0), NODE0_STOPPED], (1, None, "SIGKILL")),
+    ([end(1, 1, 5.0, "SIGTERM", **GRACE)], [dict(NODE1_KILLED, time=7.0), NODE0_STOPPED], (1, None, "SIGKILL")),
+    # ... quiet: rank 1 checkpointed and exited 0 on its stop; node 0 ended well on the agreed stop
+    ([end(1, 1, 5.0, "SIGTERM"), end(0, 0, 5.1)], [dict(NODE1_KILLED, time=7.0)], (1, None, "SIGKILL")),
+    # ... rank 0 lost its peer before the launcher's stop reached it: node 1 ended first, as its host saw it
+    # (launchers.remote's AGENT_ENDED time, not its session's end)
+    ([end(1, 1, 5.0, "SIGTERM", **GRACE), end(0, 0, 5.2, exit_code=1, exception=GLOO)],
+     [dict(NODE1_KILLED, time=4.9), NODE0_STOPPED], (1, None, "SIGKILL")),
+    # a rank that failed on its own goes first, even after a stopped rank's record (a clock, a faster wrapper)
+    ([end(0, 0, 1.0, "SIGINT", exit_code=1, exception="KeyboardInterrupt"), end(1, 1, 2.0, **KILLED)],
+     [dict(NODE0_STOPPED, time=3.0)], (1, 1, "SIGKILL")),
+    ([end(0, 0, 1.0, "SIGTERM", **GRACE), end(1, 1, 2.0, exit_code=3, exception="RuntimeError: boom")], [],
+     (1, 1, None)),
+    # every rank ended on a stop and no node failed on its own (Ctrl-C, launch cancel, scancel's broadcast)
+    ([end(0, 0, 1.0, "SIGTERM", **GRACE), end(1, 1, 1.0, "SIGINT", exit_code=130)], [], None),
+    ([end(0, 0, 1.0, "SIGTERM")], [], None),
+])
+def test_a_rank_that_ended_on_a_stop_is_not_a_first_failure(recs, nodes, want):
+    """Its wrapper gave it a stop (`stopped_by`) before it ended: however it ended then (killed after the grace, by
+    the sweep, an exception in its cleanup), the failure that made the stop is named -- here a node's own."""
+    recs = sorted(recs, key=lambda r: r["time"])
+    ff = firstfail.decide(recs, nodes, ["sshhost1", "sshhost2"])
+    assert (ff and (ff["node"], ff["rank"], ff["signal"])) == (want or None), ff
+    mine = [r for r in recs if r["exit_code"] != 0 and not r.get("stopped_by")]
+    assert firstfail.earliest(recs) == (firstfail.of_rank(mine[0]) if mine else None)
+    if want and want[1] is None:
+        assert ff["host"] == f"sshhost{want[0] + 1}" and api.end_line(st(ff)) == \
+            f"launch: run FAILED (node {want[0]}, signal {want[2]})"
+
+
+def test_the_end_of_an_attempt_with_ranks_ended_on_a_stop(tmp_path):
+    """RunDir.record_outcome over real records: the node that failed is named and the ranks killed after the grace
+    are still said; a cancel names no failure; a hang names the hung rank (its verdict goes first)."""
+    from launchers.rundir import RunDir
+    from launchers.spec import JobSpec
+    rd = RunDir.create(JobSpec("ssh", 2, 1, ("t.py",), (), str(tmp_path / "r"), "r"), "r-1234", {})
+    for rec in (end(1, 1, 5.0, "SIGTERM", **GRACE, attempt=0), end(0, 0, 8.5, "SIGTERM", **KILLED, attempt=0)):
+        rd.write_rank_record(rec)
+    assert rd.record_outcome(0, {"0": 1, "1": 137}, node_failures=[dict(NODE1_KILLED, time=7.0), NODE0_STOPPED],
+                             hosts=["sshhost1", "sshhost2"]) == 1
+    got = rd.read_status()
+    assert (got["first_failure"]["node"], got["first_failure"]["rank"]) == (1, None), got
+    assert api.end_line(got) == "launch: run FAILED (node 1, signal SIGKILL)"
+    assert got["reason"] == "node exited 137; rank 1 did not stop within 10 s; killed"
+    assert rd.record_outcome(0, {"0": 1, "1": 1}, stopped_by="SIGINT", stopped_at=1.0) == 130
+    got = rd.read_status()
+    assert got["state"] == "CANCELLED" and got["first_failure"] is None, got
+    assert got["reason"] == "Ctrl-C; rank 1 did not stop within 10 s; killed"
+    rd.update_status(hang={"attempt": 0, "stalled_ranks": [1], "waiting_ranks": [0], "since": 2.0, "timeout": 8,
+                           "dir": "d", "ranks": {"1": {"why": "process stopped", "node": 1}}})
+    assert rd.record_outcome(0, {"0": 1, "1": 1}, node_failures=[dict(NODE1_KILLED, time=7.0)],
+                             hosts=["sshhost1", "sshhost2"]) == 1
+    ff = rd.read_status()["first_failure"]
+    assert (ff["node"], ff["rank"], ff["host"]) == (1, 1, "sshhost2") and ff["reason"].startswith("hang: "), ff
+
+
 def hang(stalled, waiting, whys=None):
     ranks = {str(r): {"why": (whys or {}).get(r, "process stopped")} for r in stalled}
     return {"stalled_ranks": stalled, "waiting_ranks": waiting, "timeout": 10.0, "dir": "D", "ranks": ranks}

@@ -7,6 +7,7 @@ the same way: one stop signal and the grace (issue 21 item 5: launchers.stops)."
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,8 +15,11 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
-from launchers import procs
+from launchers import firstfail, procs
+from launchers.backends.ssh import agent_ended
 from launchers.hang.sample import rank_programs
+from launchers.remote import AGENT_ENDED, HEARTBEAT
+from launchers.sshconn import Prefixed
 
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH = ["ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"),
@@ -202,4 +206,93 @@ def test_slurm_cancel_gives_each_program_one_stop_signal(workdir, stop_signal):
     assert st["state"] == "CANCELLED" and st["first_failure"] is None and "launch cancel" in st["reason"]
     assert run_launch("wait", "runs/q").returncode == 143
     run_id = yaml.safe_load(Path("runs/q/run.yaml").read_text())["run_id"]
+    assert procs.tagged_pids(run_id) == []
+
+
+# ------------------------------------------------------------------ a rank that ended on a stop (pure-ish: no run)
+# The rank wrapper and the SSH host agent on their own, in a scratch run dir: the wrapper's record names the stop
+# it gave the program (`stopped_by`), whatever the program then did, and launchers.firstfail never takes that end
+# for a failure of the rank's own (the SSH fault row `SIGKILL one agent` under load named rank 1, killed after the
+# grace of the stop its host gave it, instead of node 1 whose agent was killed).
+PROG = '''import os, signal, sys, time
+how = os.environ["TEST_HOW"]
+if how == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if how == "raise":
+    def fail(*_):
+        raise RuntimeError("cleanup failed")
+    signal.signal(signal.SIGTERM, fail)
+if how == "checkpoint":
+    signal.signal(signal.SIGTERM, lambda *_: (time.sleep(float(os.environ["TEST_CLEANUP_S"])), sys.exit(0)))
+print("READY", flush=True)
+if how == "crash":
+    sys.exit(3)
+time.sleep(60)
+'''
+
+
+def rank_env(run_dir, run_id, **extra):
+    return {**os.environ, "LAUNCH_RUN_DIR": str(run_dir), "LAUNCH_RUN_ID": run_id, "RANK": "0", "NODE_RANK": "0",
+            "LAUNCH_ATTEMPT": "0", "LAUNCH_STOP_GRACE": "0.5", "TEST_CLEANUP_S": "0.1", "PYTHONPATH": str(ROOT),
+            **extra}
+
+
+def wait_ready(run_dir, proc):
+    log = Path(run_dir, "logs/node0/rank0.log")
+    deadline = time.monotonic() + 60
+    while "READY" not in (log.read_text() if log.exists() else ""):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how, sig, want", [
+    ("raise", signal.SIGTERM, {"exit_code": 1, "exception": "RuntimeError: cleanup failed", "stopped_by": "SIGTERM"}),
+    ("ignore", signal.SIGTERM, {"signal": "SIGKILL", "killed_after_grace": 0.5, "stopped_by": "SIGTERM"}),
+    ("sleep", signal.SIGHUP, {"signal": "SIGHUP", "stopped_by": "SIGHUP"}),
+    ("checkpoint", signal.SIGTERM, {"exit_code": 0, "stopped_by": "SIGTERM"}),
+    ("sleep", signal.SIGUSR2, {"signal": "SIGUSR2"}),        # a checkpoint request is no stop: its own end
+    ("crash", None, {"exit_code": 3}),
+])
+def test_the_rank_record_names_the_stop_its_program_ended_on(tmp_path, how, sig, want):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (tmp_path / "prog.py").write_text(PROG)
+    proc = subprocess.Popen([sys.executable, "-m", "launchers.rankexec", "--", "prog.py"], cwd=tmp_path,
+                            env=rank_env(run_dir, "t-rec", TEST_HOW=how), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_ready(run_dir, proc)
+    if sig is not None:
+        proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    rec = read_json(run_dir / "status/rank0.json")
+    assert {k: rec.get(k) for k in want} == want and ("stopped_by" in want) == ("stopped_by" in rec), rec
+    mine = firstfail.decide([rec], [])
+    assert (mine is not None) == (how in ("crash", "sleep") and "stopped_by" not in rec), mine
+
+
+def test_the_host_agent_says_when_its_agent_ended_before_it_stops_the_ranks_left(tmp_path):
+    """launchers.remote run: the torchrun agent SIGKILLed (here a stand-in that starts one rank wrapper and kills
+    itself) -- the host agent tells the launcher when it saw that (AGENT_ENDED, the node's failure time), then
+    gives the orphaned rank its stop; the rank's record (the stop's) and the session's end come after."""
+    run_dir, run_id = tmp_path / "run", f"t-agent-{os.getpid()}"
+    run_dir.mkdir()
+    (tmp_path / "prog.py").write_text(PROG)
+    agent = ("import os, signal, subprocess, sys, time\n"
+             "subprocess.Popen([sys.executable, '-m', 'launchers.rankexec', '--', 'prog.py'])\n"
+             "log = os.path.join(os.environ['LAUNCH_RUN_DIR'], 'logs/node0/rank0.log')\n"
+             "while 'READY' not in (open(log).read() if os.path.exists(log) else ''):\n"
+             "    time.sleep(0.05)\n"
+             "os.kill(os.getpid(), signal.SIGKILL)\n")
+    p = subprocess.run([sys.executable, "-m", "launchers.remote", "run", "--node", "0", "--pid-file",
+                        str(tmp_path / "pid"), "--", sys.executable, "-c", agent], cwd=tmp_path, timeout=120,
+                       env=rank_env(run_dir, run_id, TEST_HOW="checkpoint", LAUNCH_STOP_GRACE="5", TEST_CLEANUP_S="1"),
+                       capture_output=True, text=True)
+    session_end = time.time()
+    out = Prefixed("[h] ", lambda _t: None, skip=HEARTBEAT, notes=(AGENT_ENDED,))
+    out.write(p.stdout)
+    assert p.returncode == 128 + signal.SIGKILL, p.stdout + p.stderr
+    rec = read_json(run_dir / "status/rank0.json")
+    assert rec["exit_code"] == 0 and rec["stopped_by"] == "SIGTERM", rec
+    seen = agent_ended(out)
+    assert seen + 0.9 < rec["time"] < session_end, (seen, rec, p.stdout)        # the program's 1 s cleanup after it
     assert procs.tagged_pids(run_id) == []

@@ -28,7 +28,7 @@ from ..firstfail import node_failed
 from ..hang import watch as hang_watch
 from ..hostfile import ResolvedHost, hosts_from_options, pool_hosts, resolve
 from ..layout import Presence
-from ..remote import HEARTBEAT, env_file
+from ..remote import AGENT_ENDED, HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import JobSpec, redact_env
@@ -167,7 +167,7 @@ class SSHBackend(Backend):
         rd.mark_running(plan.attempt, hosts=plan.hosts)
         n = len(conns)
         ended: dict[int, tuple[float, int | None, str | None]] = {}     # node -> (time, exit code, error)
-        outs = [Prefixed(f"[{h.entry.name}] ", _write, skip=HEARTBEAT) for h in plan.rhosts]
+        outs = [Prefixed(f"[{h.entry.name}] ", _write, HEARTBEAT, notes=(AGENT_ENDED,)) for h in plan.rhosts]
         silence = Silence(outs, conns)
 
         def run_node(k: int) -> None:
@@ -177,8 +177,8 @@ class SSHBackend(Backend):
                     put_private(conns[k], env_file(plan.run_id, plan.attempt, k), json.dumps(plan.nodes[k].secret_env()))
                 r = conns[k].run(plan.remote_line(k, redact=False), pty=True, warn=True, in_stream=False,
                                  out_stream=out, err_stream=out)
-                ended.setdefault(k, (time.time(), r.exited if r.exited is not None and r.exited >= 0 else None,
-                                     None if r.exited is not None and r.exited >= 0 else "connection lost"))
+                done = r.exited is not None and r.exited >= 0
+                ended.setdefault(k, (agent_ended(out), r.exited if done else None, None if done else "connection lost"))
             except Exception as e:  # noqa: BLE001 - the host died or the connection dropped
                 ended.setdefault(k, (time.time(), None, f"connection lost ({describe(e, plan.rhosts[k], plan.settings)})"))
             finally:
@@ -336,6 +336,17 @@ class SSHBackend(Backend):
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
                 rd.update_status(state="CANCELLED", reason="by launch cancel", first_failure=None)
+
+
+def agent_ended(out: Prefixed) -> float:
+    """When a node ended: when its host saw its agent end (launchers.remote's AGENT_ENDED line; a host clock ahead
+    of ours is capped at now), else now (its session's end). The session of an agent that died hard ends only
+    after its host stopped the ranks it left (their stop grace): later than those ranks' records, and than the
+    records of the peers that lost them."""
+    try:
+        return min(float(out.noted[AGENT_ENDED]), time.time())
+    except (KeyError, ValueError):
+        return time.time()
 
 
 _out_lock = threading.Lock()
