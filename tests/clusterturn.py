@@ -10,8 +10,10 @@ waits, so the exclusive one gets its turn when the running ones end (flock alone
 one test: a fixture that holds a part of a cluster (a job taking every node, a stopped daemon) is function-scoped.
 
 scheduler(): pytest-xdist's LoadScope over our scopes (conftest.scope_of: "slurm!" a cluster's exclusive tests,
-"slurm:MODULE" its other tests of a module, else the module), in collection order, with at most CAPS workers on a
-cluster at once: the workers that would wait for a cluster's turn run local modules instead.
+"slurm:MODULE" its other tests of a module, else the module), in collection order (the exclusive lanes first),
+taking for a worker the first scope it may have now: no other scope of a cluster while its exclusive lane is under
+way (they would only wait for their turn: the workers run local modules meanwhile), and at most CAPS workers on a
+cluster at once after it.
 
 once(): what several workers' modules need alike (an uninterrupted reference run) is made once per run, by the
 first worker that asks; the others wait for it and read its result."""
@@ -55,7 +57,7 @@ def once(run_dir: str, key: str, make: Callable[[str], object]):
         return value
 
 
-CAPS = {"slurm": 2, "ssh": 2}        # workers on one cluster at once (its exclusive lane included)
+CAPS = {"slurm": 3, "ssh": 2}        # workers on one cluster at once
 
 
 def cluster_of(scope: str) -> str | None:
@@ -75,23 +77,31 @@ def scheduler(config, log, scopes_file: str):
                     self.scopes.update(json.load(f))
             return self.scopes[nodeid]
 
-        def _busy(self, cluster: str) -> int:
-            """Workers with a scope of `cluster` under way. A worker keeps its last test until it gets more work or
-            is shut down (pytest needs the next item): a scope whose one test left is its worker's only one is
-            not under way (it runs once that worker gets anything)."""
-            n = 0
+        def _busy(self, cluster: str) -> tuple[int, bool]:
+            """(workers with a scope of `cluster` under way, whether its exclusive lane is one of them). A worker
+            keeps its last test until it gets more work or is shut down (pytest needs the next item): a scope
+            whose one test left is its worker's only one is not under way (it runs once that worker gets any)."""
+            n, lane = 0, False
             for work in self.assigned_work.values():
                 held = self._pending_of(work) == 1
                 for scope, unit in work.items():
                     left = sum(not done for done in unit.values())
-                    n += cluster_of(scope) == cluster and left > 0 and not (left == 1 and held)
-            return n
+                    if cluster_of(scope) == cluster and left > 0 and not (left == 1 and held):
+                        n, lane = n + 1, lane or scope.endswith("!")
+            return n, lane
+
+        def _may_take(self, scope: str) -> bool:
+            cluster = cluster_of(scope)
+            if cluster is None:
+                return True
+            n, lane = self._busy(cluster)
+            return n == 0 if scope.endswith("!") else not lane and n < CAPS[cluster]
 
         def _assign_work_unit(self, node) -> None:
-            """The first scope in the queue that this node may take now (its cluster below its cap), if any."""
-            scope = next((s for s in self.workqueue if (c := cluster_of(s)) is None or self._busy(c) < CAPS[c]), None)
+            """The first scope in the queue that this node may take now (_may_take), if any."""
+            scope = next((s for s in self.workqueue if self._may_take(s)), None)
             if scope is None:
-                return                        # offered again when a cluster's scope ends (mark_test_complete)
+                return                        # offered again when a scope's test ends (mark_test_complete)
             work_unit = self.workqueue.pop(scope)
             self.assigned_work.setdefault(node, {})[scope] = work_unit
             collection = self.registered_collections[node]

@@ -81,8 +81,14 @@ def workdir(tmp_path, monkeypatch):
 # exclusive tests run one after another on one worker, first. xdist's own xdist_group marks rename node ids, which
 # pytest 9's node ids no longer allow; so the workers write each test's scope to a file and our scheduler reads it.
 GROUPS = ("slurm", "ssh", "local")
-# Local modules that take minutes go first, so the other workers are not left waiting on one at the end.
-SLOW_LOCAL = ("tests/faults/test_faults_local.py", "tests/test_e2e_convnet.py", "tests/test_frameworks.py")
+# Local modules that take minutes go first, longest first, so the other workers are not left waiting on one at the
+# end; the first ones (no module fixture, or one made once: conftest.once) are split, one scope per test.
+SLOW_LOCAL = ("tests/faults/test_faults_local.py", "tests/test_frameworks.py", "tests/test_e2e_convnet.py",
+              "tests/test_workload_deepspeed_reshard.py", "tests/test_workload_convnet.py",
+              "tests/test_workload_deepspeed.py", "tests/test_workload_fsdp.py", "tests/test_hang.py",
+              "tests/test_recovery.py", "tests/test_recovery_local.py", "tests/test_container_podman.py",
+              "tests/test_ckpt_verify.py")
+SPLIT_LOCAL = SLOW_LOCAL[:4]
 
 
 def group_of(keywords) -> str:
@@ -97,11 +103,14 @@ def pytest_addoption(parser):
 
 
 def scope_of(item) -> str:
-    """The scheduler's unit: a cluster's exclusive tests together ("slurm!"), else the group and the module."""
+    """The scheduler's unit: a cluster's exclusive tests together ("slurm!"), else the group and the module (a
+    long local module's test alone: SPLIT_LOCAL)."""
     g, path = group_of(item.keywords), item.nodeid.split("::")[0]
     if g != "local" and "exclusive" in item.keywords:
         return f"{g}!"
-    return path if g == "local" else f"{g}:{path}"
+    if g == "local":
+        return item.nodeid if path in SPLIT_LOCAL else path
+    return f"{g}:{path}"
 
 
 def _order(item) -> tuple:

@@ -21,7 +21,7 @@ import yaml
 from common import (agent_pid, assert_latest_complete, convnet, fault_row, final_sha, first_failure_text,
                     first_step_time, kill_orphans, orphans, rank_pid, run_id, seconds, status, wait_for,
                     wait_step)
-from conftest import LAUNCH, run_launch
+from conftest import LAUNCH, once, run_launch
 from launchers import procs
 
 # real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
@@ -68,13 +68,15 @@ class Job:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The uninterrupted run: its param_sha256, and launch -> first step (the cold start)."""
-    wd = tmp_path_factory.mktemp("reference")
-    t0 = time.time()
-    p = run_launch(*NODES, "--run-dir", str(wd / "run"), "--", *TRAIN, cwd=wd, timeout=180)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return {"sha": final_sha(wd / "run"), "cold_start_s": seconds(t0, first_step_time(wd / "run", 0))}
+def reference(request):
+    """The uninterrupted run: its param_sha256, and launch -> first step (the cold start); made once per make test
+    run (the rows run on several workers: conftest.SPLIT_LOCAL)."""
+    def make(d):
+        t0 = time.time()
+        p = run_launch(*NODES, "--run-dir", str(Path(d, "run")), "--", *TRAIN, cwd=d, timeout=180)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return {"sha": final_sha(Path(d, "run")), "cold_start_s": seconds(t0, first_step_time(Path(d, "run"), 0))}
+    return once(request, "local-faults-ref", make)
 
 
 def finish_row(job: Job, row: dict, *, code: int, state: str, fault_at: float) -> dict:
