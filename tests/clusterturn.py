@@ -90,16 +90,17 @@ def scheduler(config, log, scopes_file: str):
                         n, lane = n + 1, lane or scope.endswith("!")
             return n, lane
 
-        def _may_take(self, scope: str) -> bool:
+        def _may_take(self, scope: str, busy: dict[str, tuple[int, bool]]) -> bool:
             cluster = cluster_of(scope)
             if cluster is None:
                 return True
-            n, lane = self._busy(cluster)
+            n, lane = busy[cluster]
             return n == 0 if scope.endswith("!") else not lane and n < CAPS[cluster]
 
         def _assign_work_unit(self, node) -> None:
             """The first scope in the queue that this node may take now (_may_take), if any."""
-            scope = next((s for s in self.workqueue if self._may_take(s)), None)
+            busy = {c: self._busy(c) for c in CAPS}          # once per call, not once per scope looked at
+            scope = next((s for s in self.workqueue if self._may_take(s, busy)), None)
             if scope is None:
                 return                        # offered again when a scope's test ends (mark_test_complete)
             work_unit = self.workqueue.pop(scope)
