@@ -66,9 +66,10 @@ reliability: venv
 	  $(SUBMAKE) clusters-down; \
 	  $(BIN)/python tests/faults/record.py $$out RELIABILITY.md || rc=1; rm -rf $$out; exit $$rc
 
-# The inner loop (~2.5 min): pure logic and quick local runs; no clusters, no test marked slow.
+# The inner loop (~2.5 min on 2 cores, 4 workers): pure logic and quick local runs; no clusters, no test marked slow
+# (the longest local runs are marked slow: make test runs them).
 test-fast: venv podman
-	$(BIN)/pytest -q -n 2 --durations=10 -m "not slurm and not ssh and not slow" tests
+	$(BIN)/pytest -q -n 4 --durations=10 -m "not slurm and not ssh and not slow" tests
 
 # Side-by-side benchmarks (each prints: name, ours, reference, ratio, goal); needs the dev clusters and pdsh.
 bench: venv

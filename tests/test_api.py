@@ -64,6 +64,7 @@ def check_finished(run: Run, world: int) -> None:
     assert procs.tagged_pids(run.run_id) == []
 
 
+@pytest.mark.slow
 def test_local_submit_status_logs_cancel_resume_wait(workdir, started):
     (workdir / "api_worker.py").write_text(WORKER)
     t0 = time.monotonic()

@@ -110,6 +110,7 @@ def inside_agent(run_id: str, node: int) -> int | None:
                  and os.path.exists(f"/proc/{q}/root/run/.containerenv")), None)
 
 
+@pytest.mark.slow
 def test_podman_2_nodes_killed_agent_leaves_nothing_and_resume_continues_inside(workdir):
     """2 nodes x 1 process (gloo), one container per node; the checkout mounted read-only for `workloads`. SIGKILL
     node 1's torchrun agent once both ranks are past a complete checkpoint: the run FAILS, node 1 ended by the

@@ -63,6 +63,7 @@ def registry_config_digest(tag: str) -> str:
         return json.loads(r.read())["config"]["digest"]
 
 
+@pytest.mark.slow
 def test_pulled_once_then_a_second_launch_downloads_nothing(workdir):
     registry_up()
     ref = f"{REPO}:test"

@@ -24,6 +24,7 @@ def check(run_dir, p):
     return ff
 
 
+@pytest.mark.slow
 def test_local(workdir):
     p = run_launch("local", "--nodes", "2", "--gpus-per-node", "2", *PLAN, "--run-dir", "runs/l", "--",
                    "order_worker.py", timeout=180)

@@ -6,6 +6,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import LAUNCH, rank_lines, read_json, run_launch
 from launchers import procs
 
@@ -101,6 +103,7 @@ def test_cancel_from_another_process(workdir):
     assert st["state"] == "CANCELLED" and st["reason"] == "by launch cancel" and st["first_failure"] is None
 
 
+@pytest.mark.slow
 def test_max_restarts_new_attempt_appends(workdir):
     # rank 1 fails in every attempt: 1 + 1 restart = 2 attempts, then FAILED; logs appended, not replaced
     p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", "runs/m", "--max-restarts", "1",

@@ -15,7 +15,7 @@ from nccl_tuning.sweep import TUNER_COLUMNS
 FAST = ["--min-bytes", "1K", "--max-bytes", "2K", "--warmup", "1", "--iters", "2"]
 
 
-@pytest.mark.parametrize("nodes,gpn", [(1, 2), (2, 2)])
+@pytest.mark.parametrize("nodes,gpn", [(1, 2), pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_bench_through_launch_local(tmp_path, nodes, gpn):
     rd = tmp_path / "bench"
     p = run_launch("nccl", "bench", "--nodes", str(nodes), "--gpus-per-node", str(gpn),
@@ -47,6 +47,7 @@ def test_preset_env_reaches_every_worker(workdir):
         assert got == want, f"rank {r['rank']}"
 
 
+@pytest.mark.slow
 def test_sweep_end_to_end(tmp_path):
     mine = tmp_path / "ringsimple.yaml"
     mine.write_text("name: ringsimple\ndescription: force Ring/Simple (tuner-plugin candidate)\n"

@@ -126,6 +126,7 @@ def test_list_shows_unreadable_run_dirs(tmp_path, monkeypatch):
     assert "UNREADABLE (status.json is a directory)" in lines["isdir"] and "PENDING" not in p.stdout
 
 
+@pytest.mark.slow
 def test_second_resume_while_running_is_refused_and_the_run_completes(tmp_path):
     """A real tiny run (1 node x 1 process): `launch resume` while it runs is refused in one line naming its
     launcher's pid; the run completes untouched, with its one attempt."""

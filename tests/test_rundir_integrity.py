@@ -27,6 +27,7 @@ def hashes(root):
     return out
 
 
+@pytest.mark.slow
 def test_resume_of_a_copy_writes_only_the_copy_and_a_moved_one_itself(workdir):
     r = run_launch("local", "--nodes", "1", "--gpus-per-node", "1", "--run-dir", "runs/done", "--", *TINY,
                    "--max-steps", "4")

@@ -202,6 +202,7 @@ def real_case(base: Path, dirname: str) -> tuple[Path, Path, str] | None:
     return None if run_dir is None else (work, Path(run_dir), str(prog_dir / "echo.py"))
 
 
+@pytest.mark.slow
 @FEW
 @given(args=st.lists(WORD, max_size=4), value=VALUE, dirname=NAME_PART)
 @example(args=INJECTIONS[:8], value="$(touch PWNED) 'q' \"dq\" \t tab \r cr", dirname="d i r $(touch PWNED) ü")

@@ -98,7 +98,7 @@ def test_local_program_ignoring_the_stop_is_killed_after_the_grace(workdir):
     assert "did not stop within 3 s; killed" in err
 
 
-@pytest.mark.parametrize("how", ["peer crash", "hang"])
+@pytest.mark.parametrize("how", ["peer crash", pytest.param("hang", marks=pytest.mark.slow)])
 def test_local_survivor_of_a_peer_crash_or_a_hang_gets_one_stop_and_the_grace(workdir, how):
     """1 node x 2: rank 1's program is SIGKILLed (a crash) or SIGSTOPped until --hang-timeout fires; rank 0 gets
     one SIGTERM (the run's --stop-signal) and the grace: its 2 s cleanup completes. The run FAILED on rank 1."""
