@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -164,10 +165,26 @@ def once(request, key: str, make):
     return clusterturn.once(run_shared_dir(request.config), key, make)
 
 
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The teardown report carries the CPU seconds of the processes the test started and waited for (its local
+    runs' agents and ranks; the work of the cluster nodes is their daemons' children, not counted): the suite is
+    CPU-bound on 2 cores, so this, not the wall time, says what a test costs (GroupClock prints it by module)."""
+    outcome = yield
+    if call.when == "teardown" and hasattr(item, "_launch_cpu0"):
+        outcome.get_result().user_properties.append(("children_cpu_s", _children_cpu() - item._launch_cpu0))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """A cluster test takes its turn on its cluster (shared, or alone when exclusive) around its whole protocol:
     the module fixtures it sets up or tears down use the cluster too."""
+    item._launch_cpu0 = _children_cpu()
     g = group_of(item.keywords)
     if g == "local":
         yield
@@ -183,8 +200,13 @@ class GroupClock:
     def __init__(self):
         self.span: dict[str, list[float]] = {}
         self.tests: dict[str, set] = {}
+        self.cpu: dict[str, float] = {}           # module -> CPU seconds of its tests' child processes
 
     def pytest_runtest_logreport(self, report):
+        for k, v in report.user_properties:
+            if k == "children_cpu_s":
+                mod = report.nodeid.split("::")[0]
+                self.cpu[mod] = self.cpu.get(mod, 0.0) + v
         if not report.start:
             return
         g = group_of(report.keywords)
@@ -203,6 +225,11 @@ class GroupClock:
         first = min(s[0] for s in self.span.values())
         last = max(s[1] for s in self.span.values())
         tr.write_line(f"{'all':<6} {last - first:7.1f} s  (first test's start to last test's end)")
+        if self.cpu:
+            tr.section("CPU of the tests' own processes, by module (15 costliest)")
+            for mod, cpu in sorted(self.cpu.items(), key=lambda kv: -kv[1])[:15]:
+                tr.write_line(f"{cpu:7.1f} CPU-s  {mod}")
+            tr.write_line(f"{sum(self.cpu.values()):7.1f} CPU-s  all modules (the cluster nodes' work not counted)")
 
 
 def pytest_configure(config):
