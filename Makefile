@@ -38,10 +38,11 @@ demo: venv
 	$(BIN)/launch status $(DEMO_DIR)
 
 # The whole suite, the real Slurm and SSH clusters included (brought up here, taken down after). The groups run side
-# by side (pytest-xdist, --dist loadgroup), a module at a time per worker; up to 2 workers use one cluster at once
-# (the others run local modules), and a test marked `exclusive` (it kills, pauses or cuts a part of its cluster)
-# has its cluster to itself (tests/clusterturn.py); then the few tests marked `alone`, one at a time. At the end:
-# the 15 slowest tests and each group's wall time. `make test GROUP=slurm` (or ssh, local) runs one group,
+# by side (pytest-xdist, --dist loadgroup), a module (the longest local modules: a test) at a time per worker; up
+# to 3 workers on the Slurm cluster and 2 on the SSH hosts at once (the others run local modules), and a test marked
+# `exclusive` (it kills, pauses or cuts a part of its cluster) has its cluster to itself (tests/clusterturn.py);
+# then the few tests marked `alone`, one at a time. At the end: the 15 slowest tests, each group's wall time and
+# the CPU seconds of each module's own processes. `make test GROUP=slurm` (or ssh, local) runs one group,
 # bringing up only the cluster it needs.
 GROUP ?=
 TEST_WORKERS ?= 6
