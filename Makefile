@@ -54,7 +54,7 @@ test: venv $(TEST_PODMAN)
 	  -m "not alone" $(foreach g,$(GROUP),--group $(g)) $(PYTEST_ARGS) tests; rc=$$?; \
 	  CI=$${CI:-true} $(BIN)/pytest -q -ra -m alone $(foreach g,$(GROUP),--group $(g)) $(PYTEST_ARGS) tests; r=$$?; \
 	  [ $$r = 0 ] || [ $$r = 5 ] || rc=1; \
-	  for c in $(TEST_CLUSTERS) $(if $(TEST_PODMAN),registry); do $(MAKE) $$c-down; done; exit $$rc
+	  for c in $(TEST_CLUSTERS) $(if $(TEST_PODMAN),registry); do $(SUBMAKE) $$c-down; done; exit $$rc
 
 # The fault suite (tests/faults/, real local, SSH and Slurm clusters), then RELIABILITY.md generated from the rows
 # it recorded in a fresh directory (never written by hand); the table is written even when a fault fails.
