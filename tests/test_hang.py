@@ -83,6 +83,50 @@ def test_rank_programs_are_the_wrappers_children_not_the_wrappers(tmp_path):
         agent.wait()
 
 
+def _coordinator(tmp_path, ranks: dict[int, tuple[str, float]]):
+    """A Coordinator over one node whose progress record says rank -> (state, last advance)."""
+    from launchers import layout
+    from launchers.hang.watch import Coordinator, write
+    from launchers.rundir import RunDir
+    spec = {"backend": "local", "program": ["x.py"], "run_dir": str(tmp_path), "name": "t", "nodes": 1,
+            "gpus_per_node": len(ranks)}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({"run_id": "t", "spec": spec, "attempts": [{"attempt": 0}]}))
+    write(layout.path(str(tmp_path), "node_progress", node=0),
+          {"node": 0, "attempt": 0, "time": 0, "ranks": {str(r): {"pid": 1, "state": st, "step": 9, "step_time": 0.2,
+                                                                  "last_advance": at, "heartbeat": True}
+                                                         for r, (st, at) in ranks.items()}})
+    return Coordinator(RunDir(str(tmp_path)), 0, 5.0, 1, len(ranks))
+
+
+def test_ranks_whose_programs_ended_are_no_hang(tmp_path):
+    """n30: a healthy 1x2 run under --hang-timeout 5 was called hung: both ranks had finished their last step and
+    exited (exit 0) 3 s later, slowed by the suite's load, and their agent took 2 s more to notice, while the node's
+    record still said `R` with the last step's time. An exited rank is `gone` (or Z) now; when every rank has
+    ended there is no hang to decide; a live rank that stopped advancing is still one, whatever ended beside it."""
+    from launchers import layout
+    now = time.time()
+    c = _coordinator(tmp_path, {0: ("gone", now - 60), 1: ("Z", now - 60)})
+    assert c.check(now) is None and layout.read_json(c.path("hang_request")) is None
+    c = _coordinator(tmp_path, {0: ("gone", now - 60), 1: ("S", now - 30)})
+    assert c.check(now) is None and layout.read_json(c.path("hang_request"))["since"] == now - 30
+    c = _coordinator(tmp_path, {0: ("gone", now - 1), 1: ("S", now - 30)})     # an end is not an advance
+    assert c.check(now) is None and layout.read_json(c.path("hang_request"))["since"] == now - 30
+
+
+def test_tracker_marks_an_exited_rank_program_gone(tmp_path, monkeypatch):
+    """The node's sampler keeps a rank whose program exited, as `gone` (it was left as last seen: `R`)."""
+    from launchers.hang import sample
+    prog = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    listed = {0: (prog.pid, 0)}
+    monkeypatch.setattr(sample, "rank_programs", lambda run_id, node=None: dict(listed))
+    tr = sample.Tracker(str(tmp_path), "t", 0, 0, time.time())
+    assert tr.sample(time.time())[0]["state"] in ("S", "R")
+    prog.kill()
+    prog.wait()
+    listed.clear()
+    assert tr.sample(time.time())[0]["state"] == "gone"
+
+
 @pytest.mark.parametrize("value,why", [("0", "is out of range"), ("-3", "is out of range"),
                                        ("abc", "is not accepted"), ("nan", "is not accepted"), ("inf", "is not accepted")])
 def test_bad_hang_timeout(workdir, value, why):

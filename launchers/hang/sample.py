@@ -13,6 +13,7 @@ from ..procs import is_rank_wrapper
 BUSY = 0.10
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STOPPED = ("T", "t")
+ENDED = ("gone", "Z", "X")      # the rank's program has exited (or is a zombie its wrapper is about to reap)
 
 
 def proc_stat(pid: int) -> tuple[str, int, float] | None:
@@ -62,12 +63,16 @@ class Tracker:
         self.ranks: dict[int, dict[str, Any]] = {}
 
     def sample(self, now: float) -> dict[int, dict[str, Any]]:
-        for rank, (pid, node) in rank_programs(self.run_id, self.node).items():
+        found = rank_programs(self.run_id, self.node)
+        for rank, (pid, node) in found.items():
             t = self.ranks.get(rank)
             if t is None or t["pid"] != pid:
                 t = self.ranks[rank] = {"pid": pid, "node": node, "last_advance": now, "step": None,
                                         "step_time": None, "heartbeat": False, "cpu": None, "log": None, "at": now}
             self.update(rank, t, now)
+        for rank, t in self.ranks.items():
+            if rank not in found and t["state"] not in ENDED:     # its program exited since: state gone (or Z)
+                self.update(rank, t, now)
         return self.ranks
 
     def update(self, rank: int, t: dict[str, Any], now: float) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from .. import extcache, layout
 from ..rundir import RunDir
 from . import stacks
-from .sample import Tracker
+from .sample import ENDED, Tracker
 from .verdict import hang_reason
 
 INTERVAL_S = 1.0
@@ -106,7 +106,10 @@ class Coordinator:
                 return None
             if any(secs < extcache.STALE_S for _, secs in extcache.building(self.ext_dir, now)):
                 self.built = now
-            self.since = max(self.built, *(t["last_advance"] for t in ranks.values()))
+            live = [t for t in ranks.values() if t.get("state") not in ENDED]
+            if not live:
+                return None       # every rank's program has exited: the agents' exits end the attempt, no hang
+            self.since = max(self.built, *(t["last_advance"] for t in live))
             if now - self.since < self.timeout:
                 return None
             self.requested = now
