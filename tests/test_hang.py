@@ -193,12 +193,15 @@ def test_local_program_without_heartbeat_silent_phase_is_not_a_hang_but_a_stop_i
 
 
 def test_local_without_a_hang_completes_under_a_timeout(workdir):
-    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--hang-timeout", "5",
-                   "--env", "TEST_STEPS=10", "--run-dir", "runs/ok", "--", "hang_worker.py", timeout=120)
+    """60 steps of 0.2 s (longer than the timeout: a monitor that missed the advances would call a hang) under the
+    same 10 s timeout as the other rows: a rank's exit after its last step (no heartbeat then) takes seconds
+    under the suite's load, and 5 s was not always enough (n30)."""
+    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--hang-timeout", str(TIMEOUT),
+                   "--env", "TEST_STEPS=60", "--run-dir", "runs/ok", "--", "hang_worker.py", timeout=180)
     assert p.returncode == 0, p.stderr[-2000:]
     st = read_json("runs/ok/status.json")
     assert st["state"] == "COMPLETED" and st.get("hang") is None
-    assert json.loads(Path("runs/ok/progress/rank1.json").read_text())["step"] == 9
+    assert json.loads(Path("runs/ok/progress/rank1.json").read_text())["step"] == 59
 
 
 @pytest.mark.ssh
