@@ -2,8 +2,9 @@
 COMPLETED). An http(s) URL gets the event as a JSON POST (urllib, a short timeout); anything else is a shell
 command run with the event in its environment (LAUNCH_EVENT, LAUNCH_RUN_ID, LAUNCH_RUN_DIR, LAUNCH_STATE,
 LAUNCH_REASON, LAUNCH_EVENT_JSON). RunDir.update_status (the one writer of status.json) calls on_change() once
-per change of state, whichever process recorded it (the launcher; a Slurm job's node 0 or batch side when no
-launcher waits). One sender thread per process sends the events in order, each target tried a few times with
+per change of state; only a process that armed the run dir sends (the launcher that made or resumed it, a Slurm
+job's node 0 or batch side: arm()). A reader (`launch status`, `wait`, `list`) that corrects a dead launcher's
+state records it and sends nothing: run.yaml's targets are data to it, never a command (issue 35). One sender thread per process sends the events in order, each target tried a few times with
 backoff (a process that ends waits for it at most EXIT_WAIT_S); a notification that fails never affects the
 job: it is logged to the run's launcher.log. Secret values (the job's --secret and
 secret-named variables, as far as this process has them, and anything that looks like a secret by its content:
@@ -113,6 +114,20 @@ def failure_line(ff: Mapping[str, Any]) -> str:
     how = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff.get('exit_code')}"
     why = ff.get("exception") or ff.get("reason")
     return f"{where}, {how}" + (f": {why}" if why else "")
+
+
+_armed: set[str] = set()             # the run dirs (real paths) whose events this process sends (arm())
+
+
+def arm(path: str) -> None:
+    """This process owns the run at `path` (it made or resumed it with its --notify, or is its Slurm job's own
+    node task / batch side): its state changes are sent to the targets of run.yaml. Any other process that
+    records a change (a reader correcting a dead launcher) sends nothing."""
+    _armed.add(os.path.realpath(path))
+
+
+def armed(path: str) -> bool:
+    return os.path.realpath(path) in _armed
 
 
 _remembered: set[str] = set()         # secret values of the specs this process wrote (remember())
@@ -256,6 +271,10 @@ def on_change(path: str, event: str, st: Mapping[str, Any], detail: str | None =
         record, _ = layout.load_run_yaml(path)
         targets = list(((record or {}).get("spec") or {}).get("notify") or ())
         if not targets:
+            return None
+        if not armed(path):
+            log_line(path, f"notify: {event} not sent: the launcher that owned it is gone (recorded by pid "
+                           f"{os.getpid()}, a reader: run.yaml's targets are never run by readers)")
             return None
         secrets = secret_values(record, os.environ)
         body = redact(payload(event, st, record, path, detail), secrets)

@@ -74,6 +74,7 @@ class RunDir:
     def write_new(self, spec: JobSpec, run_id: str, plan: dict[str, Any]) -> None:
         """The new run dir's layout, status.json and then run.yaml (what makes it a run dir, last)."""
         notify.remember(dict(spec.env), dict(spec.secrets))        # kept out of --notify's events
+        notify.arm(self.path)                    # this launcher's --notify: it alone sends the run's events
         for sub in ("logs", "checkpoints", "records"):
             os.makedirs(layout.own_path(self.path, sub), exist_ok=True)
         self.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None,
@@ -137,6 +138,7 @@ class RunDir:
                                      gpus_per_node=spec.gpus_per_node))
         data["spec"] = redacted_spec(spec)
         notify.remember(dict(spec.env), dict(spec.secrets))
+        notify.arm(self.path)                    # the launcher of this attempt (`launch resume`, a Slurm requeue)
         self.write_run_yaml(data)
         return attempt
 

@@ -235,6 +235,7 @@ def test_a_failing_target_is_logged_not_raised(tmp_path, monkeypatch):
     spec = {"backend": "local", "program": ["x.py"], "run_dir": str(tmp_path), "name": "r", "nodes": 1,
             "gpus_per_node": 1, "notify": ["exit 4"]}
     (tmp_path / "run.yaml").write_text(json.dumps({"run_id": "r-3", "spec": spec, "attempts": [{}]}))
+    notify.arm(str(tmp_path))               # the launcher of that run (a reader sends nothing)
     th = notify.on_change(str(tmp_path), "RUNNING", {"state": "RUNNING"})
     th.join()
     log = (tmp_path / "launcher.log").read_text()

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from ... import layout, sweep
+from ... import layout, notify, sweep
 from . import gone
 from .env import SlurmEnv
 from .node import run_node
@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     if not layout.is_run_dir(a["run_dir"]):
         return run_dir_gone(a)
+    notify.arm(a["run_dir"])            # the job's own node task / batch side: it sends the run's events
     if a["what"] == "task":
         return submitit_task(a["run_dir"], a["base_attempt"])
     if a["what"] == "run":
