@@ -210,7 +210,7 @@ def _strip_program(program: tuple[str, ...], words: tuple[str, ...]) -> tuple[st
 def cancel(path: str) -> str | None:
     """Stop the run; None once stopped. A run that already ended is left as it is (nothing written): its state
     is returned (COMPLETED, FAILED, CANCELLED: launchers.stops.ENDINGS)."""
-    from . import sweep
+    from . import sweep, trust
     if sweep.is_sweep_dir(path) and not layout.is_run_dir(path):    # a sweep: each of its runs not yet ended
         for d in sweep.member_dirs(path):
             if status(d)["state"] not in TERMINAL:
@@ -236,6 +236,9 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
     """status.json as the backend refreshes it, plus what explains it: the NCCL refusals in the rank logs, the
     latest checkpoint checked against its manifest (file sizes; with verify, their sha256 too) and, with
     ranks, per-rank progress (explain.rank_rows)."""
+    ssh = data["spec"]["backend"] == "ssh" and trust.ssh_refusal(rd.path, data["spec"].get("options") or {})
+    if why := trust.cancel_refusal(rd.path, data["run_id"], st) or ssh:
+        raise LaunchError(why)          # a copied or crafted run dir proves nothing (issue 35, docs/SECURITY.md)
     from . import explain
     rd = RunDir.open(path, read_only=True)
     data = rd.read_run_yaml()            # a run dir of a newer launchers: its status as recorded, nothing written

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
-from . import __version__, fence, firstfail, layout, notify, procs, runindex, sweep
+from . import __version__, fence, firstfail, layout, notify, procs, runindex, sweep, trust
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
@@ -228,7 +228,8 @@ class RunDir:
 
     def mark_running(self, attempt: int, **extra: Any) -> None:
         """The start of an attempt run by this process (local, SSH, in a Slurm allocation): its liveness record
-        lets `status`/`cancel` tell a live launcher from a killed one."""
+        lets `status`/`cancel` tell a live launcher from a killed one (and hold its proof: launchers.trust)."""
+        trust.hold(self.path)
         self.start_attempt(state="RUNNING", attempt=attempt, nodes={}, first_failure=None, reason=None, hang=None,
                            surviving_pids=None, stopped_by=None, launcher=procs.self_record(), **extra)
 

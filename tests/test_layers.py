@@ -20,7 +20,7 @@ LAYERS = {
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
         "launchers.nodecheck", "launchers.integrations", "launchers.restarts", "launchers.imagepull",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters",
-        "launchers.nodefacts", "launchers.clusterssh", "launchers.extcache"),
+        "launchers.nodefacts", "launchers.clusterssh", "launchers.extcache", "launchers.trust"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
         "launchers.client", "launchers.top",
