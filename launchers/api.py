@@ -46,7 +46,7 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
     plan = backend.plan(spec, run_id, attempt=0)
     spec = plan.spec          # a backend may settle the shape (ssh: hosts and slots=)
     if dry_run:
-        out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render())
+        out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render() + _test_only(plan))
         return 0
     backend.preflight(plan)
     plan, found = _gpu_preflight(backend, plan, pool_of(spec, None))
@@ -59,6 +59,14 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
     _make_nccl_dirs(spec, plan.dist_backend)
     print(f"launch: run dir {rd.path}", file=sys.stderr)
     return run_attempts(backend, spec, rd, plan, spec.max_restarts)
+
+
+def _test_only(plan) -> str:
+    """A Slurm dry-run ends with Slurm's own answer to its script (sbatch --test-only: nothing submitted)."""
+    if plan.spec.backend != "slurm":
+        return ""
+    from .backends.slurm.testonly import answer
+    return answer(plan.script)
 
 
 def _gpu_preflight(backend: Backend, plan, pool) -> tuple[Any, dict[str, Any] | None]:
@@ -123,7 +131,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     plan = plan_on(backend, spec, run_id, len(data["attempts"]), pool)
     spec = plan.spec
     if dry_run:
-        out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render())
+        out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render() + _test_only(plan))
         return 0
     backend.preflight(plan)
     plan, found = _gpu_preflight(backend, plan, pool)

@@ -113,23 +113,51 @@ def synthetic(desc: str, allowed=None) -> Topology:
     return Topology(numa=numa, cores=cores, allowed=every if allowed is None else frozenset(allowed) & every)
 
 
+TOPO_NAMES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")      # the header's names after the matrix
+_DEVICE = re.compile(r"(GPU|NIC)\d+|mlx\d_\d+")                     # a matrix column (older drivers: mlx5_0)
+
+
+def parse_topo(text: str) -> dict:
+    """`nvidia-smi topo -m` -> {"columns": matrix columns (GPU0.., NIC0.. or mlx5_0..), "paths": {row: {column:
+    path}} (X self, NV# bonded NVLinks, PIX/PXB/PHB/NODE/SYS), "affinity": {GPU: {"cpus", "numa"}}, "nic_names":
+    the NIC Legend's {NIC0: mlx5_0}}. The one reader of this output (launchers.gpuhealth.topo judges its matrix;
+    --cpu-bind reads its NUMA Affinity): the tool's tab-separated layout and a paste whose tabs became spaces (every
+    cell is one word once the header's two- and three-word names are joined); ANSI underlining is dropped.
+    ValueError: not this tool's output."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)          # some drivers underline the header, even into a pipe
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    head = next((i for i, ln in enumerate(lines) if re.match(r"\s+GPU0\b", ln)), None)
+    if head is None:
+        raise ValueError("not nvidia-smi topo -m output (no GPU0 header)")
+    header = lines[head]
+    for name in TOPO_NAMES:
+        header = header.replace(name, name.replace(" ", "\0"))
+    words = header.split()
+    cols = [w for w in words if _DEVICE.fullmatch(w)]
+    extra = [w.replace("\0", " ") for w in words[len(cols):]]
+    rows, affinity = {}, {}
+    for ln in lines[head + 1:]:
+        cells = [c.strip() for c in ln.split("\t")] if "\t" in ln else ln.split()
+        if ln.strip().startswith("Legend"):
+            break
+        if not cells or cells[0] not in cols:
+            continue
+        rows[cells[0]] = dict(zip(cols, cells[1:1 + len(cols)]))
+        named = dict(zip(extra, [c for c in cells[1 + len(cols):] if c]))
+        if cells[0].startswith("GPU") and named.get("CPU Affinity"):
+            affinity[cells[0]] = {"cpus": named["CPU Affinity"], "numa": named.get("NUMA Affinity")}
+    legend = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M))
+    return {"columns": cols, "paths": rows, "affinity": affinity, "nic_names": legend}
+
+
 def parse_gpu_numa(text: str) -> dict[int, int]:
-    """`nvidia-smi topo -m` -> {GPU index: NUMA node id} for the GPUs whose 'NUMA Affinity' is one node. Reads the
-    tool's tab-separated layout and a paste whose tabs became spaces: every row cell is one word, so the column is
-    found by counting the header's names before 'NUMA Affinity' ('CPU Affinity' is the one name with a space)."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
-    lines = text.splitlines()
-    header = next((ln for ln in lines if "NUMA Affinity" in ln), None)
-    if header is None:
+    """`nvidia-smi topo -m` -> {GPU index: NUMA node id} for the GPUs whose 'NUMA Affinity' is one node ({} for
+    output that is not the tool's, e.g. "No devices were found")."""
+    try:
+        affinity = parse_topo(text)["affinity"]
+    except ValueError:
         return {}
-    col = 1 + len(header[:header.index("NUMA Affinity")].replace("CPU Affinity", "CPU_Affinity").split())
-    out = {}
-    for ln in lines:
-        cells = ln.split()
-        m = re.fullmatch(r"GPU(\d+)", cells[0]) if cells else None
-        if m and len(cells) > col and cells[col].isdigit():
-            out[int(m.group(1))] = int(cells[col])
-    return out
+    return {int(g[3:]): int(a["numa"]) for g, a in affinity.items() if (a["numa"] or "").isdigit()}
 
 
 def check_mode(value, what: str = "--cpu-bind") -> str:

@@ -27,13 +27,18 @@ def _by_host(outputs: dict[str, str], default: str, key: str = "$(hostname)") ->
     return f'case "{key}" in\n{arms}  *) cat {shlex.quote(str(DATA / default))} ;;\nesac'
 
 
+TOPO = "topo/go-gpuallocator-issue-17-rtx4090-pcie.txt"      # 8 GPUs: GPU0-3 on NUMA node 0, GPU4-7 on node 1
+
+
 def per_host_tools(bin_dir: Path, smi_xml: str, ibstat: dict[str, str], ibstat_default: str,
-                   key: str = "$(hostname)") -> Path:
-    """nvidia-smi (-q -x: smi_xml everywhere; other arguments exit 9) and ibstat (by hostname, or by `key`:
-    "$LAUNCH_NODE_SLOT" for launch local's slots); returns bin_dir."""
+                   key: str = "$(hostname)", topo: str | None = None) -> Path:
+    """nvidia-smi (-q -x: smi_xml everywhere; topo -m: the fixture topo everywhere when given, e.g. TOPO; other
+    arguments exit 9) and ibstat (by hostname, or by `key`: "$LAUNCH_NODE_SLOT" for launch local's slots);
+    returns bin_dir."""
     bin_dir.mkdir(parents=True, exist_ok=True)
+    topo_arm = f'  "topo -m") cat {shlex.quote(str(DATA / topo))} ;;\n' if topo else ""
     _tool(bin_dir / "nvidia-smi", f'case "$*" in\n  "-q -x") cat {shlex.quote(str(DATA / smi_xml))} ;;\n'
-                                  '  *) exit 9 ;;\nesac')
+                                  f'{topo_arm}  *) exit 9 ;;\nesac')
     _tool(bin_dir / "ibstat", _by_host(ibstat, ibstat_default, key))
     return bin_dir
 

@@ -19,7 +19,8 @@ def cl(text):
 
 
 def dgx_h100(allowed=None):
-    """The 2-socket 8-GPU machine of tests/data/nvidia_smi_topo_2socket_8gpu.txt (a real paste, its source on line 1):
+    """The 2-socket 8-GPU machine of tests/data/gpu/topo/thunderkittens-issue-167-h100-2socket.txt (a real paste;
+    its source on line 1 and in tests/data/gpu/sources.md):
     CPU Affinity 0-47,96-143 (NUMA 0) and 48-95,144-191 (NUMA 1), so 48 cores a socket, two threads a core numbered
     as Linux does (core c = CPUs c and c+96)."""
     every = cl("0-191")
@@ -28,7 +29,7 @@ def dgx_h100(allowed=None):
                     allowed=frozenset(every if allowed is None else allowed))
 
 
-GPU_NUMA = parse_gpu_numa((DATA / "nvidia_smi_topo_2socket_8gpu.txt").read_text())
+GPU_NUMA = parse_gpu_numa((DATA / "gpu" / "topo" / "thunderkittens-issue-167-h100-2socket.txt").read_text())
 
 PLANS = [   # (topology, local ranks, mode, gpu_numa, expected CPU lists)
     (synthetic("core:2 pu:1"), 2, "cores", None, ["0", "1"]),
@@ -219,3 +220,51 @@ def test_a_rank_whose_binding_is_refused_exits_2_in_one_line(tmp_path):
     assert (tmp_path / "logs/node0/rank0.log").read_text().splitlines()[1] == msg
     rec = read_json(tmp_path / "status/rank0.json")
     assert rec["exit_code"] == 2 and rec["error"].startswith("--cpu-bind 'sockets'") and rec["pid"] is None
+
+
+def test_one_parser_of_nvidia_smi_topo():
+    """`nvidia-smi topo -m` has one reader (launchers.cpubind.parse_topo); the GPU health checks judge what it read."""
+    from launchers.cpubind import parse_topo
+    from launchers.gpuhealth import topo
+    assert topo.parse is parse_topo
+    read = {f.name: parse_topo(f.read_text()) for f in sorted((DATA / "gpu" / "topo").glob("*.txt"))}
+    assert len(read) == 3 and all(r["affinity"] for r in read.values())
+    assert parse_gpu_numa((DATA / "gpu" / "topo" / "nccl-issue-1617-h100-nv6.txt").read_text()) == {0: 3, 1: 1, 2: 7,
+                                                                                                    3: 5}
+    with pytest.raises(ValueError, match="no GPU0 header"):
+        parse_topo("No devices were found\n")
+
+
+def test_each_local_rank_binds_near_its_gpu():
+    """The rule --cpu-bind auto follows where the topology says: local rank i uses the i-th visible GPU and gets
+    the CPUs of that GPU's NUMA node (NVIDIA/nccl#1617's 4 H100s sit on NUMA nodes 3, 1, 7 and 5 of 8)."""
+    gpu_numa = parse_gpu_numa((DATA / "gpu" / "topo" / "nccl-issue-1617-h100-nv6.txt").read_text())
+    sets = plan(synthetic("node:8 core:2 pu:1"), 4, "auto", gpu_numa)
+    assert [format_cpulist(s) for s in sets] == ["6-7", "2-3", "14-15", "10-11"]
+
+
+def test_cpu_bind_auto_follows_each_ranks_gpu_on_a_real_run(workdir, tmp_path):
+    """launch local, 1 node x 2 ranks, --cpu-bind auto, with the stand-in nvidia-smi on PATH (topo -m: NVIDIA/
+    go-gpuallocator#17, GPU0-3 on NUMA node 0, GPU4-7 on node 1) and CUDA_VISIBLE_DEVICES=4,0: local rank 0 uses
+    GPU4, local rank 1 GPU0. This machine may have one NUMA node, so the run sees two, of one CPU each (its first
+    two allowed CPUs), through a sysfs node dir bound over /sys/devices/system/node in a mount namespace of its
+    own; each rank's CPU is then its GPU's node's -- rank 0 on node 1, rank 1 on node 0, the opposite of the block
+    rule used without the topology -- so the stand-in was read and the binding recorded."""
+    from gpu_standins import TOPO, per_host_tools
+    a, b = sorted(os.sched_getaffinity(0))[:2]
+    fake = tmp_path / "sysnode"
+    for nid, cpu in ((0, a), (1, b)):
+        (fake / f"node{nid}").mkdir(parents=True)
+        (fake / f"node{nid}" / "cpulist").write_text(f"{cpu}\n")
+    bin_dir = per_host_tools(tmp_path / "bin", "nvidia_smi/netdata-rtx-4090-driver-535.xml", {},
+                             "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt", topo=TOPO)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "4,0"}
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount --bind "$0" /sys/devices/system/node && exec "$@"', str(fake), LAUNCH, "local",
+                        "--gpus-per-node", "2", "--cpu-bind", "auto", "--dist-backend", "gloo", "--run-dir", "runs/g",
+                        "--", "affinity.py"], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert [r["cpus"] for r in affinities("runs/g")] == [[b], [a]]
+    for rank, cpu in ((0, b), (1, a)):
+        rec = read_json(f"runs/g/status/rank{rank}.json")
+        assert (rec["cpu_bind"], rec["cpus"]) == ("auto", str(cpu))

@@ -1,45 +1,16 @@
 """`nvidia-smi topo -m`: the matrix of paths between GPUs and NICs (X self, NV# a bonded set of # NVLinks,
 PIX/PXB/PHB/NODE/SYS PCIe paths from nearest to farthest), each GPU's CPU and NUMA affinity, and the NIC
 names from the "NIC Legend" when present (no fixture here has one yet: NICs are then named NIC0...).
-Columns are tab- or space-separated (both occur in real pastes)."""
+The output is read by the one parser of it, launchers.cpubind.parse_topo (--cpu-bind reads the same tool's NUMA
+Affinity); this module judges what it read."""
 from __future__ import annotations
 
-import re
-
+from ..cpubind import parse_topo as parse
 from .finding import Finding
 
+__all__ = ["PCIE", "parse", "gpus", "nics", "nearest_nic", "findings"]
+
 PCIE = ("PIX", "PXB", "PHB", "NODE", "SYS")       # nearest first
-
-
-def _cells(line: str) -> list[str]:
-    """The row's name, its matrix cells, then what follows (affinities)."""
-    if "\t" in line:
-        return [c.strip() for c in line.split("\t")]
-    return line.split()
-
-
-def parse(text: str) -> dict:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)          # some drivers underline the header, even into a pipe
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    head = next((i for i, ln in enumerate(lines) if re.match(r"\s+GPU0\b", ln)), None)
-    if head is None:
-        raise ValueError("not nvidia-smi topo -m output (no GPU0 header)")
-    header = lines[head].split("\t") if "\t" in lines[head] else re.split(r"\s{2,}", lines[head].strip())
-    cols = [c.strip() for c in header if re.fullmatch(r"(GPU|NIC|mlx5_|mlx4_)\S*", c.strip())]
-    rows, affinity = {}, {}
-    for ln in lines[head + 1:]:
-        cells = _cells(ln)
-        name = cells[0] if cells else ""
-        if name not in cols:
-            if ln.strip().startswith("Legend"):
-                break
-            continue
-        rows[name] = dict(zip(cols, cells[1:1 + len(cols)]))
-        rest = [c for c in cells[1 + len(cols):] if c]
-        if name.startswith("GPU") and rest:
-            affinity[name] = {"cpus": rest[0], "numa": rest[1] if len(rest) > 1 else None}
-    legend = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M))
-    return {"columns": cols, "paths": rows, "affinity": affinity, "nic_names": legend}
 
 
 def gpus(facts: dict) -> list[str]:
