@@ -76,9 +76,19 @@ def write_launcher(run_dir: str, spec: Any, plan: Any) -> None:
         "container_image": spec.container_image or None, "image_digests": dict(getattr(plan, "image_digests", {})),
         "command_line": command_line(sys.argv), "cwd": os.getcwd(), "backend": spec.backend,
         "nccl_env": redact(nccl, [k for k, _ in spec.secrets]), "hosts": list(plan.hosts) or local,
-        "node": old.get("node"),
+        "node": old.get("node"), **slurm_part(spec),
     }
     _write(run_dir, data)
+
+
+def slurm_part(spec: Any) -> dict[str, Any]:
+    """A Slurm run's site options as given: its sbatch options (profile sbatch_lines, then --sbatch-arg) and the
+    lines its batch script runs first (--setup / profile setup)."""
+    if spec.backend != "slurm":
+        return {}
+    o = spec.opts
+    return {"sbatch_args": [*(o.get("sbatch_lines") or ()), *(o.get("sbatch_args") or ())],
+            "setup": list(o.get("setup") or ())}
 
 
 # ------------------------------------------------------------------------------------------ rank 0's part
@@ -175,6 +185,9 @@ def format_manifest(data: dict[str, Any] | None, path: str) -> list[str]:
              f"  command line:    {dash(data.get('command_line'))}",
              f"  nccl env:        {' '.join(f'{k}={v}' for k, v in sorted((data.get('nccl_env') or {}).items())) or '-'}",
              f"  hosts:           {', '.join(data.get('hosts') or []) or '-'}"]
+    if data.get("backend") == "slurm":
+        lines += [f"  sbatch args:     {' '.join(data.get('sbatch_args') or []) or '-'}",
+                  f"  setup:           {' ; '.join(data.get('setup') or []) or '-'}"]
     node = data.get("node")
     if not node:
         return lines + ["  node:            - (rank 0 adds it once its program runs)"]

@@ -43,6 +43,8 @@ class Opt:
             return None
         if self.kind == "flag":
             return self.cli_value
+        if self.kind == "multi":
+            return list(raw) or None
         if self.kind == "list":
             return str(raw).split(",")          # an empty item stays: the option's parser refuses it
         if self.kind == "int":
@@ -148,16 +150,27 @@ BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt("account", S),
         Opt("qos", S),
         Opt("constraint", S),
-        Opt("exclusive", B, kind="flag"),
-        Opt("mem", S, "Memory per node, e.g. 64G."),
-        Opt("cpus_per_task", I, kind="int"),
+        Opt("exclusive", B, "Whole nodes: every CPU of each node (no other job shares them); no --cpus-per-task "
+            "then unless given.", kind="flag"),
+        Opt("mem", S, "Memory per node: an integer with an optional K, M, G or T suffix (e.g. 64G; 0: all of it)."),
+        Opt("mem_per_gpu", S, "Memory per GPU instead of --mem, e.g. 80G (same grammar)."),
+        Opt("cpus_per_task", I, "CPUs of each node's one task, which holds all of its ranks (default: --gpus-per-node "
+            "x --cpus-per-gpu).", kind="int"),
+        Opt("cpus_per_gpu", I, "CPUs per rank (= per GPU): the node's task asks for --gpus-per-node x this many "
+            "(default 1; a site's profile gives its number).", kind="int"),
+        Opt("sbatch_args", L, "One more sbatch option in its long form, e.g. '--gres=gpu:8' or '--reservation=maint' "
+            "(repeatable; checked against sbatch's options; added to a profile's sbatch_lines).", kind="multi",
+            flag="--sbatch-arg"),
+        Opt("setup", L, "A line the batch script runs before the nodes start, e.g. 'module load cuda' or 'source "
+            "env/bin/activate' (repeatable; profile key setup: a list).", kind="multi", flag="--setup"),
         Opt("signal_seconds", I, "USR2 this many seconds before the time limit (default 120).", kind="int"),
         Opt("max_requeues", I, "Requeues after preemption/timeout before FAILED (default 3).", kind="int"),
         Opt("wait", B, "Follow the job until it ends; exit with its result.", kind="flag"),
         Opt("after", S, "RUN_DIR|JOBID[:afterok|afterany|afternotok]: start only after that run/job ends "
             "(sbatch --dependency; default afterok).", in_profile=False),
         Opt("max_parallel", I, "With --sweep: at most this many runs of the array at once.", kind="int"),
-        Opt("sbatch_lines", L, "Extra #SBATCH lines (profile only).", flag=None),
+        Opt("sbatch_lines", L, "Extra #SBATCH lines, e.g. ['--gres=gpu:8'] (profile only; checked as --sbatch-arg).",
+            flag=None),
         Opt("job_name", S, "Slurm job name (profile only; default: the run name).", flag=None),
         Opt("cluster", S, "NAME in the clusters file ($XDG_CONFIG_HOME/launchers/clusters.yaml): submit from its "
             "login node over SSH (host keys verified, jump hosts as listed; this tree uploaded); run dirs under its "

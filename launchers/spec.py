@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import containeropts, cpubind, layout, notify, recovery, secretenv, snapshot, values
+from . import containeropts, cpubind, layout, notify, recovery, sbatchopts, secretenv, snapshot, values
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
@@ -300,7 +300,11 @@ def check_python(python: str, backend: str) -> str:
 
 
 def check_program_words(backend: str, words: list[str]) -> None:
-    """A first word like `--nodez` is a mistyped option of launch (click passes unknown options on)."""
+    """A first word like `--nodez` is a mistyped option of launch (click passes unknown options on); an sbatch
+    option given to `launch slurm` (`--gres gpu:8`, `-N 2`) is pointed at --sbatch-arg (launchers.sbatchopts)."""
+    hint = sbatchopts.misplaced(backend, words) if words and words[0] != "-m" else None
+    if hint:
+        raise LaunchError(hint)
     if words and words[0].startswith("--"):
         flags = ", ".join(sorted(f for f in cli_flags(backend) if f.startswith("--")))
         raise LaunchError(f"unknown option {brief(words[0])} of `launch {backend}`; accepted: {flags} "

@@ -38,7 +38,9 @@ def test_golden_sbatch(name):
 
 
 EQUIV = [*CASES.values(), dict(time="30"), dict(time="UNLIMITED", exclusive=True), dict(signal_seconds=45),
-         dict(sbatch_lines=("--gres=gpu:8", "--comment=a b", "--mail-user=x@y")), dict(mem="0", cpus_per_task=1)]
+         dict(sbatch_lines=("--gres=gpu:8", "--comment=a b", "--mail-user=x@y")), dict(mem="0", cpus_per_task=1),
+         dict(setup=("module load cuda", "source env/bin/activate"), sbatch_args=("--exclude=n[1-2]",),
+              mem_per_gpu="80G", cpus_per_gpu=12)]
 
 
 @pytest.mark.parametrize("options", EQUIV)
@@ -108,11 +110,15 @@ def test_parse_time_rejects(value):
 
 
 def test_sbatch_lines():
-    assert parse_sbatch_lines(["--exclusive", "#SBATCH --reservation=x", "--mail-type END"]) == \
-        {"exclusive": True, "reservation": "x", "mail_type": "END"}
-    for bad in (["-C gpu"], ["reservation=x"], ["--a=b\n--c"]):
-        with pytest.raises(LaunchError, match="sbatch_lines"):
+    """A profile's sbatch_lines and --sbatch-arg share one validator (launchers.sbatchopts): sbatch's own options;
+    what launch sets itself (--exclusive, --nodes, ...) is refused naming launch's own option."""
+    assert parse_sbatch_lines(["--contiguous", "#SBATCH --reservation=x", "--mail-type END"]) == \
+        {"contiguous": True, "reservation": "x", "mail_type": "END"}
+    for bad, needle in ((["-x n1"], "'--exclude=...'"), (["reservation=x"], "long form"),
+                        (["--a=b\n--c"], "long form"), (["--exclusive"], "give --exclusive instead")):
+        with pytest.raises(LaunchError, match="sbatch_lines") as e:
             parse_sbatch_lines(bad)
+        assert needle in str(e.value)
 
 
 def test_dry_run_without_slurm(workdir):

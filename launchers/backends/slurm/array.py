@@ -24,6 +24,7 @@ from ..base import Plan
 from .backend import SlurmBackend, SubmitFailed, submit_script
 from .nodespec import write_node_spec
 from .render import header_for, render_sbatch
+from .testonly import answer
 
 
 def array_script(first: JobSpec, sweep_dir: str, runs: int, max_parallel: int | None) -> str:
@@ -48,7 +49,7 @@ def submit_array(specs: list[JobSpec], rec: dict, max_parallel: int | None, dry_
     plans = [backend.plan(s, new_run_id(s), attempt=0) for s in specs]
     script = array_script(plans[0].spec, sweep_dir, len(plans), max_parallel)
     if dry_run:
-        out.write(render_dry_run(script, plans, rec))
+        out.write(render_dry_run(script, plans, rec) + answer(script))
         return 0
     backend.preflight(dataclasses.replace(plans[0], script=script))    # sbatch --test-only of the array
     snapshot.commit(plans[0].spec)                                     # --snapshot: every run's (one) snapshot

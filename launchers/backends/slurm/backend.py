@@ -37,7 +37,7 @@ from .after import check_parent, resolve_after
 from .env import SlurmEnv
 from .node import slurm_node_command
 from .nodespec import resolve_for_nodes, write_node_spec
-from .render import header_for, render_sbatch, slurm_options, srun_argv, step_loop
+from .render import cpu_warning, header_for, render_sbatch, slurm_options, srun_argv, step_loop
 
 MASTER_SHOWN = "<first host of the allocation, resolved to its address on that host>"
 PORT_SHOWN = "<derived from the Slurm job id>"
@@ -86,6 +86,7 @@ class SlurmBackend(Backend):
                    "attempt, an srun step (spares idle" + (f"; at least {spec.min_nodes} after a loss" if spec.min_nodes
                    else "") + "); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its host's place in "
                    "LAUNCH_STEP_HOSTS\n")
+        script += f"# {cpu_warning(spec)}\n" if cpu_warning(spec) else ""
         return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER_SHOWN, master_port=port,
                     dist_backend=dist, nodes=nodes, hosts=hosts, script=script)
 
@@ -98,6 +99,8 @@ class SlurmBackend(Backend):
         if not shutil.which("sbatch"):
             raise LaunchError("sbatch is not on PATH: Slurm is not installed here (--dry-run shows the script)")
         check_parent(plan.spec)                              # --after: the job exists and can still be waited on
+        if cpu_warning(plan.spec):
+            print(f"launch: {cpu_warning(plan.spec)}", file=sys.stderr, flush=True)
         try:             # while Slurm answers: creating the run dir needs yaml next
             p = cmd.run(["sbatch", "--test-only"], input=plan.script, timeout=60,
                         meanwhile=lambda: __import__("yaml"))

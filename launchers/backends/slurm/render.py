@@ -12,18 +12,18 @@ import re
 import shlex
 from typing import Any
 
-from ... import container, layout
-from ...errors import LaunchError
+from ... import container, layout, sbatchopts
+from ...errors import LaunchError, brief
 from ...secretenv import redact_argv, secret_keys
 from ...spec import JobSpec
 
 DEFAULT_SIGNAL_SECONDS = 120
 DEFAULT_MAX_REQUEUES = 3
+DEFAULT_CPUS_PER_GPU = 1        # CPUs per rank when neither --cpus-per-task nor --cpus-per-gpu is given (docs/SLURM.md)
 NODE_ENTRY = "launchers.backends.slurm.task"     # the node entry point (launchers.slurmnode: the old name)
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
-_MEM = re.compile(r"^\d+[KMGT]?$")
-_FLAG = re.compile(r"^--([A-Za-z][A-Za-z0-9-]*)(?:[= ](.*))?$")
+_MEM = re.compile(r"^\d+(?:[KMGTkmgt][Bb]?)?$")     # Slurm's str_to_mbytes: a number, M unless K, G or T follows
 AFTER_TYPES = ("afterok", "afterany", "afternotok")
 AFTER_ACCEPTED = "RUN_DIR|JOBID[:afterok|afterany|afternotok] (a Slurm run dir, or a job id like 1234 or 1234_5)"
 JOB_ID = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
@@ -56,20 +56,42 @@ def parse_time(value: str) -> int:
     return minutes
 
 
-def parse_sbatch_lines(lines: Any) -> dict[str, Any]:
-    """Profile `sbatch_lines` (["--reservation=x", "#SBATCH --exclusive", ...]) -> {flag: value|True}."""
-    out: dict[str, Any] = {}
+def parse_sbatch_lines(lines: Any, what: str = "slurm.sbatch_lines entry") -> dict[str, Any]:
+    """Profile `sbatch_lines` or --sbatch-arg (["--reservation=x", "#SBATCH --mail-type=END", ...]) -> {flag:
+    value|True}, each checked against sbatch's own options (launchers.sbatchopts, the one validator of both)."""
+    return {k.replace("-", "_"): v for k, v in sbatchopts.parse(lines, what).items()}
+
+
+def parse_setup(lines: Any) -> list[str]:
+    """--setup / profile `setup`: shell lines the batch script runs before the nodes start, one line each."""
+    out = []
     for line in lines or ():
-        text = str(line).strip()
-        if text.startswith("#SBATCH"):
-            text = text[len("#SBATCH"):].strip()
-        m = _FLAG.match(text)
-        if not m or "\n" in text:
-            raise LaunchError(f"slurm.sbatch_lines entry {line!r} is not accepted; use the long form, "
-                              "e.g. '--reservation=maint' or '#SBATCH --exclusive'")
-        value = m.group(2)
-        out[m.group(1).replace("-", "_")] = True if value is None else value.strip()
+        if not isinstance(line, str) or not line.strip() or any(c in line for c in "\n\r\0"):
+            raise LaunchError(f"--setup {brief(line)} is not accepted; give one non-empty line of shell, e.g. "
+                              "'module load cuda' or 'source env/bin/activate'")
+        out.append(line.strip())
     return out
+
+
+def node_cpus(spec: JobSpec) -> int | None:
+    """CPUs of each node's one task (all of its ranks): --cpus-per-task, else --gpus-per-node x --cpus-per-gpu
+    (default DEFAULT_CPUS_PER_GPU); None with --exclusive and neither given (the whole node's CPUs)."""
+    o = spec.opts
+    if o.get("cpus_per_task") is not None:
+        return int(o["cpus_per_task"])
+    if o.get("exclusive") and o.get("cpus_per_gpu") is None:
+        return None
+    return spec.gpus_per_node * int(o.get("cpus_per_gpu") or DEFAULT_CPUS_PER_GPU)
+
+
+def cpu_warning(spec: JobSpec) -> str | None:
+    """One line when the request leaves a rank less than one CPU (dry-run: `# warning: ...`; submit: stderr)."""
+    cpus = node_cpus(spec)
+    if cpus is None or cpus >= spec.gpus_per_node:
+        return None
+    return (f"warning: --cpus-per-task {cpus} leaves each of a node's {spec.gpus_per_node} ranks less than one CPU "
+            f"({cpus / spec.gpus_per_node:.2g} each); give --cpus-per-task {spec.gpus_per_node} or more, or "
+            "--cpus-per-gpu N")
 
 
 def split_after(value: str) -> tuple[str, str]:
@@ -99,7 +121,8 @@ def slurm_options(spec: JobSpec) -> dict[str, Any]:
     res: dict[str, Any] = {
         "signal_seconds": o.get("signal_seconds", DEFAULT_SIGNAL_SECONDS),
         "max_requeues": o.get("max_requeues", DEFAULT_MAX_REQUEUES),
-        "extra": parse_sbatch_lines(o.get("sbatch_lines")),
+        "extra": {**parse_sbatch_lines(o.get("sbatch_lines")), **parse_sbatch_lines(o.get("sbatch_args"), "--sbatch-arg")},
+        "setup": parse_setup(o.get("setup")),
     }
     for key in ("signal_seconds", "max_requeues"):
         v = res[key]
@@ -107,16 +130,28 @@ def slurm_options(spec: JobSpec) -> dict[str, Any]:
             raise LaunchError(f"--{key.replace('_', '-')} {v!r} is not accepted; give an integer 0-65535")
     if o.get("time") is not None:
         res["timeout_min"] = parse_time(o["time"])
-    if o.get("mem") is not None and not _MEM.match(str(o["mem"])):
-        raise LaunchError(f"--mem {o['mem']!r} is malformed; accepted: a number with an optional K, M, G or T "
-                          "suffix (e.g. 64G)")
-    if o.get("cpus_per_task") is not None and (isinstance(o["cpus_per_task"], bool) or int(o["cpus_per_task"]) < 1):
-        raise LaunchError(f"--cpus-per-task {o['cpus_per_task']!r} is not accepted; give an integer >= 1")
+    check_resources(o)
     for key in ("partition", "account", "qos", "constraint", "job_name"):
         v = o.get(key)
         if v is not None and (not str(v).strip() or any(c in str(v) for c in "\n\r")):
             raise LaunchError(f"--{key.replace('_', '-')} {v!r} is not accepted; give a non-empty single-line value")
     return res
+
+
+def check_resources(o: dict[str, Any]) -> None:
+    """--mem/--mem-per-gpu in Slurm's grammar (one of them), --cpus-per-task/--cpus-per-gpu >= 1 (one of them)."""
+    for key in ("mem", "mem_per_gpu"):
+        if o.get(key) is not None and not _MEM.match(str(o[key])):
+            raise LaunchError(f"--{key.replace('_', '-')} {str(o[key])!r} is malformed; accepted: an integer with an "
+                              "optional K, M, G or T suffix (M when none; e.g. 64G, 0 for all of the node's memory)")
+    for key in ("cpus_per_task", "cpus_per_gpu"):
+        v = o.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100000):
+            raise LaunchError(f"--{key.replace('_', '-')} {v!r} is not accepted; give an integer from 1 to 100000")
+    for a, b in (("mem", "mem_per_gpu"), ("cpus_per_task", "cpus_per_gpu")):
+        if o.get(a) is not None and o.get(b) is not None:
+            raise LaunchError(f"--{a.replace('_', '-')} {o[a]} and --{b.replace('_', '-')} {o[b]} are given "
+                              "together; accepted: one of the two")
 
 
 # ------------------------------------------------------------------------------------------ rendering
@@ -138,9 +173,11 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     # which a profile gives through sbatch_lines (then --gpus-per-node is left out).
     if "gres" not in extra:
         params["gpus_per_node"] = spec.gpus_per_node
-    for key in ("partition", "account", "qos", "constraint", "mem", "cpus_per_task"):
+    for key in ("partition", "account", "qos", "constraint", "mem", "mem_per_gpu"):
         if o.get(key) is not None:
             params[key] = o[key]
+    if node_cpus(spec) is not None:               # the node's one task holds every rank: their CPUs (docs/SLURM.md)
+        params["cpus_per_task"] = node_cpus(spec)
     if o.get("exclusive"):
         params["exclusive"] = True
     # without --time submitit would write its own default (5 minutes): leave the cluster's default instead
@@ -152,6 +189,7 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
         extra["dependency"] = dependency(spec)
     params["additional_parameters"] = extra
     params["srun_args"] = srun_binding(spec) + step_container(spec)
+    params["setup"] = so["setup"] or None         # submitit's `setup`: lines before the command
     return params
 
 
@@ -231,6 +269,7 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
     signal_delay_s = params.pop("signal_delay_s")
     extra = params.pop("additional_parameters")
     srun_args = params.pop("srun_args")
+    setup = params.pop("setup", None)
     stdout = step_log(spec)
     if array:
         params["array"] = f"0-{array[0] - 1}%{min(array)}"
@@ -241,7 +280,8 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
     params.update(extra)
     srun = " ".join(shlex.quote(w) for w in ("srun", "--unbuffered", "--output", stdout, *srun_args))
     head = ["#!/bin/bash", *[f"# {line}" if line else "#" for line in header.splitlines()], "", "# Parameters",
-            *[sbatch_flag(k, params[k]) for k in sorted(params)], "", "# command", "export SUBMITIT_EXECUTOR=slurm"]
+            *[sbatch_flag(k, params[k]) for k in sorted(params)], *(["", "# setup", *setup] if setup else []),
+            "", "# command", "export SUBMITIT_EXECUTOR=slurm"]
     if step_loop(spec) and not array:         # each attempt a step on the pool's nodes, recorded by the loop
         return "\n".join([*head, steps_command(spec.python, spec.run_dir, base_attempt)]) + "\n"
     lines = [*head, f"{srun} {node_task_command(container.step_python(spec), spec.run_dir, base_attempt, bool(array))}",
