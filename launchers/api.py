@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from . import layout, nodeledger, timeline
+from . import layout, nodebackend, nodeledger, timeline
 from .stops import exit_code
 from .errors import LaunchError, RunDirGone
 from .firstfail import describe as describe_failure
@@ -262,6 +262,8 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
               nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),
               snapshot=spec.get("snapshot_dir") or None, node_ledger=nodeledger.read(rd.path))
     st["recovery"] = timeline.restarts(rd.path, st.get("recovery"), data, st["node_ledger"])   # issue 23
+    if spec.get("dist_backend") == nodebackend.AUTO:       # decided on each node (issue 33)
+        st["dist_backend"] = nodebackend.summary(rd.path, st.get("attempt", 0), spec["nodes"])
     st["building"] = explain.building(rd, spec, st.get("attempt", 0)) if st["state"] == "RUNNING" else []
     if ranks:
         st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0), hang=st.get("hang"))
@@ -283,6 +285,8 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append("nodes:      " + ("  ".join(f"node{k}={v}" for k, v in sorted(nodes.items(), key=lambda kv:
                                                                                   int(kv[0]))) or ledger.pop(0)))
         lines += ["            " + line for line in ledger]
+    lines += [("dist:       " if i == 0 else "            ") + line
+              for i, line in enumerate(nodebackend.lines(st.get("dist_backend")))]
     if st.get("first_failure"):
         lines.append(f"first failure: {describe_failure(st['first_failure'])}")
     lines += [("recovery:   " if i == 0 else "            ") + line

@@ -13,7 +13,8 @@ from typing import Any
 from .rankcause import peer_lost
 
 FAILURE_KEYS = ("node", "rank", "exit_code", "signal", "time")
-CAUSE_KEYS = ("exception", "reason")     # what a rank's wrapper found out (launchers.rankcause), kept when set
+CAUSE_KEYS = ("exception", "reason", "kind")     # what a rank's wrapper found out (launchers.rankcause; kind: a
+#                                                 typed failure, e.g. "gpus" from launchers.nodebackend), kept when set
 
 
 def of_rank(rec: dict[str, Any]) -> dict[str, Any]:

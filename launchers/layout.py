@@ -127,6 +127,7 @@ FILES = {                                   # what -> path inside the run dir ({
     "lock": "status/.lock",                 # held by every writer of status.json and the records
     "rank_record": "status/rank{rank}.json",
     "node_record": "status/node{node}.json",
+    "node_backend": "status/backend-a{attempt}-node{node}.json",  # --dist-backend auto: a node's GPUs, its answer
     "generation": "status/generation",      # the attempt the run is at: older writers are fenced (launchers.fence)
     "logs": "logs",
     "node_logs": "logs/node{node}",

@@ -153,6 +153,40 @@ def snapshot_dir(env) -> str | None:
     return d or None
 
 
+def auto_backend(env, run_dir: str, node: int, attempt: int, fd: int) -> tuple[str | None, dict]:
+    """--dist-backend auto, settled on this node before the program starts (launchers.nodebackend): the job's
+    verdict in the rank log; (None, {}) when the program may start (its LAUNCH_DIST_BACKEND set), else (why not,
+    the exit record's fields). A node that has its GPUs in a job that stops starts nothing and waits for the stop."""
+    from . import nodebackend
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(GRACE_STARTERS))
+    stop: list[int] = []
+
+    def wait(seconds: float) -> bool:
+        info = signal.sigtimedwait(GRACE_STARTERS, seconds)
+        if info is not None:
+            stop.append(info.si_signo)
+        return info is not None
+    try:
+        v = nodebackend.settle(run_dir, env, node, attempt, int(env.get("NNODES") or 1),
+                               int(env.get("LOCAL_RANK") or 0), wait)
+    except (OSError, LaunchError, ValueError) as e:
+        why = f"--dist-backend auto: node {node} cannot decide: {e}"
+        v = nodebackend.Verdict(None, why, {node: why})
+    if v.backend:
+        if env.get("RANK") == "0":               # said once, early in the launcher's stream of the logs
+            os.write(fd, f"launch: --dist-backend auto -> {v.line}\n".encode())
+        env.update(nodebackend.program_env(v.backend, run_dir))
+        return None, {}
+    if node in v.failed:                         # this node's own failure (kind gpus: the node's fault)
+        return v.failed[node], {"reason": v.failed[node], **({"kind": v.kind} if v.kind else {})}
+    if not stop:
+        os.write(fd, f"launch: --dist-backend auto: {v.line}; this node waits for the stop\n".encode())
+        wait(nodebackend.WAIT_S)
+    if stop:
+        return "not started: " + v.line, {"stopped_by": signal.Signals(stop[0]).name}
+    return v.line, {"reason": v.line}
+
+
 def node_manifest(run_dir: str, attempt: int) -> None:
     """Global rank 0, once its program runs: the node's part of manifest.json (launchers.manifest); a failure is
     one line on stderr (the agent's log), never the rank's end."""
@@ -169,6 +203,15 @@ def record(run_dir: str, rec: dict) -> None:
         RunDir(run_dir).write_rank_record(rec)
     except OSError as e:                         # a full disk: say so, keep the program's exit status
         os.write(2, f"launch rankexec: cannot write the exit record of rank {rec['rank']}: {e}\n".encode())
+
+
+def refuse(fd: int, run_dir: str, base: dict, why) -> int:
+    """The program is not started: one line in the rank log and on stderr, the exit record; the rank exits 2."""
+    line = f"launch rankexec: rank {base['rank']}: {why}\n".encode()
+    os.write(fd, line)
+    os.write(2, line)
+    record(run_dir, dict(base, time=time.time(), pid=None, error=str(why), exit_code=2, signal=None))
+    return 2
 
 
 def main(argv: list[str]) -> int:
@@ -201,13 +244,11 @@ def main(argv: list[str]) -> int:
               f"{cpus}{layout.stamp()} =====\n")
     os.write(fd, header.encode())
     start = os.lseek(fd, 0, os.SEEK_CUR)         # this attempt's part of the log begins here (O_APPEND: the end)
-    if refused is not None:                      # one line in the rank log and on stderr; the rank exits 2
-        line = f"launch rankexec: rank {rank}: {refused}\n".encode()
-        os.write(fd, line)
-        os.write(2, line)
-        record(run_dir, dict(base, time=time.time(), pid=None, cpu_bind=env.get("LAUNCH_CPU_BIND"),
-                             error=str(refused), exit_code=2, signal=None, **({"reason": why} if why else {})))
-        return 2
+    extra = {"reason": why} if why else {}
+    if refused is None and env.get("LAUNCH_DIST_BACKEND") == "auto":     # decided here, on the node
+        refused, extra = auto_backend(env, run_dir, node, attempt, fd)
+    if refused is not None:
+        return refuse(fd, run_dir, dict(base, cpu_bind=env.get("LAUNCH_CPU_BIND"), **extra), refused)
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     oom = rankcause.OomWatch()                   # the cgroup's oom_kill counter before the program runs
     pid = _spawn(argv, fd, workdir)

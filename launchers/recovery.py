@@ -36,8 +36,9 @@ KINDS: dict[str, tuple[bool, str]] = {
     "lost": (True, "lost (host gone or silent)"),
     "hang": (True, "hung"),
     "gpu": (True, "failed the GPU check"),      # a hardware fault the check will find again: quarantined at once
+    "gpus": (True, "lacks the GPUs its ranks need"),    # --dist-backend auto found it short (launchers.nodebackend)
 }
-AT_ONCE = ("gpu",)                     # kinds that quarantine their slot at the first strike
+AT_ONCE = ("gpu", "gpus")                     # kinds that quarantine their slot at the first strike
 
 
 def options(backend: str, pick: Callable[..., Any], said: Callable[[str], str]) -> dict[str, Any]:
@@ -125,6 +126,8 @@ class Decision:
 
 def kind_of(ff: dict[str, Any] | None) -> str:
     """A first failure (status.json) -> its kind: a hang, a lost node, a rank's own failure, or its agent."""
+    if (ff or {}).get("kind") in KINDS:          # typed where it was observed (launchers.nodebackend)
+        return ff["kind"]
     reason = str((ff or {}).get("reason") or "")
     for start, kind in REASON_KINDS:
         if reason.startswith(start):

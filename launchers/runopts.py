@@ -101,7 +101,7 @@ COMMON: tuple[Opt, ...] = (
         "Ctrl-C always gives SIGINT."),
     Opt("hang_timeout", (int, float), "Seconds without progress of any rank that make a hang: stacks are "
         "captured, the stalled rank named, the run stopped (default: off)."),
-    Opt("dist_backend", S, "auto (nccl on CUDA, else gloo), gloo or nccl."),
+    Opt("dist_backend", S, "auto (decided on each node: nccl where the node has GPUs, else gloo), gloo or nccl."),
     Opt("cpu_bind", S, "CPUs of each local rank, from the node's topology: auto (numa where a node has more than "
         "one NUMA node, else none), none, numa (its GPU's NUMA node), cores (whole cores of it, one set per rank)."),
     Opt("preflight", L, "Checks on every node before anything starts: gpu (the tools of `launch doctor --gpu`; "

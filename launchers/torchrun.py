@@ -53,12 +53,6 @@ class NodeCommand:
         return " ".join(shlex.quote(w) for w in words)
 
 
-def resolve_dist_backend(choice: str, cuda_available: bool) -> str:
-    if choice != "auto":
-        return choice
-    return "nccl" if cuda_available else "gloo"
-
-
 def flight_recorder(run_dir: str) -> dict[str, str]:
     """PyTorch's NCCL flight recorder, on by default with --dist-backend nccl: the last 2000 collectives per rank
     are kept in memory (cheap) and dumped into <run dir>/nccl/ when a collective times out, naming what each

@@ -60,3 +60,14 @@ def check_slot0_swapped(run_dir: Path, host: str = "") -> None:
     assert gone["failure"].startswith(f"--preflight gpu: slot 0 [{host}") and gone["failure"].endswith(
         "]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"), gone
     assert [(d["action"], d["person"]) for d in led["decisions"]] == [("replace", "no")]
+
+
+def python_with_gpus(path: Path, bin_dir: Path, nodes: str = "*", key: str = "NODE_RANK",
+                     python: str = sys.executable) -> str:
+    """A --python for the nodes with the stand-ins on PATH only on the nodes whose NODE_RANK matches the shell
+    pattern `nodes` ("*": every node; "0": node 0 only -- the others then have no nvidia-smi at all), whatever
+    host or slot runs them (key="LAUNCH_NODE_SLOT": by the node's slot of the pool): `--dist-backend auto` decided
+    on each node (launchers.nodebackend)."""
+    _tool(path, f'case "${{{key}:-}}" in\n  {nodes}) PATH={shlex.quote(str(bin_dir))}:"$PATH"; export PATH ;;\n'
+                f'esac\nexec {shlex.quote(python)} "$@"')
+    return str(path)

@@ -286,8 +286,8 @@ def test_preflight_gpu_bad_node_with_a_spare_is_quarantined_and_the_spare_runs(w
     py = python_with_tools(workdir / "py-gpu", bin_dir)
     Path("p.yaml").write_text('slurm:\n  sbatch_lines: ["--nodelist=lnode[1-3]"]\n')
     p = run_launch("slurm", "--profile", "p.yaml", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1",
-                   "--time", "10", "--python", py, "--preflight", "gpu", "--run-dir", "runs/g", "--wait", "--",
-                   "report.py", timeout=600)
+                   "--time", "10", "--python", py, "--preflight", "gpu", "--dist-backend", "gloo",   # stand-in GPUs
+                   "--run-dir", "runs/g", "--wait", "--", "report.py", timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     run = yaml.safe_load(Path("runs/g/run.yaml").read_text())
     assert [a["hosts"] for a in run["attempts"]] == [["lnode2", "lnode3"], ["lnode2", "lnode1"]], run["attempts"]

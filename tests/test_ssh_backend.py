@@ -89,15 +89,15 @@ def test_4_hosts_world_node_ranks_allreduce_verbatim_args(workdir):
 DRY_GOLDEN = """# torch extensions: {CWD}/runs/.torch_extensions/KEY (shared by every node and run; made at submit)
 # run dir: {CWD}/runs/dry
 # run id:  RUNID  attempt 0
-# world:   2 nodes x 3 processes = 6 (gloo)
+# world:   2 nodes x 3 processes = 6; auto: decided on each node (nccl where the node has GPUs, else gloo)
 # master:  10.9.9.1:23456 (probed at launch)
 # cpu-bind auto: decided on each node from its topology (launchers.cpubind)
 
 # node 0 on root@gpu1 (10.9.9.1:22):
-cd {CWD} 2>/dev/null; exec env OMP_NUM_THREADS=1 TORCH_EXTENSIONS_DIR={CWD}/runs/.torch_extensions/KEY LAUNCH_TORCH_EXTENSIONS_DIR={CWD}/runs/.torch_extensions/KEY 'TEST_X=a b' 'TEST_SECRET_KEY=***' MASTER_ADDR=10.9.9.1 MASTER_PORT=23456 NODE_RANK=0 NNODES=2 LAUNCH_NODE_SLOT=0 LAUNCH_RUN_DIR={CWD}/runs/dry LAUNCH_RUN_ID=RUNID LAUNCH_CHECKPOINT_DIR={CWD}/runs/dry/checkpoints LAUNCH_ATTEMPT=0 LAUNCH_DIST_BACKEND=gloo PYTHONUNBUFFERED=1 LAUNCH_STOP_GRACE=30 PET_SHUTDOWN_TIMEOUT=40 LAUNCH_STOP_SIGNAL=SIGTERM LAUNCH_CPU_BIND=auto {PY} -m launchers.remote run --node 0 --pid-file /tmp/.launch-RUNID-node0.pid --env-file /tmp/.launch-RUNID-a0-node0.env -- {PY} -m torch.distributed.run --nnodes 2 --nproc-per-node 3 --node-rank 0 --master-addr 10.9.9.1 --master-port 23456 --max-restarts 0 --monitor-interval 0.1 --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 -m launchers.rankexec -- {CWD}/report.py '$(x)'
+cd {CWD} 2>/dev/null; exec env OMP_NUM_THREADS=1 TORCH_EXTENSIONS_DIR={CWD}/runs/.torch_extensions/KEY LAUNCH_TORCH_EXTENSIONS_DIR={CWD}/runs/.torch_extensions/KEY 'TEST_X=a b' 'TEST_SECRET_KEY=***' MASTER_ADDR=10.9.9.1 MASTER_PORT=23456 NODE_RANK=0 NNODES=2 LAUNCH_NODE_SLOT=0 LAUNCH_RUN_DIR={CWD}/runs/dry LAUNCH_RUN_ID=RUNID LAUNCH_CHECKPOINT_DIR={CWD}/runs/dry/checkpoints LAUNCH_ATTEMPT=0 LAUNCH_DIST_BACKEND=auto PYTHONUNBUFFERED=1 LAUNCH_STOP_GRACE=30 PET_SHUTDOWN_TIMEOUT=40 LAUNCH_STOP_SIGNAL=SIGTERM LAUNCH_CPU_BIND=auto {PY} -m launchers.remote run --node 0 --pid-file /tmp/.launch-RUNID-node0.pid --env-file /tmp/.launch-RUNID-a0-node0.env -- {PY} -m torch.distributed.run --nnodes 2 --nproc-per-node 3 --node-rank 0 --master-addr 10.9.9.1 --master-port 23456 --max-restarts 0 --monitor-interval 0.1 --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 -m launchers.rankexec -- {CWD}/report.py '$(x)'
 
 # node 1 on bob@gpu2:2200:
-cd {CWD} 2>/dev/null; exec env OMP_NUM_THREADS=1 TORCH_EXTENSIONS_DIR={CWD}/runs/.torch_extensions/KEY LAUNCH_TORCH_EXTENSIONS_DIR={CWD}/runs/.torch_extensions/KEY 'TEST_X=a b' 'TEST_SECRET_KEY=***' MASTER_ADDR=10.9.9.1 MASTER_PORT=23456 NODE_RANK=1 NNODES=2 LAUNCH_NODE_SLOT=1 LAUNCH_RUN_DIR={CWD}/runs/dry LAUNCH_RUN_ID=RUNID LAUNCH_CHECKPOINT_DIR={CWD}/runs/dry/checkpoints LAUNCH_ATTEMPT=0 LAUNCH_DIST_BACKEND=gloo PYTHONUNBUFFERED=1 LAUNCH_STOP_GRACE=30 PET_SHUTDOWN_TIMEOUT=40 LAUNCH_STOP_SIGNAL=SIGTERM LAUNCH_CPU_BIND=auto {PY} -m launchers.remote run --node 1 --pid-file /tmp/.launch-RUNID-node1.pid --env-file /tmp/.launch-RUNID-a0-node1.env -- {PY} -m torch.distributed.run --nnodes 2 --nproc-per-node 3 --node-rank 1 --master-addr 10.9.9.1 --master-port 23456 --max-restarts 0 --monitor-interval 0.1 --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 -m launchers.rankexec -- {CWD}/report.py '$(x)'
+cd {CWD} 2>/dev/null; exec env OMP_NUM_THREADS=1 TORCH_EXTENSIONS_DIR={CWD}/runs/.torch_extensions/KEY LAUNCH_TORCH_EXTENSIONS_DIR={CWD}/runs/.torch_extensions/KEY 'TEST_X=a b' 'TEST_SECRET_KEY=***' MASTER_ADDR=10.9.9.1 MASTER_PORT=23456 NODE_RANK=1 NNODES=2 LAUNCH_NODE_SLOT=1 LAUNCH_RUN_DIR={CWD}/runs/dry LAUNCH_RUN_ID=RUNID LAUNCH_CHECKPOINT_DIR={CWD}/runs/dry/checkpoints LAUNCH_ATTEMPT=0 LAUNCH_DIST_BACKEND=auto PYTHONUNBUFFERED=1 LAUNCH_STOP_GRACE=30 PET_SHUTDOWN_TIMEOUT=40 LAUNCH_STOP_SIGNAL=SIGTERM LAUNCH_CPU_BIND=auto {PY} -m launchers.remote run --node 1 --pid-file /tmp/.launch-RUNID-node1.pid --env-file /tmp/.launch-RUNID-a0-node1.env -- {PY} -m torch.distributed.run --nnodes 2 --nproc-per-node 3 --node-rank 1 --master-addr 10.9.9.1 --master-port 23456 --max-restarts 0 --monitor-interval 0.1 --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 -m launchers.rankexec -- {CWD}/report.py '$(x)'
 """
 
 
@@ -205,7 +205,8 @@ def test_preflight_gpu_with_a_spare_swaps_the_bad_host_of_node_0(workdir):
                              "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
     py = python_with_tools(workdir / "py-gpu", bin_dir)
     p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--nodes", "2", "--spares", "1", *OPTS,
-                   "--python", py, "--preflight", "gpu", "--run-dir", "runs/g", "--", "report.py")
+                   "--python", py, "--preflight", "gpu", "--dist-backend", "gloo",    # the stand-in GPUs are not real
+                   "--run-dir", "runs/g", "--", "report.py")
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert read_json("runs/g/status.json")["state"] == "COMPLETED"
     run = yaml.safe_load(Path("runs/g/run.yaml").read_text())

@@ -6,7 +6,6 @@ line (launchers.torchrun does) nor lays out a directory (launchers.rundir does).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,7 +21,8 @@ from ..cpubind import describe
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
 from ..stops import decide
-from ..torchrun import NodeCommand, node_command, resolve_dist_backend
+from ..nodebackend import AUTO, PLANNED
+from ..torchrun import NodeCommand, node_command
 
 
 @dataclass
@@ -43,8 +43,7 @@ class Plan:
     def render(self) -> str:
         """Exactly what would run: the script (if any) and each node's command."""
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
-               f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
-               f" ({self.dist_backend})"]
+               self.world_line()]
         out += self.spares_lines() + self.cpu_bind_lines()
         if self.script is not None:
             out += ["", "# ---- sbatch script ----", self.script.rstrip("\n"), "# ---- end of sbatch script ----"]
@@ -53,6 +52,12 @@ class Plan:
             where += f" (slot {self.slots[nc.node_rank]})" if self.slots else ""
             out += ["", f"# node {nc.node_rank}{where}:", nc.shell()]
         return "\n".join(out) + "\n"
+
+    def world_line(self) -> str:
+        """The job's shape and distributed backend (auto: decided on each node, launchers.nodebackend)."""
+        spec = self.spec
+        return (f"# world:   {spec.nodes} nodes x {spec.gpus_per_node} processes = {spec.world_size}"
+                + (f"; {PLANNED}" if self.dist_backend == AUTO else f" ({self.dist_backend})"))
 
     def spares_lines(self) -> list[str]:
         """--spares: how many, when a node is quarantined, the restart budget; --nodes MIN:MAX: the range
@@ -153,15 +158,6 @@ def remove_containers(spec: JobSpec, run_id: str, nodes) -> None:
                 subprocess.run(argv, capture_output=True, timeout=60)
             except (OSError, subprocess.TimeoutExpired) as e:
                 print(f"launch: node {k}: {' '.join(argv)} failed: {e}", file=sys.stderr, flush=True)
-
-
-def cuda_here() -> bool:
-    """CUDA without importing torch: a driver device node and nvidia-smi."""
-    return os.path.exists("/dev/nvidiactl") and shutil.which("nvidia-smi") is not None
-
-
-def dist_backend_for(spec: JobSpec) -> str:
-    return resolve_dist_backend(spec.dist_backend, cuda_here())
 
 
 class Interrupts:

@@ -21,7 +21,7 @@ from ..rundir import TERMINAL, RunDir, exit_fields
 from ..spec import JobSpec
 from ..stops import decide, wait_s
 from ..torchrun import node_environ
-from .base import Backend, Interrupts, Plan, dist_backend_for, node_commands, node_exit, remove_containers
+from .base import Backend, Interrupts, Plan, node_commands, node_exit, remove_containers
 
 MASTER = "127.0.0.1"
 PAUSED_S = 10.0    # a node whose agent is stopped this long while another's runs is lost (as an SSH host silent
@@ -36,7 +36,7 @@ class LocalBackend(Backend):
         """slots: the simulated node each node rank runs on (default 0..nodes-1; --spares: the pool's active
         slots, launchers.recovery); the rendezvous is node 0's, here 127.0.0.1 whichever slot that is."""
         port = choose_port(run_id, spec.master_port, MASTER)
-        dist = dist_backend_for(spec)
+        dist = spec.dist_backend
         slots = list(slots) if slots is not None else list(range(spec.nodes))
         # every node runs here: one plan for all their ranks (LAUNCH_CPU_BIND_SLOT gives each node its slots)
         sets = node_plan(spec.cpu_bind, spec.world_size, os.environ) if spec.cpu_bind != "none" else []

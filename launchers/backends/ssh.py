@@ -35,7 +35,7 @@ from ..spec import JobSpec, redact_env
 from ..sshconn import Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, put_private
 from ..stops import Stop, decide, wait_s
 from . import sshcheck
-from .base import Backend, Interrupts, Plan, dist_backend_for, node_code_fields, node_commands
+from .base import Backend, Interrupts, Plan, node_code_fields, node_commands
 
 STAGING_ROOT = "/tmp/launch-staging"
 
@@ -67,8 +67,7 @@ class SSHPlan(Plan):
 
     def render(self) -> str:
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
-               f"# world:   {self.spec.nodes} nodes x {self.spec.gpus_per_node} processes = {self.spec.world_size}"
-               f" ({self.dist_backend})", f"# master:  {self.master_addr}:{self.master_port} (probed at launch)",
+               self.world_line(), f"# master:  {self.master_addr}:{self.master_port} (probed at launch)",
                *self.spares_lines(), *self.cpu_bind_lines()]
         if self.staged:
             out.append(f"# storage: not shared; hosts write {self.node_dir}, collected into the run dir over SFTP")
@@ -125,7 +124,7 @@ class SSHBackend(Backend):
                               "there); it is not accepted with --no-shared-storage")
         if opts.get("shared_storage") is False:
             node_dir = os.path.join(opts.get("staging_dir") or STAGING_ROOT, run_id)
-        master, port, dist = rhosts[0].hostname, spec.master_port or ports.derive_port(run_id), dist_backend_for(spec)
+        master, port, dist = rhosts[0].hostname, spec.master_port or ports.derive_port(run_id), spec.dist_backend
         return SSHPlan(spec=spec, run_id=run_id, attempt=attempt, master_addr=master, master_port=port,
                        dist_backend=dist, hosts=[h.entry.word for h in rhosts],
                        nodes=self._commands(spec, node_dir, run_id, attempt, master, port, dist, slots),

@@ -64,7 +64,8 @@ def bad_lines(runs: list[NodeRun], gpus_per_node: int | None, out=sys.stderr) ->
 
 
 def _gpus(spec, plan) -> int | None:
-    return spec.gpus_per_node if plan.dist_backend != "gloo" else None      # the GPU count matters with nccl
+    return spec.gpus_per_node if plan.dist_backend == "nccl" else None      # the GPU count matters with nccl
+    #                                        (auto: each node counts its own GPUs before the program, nodebackend)
 
 
 def check(spec, plan) -> None:

@@ -204,7 +204,7 @@ class NodeRun:
             raise NodeError(f"the allocation has {len(hosts)} nodes ({self.env.nodelist}), "
                             f"the job needs {self.ns.spec.nodes}")
         if "gpu" in self.ns.spec.preflight:      # every node's verdict before any rendezvous (slurm.gpugate)
-            gpus = self.ns.spec.gpus_per_node if self.ns.dist_backend != "gloo" else None
+            gpus = self.ns.spec.gpus_per_node if self.ns.dist_backend == "nccl" else None    # auto: nodebackend
             check_node(self.rd.path, {"job": self.env.job_id, "step": self.env.step_id, "restart": self.restart,
                                       "node": self.node}, self.ns.spec.nodes, gpus, self.stopped)
         addr, port = self.rendezvous(hosts)

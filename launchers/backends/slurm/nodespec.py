@@ -23,10 +23,9 @@ class NodeSpec:
 
 def resolve_for_nodes(spec: JobSpec) -> dict[str, Any]:
     """The launcher's resolution of what the nodes would otherwise re-derive."""
-    from ..base import dist_backend_for
     from .render import allocation_env, slurm_options
     so = slurm_options(spec)
-    return {"dist_backend": dist_backend_for(spec), "agent_env": allocation_env(so["signal_seconds"]),
+    return {"dist_backend": spec.dist_backend, "agent_env": allocation_env(so["signal_seconds"]),
             "max_requeues": so["max_requeues"]}
 
 

@@ -1,0 +1,172 @@
+"""`--dist-backend auto`, decided where the ranks run (issue 33), never on the submitting machine (a login node
+without a GPU would make every node of a GPU job train on CPUs with gloo, in silence).
+
+The node command carries LAUNCH_DIST_BACKEND=auto; on each node the rank wrapper (launchers.rankexec) settles it
+before the program starts: local rank 0 counts the GPUs the node's ranks can use (the driver's own tool,
+`nvidia-smi -q -x`, narrowed by CUDA_VISIBLE_DEVICES as Slurm's GPU binding sets it) and records the node's answer
+(status/backend-a<attempt>-node<K>.json); every rank then waits for every node's record and applies one pure rule
+(decide()), so all nodes reach the same verdict:
+  - no node has a GPU: gloo, said in one line (`no GPU on any node: gloo on CPU`);
+  - every node has a GPU for each of its ranks: nccl;
+  - else the job stops before training: a node short of GPUs while another has them fails with one line naming
+    it and what it has (kind `gpu`: with --spares it is quarantined and a spare takes its place); the nodes that
+    have their GPUs start nothing and wait for the stop. Every node short: each fails (not one node's fault).
+Stdlib only (and the pure nvidia-smi parser); the submitting side reads the records (lines()).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import layout
+from .gpuhealth.smi import parse as parse_smi
+
+AUTO = "auto"
+PLANNED = "auto: decided on each node (nccl where the node has GPUs, else gloo)"    # what a dry-run says
+NO_GPU = "no GPU on any node: gloo on CPU"
+SMI_TIMEOUT_S = 20.0          # a driver that does not answer in this long: the node has no usable GPU
+WAIT_S = 120.0                # how long a rank waits for every node's record (torchrun's rendezvous came first)
+
+
+def usable_gpus(env: dict[str, str] | os._Environ, timeout: float = SMI_TIMEOUT_S) -> tuple[int, str]:
+    """(how many GPUs this node's ranks can use, why): the GPUs `nvidia-smi -q -x` lists (none when the tool is
+    missing, fails or hangs), narrowed by CUDA_VISIBLE_DEVICES when it is set."""
+    exe = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if not exe:
+        return 0, "no nvidia-smi on PATH"
+    try:
+        p = subprocess.run([exe, "-q", "-x"], capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL, errors="replace")
+    except subprocess.TimeoutExpired:
+        return 0, f"nvidia-smi gave no answer in {timeout:g} s"
+    except OSError as e:
+        return 0, f"nvidia-smi could not run: {e.strerror or e}"
+    if p.returncode != 0:
+        said = (p.stderr.strip() or p.stdout.strip()).splitlines()
+        return 0, f"nvidia-smi exit code {p.returncode}" + (f": {said[0][:160]}" if said else "")
+    try:
+        listed = len(parse_smi(p.stdout)["gpus"])
+    except ValueError as e:
+        return 0, f"nvidia-smi: {e}"[:200]
+    return visible(env.get("CUDA_VISIBLE_DEVICES"), listed)
+
+
+def visible(cvd: str | None, listed: int) -> tuple[int, str]:
+    """The GPUs of `listed` that CUDA_VISIBLE_DEVICES leaves (CUDA's rule: entries up to the first invalid one;
+    an index must exist, a GPU-/MIG- UUID is taken as one device); unset: all of them."""
+    said = f"nvidia-smi lists {listed}"
+    if cvd is None:
+        return listed, said
+    n = 0
+    for word in (w.strip() for w in cvd.split(",")):
+        if word.isdigit() and int(word) < listed or word.startswith(("GPU-", "MIG-")) and listed:
+            n += 1
+        else:
+            break
+    return min(n, listed), f"{said}, CUDA_VISIBLE_DEVICES={cvd!r} leaves {min(n, listed)}"
+
+
+def record(run_dir: str, env, node: int, attempt: int) -> dict[str, Any]:
+    """Local rank 0: this node's answer, written for every rank of the job (atomic)."""
+    gpus, why = usable_gpus(env)
+    rec = {"node": node, "host": socket.gethostname(), "attempt": attempt, "gpus": gpus,
+           "ranks": int(env.get("LOCAL_WORLD_SIZE") or 1), "backend": "nccl" if gpus else "gloo", "why": why,
+           "time": time.time()}
+    layout.atomic_write(layout.own_path(run_dir, "node_backend", attempt=attempt, node=node), json.dumps(rec))
+    return rec
+
+
+def collect(run_dir: str, attempt: int, nodes: int) -> dict[int, dict[str, Any]]:
+    """Every node's record of this attempt that is there now (a record not whole yet is not there)."""
+    got = {}
+    for k in range(nodes):
+        rec = layout.read_json(layout.path(run_dir, "node_backend", attempt=attempt, node=k))
+        if isinstance(rec, dict) and isinstance(rec.get("gpus"), int):
+            got[k] = rec
+    return got
+
+
+@dataclass(frozen=True)
+class Verdict:
+    backend: str | None                 # gloo | nccl, None: the job stops
+    line: str                           # one line, said by every rank and by `launch status`
+    failed: dict[int, str] = field(default_factory=dict)     # node -> why it fails (the job stops)
+    kind: str | None = None             # "gpus": the failing nodes' own fault (recovery quarantines them)
+
+
+def _name(rec: dict[str, Any]) -> str:
+    return f"node {rec['node']} ({rec.get('host')})"
+
+
+def decide(recs: dict[int, dict[str, Any]]) -> Verdict:
+    """Every node's record -> the job's verdict, the same on every node (pure)."""
+    if not any(r["gpus"] for r in recs.values()):
+        return Verdict("gloo", NO_GPU)
+    short = {k: r for k, r in recs.items() if r["gpus"] < r.get("ranks", 1)}
+    if not short:
+        counts = sorted({r["gpus"] for r in recs.values()})
+        return Verdict("nccl", f"nccl: every node has its GPUs ({'/'.join(map(str, counts))} per node)")
+    full = [r for k, r in sorted(recs.items()) if k not in short]
+    peer = f" while {_name(full[0])} has {full[0]['gpus']}" if full else " (so has every node)"
+    failed = {k: f"{_name(r)} has {r['gpus']} usable GPU(s) for {r.get('ranks', 1)} rank(s) ({r['why']}){peer}; "
+                 "accepted with --dist-backend auto: every node with a GPU per rank, or none (gloo)"
+              for k, r in sorted(short.items())}
+    more = f" (and {len(failed) - 1} more node(s))" if len(failed) > 1 else ""
+    return Verdict(None, f"the job stops before training: {failed[min(failed)]}{more}", failed,
+                   "gpus" if full else None)
+
+
+def settle(run_dir: str, env, node: int, attempt: int, nodes: int, local_rank: int, wait, timeout: float = WAIT_S
+           ) -> Verdict:
+    """A rank's part: local rank 0 records its node; every rank waits for all `nodes` records (wait(s): sleeps up
+    to s seconds, returns True when a stop came meanwhile -- then the verdict is None with line "stopped") and
+    decides."""
+    if local_rank == 0:
+        record(run_dir, env, node, attempt)
+    deadline = time.monotonic() + timeout
+    while True:
+        recs = collect(run_dir, attempt, nodes)
+        if len(recs) == nodes:
+            return decide(recs)
+        if time.monotonic() >= deadline:
+            missing = ", ".join(str(k) for k in range(nodes) if k not in recs)
+            return Verdict(None, f"--dist-backend auto: no answer from node(s) {missing} within {timeout:g} s",
+                           {node: "no answer"})
+        if wait(0.1):
+            return Verdict(None, "stopped")
+
+
+def summary(run_dir: str, attempt: int, nodes: int) -> dict[str, Any] | None:
+    """`launch status` (--json too): what each node of the attempt recorded for --dist-backend auto and the job's
+    verdict; None before any node has recorded."""
+    recs = collect(run_dir, attempt, nodes)
+    if not recs:
+        return None
+    v = decide(recs) if len(recs) == nodes else Verdict(None, f"waiting for {nodes - len(recs)} node(s)")
+    keep = ("node", "host", "gpus", "ranks", "backend", "why")
+    return {"backend": v.backend, "verdict": v.line, "nodes": [{k: r.get(k) for k in keep} for _, r in sorted(
+        recs.items())]}
+
+
+def lines(summ: dict[str, Any] | None) -> list[str]:
+    """summary() as `launch status` says it: the verdict, then one line per node."""
+    if not summ:
+        return []
+    return [f"auto -> {summ['verdict']}"] + [f"  node {r['node']} ({r['host']}): {r['gpus']} GPU(s) for "
+                                             f"{r['ranks']} rank(s), {r['why']}" for r in summ["nodes"]]
+
+
+def program_env(backend: str, run_dir: str) -> dict[str, str]:
+    """What the program is given once the verdict is in: LAUNCH_DIST_BACKEND, and with nccl the flight recorder's
+    defaults (launchers.torchrun.flight_recorder; a value the job set wins) and its dump directory."""
+    if backend != "nccl":
+        return {"LAUNCH_DIST_BACKEND": backend}
+    from .torchrun import flight_recorder
+    os.makedirs(layout.own_path(run_dir, "nccl"), exist_ok=True)
+    return {**flight_recorder(run_dir), "LAUNCH_DIST_BACKEND": backend}
