@@ -10,7 +10,14 @@ Inside any container:
 - the agent runs with the image's interpreter (--container-python, default python3);
 - every variable of the node command (ranks, ports, LAUNCH_*, MASTER_*, NCCL_*, --env, --secret) reaches the
   program by name, never by value on a command line: podman `--env NAME` (the value from podman's own
-  environment), apptainer `APPTAINERENV_NAME` in the environment, pyxis `--container-env NAME`.
+  environment), apptainer `APPTAINERENV_NAME` in the environment, pyxis `--container-env NAME`;
+- the node's GPUs, with --dist-backend nccl and with auto (decided on each node by its rank wrapper, inside the
+  container: launchers.nodebackend, so the GPUs must be there to be found), each local rank then taking the
+  LOCAL_RANK-th visible one: podman CDI `--device nvidia.com/gpu=all` (auto: only where the node has a CDI spec
+  of NVIDIA GPUs, decided by the node's shell as the agent starts), apptainer `--nv`, pyxis and Slurm OCI
+  NVIDIA_VISIBLE_DEVICES=all (enroot's hook, nvidia-container-runtime); CUDA_VISIBLE_DEVICES (Slurm's GPU
+  binding sets it per step) passes by name where the node has it: podman `--env CUDA_VISIBLE_DEVICES`, pyxis
+  `--container-env`, apptainer and Slurm OCI the step's environment as it is.
 """
 from __future__ import annotations
 
@@ -24,6 +31,14 @@ from .torchrun import NodeCommand
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))      # this launchers package, mounted into every container
 PACKAGE_AT = "/opt/launchers"                                # ... at PACKAGE_AT/launchers (PACKAGE_AT on PYTHONPATH)
+GPU_BACKENDS = ("nccl", "auto")       # LAUNCH_DIST_BACKEND values whose container gets the node's GPUs
+CDI_GPUS = "nvidia.com/gpu=all"       # every NVIDIA GPU of the node's CDI spec (`nvidia-ctk cdi generate`)
+# podman refuses a CDI device no spec resolves ("unresolvable CDI devices"), so with auto the node's own shell adds
+# it only where a spec of NVIDIA GPUs is in podman's CDI dirs (containers.conf cdi_spec_dirs: /etc/cdi,
+# /var/run/cdi): a node without GPUs runs the same command without it (its ranks then decide gloo). The command
+# is built on the submitting side for an SSH node, so the node's shell is where this is known.
+CDI_PROBE = ('if grep -qs nvidia.com/gpu /etc/cdi/*.yaml /etc/cdi/*.json /var/run/cdi/*.yaml /var/run/cdi/*.json; '
+             f'then set -- --device {CDI_GPUS} "$@"; fi; exec podman run "$@"')
 
 
 def in_container(spec: JobSpec) -> bool:
@@ -68,15 +83,22 @@ def _podman(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, pa
     # the host's limits as read where the command is built (containeropts.host_limits; podman's own defaults,
     # 1048576, and `--ulimit host` are refused by runc where podman cannot raise a limit); --env NAME: the
     # value from podman's own environment.
-    words = ["podman", "run", "--rm", "--replace", "--runtime", "runc", "--network", "host", "--ipc", "host",
-             "--pid", "host", "--name", podman_name(run_id, nc.node_rank)]
+    # GPUs: CDI (the host ran `nvidia-ctk cdi generate`); nccl asks for them (a node without fails, as it should),
+    # auto through CDI_PROBE (sh -c SCRIPT podman ARGS: the node's shell adds them where a spec exists, then execs
+    # podman in its place: the same pid, signals and exit status); CUDA_VISIBLE_DEVICES by name (podman sets it
+    # only where the node's environment has it: Slurm's GPU binding, a user's choice).
+    backend = env.get("LAUNCH_DIST_BACKEND")
+    words = ["sh", "-c", CDI_PROBE, "podman"] if backend == "auto" else ["podman", "run"]
+    words += ["--rm", "--replace", "--runtime", "runc", "--network", "host", "--ipc", "host",
+              "--pid", "host", "--name", podman_name(run_id, nc.node_rank)]
     for name, n in limits:
         words += ["--ulimit", f"{name}={n}:{n}"]
-    if env.get("LAUNCH_DIST_BACKEND") == "nccl":       # GPUs through CDI (the host ran `nvidia-ctk cdi generate`)
-        words += ["--device", "nvidia.com/gpu=all"]
+    if backend == "nccl":
+        words += ["--device", CDI_GPUS]
     for src, dst, ro in mounts(spec, package):
         words += ["-v", f"{src}:{dst}" + (":ro" if ro else "")]
-    for name in env:
+    gpu_names = ["CUDA_VISIBLE_DEVICES"] if backend in GPU_BACKENDS and "CUDA_VISIBLE_DEVICES" not in env else []
+    for name in [*env, *gpu_names]:
         words += ["--env", name]
     return words + ["-w", spec.container_workdir, spec.container_image]
 
@@ -86,9 +108,12 @@ def _apptainer(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str,
     # apptainer exec: the host's environment passes in, but a variable the image sets wins over the host's
     # (apptainer-userdocs environment_and_metadata.rst, "Environment from the host"); APPTAINERENV_NAME wins over
     # the image ("Environment Variable Precedence"), so wrap() adds one for each variable. --nv: the host's
-    # NVIDIA driver and GPUs; the host's network, IPC and PID namespaces are shared by default.
+    # NVIDIA driver and GPUs, with nccl and auto: on a node without them apptainer says "Could not find any nv files
+    # on this host!" and goes on (apptainer-userdocs gpu.rst), so auto needs no node-side choice; the host's
+    # CUDA_VISIBLE_DEVICES passes in with the rest of its environment (no --cleanenv); the host's network, IPC and
+    # PID namespaces are shared by default.
     binds = ",".join(f"{src}:{dst}" + (":ro" if ro else "") for src, dst, ro in mounts(spec, package))
-    nv = ["--nv"] if env.get("LAUNCH_DIST_BACKEND") == "nccl" else []
+    nv = ["--nv"] if env.get("LAUNCH_DIST_BACKEND") in GPU_BACKENDS else []
     return ["apptainer", "exec", *nv, "--bind", binds, "--pwd", spec.container_workdir, spec.container_image]
 
 
@@ -140,15 +165,22 @@ def srun_args(spec: JobSpec, secret_names: tuple[str, ...] = (), package: str = 
     others (the node task wraps its agent: wrap()) and without a container."""
     if not in_container(spec) or WRAPS[spec.container_runtime] != "step":
         return []
+    gpus = spec.dist_backend != "gloo"      # nccl, or auto: decided on each node, inside (launchers.nodebackend)
     if spec.container_runtime == "oci":     # Slurm's OCI support: the bundle's config.json has the mounts, oci.conf the runtime
-        return [f"--container={spec.container_image}", f"--export=ALL,PYTHONPATH={PACKAGE_AT}"]
+        # slurmstepd gives the bundle's process the step's environment (its CUDA_VISIBLE_DEVICES included), not the
+        # image's: NVIDIA_VISIBLE_DEVICES=all is what an oci.conf runtime such as nvidia-container-runtime acts on
+        # to bring the GPUs in (runc ignores it).
+        return [f"--container={spec.container_image}",
+                f"--export=ALL,PYTHONPATH={PACKAGE_AT}" + (",NVIDIA_VISIBLE_DEVICES=all" if gpus else "")]
     # pyxis (NVIDIA/pyxis README, args.c): --container-mounts SRC:DST[:FLAGS] joined by ',' (flags by '+');
     # --container-env NAME,...: these host values win over the image's (by default an image's value wins);
     # GPUs and /dev/infiniband come through enroot's hooks (98-nvidia.sh, 99-mellanox.sh), which act on
-    # NVIDIA_VISIBLE_DEVICES / MELLANOX_VISIBLE_DEVICES: set to all unless the job runs gloo.
-    gpu = {} if spec.dist_backend == "gloo" else {"NVIDIA_VISIBLE_DEVICES": "all", "MELLANOX_VISIBLE_DEVICES": "all"}
+    # NVIDIA_VISIBLE_DEVICES / MELLANOX_VISIBLE_DEVICES: set to all unless the job runs gloo (with auto too: a
+    # node then needs enroot's nvidia-container-cli, which a GPU partition has). CUDA_VISIBLE_DEVICES, Slurm's
+    # per-step GPU binding, crosses by name (pyxis: a name the host lacks leaves the image's value, if any).
+    gpu = {"NVIDIA_VISIBLE_DEVICES": "all", "MELLANOX_VISIBLE_DEVICES": "all"} if gpus else {}
     exported = {"PYTHONPATH": PACKAGE_AT, **gpu}
-    crossing = [*exported, *sorted(set(secret_names))]
+    crossing = [*exported, *(["CUDA_VISIBLE_DEVICES"] if gpus else []), *sorted(set(secret_names))]
     return [f"--container-image={spec.container_image}",
             "--container-mounts=" + ",".join(f"{s}:{d}" + (":ro" if ro else "") for s, d, ro in mounts(spec, package)),
             f"--container-workdir={spec.container_workdir}", f"--container-name={pyxis_name(spec)}",

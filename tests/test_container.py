@@ -4,6 +4,7 @@ backend's dry-run plan wrapped, the options refused in one line, the cleanup hoo
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -95,11 +96,60 @@ def test_podman_limits_are_the_hosts_hard_limits_nproc_at_most_pid_max():
     assert "--ulimit" not in wrapped(spec("apptainer")).argv
 
 
-def test_gpu_passthrough_only_for_nccl_and_nothing_without_an_image():
-    assert "nvidia.com/gpu=all" not in wrapped(spec("podman"), dist="gloo").argv
-    assert "--nv" in wrapped(spec("apptainer")).argv and "--nv" not in wrapped(spec("apptainer"), dist="gloo").argv
+@pytest.mark.parametrize("runtime", ["podman", "apptainer"])
+def test_golden_node_command_auto(runtime):
+    """--dist-backend auto (decided on each node, inside the container): the node's GPUs go in wherever it has them
+    -- podman through its own shell's look at the node's CDI specs, apptainer's --nv."""
+    check_golden(f"{runtime}_node1_auto.sh", wrapped(spec(runtime), dist="auto").shell() + "\n")
+
+
+def env_names(argv):
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--env"]
+
+
+def test_gpus_go_into_each_runtime_with_nccl_and_auto_never_gloo():
+    """Each rank's own GPU (LOCAL_RANK-th visible) needs the node's GPUs and its CUDA_VISIBLE_DEVICES inside."""
+    nccl, auto, gloo = (wrapped(spec("podman"), dist=d).argv for d in ("nccl", "auto", "gloo"))
+    assert nccl[:2] == ("podman", "run") and nccl[nccl.index("--device") + 1] == "nvidia.com/gpu=all"
+    assert auto[:4] == ("sh", "-c", container.CDI_PROBE, "podman") and "--device" not in auto
+    assert gloo[:2] == ("podman", "run") and "--device" not in gloo
+    assert "CUDA_VISIBLE_DEVICES" in env_names(nccl) and "CUDA_VISIBLE_DEVICES" in env_names(auto)
+    assert "CUDA_VISIBLE_DEVICES" not in env_names(gloo)
+    assert [("--nv" in wrapped(spec("apptainer"), dist=d).argv) for d in ("nccl", "auto", "gloo")] == [True, True, False]
+    for dist, gpus in (("nccl", True), ("auto", True), ("gloo", False)):
+        pyxis = sbatch_parameters(spec("pyxis", backend="slurm", dist_backend=dist))["srun_args"]
+        crossing = next(a for a in pyxis if a.startswith("--container-env=")).split("=", 1)[1].split(",")
+        exported = next(a for a in pyxis if a.startswith("--export=")).split("=", 1)[1].split(",")
+        assert ("CUDA_VISIBLE_DEVICES" in crossing, "NVIDIA_VISIBLE_DEVICES=all" in exported) == (gpus, gpus)
+        assert "CUDA_VISIBLE_DEVICES" not in " ".join(exported)      # its value is the step's, never ours
+        oci = container.srun_args(spec("oci", backend="slurm", container_mounts=(), dist_backend=dist))
+        assert oci[-1] == "--export=ALL,PYTHONPATH=/opt/launchers" + (",NVIDIA_VISIBLE_DEVICES=all" if gpus else "")
     plain = node_command(spec(container_image=""), node_rank=0, master_addr="h", master_port=1, run_id="i", attempt=0)
     assert container.wrap(spec(container_image=""), plain, "i") is plain
+
+
+def test_podman_auto_asks_for_the_gpus_only_where_the_node_has_a_cdi_spec(tmp_path):
+    """The auto node command's own shell (CDI_PROBE), run as a node runs it, with a stand-in `podman` that prints
+    its arguments: without a CDI spec of NVIDIA GPUs no --device (podman would refuse an unresolvable one); with
+    one in /var/run/cdi (a tmpfs over /run in a mount namespace of the test's own), --device nvidia.com/gpu=all
+    first; either way podman runs in the shell's place (exec) with every argument as given."""
+    (tmp_path / "podman").write_text('#!/bin/sh\necho "$$ $*"\n')
+    (tmp_path / "podman").chmod(0o755)
+    argv = wrapped(spec("podman"), dist="auto").argv
+    script = ('mount -t tmpfs none /run && { [ ! -d /etc/cdi ] || mount -t tmpfs none /etc/cdi; } && '
+              'echo "$$ shell" && if [ -n "$SPEC" ]; then mkdir -p /run/cdi && echo "$SPEC" > /run/cdi/nvidia.yaml; '
+              'fi && exec "$@"')
+    outs = []
+    for spec_text in ("", "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n"):
+        env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "SPEC": spec_text}
+        p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 0, p.stderr
+        (shell_pid, _), (podman_pid, args) = (ln.split(" ", 1) for ln in p.stdout.splitlines())
+        assert podman_pid == shell_pid                      # exec: the agent's pid is podman's, as without the shell
+        outs.append(args)
+    rest = " ".join(argv[4:])
+    assert outs == [f"run {rest}", f"run --device nvidia.com/gpu=all {rest}"]
 
 
 @pytest.mark.parametrize("runtime", ["pyxis", "oci"])
@@ -136,7 +186,7 @@ def test_pyxis_flags_and_the_submitit_layout():
 def test_every_backends_dry_run_shows_the_wrapped_commands(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     local = LocalBackend().plan(spec("podman", backend="local", nodes=1, env=(), secrets=()), "r-1", 0).render()
-    assert "podman run --rm" in local and "--name r-1-node0" in local and "localhost/train:1 python3 -m torch" in local
+    assert "podman --rm" in local and "--name r-1-node0" in local and "localhost/train:1 python3 -m torch" in local
     ssh = SSHBackend().plan(spec("apptainer", options=ssh_opts(tmp_path)), "r-1", 0).render()
     assert ssh.count(" -- apptainer exec ") == 2 and ssh.count(" /images/train.sif python3 -m torch.distributed.run ") == 2
     slurm = SlurmBackend().plan(spec("pyxis", backend="slurm"), "r-1", 0).render()
@@ -145,7 +195,7 @@ def test_every_backends_dry_run_shows_the_wrapped_commands(tmp_path, monkeypatch
     assert slurm.count(" python3 -m torch.distributed.run ") == 2       # the image's interpreter runs each agent
     podman_on_slurm = SlurmBackend().plan(spec("podman", backend="slurm"), "r-1", 0).render()
     assert "--container-image" not in podman_on_slurm and "-- podman run" not in podman_on_slurm
-    assert "podman run --rm" in podman_on_slurm and "/venv/bin/python -u -m launchers" in podman_on_slurm
+    assert "podman --rm" in podman_on_slurm and "/venv/bin/python -u -m launchers" in podman_on_slurm
 
 
 def ssh_opts(tmp_path):

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
-from launchers import procs
+from launchers import container, procs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
 from common import (assert_latest_complete, convnet, kill_orphans, latest_checkpoint, metrics, orphans,  # noqa: E402
@@ -67,7 +67,9 @@ def test_podman_1x2_runs_inside_the_container_and_leaves_nothing(workdir):
     assert [(r["rank"], r["world"], r["sum"]) for r in reps] == [(0, 2, 3.0), (1, 2, 3.0)]
     ours = os.readlink("/proc/self/ns/mnt")
     assert all(r["container"] and r["mnt_ns"] != ours for r in reps), reps       # each rank is inside
-    assert "podman run --rm" in Path("runs/p/logs/node0/agent.log").read_text()
+    log = Path("runs/p/logs/node0/agent.log").read_text()      # --dist-backend auto: the node's shell runs podman,
+    assert "podman --rm --replace" in log and "nvidia.com/gpu=all" not in log.replace(container.CDI_PROBE, "")
+    # ... with the GPUs only where the host has a CDI spec of them (this host: none)
     st = read_json("runs/p/status.json")
     assert st["state"] == "COMPLETED" and st["nodes"] == {"0": 0} and st["first_failure"] is None
     assert [read_json(f"runs/p/status/rank{r}.json")["exit_code"] for r in (0, 1)] == [0, 0]
