@@ -177,3 +177,21 @@ def test_srun_does_not_bind_when_the_ranks_are_bound(mode, srun_binds):
     assert ("--cpu-bind=none" not in srun_line.split()) == srun_binds
     assert ("--cpu-bind=none" not in argv) == srun_binds
     assert not any(w.startswith("--cpu-bind") and w != "--cpu-bind=none" for w in srun_line.split() + argv)
+
+
+@pytest.mark.parametrize("options,cpus,warned", [
+    ({}, 8, False),                                        # default: one CPU per rank
+    (dict(cpus_per_gpu=12), 96, False),
+    (dict(cpus_per_task=4), 4, True),                      # 8 ranks on 4 CPUs
+    (dict(exclusive=True), None, False),                   # the whole node: no --cpus-per-task
+    (dict(exclusive=True, cpus_per_task=4), 4, False),     # the whole node's CPUs anyway
+])
+def test_the_node_asks_for_its_ranks_cpus(options, cpus, warned):
+    """Issue 33 item 3: the node's one task holds all 8 ranks; it asks --gpus-per-node x --cpus-per-gpu CPUs (or
+    --cpus-per-task, or the whole node with --exclusive), and a request under one CPU per rank is warned about."""
+    from launchers.backends.slurm.render import cpu_warning
+    sp = spec(**options)
+    flags = [ln for ln in render_sbatch(sp, base_attempt=0, header="h").splitlines() if ln.startswith("#SBATCH")]
+    assert [f for f in flags if f.startswith("#SBATCH --cpus")] == ([f"#SBATCH --cpus-per-task={cpus}"] if cpus else [])
+    w = cpu_warning(sp)
+    assert bool(w) == warned and (not w or "leaves each of a node's 8 ranks less than one CPU (0.5 each)" in w)

@@ -86,7 +86,7 @@ class SlurmBackend(Backend):
                    "attempt, an srun step (spares idle" + (f"; at least {spec.min_nodes} after a loss" if spec.min_nodes
                    else "") + "); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its host's place in "
                    "LAUNCH_STEP_HOSTS\n")
-        script += f"# {cpu_warning(spec)}\n" if cpu_warning(spec) else ""
+        script += f"# {cpu_warning(spec)}\n" if cpu_warning(spec) and not env.in_allocation else ""
         return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER_SHOWN, master_port=port,
                     dist_backend=dist, nodes=nodes, hosts=hosts, script=script)
 

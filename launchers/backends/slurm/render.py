@@ -87,7 +87,7 @@ def node_cpus(spec: JobSpec) -> int | None:
 def cpu_warning(spec: JobSpec) -> str | None:
     """One line when the request leaves a rank less than one CPU (dry-run: `# warning: ...`; submit: stderr)."""
     cpus = node_cpus(spec)
-    if cpus is None or cpus >= spec.gpus_per_node:
+    if cpus is None or cpus >= spec.gpus_per_node or spec.opts.get("exclusive"):    # --exclusive: the whole node's
         return None
     return (f"warning: --cpus-per-task {cpus} leaves each of a node's {spec.gpus_per_node} ranks less than one CPU "
             f"({cpus / spec.gpus_per_node:.2g} each); give --cpus-per-task {spec.gpus_per_node} or more, or "
