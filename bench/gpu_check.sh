@@ -2,9 +2,16 @@
 # The GPU check of issue 24 (item 5): one run, under 10 minutes, on a machine with at least one NVIDIA GPU.
 #
 #   bash bench/gpu_check.sh            (from the repository root; PYTHON=... picks the interpreter with torch)
+#   bash bench/gpu_check.sh --dry-run  (any machine: each launch local line of the steps checked by launch's own
+#                                       --dry-run, nothing started; then the GPU verdict, exit 2 without one)
 #
 # Steps, each with its own time limit, each a PASS/FAIL/SKIP line and its figures; the exit code is 1 when a
 # step failed, 2 when this machine has no GPU (nothing is run then):
+#   0. launch local 1x1 --dist-backend auto (issue 33: decided on the node): workloads.convnet and the DDP
+#      tutorial (examples/ddp_tutorial.py); from the run's own records: the node's decision
+#      (status/backend-a0-node0.json: backend nccl, its GPUs and why), the run COMPLETED, and the rank's own line
+#      in its log naming its device and backend (convnet's first line "... backend nccl device cuda:0 ...", the
+#      tutorial's "DEVICE rank 0 device cuda:0 backend nccl"): the rank used GPU cuda:LOCAL_RANK with NCCL
 #   1. launch local 1x1 --dist-backend nccl: workloads.convnet (NCCL_DEBUG=INFO), workloads.deepspeed_zero
 #      --zero-stage 2, workloads.fsdp (FSDP2), a few steps each
 #   2. launch doctor --local --gpu --json on the real GPU (its tools: nvidia-smi -q -x, topo -m, nvlink -s, ...)
@@ -24,7 +31,42 @@ OUT=${OUT:-$ROOT/bench/out/gpu-check-$(date -u +%Y%m%dT%H%M%SZ)}
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 LAUNCH=("$PY" -c 'import sys; from launchers.entry import main; sys.argv[0] = "launch"; main()')   # `launch`
 
+DRY=0
+case "${1:-}" in --dry-run) DRY=1 ;; "") ;; *) echo "gpu_check: $1 is not accepted; give nothing or --dry-run" >&2; exit 2 ;; esac
 die() { echo "gpu_check: $*" >&2; exit 2; }
+
+# The launch local lines of steps 0 and 1, written once here: NAME SECONDS BACKEND ARGS...
+AUTO_RUNS=(
+  "convnet-auto 120 auto -- -m workloads.convnet --dataset digits --max-steps 20"
+  "ddp-auto 90 auto -- $ROOT/examples/ddp_tutorial.py --steps 10 --cleanup-seconds 0"
+)
+NCCL_RUNS=(
+  "convnet 150 nccl --env NCCL_DEBUG=INFO --env NCCL_DEBUG_SUBSYS=INIT,ENV,NET,GRAPH,TUNING -- -m workloads.convnet --dataset digits --max-steps 40"
+  "zero2 200 nccl -- -m workloads.deepspeed_zero --zero-stage 2 --dataset digits --max-steps 40"
+  "fsdp2 150 nccl -- -m workloads.fsdp --dataset digits --max-steps 40"
+)
+local_argv() {  # local_argv BACKEND RUN_DIR ARGS...: a step's launch local 1x1 line, into the array CMD
+  local backend=$1 dir=$2; shift 2
+  CMD=("${LAUNCH[@]}" local --nodes 1 --gpus-per-node 1 --dist-backend "$backend" --run-dir "$dir"
+       ${DRY_FLAG:+"$DRY_FLAG"} "$@")
+}
+if [ $DRY = 1 ]; then     # no GPU needed: launch accepts every line, and says auto is decided on the node
+  DRYDIR=$(mktemp -d) && cd "$DRYDIR" || die "cannot make a scratch dir"
+  bad=0
+  for line in "${AUTO_RUNS[@]}" "${NCCL_RUNS[@]}"; do
+    set -- $line; name=$1 backend=$3; shift 3
+    DRY_FLAG=--dry-run local_argv "$backend" "runs/$name" "$@"
+    out=$("${CMD[@]}" 2>&1); rc=$?
+    if [ $rc -ne 0 ]; then echo "gpu_check: DRY $name: refused (exit $rc): $(echo "$out" | tail -1)"; bad=1
+    elif [ "$backend" = auto ] && ! grep -q "auto: decided on each node" <<<"$out"; then
+      echo "gpu_check: DRY $name: the dry-run does not say auto is decided on the node"; bad=1
+    else echo "gpu_check: DRY $name: accepted ($(grep -m1 -o 'world: .*' <<<"$out"))"; fi
+  done
+  cd "$ROOT" && rm -rf "$DRYDIR"
+  [ $bad = 0 ] || { echo "gpu_check: dry run: a launch line was refused" >&2; exit 1; }
+  command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU ' &&
+    { echo "gpu_check: dry run: every launch line accepted; a GPU is here: run without --dry-run"; exit 0; }
+fi
 command -v nvidia-smi >/dev/null || die "no GPU here: nvidia-smi is not on PATH (this script needs an NVIDIA GPU machine)"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') || true
 [ "${GPUS:-0}" -ge 1 ] || die "no GPU here: nvidia-smi -L lists none ($(nvidia-smi -L 2>&1 | head -1))"
@@ -44,12 +86,48 @@ result() {  # result STEP STATUS DETAIL
 }
 state_of() { "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/status.json"))["state"])' "$1" 2>/dev/null || echo "?"; }
 
+# ---------------------------------------------------------------- 0. --dist-backend auto, decided on the node
+check_auto() {  # check_auto RUN_DIR: from the run's own records, the node decided nccl and the rank used cuda:0
+  "$PY" - "$1" <<'EOF'
+import json, re, sys
+run = sys.argv[1]
+try:
+    rec = json.load(open(f"{run}/status/backend-a0-node0.json"))
+except (OSError, ValueError) as e:
+    print(f"no decision recorded by node 0 (status/backend-a0-node0.json: {e})"); sys.exit(1)
+said = f"node 0 on {rec.get('host')}: {rec.get('backend')} ({rec.get('gpus')} GPU(s): {rec.get('why')})"
+try:
+    log = open(f"{run}/logs/node0/rank0.log", errors="replace").read()
+except OSError as e:
+    print(f"{said}; no rank 0 log: {e}"); sys.exit(1)
+line = next((ln for ln in log.splitlines() if re.search(r"\bdevice \S+", ln) and re.search(r"\bbackend \S+", ln)), "")
+device = (re.search(r"\bdevice (\S+)", line) or [None, None])[1]
+backend = (re.search(r"\bbackend (\S+)", line) or [None, None])[1]
+print(f"{said}; rank 0 (LOCAL_RANK 0) used device {device}, backend {backend}")
+sys.exit(0 if (rec.get("backend"), device, backend) == ("nccl", "cuda:0", "nccl") and rec.get("gpus", 0) >= 1 else 1)
+EOF
+}
+for line in "${AUTO_RUNS[@]}"; do
+  set -- $line; name=$1 limit=$2 backend=$3; shift 3
+  t=$(date +%s)
+  local_argv "$backend" "runs/$name" "$@"
+  timeout "$limit" "${CMD[@]}" >"$name.out" 2>&1
+  rc=$?
+  st=$(state_of "runs/$name")
+  seen=$(check_auto "runs/$name"); ok=$?
+  if [ $rc -eq 0 ] && [ "$st" = COMPLETED ] && [ $ok = 0 ]; then
+    result "$name" PASS "$(( $(date +%s) - t )) s; $seen"
+  else
+    result "$name" FAIL "exit $rc, state $st; $seen; last lines: $(tail -3 "$name.out" | tr '\n' ' ')"
+  fi
+done
+
 # ---------------------------------------------------------------- 1. three workloads, 1x1, nccl
-run_workload() {  # run_workload NAME SECONDS ARGS...
-  local name=$1 limit=$2; shift 2
+run_workload() {  # run_workload NAME SECONDS BACKEND ARGS...
+  local name=$1 limit=$2 backend=$3; shift 3
   local t=$(date +%s)
-  timeout "$limit" "${LAUNCH[@]}" \
-    local --nodes 1 --gpus-per-node 1 --dist-backend nccl --run-dir "runs/$name" "$@" >"$name.out" 2>&1
+  local_argv "$backend" "runs/$name" "$@"
+  timeout "$limit" "${CMD[@]}" >"$name.out" 2>&1
   local rc=$? st
   st=$(state_of "runs/$name")
   if [ $rc -eq 0 ] && [ "$st" = COMPLETED ]; then
@@ -58,10 +136,9 @@ run_workload() {  # run_workload NAME SECONDS ARGS...
     result "$name" FAIL "exit $rc, state $st, last lines: $(tail -3 "$name.out" | tr '\n' ' ')"
   fi
 }
-run_workload convnet 150 --env NCCL_DEBUG=INFO --env NCCL_DEBUG_SUBSYS=INIT,ENV,NET,GRAPH,TUNING \
-  -- -m workloads.convnet --dataset digits --max-steps 40
-run_workload zero2 200 -- -m workloads.deepspeed_zero --zero-stage 2 --dataset digits --max-steps 40
-run_workload fsdp2 150 -- -m workloads.fsdp --dataset digits --max-steps 40
+for line in "${NCCL_RUNS[@]}"; do
+  run_workload $line
+done
 
 # ---------------------------------------------------------------- 2. doctor --gpu on the real GPU
 timeout 120 "${LAUNCH[@]}" \

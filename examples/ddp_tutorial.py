@@ -3,7 +3,9 @@
     launch local --nodes 2 --gpus-per-node 2 -- examples/ddp_tutorial.py --steps 20 --cleanup-seconds 3
 
 ToyModel (Linear 10 -> 10 -> 5) on generated data, init_process_group from torchrun's environment
-(env:// rendezvous: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE). The `finally:` cleanup stands for what real
+(env:// rendezvous: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) with the backend launch decided
+(LAUNCH_DIST_BACKEND: with nccl the model and data go on GPU cuda:LOCAL_RANK, each rank its own; gloo: the CPU);
+every rank prints "DEVICE rank R device D backend B" (bench/gpu_check.sh reads it). The `finally:` cleanup stands for what real
 programs do on the way out (flush a tracker, save a last checkpoint, close files): rank 0 saves
 $LAUNCH_CHECKPOINT_DIR/step-<N>/model.pt and moves `latest`, every rank waits --cleanup-seconds, writes
 $LAUNCH_RUN_DIR/cleanup/rank<R>.done and prints "CLEANUP done". Stops: Python turns SIGINT (Ctrl-C) into
@@ -77,22 +79,29 @@ def main() -> None:
     run_dir = os.environ.get("LAUNCH_RUN_DIR", os.path.abspath("ddp_run"))
     ckpt_dir = os.environ.get("LAUNCH_CHECKPOINT_DIR", os.path.join(run_dir, "checkpoints"))
     model, step = None, 0
-    dist.init_process_group(os.environ.get("LAUNCH_DIST_BACKEND", "gloo"))
+    backend = os.environ.get("LAUNCH_DIST_BACKEND", "gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)             # this rank's own GPU: NCCL's collectives run on it
+    dist.init_process_group(backend)
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
-        t = torch.tensor([float(rank + 1)])
+        print(f"DEVICE rank {rank} device {device} backend {backend}", flush=True)
+        t = torch.tensor([float(rank + 1)], device=device)
         dist.all_reduce(t)
         print("REPORT " + json.dumps({"framework": "ddp", "rank": rank, "world": world, "sum": t.item(),
                                       "node_rank": int(os.environ["NODE_RANK"]) if "NODE_RANK" in os.environ else None,
                                       "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "cwd": os.getcwd()}),
               flush=True)
         torch.manual_seed(0)
-        model = DDP(ToyModel())
+        model = DDP(ToyModel().to(device), device_ids=[local_rank] if device.type == "cuda" else None)
         opt = torch.optim.SGD(model.parameters(), lr=0.001)
         g = torch.Generator().manual_seed(rank)
         for step in range(1, args.steps + 1):
             opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(torch.randn(20, 10, generator=g)), torch.randn(20, 5, generator=g))
+            x, y = torch.randn(20, 10, generator=g).to(device), torch.randn(20, 5, generator=g).to(device)
+            loss = torch.nn.functional.mse_loss(model(x), y)
             loss.backward()
             opt.step()
             if step == 1:

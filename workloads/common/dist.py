@@ -163,6 +163,7 @@ def serve(name: str, env: DistEnv, args, load_data, train, describe=lambda data:
         device, backend = init(env, deterministic=args.deterministic, timeout_s=args.pg_timeout)
         import torch
         log(f"{name}: {describe(data)}world_size {env.world_size} batch {args.batch_size}/rank backend {backend} "
+            f"device {device} "
             f"threads {torch.get_num_threads()} attempt {env.attempt} init {time.time() - t0:.1f}s "
             f"run_dir {env.run_dir}")
         train(args, env, device, data, log)
