@@ -236,6 +236,9 @@ def cancel(path: str) -> str | None:
     if st.get("state") in TERMINAL and st.get("surviving_pids") is None and not backend.busy(st) \
             and not backend.active(rd):     # nothing starting, running or left over (a dead launcher's: swept)
         return st["state"]
+    ssh = data["spec"]["backend"] == "ssh" and trust.ssh_refusal(rd.path, data["spec"].get("options") or {})
+    if why := trust.cancel_refusal(rd.path, data["run_id"], st) or ssh:
+        raise LaunchError(why)          # a copied or crafted run dir proves nothing (issue 35, docs/SECURITY.md)
     backend.cancel(rd)
     return None
 
@@ -244,9 +247,6 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
     """status.json as the backend refreshes it, plus what explains it: the NCCL refusals in the rank logs, the
     latest checkpoint checked against its manifest (file sizes; with verify, their sha256 too) and, with
     ranks, per-rank progress (explain.rank_rows)."""
-    ssh = data["spec"]["backend"] == "ssh" and trust.ssh_refusal(rd.path, data["spec"].get("options") or {})
-    if why := trust.cancel_refusal(rd.path, data["run_id"], st) or ssh:
-        raise LaunchError(why)          # a copied or crafted run dir proves nothing (issue 35, docs/SECURITY.md)
     from . import explain
     rd = RunDir.open(path, read_only=True)
     data = rd.read_run_yaml()            # a run dir of a newer launchers: its status as recorded, nothing written
@@ -346,7 +346,7 @@ def wait_status(path: str, interval: float = 2.0, timeout: float | None = None,
         time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
 
 
-def log_tail(path: str, rank: int | None = None, out: TextIO | None = None):
+def log_tail(path: str, rank: int | None = None, out: TextIO | None = None, raw: bool = False):
     """`launch logs`: a LogTail over the run's rank logs (one rank's, unprefixed); a rank without a log is
     refused, naming the world size and the ranks that have one."""
     from .follow import follower
@@ -356,7 +356,7 @@ def log_tail(path: str, rank: int | None = None, out: TextIO | None = None):
         spec = rd.spec()
         raise LaunchError(f"--rank {rank} has no log in {rd.path} (world size {spec.world_size}: {spec.nodes} nodes x "
                           f"{spec.gpus_per_node}); accepted: {', '.join(map(str, ranks)) or 'none yet'}")
-    return follower(rd.path, rank=rank, out=out, prefix=rank is None)
+    return follower(rd.path, rank=rank, out=out, prefix=rank is None, reader=True, raw=raw)
 
 
 def list_runs(root: str | None = None) -> list[dict[str, Any]]:

@@ -277,13 +277,14 @@ def top(runs, interval, once):
 @click.argument("run")
 @click.option("--rank", default=None, help="Only this global rank (unprefixed).")
 @click.option("-f", "--follow", is_flag=True, help="Keep following until the run ends.")
+@click.option("--raw", is_flag=True, help="Print the lines as written (terminal control sequences kept).")
 @_errors
-def logs(run, rank, follow):
-    """Print RUN's per-rank logs, each line prefixed "[nK rR]"."""
+def logs(run, rank, follow, raw):
+    """Print RUN's per-rank logs, each line prefixed "[nK rR]" (the last MiB of a larger log)."""
     from . import api
     from .rundir import TERMINAL
     from .values import parse_int
-    tail = api.log_tail(run, parse_int("--rank", rank, 0) if rank is not None else None)
+    tail = api.log_tail(run, parse_int("--rank", rank, 0) if rank is not None else None, raw=raw)
     if follow:
         tail.follow(lambda: api.status(run)["state"] in TERMINAL)
     else:

@@ -14,13 +14,16 @@ from typing import Callable, Iterable, TextIO
 from . import layout
 
 Source = Callable[[], Iterable[tuple[str, str]]]      # -> (prefix, path) of every file to follow, now
+TAIL_BYTES = 1 << 20         # a reader's most per file and poll: the tail of a larger log (issue 35)
 
 
 class LogTail:
     """Follows a changing set of files (new ones are picked up), printing whole lines with their prefix."""
 
-    def __init__(self, sources: Source, out: TextIO | None = None):
-        self.sources, self.out = sources, out or sys.stdout
+    def __init__(self, sources: Source, out: TextIO | None = None, root: str | None = None, raw: bool = True):
+        """root: a reader's (`launch logs`): files opened inside it only (layout.open_inside), at most TAIL_BYTES
+        of each per poll; raw False: terminal control sequences removed from the lines (show.clean)."""
+        self.sources, self.out, self.root, self.raw = sources, out or sys.stdout, root, raw
         self._offsets: dict[str, int] = {}
         self._partial: dict[str, bytes] = {}
 
@@ -38,20 +41,36 @@ class LogTail:
         out = []
         for prefix, path in self.sources():
             try:
-                with open(path, "rb") as f:
-                    f.seek(self._offsets.get(path, 0))
-                    data = f.read()
-                    self._offsets[path] = f.tell()
+                data, skipped = self._read(path)
             except OSError:
                 continue
+            if skipped:
+                out.append(f"{prefix}... {skipped} earlier bytes not shown (the last {TAIL_BYTES >> 20} MiB of {path})")
+                self._partial.pop(path, None)         # its first line may be the end of a longer one
             lines = (self._partial.pop(path, b"") + data).split(b"\n")
             if lines[-1] and not final:
                 self._partial[path] = lines[-1]
             out += [prefix + ln.decode("utf-8", "replace") for ln in (lines if final and lines[-1] else lines[:-1])]
+        if out and not self.raw:
+            from .show import clean
+            out = [clean(ln) for ln in out]
         if out:
             self.out.write("\n".join(out) + "\n")
             self.out.flush()
         return len(out)
+
+    def _read(self, path: str) -> tuple[bytes, int]:
+        """What was appended to path since the last poll, and how many bytes of it were skipped (a reader reads
+        at most TAIL_BYTES: the end)."""
+        fd = layout.open_inside(self.root, path) if self.root else os.open(path, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as f:
+            start = self._offsets.get(path, 0)
+            end = os.fstat(fd).st_size if self.root else None
+            skipped = max(0, end - start - TAIL_BYTES) if end is not None else 0
+            f.seek(start + skipped)
+            data = f.read(TAIL_BYTES) if self.root else f.read()
+            self._offsets[path] = f.tell()
+        return data, skipped
 
     def follow(self, done: Callable[[], bool], interval: float = 0.2, stop: threading.Event | None = None) -> None:
         """Poll until done() is true (then print the rest) or `stop` is set."""
@@ -84,8 +103,10 @@ def node_logs(run_dir: str, node: int) -> Source:
     return sources
 
 
-def follower(run_dir: str, rank: int | None = None, out: TextIO | None = None, prefix: bool = True) -> LogTail:
-    return LogTail(run_logs(run_dir, rank, prefix), out)
+def follower(run_dir: str, rank: int | None = None, out: TextIO | None = None, prefix: bool = True,
+             reader: bool = False, raw: bool = True) -> LogTail:
+    """reader: `launch logs` (files inside the run dir only, tails, control sequences removed unless raw)."""
+    return LogTail(run_logs(run_dir, rank, prefix), out, root=run_dir if reader else None, raw=raw)
 
 
 def follow_in_thread(run_dir: str, out: TextIO | None = None) -> tuple[threading.Thread, threading.Event]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from typing import Any
 
 from .errors import LaunchError, brief
 
@@ -178,6 +179,38 @@ def no_symlink(run_dir: str, target: str) -> str:
     return target
 
 
+def open_inside(run_dir: str, target: str) -> int:
+    """A read-only fd of the regular file `target` under run_dir, opened one component at a time with O_NOFOLLOW
+    (no symlink anywhere below run_dir), O_NONBLOCK (a FIFO never blocks) and fstat'ed (a FIFO, device or
+    directory refused): what a reader (`launch logs`) opens of a run dir others may write (issue 35). A
+    LaunchError names what is refused."""
+    import stat
+    parts = os.path.relpath(target, run_dir).split(os.sep)
+    if parts[0] == os.pardir or os.path.isabs(parts[0]):
+        raise LaunchError(f"{brief(target)} is outside the run dir {brief(run_dir)}; accepted: a path inside it")
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | (os.O_NONBLOCK if last else os.O_DIRECTORY), dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise LaunchError(f"{os.path.join(*parts[:i + 1])!r} in the run dir {brief(run_dir)} is a symbolic "
+                                  "link; accepted: plain files and directories (a reader never follows one)") from None
+            os.close(fd)
+            fd = nfd
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LaunchError(f"{os.path.relpath(target, run_dir)!r} in the run dir {brief(run_dir)} is not a regular "
+                              "file (a FIFO, device or directory); accepted: a plain file")
+        out, fd = fd, -1
+        return out
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 WRITTEN_IN_PLACE = ("rank_log", "rank_record", "progress")   # appended or rewritten by the agents and ranks
 
 
@@ -275,15 +308,42 @@ def disk_full(e: OSError) -> bool:
     return e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def read_json(path: str) -> dict | None:
-    """A JSON record, or None when it is missing or not (yet) whole."""
+def _no_constant(word: str) -> Any:
+    raise ValueError(f"{word} is not a JSON value launch writes")
+
+
+def load_json(f: Any) -> Any:
+    """json.load of a record: NaN/Infinity refused, a nesting too deep for the parser a ValueError (issue 35)."""
     import json          # here: rank wrappers import this module before their program starts
     try:
+        return json.load(f, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+
+
+def read_json(path: str) -> dict | None:
+    """A JSON record, or None when it is missing or not (yet) whole."""
+    try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = load_json(f)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+STATUS_TYPES = {"state": str, "attempt": int, "nodes": dict, "launcher": dict, "starting": dict, "reason": str,
+                "first_failure": dict, "hang": dict, "surviving_pids": list, "updated": (int, float, str)}
+
+
+def status_problem(data: dict) -> str | None:
+    """Why status.json's fields cannot be read (a field launch reads of another type), else None."""
+    for key, kind in STATUS_TYPES.items():
+        v = data.get(key)
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+            return f"has {key} of type {type(v).__name__}"
+    if not all(str(k).isdigit() for k in data.get("nodes") or {}):
+        return "has nodes that are not node numbers"
+    return None
 
 
 def last_step(run_dir: str) -> int | None:
@@ -305,7 +365,7 @@ def load_run_yaml(run_dir: str) -> tuple[dict | None, str | None]:
     try:
         with open(path(run_dir, "run_yaml"), encoding="utf-8") as f:
             data = yaml.safe_load(f)
-    except (OSError, ValueError, yaml.YAMLError) as e:     # UnicodeDecodeError is a ValueError
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as e:     # UnicodeDecodeError is a ValueError
         data = e
     why = record_problem(data)
     return (None, why) if why else (data, None)
@@ -313,16 +373,15 @@ def load_run_yaml(run_dir: str) -> tuple[dict | None, str | None]:
 
 def json_problem(file: str) -> str | None:
     """Why a JSON record (status.json) is not usable, a short phrase; None when it is a JSON object."""
-    import json
     try:
         with open(file, encoding="utf-8") as f:
-            data = json.load(f)
+            data = load_json(f)
     except FileNotFoundError:
         return "is missing"
     except IsADirectoryError:
         return "is a directory"
     except OSError as e:
         return f"cannot be read ({e.strerror})"
-    except ValueError:
-        return "is not valid JSON: truncated or garbled"
-    return None if isinstance(data, dict) else f"is not a JSON object (got {type(data).__name__})"
+    except ValueError as e:
+        return "is not valid JSON: " + (str(e) if "deep" in str(e) or "launch" in str(e) else "truncated or garbled")
+    return status_problem(data) if isinstance(data, dict) else f"is not a JSON object (got {type(data).__name__})"

@@ -101,8 +101,8 @@ class RunDir:
                               "(see `launch list`)")
         rd = cls(path)
         rd.newer = layout.newer_version(rd.read_run_yaml(), __version__, path, read_only)
-        if layout.read_json(rd.status_path) is None:
-            raise LaunchError(f"{path!r} is not a usable run dir: status.json is missing or not a JSON object; "
+        if why := layout.json_problem(rd.status_path):         # its fields' types too (issue 35)
+            raise LaunchError(f"{path!r} is not a usable run dir: status.json {why}; "
                               "accepted: a run dir made by `launch`")
         return rd
 

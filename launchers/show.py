@@ -16,6 +16,15 @@ from typing import Any, Sequence, TextIO
 from .extcache import line
 
 KV = re.compile(r"^([a-z][a-z ]{0,20}):\s+(.*)$")
+# terminal control: CSI (ESC [ or C1 0x9b ... final), OSC/DCS/APC/PM/SOS strings (to BEL or ST), other ESC
+# sequences, and every C0/C1 control but tab and newline (issue 35: names, reasons and log lines are data)
+CONTROL = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?|(?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f])[^\x07\x1b\x9c]*"
+                     r"(?:\x07|\x1b\\|\x9c)?|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(text: Any) -> str:
+    """text as people may see it on a terminal: its control sequences removed (tab and newline kept)."""
+    return CONTROL.sub("", str(text))
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -38,7 +47,7 @@ def _rich(out: TextIO):
 
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Columns padded to their widest cell, two spaces apart; no trailing blanks."""
-    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    cells = [[clean(c) for c in headers]] + [[clean(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in cells)
 
@@ -52,14 +61,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | N
     from rich.table import Table
     t = Table(*headers, header_style="bold", pad_edge=False)
     for r in rows:
-        t.add_row(*(str(c) for c in r))
+        t.add_row(*(clean(c) for c in r))
     console.print(t)
 
 
 def status(text: str, out: TextIO | None = None) -> None:
     """`launch status`'s text (api.format_status): as is when not a terminal; on one, its `key: value` lines
     as a two-column grid and its per-rank block (a header line of upper-case words) as a table."""
-    out = out or sys.stdout
+    out, text = out or sys.stdout, clean(text)
     console = _rich(out)
     if console is None:
         out.write(text + "\n")
@@ -95,7 +104,7 @@ class Progress:
             return
         self.shown[key] = text
         out = self.out or sys.stderr
-        out.write(f"launch: {text}\n")
+        out.write(f"launch: {clean(text)}\n")
         out.flush()
 
     def run(self, st: dict[str, Any], node_records: dict[int, dict[str, Any]]) -> None:

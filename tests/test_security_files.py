@@ -111,3 +111,81 @@ def test_cancel_never_connects_with_ssh_files_it_did_not_choose(tmp_path, where)
     p = run_launch("cancel", str(d), cwd=tmp_path, timeout=60)
     assert not marker.exists(), (p.stdout, p.stderr)
     assert p.returncode != 0 and f"cancel does not connect with --ssh-config {cfg}" in p.stderr, p.stderr
+
+
+# ------------------------------------------------------------------------------------------ (c) readers
+
+def rank_log(d: Path) -> Path:
+    (d / "logs/node0").mkdir(parents=True, exist_ok=True)
+    return d / "logs/node0/rank0.log"
+
+
+def test_logs_never_follow_a_symlink_out_of_the_run_dir(tmp_path):
+    secret = tmp_path / "shadow"
+    secret.write_text("root:SECRET-HASH:19000\n")
+    d = crafted(tmp_path, state="COMPLETED", launcher={})
+    rank_log(d).symlink_to(secret)
+    p = run_launch("logs", str(d), cwd=tmp_path, timeout=30)
+    assert "SECRET-HASH" not in p.stdout + p.stderr
+    assert "symbolic link" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_logs_never_block_on_a_fifo_or_read_a_device(tmp_path, kind):
+    d = crafted(tmp_path, state="COMPLETED", launcher={})
+    log = rank_log(d)
+    os.mkfifo(log) if kind == "fifo" else log.symlink_to("/dev/zero")
+    if kind == "device":          # a device node in place (mknod needs root: the symlink case is the test above)
+        log.unlink()
+        os.mknod(log, 0o644 | __import__("stat").S_IFCHR, os.makedev(1, 5))
+    p = run_launch("logs", str(d), cwd=tmp_path, timeout=20)        # hangs (TimeoutExpired) or reads forever today
+    assert "not a regular file" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_logs_of_a_huge_log_print_its_tail(tmp_path):
+    d = crafted(tmp_path, state="COMPLETED", launcher={})
+    with open(rank_log(d), "wb") as f:
+        f.truncate(200 * 1024 * 1024)          # 200 MB of NULs (sparse), then a last line
+        f.seek(0, os.SEEK_END)
+        f.write(b"the last line\n")
+    p = run_launch("logs", str(d), cwd=tmp_path, timeout=60)
+    assert p.stdout.rstrip().endswith("[n0 r0] the last line"), p.stdout[-300:]
+    assert len(p.stdout) < 4 * 1024 * 1024 and "earlier bytes not shown" in p.stdout, len(p.stdout)
+
+
+ESCAPES = "\x1b[2J\x1b]0;pwned\x07\x1b]52;c;ZWNobyBwd25lZA==\x07\x9b31m\x07\x08"
+
+
+@pytest.mark.parametrize("verb", ["status", "list", "top", "logs"])
+def test_readers_strip_terminal_control_sequences(tmp_path, verb):
+    d = crafted(tmp_path, state="FAILED", launcher={})
+    st = json.loads((d / "status.json").read_text())
+    (d / "status.json").write_text(json.dumps(dict(st, reason=f"bad{ESCAPES}reason")))
+    rec = yaml.safe_load((d / "run.yaml").read_text())
+    rec["spec"]["name"] = f"n{ESCAPES}ame"
+    (d / "run.yaml").write_text(yaml.safe_dump(rec))
+    rank_log(d).write_text(f"a log{ESCAPES} line\tok\n")
+    args = {"status": ["status", str(d)], "list": ["list", "--root", str(tmp_path / "runs")],
+            "top": ["top", "--once", str(d)], "logs": ["logs", str(d)]}[verb]
+    p = run_launch(*args, cwd=tmp_path, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout + p.stderr
+    assert not any(c in out for c in "\x1b\x07\x08\x9b"), repr(out)
+    if verb == "logs":
+        assert "a log" in out and "line\tok" in out, repr(out)
+        raw = run_launch("logs", "--raw", str(d), cwd=tmp_path, timeout=60)
+        assert ESCAPES in raw.stdout, repr(raw.stdout)
+
+
+@pytest.mark.parametrize("text", ["[" * 100000 + "]" * 100000, '{"state": NaN, "attempt": NaN}',
+                                  '{"state": 3, "attempt": "x", "nodes": "abc", "launcher": [1], "reason": {}}',
+                                  '{"state": "RUNNING", "nodes": {"x": 1}, "first_failure": "oops", "hang": 7}',
+                                  '{"a":' * 100000 + "1" + "}" * 100000])
+@pytest.mark.parametrize("verb", ["status", "list"])
+def test_readers_of_a_bad_status_json_give_one_line(tmp_path, text, verb):
+    d = crafted(tmp_path, state="FAILED", launcher={})
+    (d / "status.json").write_text(text)
+    args = ["status", str(d)] if verb == "status" else ["list", "--root", str(tmp_path / "runs")]
+    p = run_launch(*args, cwd=tmp_path, timeout=60)
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert p.returncode in (0, 2) and len(p.stderr.strip().splitlines()) <= 1, p.stderr
