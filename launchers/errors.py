@@ -25,3 +25,12 @@ class RunDirGone(LaunchError):
     stopped and nothing recorded (a record would recreate half a run dir); exit 1."""
 
     exit_code = 1
+
+
+def need_extra(module: str, extra: str, what: str) -> None:
+    """A LaunchError when `module` (an optional dependency) is not installed: which extra brings it."""
+    import importlib.util
+    if importlib.util.find_spec(module) is None:
+        import sys
+        raise LaunchError(f"{what} needs {module}, which {sys.executable} cannot import; accepted: "
+                          f"pip install 'launchers[{extra}]' into that environment")

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .errors import LaunchError, brief
+from .errors import LaunchError, brief, need_extra
 from .spec import MAX_NODES, MAX_PER_NODE
 from .values import INT_TEXT
 
@@ -148,6 +148,7 @@ def _no_duplicates(entries: list[HostEntry], source: str) -> None:
 
 def load_ssh_config(path: str | None):
     """A fresh paramiko SSHConfig: `path` only if given (must exist), else ~/.ssh/config + /etc/ssh/ssh_config."""
+    need_extra("paramiko", "ssh", "SSH to the hosts")
     import paramiko
 
     cfg = paramiko.SSHConfig()

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .errors import LaunchError
+from .errors import LaunchError, need_extra
 from .hostfile import ResolvedHost, load_ssh_config
 
 DEFAULT_TIMEOUT = 10.0
@@ -59,6 +59,7 @@ def jump_hops(h: ResolvedHost, s: SSHSettings, check_first: bool = True) -> list
 def make_connection(h: ResolvedHost, s: SSHSettings, gateway=None):
     """A Connection to h (gateway: the verified Connection of the hop before it, for a jump host; none given: the
     ssh config's ProxyJump hops, each verified: jump_hops)."""
+    need_extra("fabric", "ssh", "SSH to the hosts")
     import fabric
     import paramiko
 

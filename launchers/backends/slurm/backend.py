@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from ... import __version__, layout, procs
-from ...errors import LaunchError, RunDirGone
+from ...errors import LaunchError, RunDirGone, need_extra
 from ...rundir import TERMINAL, RunDir
 from ...spec import JobSpec, redact_env
 from ...stops import exit_code, wait_s
@@ -96,6 +96,7 @@ class SlurmBackend(Backend):
             if not shutil.which("srun"):
                 raise LaunchError("srun is not on PATH inside this allocation")
             return
+        need_extra("submitit", "slurm", "launch slurm")
         if not shutil.which("sbatch"):
             raise LaunchError("sbatch is not on PATH: Slurm is not installed here (--dry-run shows the script)")
         check_parent(plan.spec)                              # --after: the job exists and can still be waited on
