@@ -84,11 +84,12 @@ def workdir(tmp_path, monkeypatch):
 GROUPS = ("slurm", "ssh", "local")
 # Local modules that take minutes go first, longest first, so the other workers are not left waiting on one at the
 # end; the first ones (no module fixture, or one made once: conftest.once) are split, one scope per test.
+# test_wheel_install: 1-3 min, +2-5 min the first time on a machine (its 5.6 GB torch venv, then cached).
 SLOW_LOCAL = ("tests/faults/test_faults_local.py", "tests/test_frameworks.py", "tests/test_e2e_convnet.py",
-              "tests/test_workload_deepspeed_reshard.py", "tests/test_workload_convnet.py",
-              "tests/test_workload_deepspeed.py", "tests/test_workload_fsdp.py", "tests/test_hang.py",
-              "tests/test_recovery.py", "tests/test_recovery_local.py", "tests/test_container_podman.py",
-              "tests/test_ckpt_verify.py")
+              "tests/test_workload_deepspeed_reshard.py", "tests/test_wheel_install.py",
+              "tests/test_workload_convnet.py", "tests/test_workload_deepspeed.py", "tests/test_workload_fsdp.py",
+              "tests/test_hang.py", "tests/test_recovery.py", "tests/test_recovery_local.py",
+              "tests/test_container_podman.py", "tests/test_ckpt_verify.py")
 SPLIT_LOCAL = SLOW_LOCAL[:4]
 
 
