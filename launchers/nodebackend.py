@@ -20,6 +20,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,7 +151,7 @@ def summary(run_dir: str, attempt: int, nodes: int) -> dict[str, Any] | None:
         return None
     v = decide(recs) if len(recs) == nodes else Verdict(None, f"waiting for {nodes - len(recs)} node(s)")
     keep = ("node", "host", "gpus", "ranks", "backend", "why")
-    return {"backend": v.backend, "verdict": v.line, "nodes": [{k: r.get(k) for k in keep} for _, r in sorted(
+    return {"backend": v.backend, "verdict": v.line, "complete": len(recs) == nodes, "nodes": [{k: r.get(k) for k in keep} for _, r in sorted(
         recs.items())]}
 
 
@@ -162,6 +163,25 @@ def lines(summ: dict[str, Any] | None) -> list[str]:
                                              f"{r['ranks']} rank(s), {r['why']}" for r in summ["nodes"]]
 
 
+class Teller:
+    """The launcher's own line while it watches an attempt (local, SSH): `launch: --dist-backend auto -> VERDICT`,
+    once every node has recorded (it looks at most every 0.5 s); call it in the launcher's wait loop."""
+
+    def __init__(self, run_dir: str, attempt: int, nodes: int, out=None) -> None:
+        self.run_dir, self.attempt, self.nodes, self.out = run_dir, attempt, nodes, out
+        self.next, self.said = 0.0, False
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if self.said or now < self.next:
+            return
+        self.next = now + 0.5
+        summ = summary(self.run_dir, self.attempt, self.nodes)
+        if summ and summ["complete"]:
+            self.said = True
+            print(f"launch: --dist-backend auto -> {summ['verdict']}", file=self.out or sys.stderr, flush=True)
+
+
 def program_env(backend: str, run_dir: str) -> dict[str, str]:
     """What the program is given once the verdict is in: LAUNCH_DIST_BACKEND, and with nccl the flight recorder's
     defaults (launchers.torchrun.flight_recorder; a value the job set wins) and its dump directory."""
@@ -170,3 +190,24 @@ def program_env(backend: str, run_dir: str) -> dict[str, str]:
     from .torchrun import flight_recorder
     os.makedirs(layout.own_path(run_dir, "nccl"), exist_ok=True)
     return {**flight_recorder(run_dir), "LAUNCH_DIST_BACKEND": backend}
+
+
+def probe_line(line_prefix: str = "GPUS ") -> str:
+    """`python -m launchers.nodebackend` on a node (launch ssh --no-shared-storage: the hosts cannot see each
+    other's records, so the launcher gathers every host's answer in its preflight and decides): one line."""
+    gpus, why = usable_gpus(os.environ)
+    return line_prefix + json.dumps({"host": socket.gethostname(), "gpus": gpus, "why": why})
+
+
+def from_probes(answers: list[str | None], hosts: list[str], ranks: int) -> Verdict:
+    """Every host's probe_line() output (None: no answer) -> the verdict, as if the nodes had recorded it."""
+    recs = {}
+    for k, (out, host) in enumerate(zip(answers, hosts)):
+        got = next((json.loads(ln[5:]) for ln in (out or "").splitlines() if ln.startswith("GPUS ")), None)
+        gpus, why = (got["gpus"], got["why"]) if isinstance(got, dict) else (0, "no answer from its GPU probe")
+        recs[k] = {"node": k, "host": host, "gpus": gpus, "ranks": ranks, "why": why}
+    return decide(recs)
+
+
+if __name__ == "__main__":
+    print(probe_line(), flush=True)

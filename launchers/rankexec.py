@@ -172,9 +172,7 @@ def auto_backend(env, run_dir: str, node: int, attempt: int, fd: int) -> tuple[s
     except (OSError, LaunchError, ValueError) as e:
         why = f"--dist-backend auto: node {node} cannot decide: {e}"
         v = nodebackend.Verdict(None, why, {node: why})
-    if v.backend:
-        if env.get("RANK") == "0":               # said once, early in the launcher's stream of the logs
-            os.write(fd, f"launch: --dist-backend auto -> {v.line}\n".encode())
+    if v.backend:                                # said by the launcher (nodebackend.Teller) and `launch status`
         env.update(nodebackend.program_env(v.backend, run_dir))
         return None, {}
     if node in v.failed:                         # this node's own failure (kind gpus: the node's fault)

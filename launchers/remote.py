@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from . import layout, procs
+from . import layout, procs, trust
 from .follow import LogTail, node_logs
 from .procs import is_rank_wrapper
 from .stops import wait_s
@@ -89,7 +89,7 @@ else:
 '''
 
 
-def node_pids(run_id: str, node: int, attempt: int | None = None) -> list[int]:
+def node_pids(run_id: str, node: int, attempt: int | None = None, run_dir: str | None = None) -> list[int]:
     """Live pids whose environment holds LAUNCH_RUN_ID=run_id and NODE_RANK=node (not ours); attempt: of that
     attempt only (LAUNCH_ATTEMPT) -- an end-of-attempt sweep never takes another attempt's processes (on the
     dev clusters the hosts share one pid namespace: a paused node's node 1 is not the spare's node 1)."""
@@ -104,7 +104,8 @@ def node_pids(run_id: str, node: int, attempt: int | None = None) -> list[int]:
                     out.append(pid)
         except OSError:
             continue
-    return [p for p in out if p != os.getpid()]
+    mine = [p for p in out if p != os.getpid()]       # run_dir: `launch cancel`'s, never another run dir's pids
+    return [p for p in mine if not trust.owner_elsewhere(p, run_id, run_dir)] if run_dir else mine
 
 
 def read_pidfile(path: str | None) -> dict:
@@ -116,14 +117,17 @@ def read_pidfile(path: str | None) -> dict:
 
 
 def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = signal.SIGTERM,
-              wait_s: float = STOP_WAIT_S, agent_pid: int | None = None, attempt: int | None = None) -> dict:
+              wait_s: float = STOP_WAIT_S, agent_pid: int | None = None, attempt: int | None = None,
+              run_dir: str | None = None) -> dict:
     """One `sig` to the node's agent (it passes the stop on once to each rank wrapper, which gives its program
     the stop grace), wait up to wait_s for the node's processes to end, then SIGKILL what is left (the sweep);
     attempt: that attempt's processes only (node_pids)."""
     rec = read_pidfile(pid_file)
     if agent_pid is None and rec.get("agent") and procs.start_ticks(rec["agent"]) == rec.get("agent_start"):
         agent_pid = rec["agent"]
-    before = node_pids(run_id, node, attempt)
+    before = node_pids(run_id, node, attempt, run_dir)
+    if run_dir and agent_pid not in before:          # the pid file of a run dir others may write: proven first
+        agent_pid = None
     asked = []                           # who got the stop; nobody: leftovers (a daemon the program forked)
     if agent_pid and sig != signal.SIGKILL:
         asked = [agent_pid]
@@ -133,18 +137,18 @@ def stop_node(run_id: str, node: int, pid_file: str | None = None, sig: int = si
         for pid in asked:
             procs.kill(pid, sig)
     deadline = time.monotonic() + (wait_s if asked else 0)     # are swept at once
-    while any(is_rank_wrapper(p) for p in node_pids(run_id, node, attempt)) and time.monotonic() < deadline:
+    while any(is_rank_wrapper(p) for p in node_pids(run_id, node, attempt, run_dir)) and time.monotonic() < deadline:
         time.sleep(0.05)               # the grace is the programs': an agent with no wrapper left (torchrun's exit
     settle = min(deadline, time.monotonic() + 2.0)       # barrier) gets a 2 s settle, not the whole grace
-    while node_pids(run_id, node, attempt) and time.monotonic() < settle:
+    while node_pids(run_id, node, attempt, run_dir) and time.monotonic() < settle:
         time.sleep(0.05)
-    forced = node_pids(run_id, node, attempt)
+    forced = node_pids(run_id, node, attempt, run_dir)
     for pid in forced:
         procs.kill(pid, signal.SIGKILL)
     end = time.monotonic() + 3
-    while node_pids(run_id, node, attempt) and time.monotonic() < end:
+    while node_pids(run_id, node, attempt, run_dir) and time.monotonic() < end:
         time.sleep(0.05)
-    return {"host": socket.gethostname(), "before": before, "forced": forced, "after": node_pids(run_id, node, attempt)}
+    return {"host": socket.gethostname(), "before": before, "forced": forced, "after": node_pids(run_id, node, attempt, run_dir)}
 
 
 def stop_wait() -> float:
@@ -288,6 +292,7 @@ def main(argv: list[str]) -> int:
     k.add_argument("--pid-file", default=None)
     k.add_argument("--signal", default="SIGTERM", choices=("SIGINT", "SIGTERM", "SIGKILL"))
     k.add_argument("--wait", type=float, default=STOP_WAIT_S)
+    k.add_argument("--run-dir", default=None)           # `launch cancel`: only that run dir's processes
     a = p.parse_args(argv)
     if a.cmd == "run":
         cmd = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
@@ -296,7 +301,8 @@ def main(argv: list[str]) -> int:
         if a.env_file:
             os.environ.update(read_env_file(a.env_file))
         return run(a.node, a.pid_file, cmd, stream=not a.no_stream)
-    print(json.dumps(stop_node(a.run_id, a.node, a.pid_file, signal.Signals[a.signal], a.wait)), flush=True)
+    print(json.dumps(stop_node(a.run_id, a.node, a.pid_file, signal.Signals[a.signal], a.wait, run_dir=a.run_dir)),
+          flush=True)
     return 0
 
 

@@ -102,8 +102,8 @@ class RunDir:
         rd = cls(path)
         rd.newer = layout.newer_version(rd.read_run_yaml(), __version__, path, read_only)
         if why := layout.json_problem(rd.status_path):         # its fields' types too (issue 35)
-            raise LaunchError(f"{path!r} is not a usable run dir: status.json {why}; "
-                              "accepted: a run dir made by `launch`")
+            raise LaunchError(f"{path!r} is not a usable run dir: status.json {why}; accepted: a run dir made by "
+                              "`launch` (its status.json: a JSON object of the fields it writes)")
         return rd
 
     # ------------------------------------------------------------------ run.yaml

@@ -123,6 +123,8 @@ class Progress:
         for k, rec in sorted(node_records.items()):
             if rec.get("state") == "RUNNING":
                 self.say(f"node{k}", f"node {k} started on {rec.get('host', '?')}")
+        if (dist := st.get("dist_backend") or {}).get("complete"):     # decided on the nodes (nodebackend)
+            self.say("dist", f"--dist-backend auto -> {dist['verdict']}")
         for b in st.get("building") or []:      # a torch extension build (launchers.extcache): every 15 s at most
             self.say(f"build{b['node']}{b['name']}", line(b["node"], b["name"], b["secs"] // 15 * 15))
 

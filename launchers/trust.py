@@ -56,17 +56,21 @@ def _environ(pid: int) -> dict[bytes, bytes]:
         return {}
 
 
-def other_owner(run_id: str, run_dir: str) -> str | None:
-    """The other run dir whose live processes carry run_id (LAUNCH_RUN_DIR: another directory holding a run of
-    that id), else None. A LAUNCH_RUN_DIR that is not a directory here (a container's own path) proves nothing."""
-    me = _ident(run_dir)
-    for pid in procs.tagged_pids(run_id):
-        where = _environ(pid).get(b"LAUNCH_RUN_DIR", b"").decode(errors="replace")
-        if where and os.path.isdir(where) and _ident(where) != me:
-            data, _ = layout.load_run_yaml(where)
-            if isinstance(data, dict) and data.get("run_id") == run_id:
-                return where
+def owner_elsewhere(pid: int, run_id: str, run_dir: str) -> str | None:
+    """The other run dir process pid (carrying run_id) belongs to: its LAUNCH_RUN_DIR is another directory
+    holding a run of that id; else None. A LAUNCH_RUN_DIR that is not a directory here (a container's own path,
+    an SSH host's staging dir) proves nothing."""
+    where = _environ(pid).get(b"LAUNCH_RUN_DIR", b"").decode(errors="replace")
+    if where and os.path.isdir(where) and _ident(where) != _ident(run_dir):
+        data, _ = layout.load_run_yaml(where)
+        if isinstance(data, dict) and data.get("run_id") == run_id:
+            return where
     return None
+
+
+def other_owner(run_id: str, run_dir: str) -> str | None:
+    """The other run dir whose live processes carry run_id, else None (owner_elsewhere)."""
+    return next(filter(None, (owner_elsewhere(pid, run_id, run_dir) for pid in procs.tagged_pids(run_id))), None)
 
 
 def cancel_refusal(run_dir: str, run_id: str, st: dict[str, Any]) -> str | None:

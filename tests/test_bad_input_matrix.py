@@ -276,8 +276,19 @@ CASES = [
          run_copy={"bad": {"run.yaml": b"\xff\xfe\n"}}),
     *[Case(f"{verb}-no-status-json", [verb, "bad"], ("bad", "status.json is missing", "made by `launch`"),
            run_copy={"bad": {"status.json": None}}) for verb in ("status", "resume", "cancel")],
-    Case("status-garbage-status-json", ["status", "bad"], ("status.json", "not a JSON object"),
+    Case("status-garbage-status-json", ["status", "bad"], ("status.json", "not valid JSON", "a JSON object"),
          run_copy={"bad": {"status.json": "[1, 2"}}),
+    # ---------------------------------------------------------------- hostile records (issue 35 item 3)
+    *[Case(f"{verb}-status-json-{name}", [verb, "bad"], ("bad", "status.json", why, "made by `launch`"),
+           run_copy={"bad": {"status.json": text}}) for verb in ("status", "cancel", "logs")
+      for name, text, why in (("deep", "[" * 100000 + "]" * 100000, "nested too deep"),
+                              ("nan", '{"state": "FAILED", "attempt": NaN}', "NaN is not a JSON value"),
+                              ("types", status_json("FAILED", nodes="abc"), "has nodes of type str"),
+                              ("node-names", status_json("FAILED", nodes={"x": 1}), "not node numbers"))],
+    # ---------------------------------------------------------------- cancel proves what it signals (issue 35 item 1)
+    Case("cancel-a-strangers-pid", ["cancel", "bad"], (f"names pid {LIVE['pid']}", "not this run's launcher",
+                                                       "can prove"),
+         run_copy={"bad": {"status.json": status_json("RUNNING", launcher=LIVE), HERE: ""}}),
     # ---------------------------------------------------------------- one attempt at a time (issue 21)
     *[Case(f"resume-{word}", ["resume", "bad"], ("bad'", f"is {word} (launcher pid {LIVE['pid']} on ",
                                                 "one attempt at a time", "launch cancel"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,8 @@ def test_each_node_decides_from_what_it_has(workdir, backend, gpus):
     assert [r["backend"] for r in recs] == [want, want] and said == [["0", want], ["1", want]], (recs, said)
     line = {"none": "no GPU on any node: gloo on CPU", "every": "nccl: every node has its GPUs (1 per node)"}[gpus]
     assert st["dist_backend"]["verdict"] == line
-    assert f"launch: --dist-backend auto -> {line}" in rank_lines("runs/a", "launch: --dist-backend auto")[0]
+    if backend != "slurm":            # the launcher watching the nodes says it (a Slurm submit has returned)
+        assert f"launch: --dist-backend auto -> {line}\n" in p.stderr, p.stderr
     assert f"dist:       auto -> {line}" in run_launch("status", "runs/a", check=True).stdout
 
 
@@ -143,3 +145,25 @@ def test_with_a_spare_the_node_short_of_gpus_is_quarantined_and_the_spare_runs(w
     assert "lacks the GPUs its ranks need" in led["decisions"][0]["why"]
     assert read_json("runs/s/status/backend-a1-node1.json")["backend"] == "nccl"
     assert sorted(ln.split()[1:] for ln in rank_lines("runs/s", "BACKEND ")) == [["0", "nccl"], ["1", "nccl"]]
+
+
+@pytest.mark.ssh
+def test_without_shared_storage_the_launcher_asks_every_host_before_anything_starts(workdir):
+    """--no-shared-storage: the hosts cannot read each other's records, so the preflight asks each host for its
+    usable GPUs over its connection and applies the same rule: node 1 has none while node 0 has one -> one line
+    naming node 1, exit 2, nothing started (no run dir)."""
+    from gpu_standins import per_host_tools
+    _cluster_up("ssh")
+    Path("says.py").write_text(SAYS)
+    bin_dir = per_host_tools(workdir / "gpubin", "nvidia_smi/netdata-rtx-4090-driver-535.xml", {},
+                             "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
+    py = workdir / "py"
+    py.write_text(f'#!/bin/sh\ncase "$(hostname)" in sshhost1) PATH={bin_dir}:"$PATH"; export PATH ;; esac\n'
+                  f'exec {sys.executable} "$@"\n')        # the preflight's probe has no NODE_RANK: by host
+    py.chmod(0o755)
+    p = run_launch("ssh", "--nodes", "2", "--gpus-per-node", "1", *BACKENDS["ssh"], "--no-shared-storage",
+                   "--python", str(py), "--run-dir", "runs/n", "--", "says.py", timeout=300)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        "launch: error: --dist-backend auto: the job stops before training: node 1 (sshhost2"), p.stderr
+    assert "no nvidia-smi on PATH" in p.stderr and not Path("runs/n").exists()

@@ -189,3 +189,24 @@ def test_readers_of_a_bad_status_json_give_one_line(tmp_path, text, verb):
     p = run_launch(*args, cwd=tmp_path, timeout=60)
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
     assert p.returncode in (0, 2) and len(p.stderr.strip().splitlines()) <= 1, p.stderr
+
+
+def test_a_hosts_kill_sweep_spares_another_run_dirs_processes(tmp_path):
+    """`launchers.remote kill` as SSH cancel runs it on each host, for a crafted run dir with a live run's id:
+    neither the tagged sweep nor the pid file's agent (the victim's pid + start) takes the victim."""
+    vdir = crafted(tmp_path, "victim", state="RUNNING", launcher={})
+    fake = crafted(tmp_path, "fake")
+    env = {**os.environ, "LAUNCH_RUN_ID": "victim-1234", "LAUNCH_RUN_DIR": str(vdir), "NODE_RANK": "0"}
+    v = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], env=env, start_new_session=True)
+    try:
+        time.sleep(0.3)
+        pid_file = fake / "node0.pid"
+        pid_file.write_text(json.dumps({"agent": v.pid, "agent_start": start_ticks(v.pid)}))
+        p = subprocess.run([sys.executable, "-m", "launchers.remote", "kill", "victim-1234", "--node", "0",
+                            "--run-dir", str(fake), "--pid-file", str(pid_file), "--signal", "SIGTERM", "--wait", "0"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout.splitlines()[-1])["before"] == [] and v.poll() is None, p.stdout
+    finally:
+        v.kill()
+        v.wait()

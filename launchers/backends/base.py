@@ -21,7 +21,7 @@ from ..cpubind import describe
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
 from ..stops import decide
-from ..nodebackend import AUTO, PLANNED
+from ..nodebackend import AUTO, PLANNED, Teller
 from ..torchrun import NodeCommand, node_command
 
 
@@ -58,6 +58,10 @@ class Plan:
         spec = self.spec
         return (f"# world:   {spec.nodes} nodes x {spec.gpus_per_node} processes = {spec.world_size}"
                 + (f"; {PLANNED}" if self.dist_backend == AUTO else f" ({self.dist_backend})"))
+
+    def teller(self) -> Teller | None:
+        """The launcher's line for the nodes' --dist-backend auto verdict while it watches them (local, SSH)."""
+        return Teller(self.spec.run_dir, self.attempt, len(self.nodes)) if self.dist_backend == AUTO else None
 
     def spares_lines(self) -> list[str]:
         """--spares: how many, when a node is quarantined, the restart budget; --nodes MIN:MAX: the range

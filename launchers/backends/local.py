@@ -72,7 +72,8 @@ class LocalBackend(Backend):
                     log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
                     agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
                 exited_at: dict[int, float] = {}      # node -> when its agent's exit was first seen
-                codes, why = self._watch(agents, intr, watch, exited_at, here, extcache.Teller(spec, attempt), paused)
+                tells = [t for t in (extcache.Teller(spec, attempt), plan.teller()) if t]
+                codes, why = self._watch(agents, intr, watch, exited_at, here, tells, paused)
                 if intr.got or why or any(c not in (0, None) for c in codes):
                     paused.end(plan.run_id, attempt)
                     how = decide("run dir gone", 0) if why == "gone" else intr.stop(      # launchers.stops
@@ -104,7 +105,7 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _watch(agents: list[subprocess.Popen], intr: Interrupts, watch: LauncherWatch | None,
-               exited_at: dict[int, float], here: Presence, tell=None, paused: Paused | None = None
+               exited_at: dict[int, float], here: Presence, tells=(), paused: Paused | None = None
                ) -> tuple[list, str | None]:
         """Wait until every agent exits, one fails, a hang is decided, a node is paused (lost), the run dir is
         removed or we are interrupted: (codes, None | "hung" | "lost" | "gone"); exited_at gets the time each
@@ -125,8 +126,8 @@ class LocalBackend(Backend):
                 for k, (_, why) in sorted(lost.items()):
                     print(f"launch: node {k} is {why}; stopping the other nodes", file=sys.stderr, flush=True)
                 return codes, "lost"
-            if tell:
-                tell()                    # a torch extension build under way: said (launchers.extcache)
+            for tell in tells:            # a torch extension build under way (launchers.extcache), the nodes'
+                tell()                    # --dist-backend auto verdict (launchers.nodebackend): said
             time.sleep(0.05)
         return [a.poll() for a in agents], None
 

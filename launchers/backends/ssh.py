@@ -139,9 +139,11 @@ class SSHBackend(Backend):
     def preflight(self, plan: SSHPlan) -> None:
         conns = connect_all(plan.rhosts, plan.settings)
         try:
-            port = sshcheck.check_hosts(plan, conns)
-            if port != plan.master_port:          # the master's first free candidate
-                plan.master_port = port
+            port, dist = sshcheck.check_hosts(plan, conns), plan.dist_backend
+            if plan.staged and dist == "auto":    # no shared run dir for the nodes' records: asked of every host
+                dist = sshcheck.decide_backend(plan, conns)
+            if (port, dist) != (plan.master_port, plan.dist_backend):    # the master's first free candidate
+                plan.master_port, plan.dist_backend = port, dist
                 plan.nodes = self._commands(plan.spec, plan.node_dir, plan.run_id, plan.attempt, plan.master_addr,
                                             port, plan.dist_backend, plan.slots)
             sshcheck.check_image(plan, conns)
@@ -155,9 +157,9 @@ class SSHBackend(Backend):
     # ------------------------------------------------------------------ start one attempt
     def start(self, plan: SSHPlan, rd: RunDir) -> int:
         if not self._ready or self._ready[0] != id(plan):       # a restart: check again, connect again
-            old_port = plan.master_port
+            before = plan.record()
             self.preflight(plan)
-            if plan.master_port != old_port:
+            if plan.record() != before:         # the master's port (or, without shared storage, the backend)
                 data = rd.read_run_yaml()
                 data["attempts"][-1].update(plan.record())
                 rd.write_run_yaml(data)
@@ -191,7 +193,7 @@ class SSHBackend(Backend):
         here = Presence(rd.path)
         with Interrupts() as intr:
             try:
-                pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence, here)
+                pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence, here, plan.teller())
                 if pending:
                     if not intr.got:                   # a stop was already announced by Interrupts
                         print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
@@ -224,11 +226,13 @@ class SSHBackend(Backend):
 
     @staticmethod
     def _wait_nodes(pending: set, ended: dict, intr: Interrupts, watch: hang_watch.LauncherWatch | None,
-                    silence: Silence, here: Presence) -> tuple[set, str]:
+                    silence: Silence, here: Presence, tell=None) -> tuple[set, str]:
         """Until every node ended, one failed or went silent, a hang was decided, the run dir was removed or we
-        are interrupted."""
+        are interrupted; tell(): the nodes' --dist-backend auto verdict, said once (launchers.nodebackend)."""
         while pending and not intr.got:
             _, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+            if tell:
+                tell()
             silence.check(ended)
             bad = sorted((t, k) for k, (t, code, _err) in ended.items() if code != 0)
             if bad:
@@ -261,7 +265,8 @@ class SSHBackend(Backend):
     @staticmethod
     def _kill_line(plan: SSHPlan, k: int, sig: int, wait_s: float) -> str:
         return (f"cd {shlex.quote(plan.cwd)} 2>/dev/null; {shlex.quote(plan.spec.python)} -m launchers.remote kill "
-                f"{shlex.quote(plan.run_id)} --node {k} --pid-file {shlex.quote(plan.pid_file(k))} "
+                f"{shlex.quote(plan.run_id)} --node {k} --run-dir {shlex.quote(plan.node_dir)} "
+                f"--pid-file {shlex.quote(plan.pid_file(k))} "
                 f"--signal {signal.Signals(sig).name} --wait {wait_s:g}{container.cleanup_line(plan.spec, plan.run_id, k)}")
 
     def _stop(self, plan: SSHPlan, conns, nodes, sig: int = signal.SIGTERM, wait_s: float = 0.0,

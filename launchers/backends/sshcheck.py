@@ -10,6 +10,7 @@ import io
 import json
 import secrets
 import shlex
+import sys
 import threading
 
 from .. import container, imagepull, layout, nodecheck, ports
@@ -45,6 +46,22 @@ def check_hosts(plan, conns) -> int:
     if errors:
         raise LaunchError("; ".join(errors))
     return port
+
+
+def decide_backend(plan, conns) -> str:
+    """--dist-backend auto with --no-shared-storage (the hosts cannot see each other's records): every host's
+    usable GPUs, asked over its connection before anything starts, and the one rule (launchers.nodebackend);
+    LaunchError with its line when the hosts disagree, else the backend every node is then given."""
+    from .. import nodebackend
+    cmd = nodecheck.shell([plan.spec.python, "-m", "launchers.nodebackend"])
+    results = run_all(conns, [cmd] * len(conns), timeout=nodebackend.SMI_TIMEOUT_S + 30)
+    v = nodebackend.from_probes([None if isinstance(r, BaseException) else r.stdout for r in results],
+                                [h.label for h in plan.rhosts], plan.spec.gpus_per_node)
+    if v.backend is None:
+        raise LaunchError(f"--dist-backend auto: {v.line}")
+    print(f"launch: --dist-backend auto -> {v.line} (asked each host: --no-shared-storage)", file=sys.stderr,
+          flush=True)
+    return v.backend
 
 
 def check_image(plan, conns) -> None:
