@@ -11,6 +11,7 @@ from typing import Any
 
 from . import ckptptr, extcache, heartbeat, layout, timeline
 from .hang import sample
+from .errors import LaunchError
 from .rundir import RunDir
 
 LOG_TAIL_BYTES = 1 << 20        # NCCL refusals are searched in the last MiB of each rank log
@@ -108,11 +109,11 @@ def nccl_refusals(rd: RunDir) -> list[str]:
     from nccl_tuning.nccltests import parse_info_log    # torch-free
     out, seen = [], set()
     for _, rank, log in rd.rank_logs():
-        try:
-            with open(log, "rb") as f:
-                f.seek(max(0, os.path.getsize(log) - LOG_TAIL_BYTES))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
+        try:            # inside the run dir, a regular file, its tail (layout.open_inside: issue 35)
+            with os.fdopen(layout.open_inside(rd.path, log), "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
+                text = f.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
+        except (OSError, LaunchError):
             continue
         for line in parse_info_log(text)["refusals"]:
             key = line.split("NCCL", 1)[-1]

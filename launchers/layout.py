@@ -349,13 +349,13 @@ def status_problem(data: dict) -> str | None:
 def last_step(run_dir: str) -> int | None:
     """The step of the last line of metrics.jsonl (read from its end), None without one."""
     import json
-    try:
-        with open(path(run_dir, "metrics"), "rb") as f:
+    try:                # a regular file inside the run dir only (a FIFO never blocks a reader: issue 35)
+        with os.fdopen(open_inside(run_dir, path(run_dir, "metrics")), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 4096))
-            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+            lines = f.read(4096).decode("utf-8", "replace").strip().splitlines()
         return int(json.loads(lines[-1])["step"]) if lines else None
-    except (OSError, ValueError, KeyError, IndexError):
+    except (OSError, ValueError, KeyError, IndexError, TypeError, LaunchError):
         return None
 
 

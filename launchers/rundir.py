@@ -248,7 +248,7 @@ class RunDir:
             cur = self.read_status()
             if cur.get("state") not in ("RUNNING", "PENDING") or cur.get("launcher") != rec:
                 return cur
-            alive = procs.tagged_pids(self.run_id)
+            alive = trust.run_pids(self.run_id, self.path)      # never another run dir's (issue 35)
             return self.update_status(state="FAILED", surviving_pids=alive, reason=f"launcher died (pid {rec.get('pid')}"
                                       f" on {rec.get('host')} ended without recording the end: killed?)"
                                       + (f"; {len(alive)} process(es) of the run still alive" if alive else ""))

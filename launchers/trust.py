@@ -68,6 +68,11 @@ def owner_elsewhere(pid: int, run_id: str, run_dir: str) -> str | None:
     return None
 
 
+def run_pids(run_id: str, run_dir: str) -> list[int]:
+    """The live processes of this run dir's run id that belong to no other run dir (procs.tagged_pids)."""
+    return [pid for pid in procs.tagged_pids(run_id) if not owner_elsewhere(pid, run_id, run_dir)]
+
+
 def other_owner(run_id: str, run_dir: str) -> str | None:
     """The other run dir whose live processes carry run_id, else None (owner_elsewhere)."""
     return next(filter(None, (owner_elsewhere(pid, run_id, run_dir) for pid in procs.tagged_pids(run_id))), None)

@@ -79,6 +79,7 @@ def test_cancel_of_a_run_dir_naming_another_runs_id_kills_nothing(tmp_path, vict
     assert victim.poll() is None, (p.stdout, p.stderr)
     assert p.returncode != 0 and "names run id 'victim-1234' of the live run in" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert json.loads((d / "status.json").read_text()).get("surviving_pids") in (None, []), "another run's pids listed"
 
 
 def test_cancel_never_signals_the_pid_status_json_names(tmp_path):
@@ -140,6 +141,16 @@ def test_logs_never_block_on_a_fifo_or_read_a_device(tmp_path, kind):
         os.mknod(log, 0o644 | __import__("stat").S_IFCHR, os.makedev(1, 5))
     p = run_launch("logs", str(d), cwd=tmp_path, timeout=20)        # hangs (TimeoutExpired) or reads forever today
     assert "not a regular file" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("fifo", ["logs/node0/rank0.log", "metrics.jsonl"])
+@pytest.mark.parametrize("verb", [("status",), ("wait", "--timeout", "5"), ("top", "--once")])
+def test_status_wait_top_never_block_on_a_fifo_in_the_run_dir(tmp_path, fifo, verb):
+    d = crafted(tmp_path, state="FAILED", launcher={})
+    rank_log(d)
+    os.mkfifo(d / fifo)
+    p = run_launch(*verb, str(d), cwd=tmp_path, timeout=30)       # status and wait hung here (TimeoutExpired)
+    assert "Traceback" not in p.stderr, p.stderr
 
 
 def test_logs_of_a_huge_log_print_its_tail(tmp_path):
