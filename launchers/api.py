@@ -310,14 +310,14 @@ def format_status(st: dict[str, Any]) -> str:
 
 def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:
     """Follow until the run ends; the launcher's exit code for its verdict (launchers.stops.exit_code)."""
-    from .show import Progress
+    from .show import Progress, clean
     progress, rd = Progress(), RunDir.open(path)
     try:        # on stderr: the state (Slurm's pending reason), each node as it starts
         st = wait_status(path, interval, timeout,
                          on_poll=lambda s: progress.run(s, rd.node_records(rd.spec().nodes, s.get("attempt", 0))))
     except TimeoutError as e:
         raise LaunchError(str(e)) from None
-    print(end_line(st), file=sys.stderr, flush=True)
+    print(clean(end_line(st)), file=sys.stderr, flush=True)      # a reason is data: no control sequences
     return exit_code(st)
 
 

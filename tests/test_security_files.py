@@ -167,7 +167,7 @@ def test_logs_of_a_huge_log_print_its_tail(tmp_path):
 ESCAPES = "\x1b[2J\x1b]0;pwned\x07\x1b]52;c;ZWNobyBwd25lZA==\x07\x9b31m\x07\x08"
 
 
-@pytest.mark.parametrize("verb", ["status", "list", "top", "logs"])
+@pytest.mark.parametrize("verb", ["status", "list", "top", "logs", "wait"])
 def test_readers_strip_terminal_control_sequences(tmp_path, verb):
     d = crafted(tmp_path, state="FAILED", launcher={})
     st = json.loads((d / "status.json").read_text())
@@ -177,9 +177,9 @@ def test_readers_strip_terminal_control_sequences(tmp_path, verb):
     (d / "run.yaml").write_text(yaml.safe_dump(rec))
     rank_log(d).write_text(f"a log{ESCAPES} line\tok\n")
     args = {"status": ["status", str(d)], "list": ["list", "--root", str(tmp_path / "runs")],
-            "top": ["top", "--once", str(d)], "logs": ["logs", str(d)]}[verb]
+            "top": ["top", "--once", str(d)], "logs": ["logs", str(d)], "wait": ["wait", str(d)]}[verb]
     p = run_launch(*args, cwd=tmp_path, timeout=60)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == (1 if verb == "wait" else 0), p.stderr
     out = p.stdout + p.stderr
     assert not any(c in out for c in "\x1b\x07\x08\x9b"), repr(out)
     if verb == "logs":
