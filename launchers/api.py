@@ -105,10 +105,12 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     snapshot is kept unless changes["snapshot"] says otherwise (True: a new one of its tree; False: none).
     requeued: the attempt's reason when Slurm requeued the user's job that runs it (continue_requeued: nothing of
     the run's earlier attempts is alive, no busy check)."""
-    from . import extcache, manifest, snapshot
+    from . import extcache, manifest, snapshot, trust
     from .jobenv import resolve_job_env
     from .secretenv import refuse_missing
     rd = RunDir.open(path)
+    if why := trust.record_refusal(rd.path):        # another's run dir names a program and --notify (issue 35)
+        raise LaunchError(why)
     data = rd.read_run_yaml()
     refuse_missing(data["spec"], os.environ, rd.path)        # a secret is never `***` to the program
     backend, original = get_backend(data["spec"]["backend"]), copy_of(rd, data)

@@ -109,3 +109,20 @@ def ssh_refusal(run_dir: str, opts: dict[str, Any]) -> str | None:
             return (f"cancel does not connect with {flag} {f} recorded in run.yaml ({why}); accepted: a file of "
                     f"your own that only you can write: stop the run's hosts yourself or fix the file")
     return None
+
+
+def record_refusal(run_dir: str) -> str | None:
+    """The one line refusing to run what a run dir names (`launch resume`) when its records are not the user's
+    own: run.yaml, status.json or the directory owned by another user, or writable by everyone; else None.
+    (A group-writable one is accepted: the user's umask shares it with their group.)"""
+    for p in (run_dir, layout.path(run_dir, "run_yaml"), layout.path(run_dir, "status")):
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        why = (f"is owned by uid {st.st_uid}, not you" if st.st_uid != os.getuid() else
+               "is writable by everyone" if st.st_mode & stat.S_IWOTH and not stat.S_ISLNK(st.st_mode) else None)
+        if why:
+            return (f"{p!r} {why}: resume would run what it names as you; accepted: a run dir of your own "
+                    "(copy it, check it, and `launch resume --adopt` the copy)")
+    return None

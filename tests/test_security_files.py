@@ -54,6 +54,21 @@ def test_readers_never_run_the_notify_command_of_a_run_dir(tmp_path, verb):
         assert "FAILED not sent: the launcher that owned it is gone" in (d / "launcher.log").read_text()
 
 
+@pytest.mark.parametrize("how", ["another user's", "world-writable"])
+def test_resume_of_a_run_dir_not_your_own_runs_nothing(tmp_path, how):
+    """resume runs the program and --notify a run dir names: only a run dir of the user's own."""
+    marker = tmp_path / "MARKER"
+    (tmp_path / "x.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    d = crafted(tmp_path, state="FAILED", launcher={}, program=[str(tmp_path / "x.py")], notify=[f"touch {marker}"])
+    if how == "world-writable":
+        (d / "run.yaml").chmod(0o666)
+    else:
+        os.chown(d / "run.yaml", 65534, 65534) if os.getuid() == 0 else pytest.fail("needs root to give a file away")
+    p = run_launch("resume", str(d), cwd=tmp_path, timeout=120)
+    assert not marker.exists(), (p.stdout, p.stderr)
+    assert p.returncode == 2 and "resume would run what it names as you" in p.stderr, p.stderr
+
+
 # ------------------------------------------------------------------------------------------ (b) cancel
 
 def start_ticks(pid: int) -> int:
