@@ -25,7 +25,7 @@ import os
 import shlex
 import signal
 
-from .containeropts import BINARIES, SIGNAL_EXIT_BASE, WRAPS, Limits
+from .containeropts import BINARIES, SIGNAL_EXIT_BASE, WRAPS, Limits, check_mount_path
 from .spec import JobSpec
 from .torchrun import NodeCommand
 
@@ -48,14 +48,22 @@ def in_container(spec: JobSpec) -> bool:
 def mounts(spec: JobSpec, package: str = PACKAGE_DIR) -> list[tuple[str, str, bool]]:
     """(source, destination, read-only): the run dir, the launch dir, launchers, then --container-mount's; a
     destination given twice keeps its first source; a parent before what is mounted below it (pyxis/enroot
-    mount in the order given)."""
+    mount in the order given). LaunchError (one line) for a path the runtime's mount option cannot take
+    (containeropts.check_mount_path): a run dir with ':' is refused here, before anything starts, never by the
+    runtime on a node."""
     out = [(spec.run_dir, spec.run_dir, False), (spec.container_workdir, spec.container_workdir, False),
            (package, f"{PACKAGE_AT}/launchers", True)]
+    what = ["the run dir", "the launch dir (the container's working directory)", "the launchers package"]
     if spec.torch_extensions_dir:                 # the extensions built once per image (launchers.extcache)
         out.append((spec.torch_extensions_dir, spec.torch_extensions_dir, False))
+        what.append("the torch extensions dir")
     for m in spec.container_mounts:
         src, dst, *flags = m.split(":")
         out.append((src, dst, flags == ["ro"]))
+        what.append(f"--container-mount {m!r}: the path")
+    for (src, dst, _), label in zip(out, what):
+        for path in dict.fromkeys((src, dst)):
+            check_mount_path(path, label, spec.container_runtime)
     seen: set[str] = set()
     out = [m for m in out if not (m[1] in seen or seen.add(m[1]))]
     return sorted(out, key=lambda m: m[1].rstrip("/").count("/"))

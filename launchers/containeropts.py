@@ -12,6 +12,7 @@ import os
 import re
 import resource
 import shutil
+import subprocess
 from typing import Any, Callable
 
 from .errors import LaunchError, brief
@@ -31,7 +32,7 @@ BINARIES = {"pyxis": ("enroot",), "oci": ("crun", "runc"), "podman": ("podman",)
 # does): what its node's exit code means (container.agent_code)
 SIGNAL_EXIT_BASE = {"podman": 128}
 DEFAULT_PYTHON = "python3"         # the image's interpreter unless --container-python names another
-MOUNT_WORDS = "SRC:DST[:ro] with an absolute DST and no ',' (e.g. /data:/data:ro)"
+MOUNT_WORDS = "SRC:DST[:ro] with an absolute DST and no ',' (e.g. /data:/data:ro or ~/data:/data)"
 _MOUNT_PART = re.compile(r"^[^:,\s\x00]+$")
 
 
@@ -71,11 +72,43 @@ def parse_mount(value: Any, cwd: str) -> str:
             or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
         raise LaunchError(f"--container-mount {brief(value)} is malformed; expected {MOUNT_WORDS}")
     src, dst = parts[0], parts[1]
+    if src.startswith("~"):                       # the submitting user's home (~ or ~/x; ~user: that user's)
+        src = os.path.expanduser(src)
+        if src.startswith("~"):
+            raise LaunchError(f"--container-mount {brief(value)}: {parts[0]!r} names no home directory known here; "
+                              "give an absolute SRC or ~/PATH (your home)")
     if not dst.startswith("/"):
         raise LaunchError(f"--container-mount {brief(value)}: DST {dst!r} is relative; give an absolute path "
                           "inside the container, e.g. /data")
     flags = parts[2:] if parts[2:] == ["ro"] else []
     return ":".join([os.path.normpath(os.path.join(cwd, src)), os.path.normpath(dst), *flags])
+
+
+PYXIS_FLAG = "--container-image"     # what pyxis's SPANK plugin adds to srun (NVIDIA/pyxis README)
+
+
+def pyxis_missing(srun_help: str) -> str | None:
+    """`srun --help` of the submitting node -> the one line saying pyxis is not there, or None when srun lists
+    --container-image (pyxis is a SPANK plugin: srun on the login node lists its options when plugstack.conf
+    loads it, as the nodes' srun does)."""
+    if PYXIS_FLAG in srun_help:
+        return None
+    return ("--container-runtime pyxis: this cluster's srun has no --container-image (`srun --help` does not list it: "
+            "the pyxis plugin is not installed); nothing submitted: use --container-runtime apptainer or podman "
+            "(`launch doctor --slurm --container-runtime R` checks the nodes), or run without --container-image")
+
+
+def check_srun_pyxis(which: Callable[[str], Any] = shutil.which) -> None:
+    """LaunchError (pyxis_missing's line) when this node's `srun --help` lacks --container-image; nothing said
+    when srun is not here or does not answer (the Slurm preflight names that)."""
+    if not which("srun"):
+        return
+    try:
+        p = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if why := pyxis_missing(p.stdout + p.stderr):
+        raise LaunchError(why)
 
 
 def check_runtime(value: Any, backend: str) -> str:
@@ -135,15 +168,97 @@ def doctor_image(value: Any, backend: str, runtime: Any) -> dict[str, dict]:
     return out
 
 
+# image references as each runtime reads them (never an option: a leading '-' matches none of these):
+# docker/OCI (distribution/reference grammar): [DOMAIN[:PORT]/]PATH[:TAG][@DIGEST], PATH's components lowercase; the
+# first component is a domain only when it has a '.' or ':' or is localhost (else it is part of the path)
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
+_TAG_DIGEST = r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?"
+_PATH = rf"{_COMPONENT}(?:/{_COMPONENT})*"
+_DOCKER_REF = re.compile(rf"^(?:(?:{_DOMAIN})/)?{_PATH}{_TAG_DIGEST}$")
+# enroot (pyxis): [USER@][REGISTRY#]IMAGE[:TAG] (enroot-import(1)), a scheme in front or not
+_ENROOT_REF = re.compile(rf"^(?:docker://|dockerd://|podman://)?(?:[A-Za-z0-9._-]+@)?(?:{_DOMAIN}#)?{_PATH}{_TAG_DIGEST}$")
+_PATH_WORD = re.compile(r"^[^-:\s\x00][^:\s\x00]*$")           # a file path: no leading '-', no ':'
+PODMAN_PATH_TRANSPORTS = ("docker-archive:", "oci-archive:", "oci:", "dir:")
+APPTAINER_URIS = ("docker://", "oras://", "library://", "shub://", "docker-daemon:", "http://", "https://")
+IMAGE_FORMS = {
+    "podman": "[REGISTRY[:PORT]/]NAME[:TAG][@DIGEST] with a lowercase NAME (e.g. docker.io/library/python:3.11, "
+              "localhost/train:1), docker://REF, containers-storage:REF, or docker-archive:/oci-archive:/oci:/dir: "
+              "and a path",
+    "pyxis": "[USER@][REGISTRY#]IMAGE[:TAG] (e.g. nvcr.io#nvidia/pytorch:24.05-py3), docker://, dockerd:// or "
+             "podman:// in front, or a squashfs file path starting with / or ./",
+    "apptainer": "a SIF file or sandbox path (e.g. ./train.sif, /images/train.sif) or a URI: docker://REF, "
+                 "oras://REF, library://REF, shub://REF, docker-daemon:REF, docker-archive:/oci-archive:/oci: "
+                 "and a path",
+}
+
+
+def _docker_ref(ref: str) -> bool:
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return len(ref) <= 255 and bool(_DOCKER_REF.match(ref))   # a domain, then the path
+    return len(ref) <= 255 and bool(re.match(rf"^{_PATH}{_TAG_DIGEST}$", ref))   # no domain: all path
+
+
+def image_ok(value: str, runtime: str) -> bool:
+    """Whether `value` is an image reference `runtime` reads as an image (IMAGE_FORMS): never an option."""
+    if value.startswith("-"):
+        return False
+    if runtime == "podman":
+        for transport in PODMAN_PATH_TRANSPORTS:
+            if value.startswith(transport):
+                return bool(_PATH_WORD.match(value[len(transport):].split(":", 1)[0]))
+        for transport in ("docker://", "containers-storage:"):
+            value = value[len(transport):] if value.startswith(transport) else value
+        return _docker_ref(value)
+    if runtime == "pyxis":
+        return value.startswith(("/", "./", "../")) and bool(_PATH_WORD.match(value)) \
+            or bool(_ENROOT_REF.match(value)) and len(value) <= 512
+    for uri in APPTAINER_URIS:                                   # apptainer
+        if value.startswith(uri):
+            rest = value[len(uri):]
+            return _docker_ref(rest) if uri in ("docker://", "docker-daemon:") else \
+                bool(rest) and not rest.startswith("-") and bool(re.match(r"^[\w.:/@#+-]+$", rest))
+    for transport in ("docker-archive:", "oci-archive:", "oci:"):
+        if value.startswith(transport):
+            return bool(_PATH_WORD.match(value[len(transport):].split(":", 1)[0]))
+    return bool(_PATH_WORD.match(value))
+
+
+# what each runtime's mount option splits on (a path holding one is refused before anything starts): podman -v
+# SRC:DST[:OPTS] (':'); apptainer --bind SRC:DST[:OPTS],... (',' ':'; whitespace refused too); pyxis
+# --container-mounts SRC:DST[:FLAGS],... (',' ':'; pyxis hands them on to enroot as fstab lines, split on whitespace)
+MOUNT_SEPARATORS = {"podman": ":", "apptainer": ":, \t", "pyxis": ":, \t"}
+MOUNT_OPTION = {"podman": "podman -v", "apptainer": "apptainer --bind", "pyxis": "srun --container-mounts"}
+
+
+def check_mount_path(path: str, what: str, runtime: str) -> str:
+    """A path that goes into a mount spec of `runtime`: refused in one line when it holds a character that the
+    runtime's mount option splits on (MOUNT_SEPARATORS) or a control character."""
+    seps = MOUNT_SEPARATORS.get(runtime, "")
+    bad = sorted({c for c in path if c in seps or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        said = ", ".join(repr(c) for c in bad)
+        raise LaunchError(f"{what} {path!r} holds {said}, which {MOUNT_OPTION.get(runtime, runtime)} cannot "
+                          f"take in a mount path (it splits on {', '.join(repr(c) for c in seps) or 'nothing'}; "
+                          f"no control characters); refused before anything starts: use a path without them")
+    return path
+
+
 def check_image(value: Any, runtime: str) -> str:
-    """An image reference (pyxis: an enroot URI or a squashfs path; podman: a name or a ref; apptainer: a SIF
-    path or a URI), one word; Slurm's OCI support takes a bundle directory (absolute)."""
+    """An image reference as the runtime's own grammar reads it (IMAGE_FORMS), one word and never an option:
+    podman a docker/OCI reference or a transport; pyxis an enroot URI (`registry#image`) or a squashfs path;
+    apptainer a SIF path or a URI; Slurm's OCI support a bundle directory (absolute)."""
     if not isinstance(value, str) or not value.strip() or any(c.isspace() or c == "\x00" for c in value):
         raise LaunchError(f"--container-image {brief(value)} is not accepted; give one image reference without "
                           "spaces, e.g. nvcr.io#nvidia/pytorch:24.05-py3, ./image.sif or localhost/train:1")
     if runtime == "oci" and not value.startswith("/"):
         raise LaunchError(f"--container-image {brief(value)}: with --container-runtime oci the image is an OCI "
                           "bundle directory (srun --container=PATH); give its absolute path")
+    if runtime in IMAGE_FORMS and not image_ok(value, runtime):
+        raise LaunchError(f"--container-image {brief(value)} is not an image {runtime} accepts"
+                          f"{' (an option is never an image)' if value.startswith('-') else ''}; accepted: "
+                          f"{IMAGE_FORMS[runtime]}")
     return value
 
 
@@ -154,9 +269,12 @@ def check_python(value: Any) -> str:
     return value
 
 
-def fields(backend: str, pick: Callable[[str], Any], cwd: str) -> dict[str, Any]:
+def fields(backend: str, pick: Callable[[str], Any], cwd: str,
+           paths: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
     """The JobSpec fields of the container options (pick: a key -> the flag's value, else the profile's,
-    else None); no image: no container, and the other container options are refused."""
+    else None); no image: no container, and the other container options are refused. paths: (what, path) of the
+    host paths the job mounts besides the launch dir and --container-mount's (the run dir, the snapshot), each
+    checked against the runtime's mount syntax (check_mount_path) before anything starts."""
     image, runtime, mounts, python = (pick(k) for k in ("container_image", "container_runtime",
                                                           "container_mounts", "container_python"))
     if image is None:
@@ -170,5 +288,10 @@ def fields(backend: str, pick: Callable[[str], Any], cwd: str) -> dict[str, Any]
     if mounts and runtime == "oci":
         raise LaunchError("--container-mount is not accepted with --container-runtime oci: the bundle's config.json "
                           "lists its mounts (the run dir, the launch dir and launchers among them)")
-    return dict(container_image=check_image(image, runtime), container_runtime=runtime, container_mounts=mounts,
+    image = check_image(image, runtime)
+    for what, path in (("the launch dir (the container's working directory)", cwd), *paths,
+                       *((f"--container-mount {m!r}: the path", p) for m in mounts for p in m.split(":")[:2])):
+        if path:
+            check_mount_path(path, what, runtime)
+    return dict(container_image=image, container_runtime=runtime, container_mounts=mounts,
                 container_python=check_python(DEFAULT_PYTHON if python is None else python), container_workdir=cwd)

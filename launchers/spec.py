@@ -368,7 +368,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         preflight=preflight, secrets=tuple(secrets.items()), snapshot=snap,
         notify=notify.parse_targets([*notify.parse_targets(prof.get("notify") or (), f"profile {profile!r}: notify"),
                                      *(flags.get("notify") or ())]),
-        **containeropts.fields(backend, pick, os.getcwd()))
+        **containeropts.fields(backend, pick, os.getcwd(), (("the run dir", run_dir), ("the snapshot", snap))))
 
 
 PREFLIGHTS = ("gpu",)

@@ -76,6 +76,9 @@ def settle(opts: dict) -> dict:
         s["nodes"] = len(s["hosts"])
     if opts.get("container_runtime") is not None or opts.get("container_image") is not None:
         s["container"] = containeropts.doctor_binaries(opts.get("container_runtime") or "auto", target)
+        if target == "slurm" and "pyxis" in containeropts.doctor_runtimes(opts.get("container_runtime") or "auto",
+                                                                           target):
+            containeropts.check_srun_pyxis()      # pyxis lives in srun (a SPANK plugin): asked here, one line
     if opts.get("container_image") is not None:       # per runtime: how a node tells it has the image
         s["image"] = containeropts.doctor_image(opts["container_image"], target, opts.get("container_runtime"))
     if opts.get("collective") and s["nodes"] < 2:

@@ -26,8 +26,10 @@ import time
 from typing import Any
 
 from ... import __version__, layout, procs
+from ...containeropts import check_srun_pyxis
 from ...errors import LaunchError, RunDirGone, need_extra
 from ...rundir import TERMINAL, RunDir
+from ...secretenv import args_env
 from ...spec import JobSpec, redact_env
 from ...stops import exit_code, wait_s
 from ..base import Backend, Plan
@@ -91,15 +93,17 @@ class SlurmBackend(Backend):
                     dist_backend=dist, nodes=nodes, hosts=hosts, script=script)
 
     def preflight(self, plan: Plan) -> None:
-        """Before the run dir exists: Slurm is there, knows the partition, and accepts the job."""
+        """Before the run dir exists: Slurm is there, knows the partition, and accepts the job (with pyxis: srun
+        has its --container-image)."""
         if SlurmEnv.read().in_allocation:
             if not shutil.which("srun"):
                 raise LaunchError("srun is not on PATH inside this allocation")
-            return
+            return check_pyxis(plan.spec)
         need_extra("submitit", "slurm", "launch slurm")
         if not shutil.which("sbatch"):
             raise LaunchError("sbatch is not on PATH: Slurm is not installed here (--dry-run shows the script)")
         check_parent(plan.spec)                              # --after: the job exists and can still be waited on
+        check_pyxis(plan.spec)
         if cpu_warning(plan.spec):
             print(f"launch: {cpu_warning(plan.spec)}", file=sys.stderr, flush=True)
         try:             # while Slurm answers: creating the run dir needs yaml next
@@ -375,4 +379,12 @@ def secret_env(spec: JobSpec) -> dict[str, str]:
     environment (sbatch exports the submitter's: slurmctld keeps it in its state dir while the job lives), so
     they are put there for the sbatch call only, never in the script nor on sbatch's command line."""
     env = {**dict(spec.env), **dict(spec.secrets)}
-    return {k: v for k, v in env.items() if redact_env({k: v}, dict(spec.secrets))[k] != v}
+    return {**{k: v for k, v in env.items() if redact_env({k: v}, dict(spec.secrets))[k] != v},
+            **args_env(spec.program_args)}         # the program's arguments records keep redacted
+
+
+def check_pyxis(spec: JobSpec) -> None:
+    """--container-runtime pyxis: this node's srun has pyxis (containeropts.check_srun_pyxis), else one line before
+    anything is submitted (a job without it would end with no node's exit recorded)."""
+    if spec.container_runtime == "pyxis":
+        check_srun_pyxis()
