@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sys
 import time
 
 from . import heartbeat
+from .errors import LaunchError
 from .layout import runs_root
 from .manifest import torch_cuda, version
 from .snapshot import STORES, store_for
@@ -71,9 +73,38 @@ def dry_run_line(spec, environ=None) -> str:
 
 
 def make(spec) -> None:
-    """Create the run's extension directory (and its store) before the ranks start."""
-    if spec.torch_extensions_dir:
-        os.makedirs(spec.torch_extensions_dir, exist_ok=True)
+    """Create the run's extension directory (and its store) before the ranks start, only the user's to write:
+    one someone else could have written (not the user's, a symlink, writable by others) is refused in one line,
+    before any rank loads what it holds; the builds torch made in it under a group-writable umask are made the
+    user's alone."""
+    d = spec.torch_extensions_dir
+    if not d:
+        return
+    os.makedirs(os.path.dirname(d), exist_ok=True)
+    try:
+        os.mkdir(d, 0o755)
+        os.chmod(d, 0o755)                  # whatever the umask
+    except FileExistsError:
+        pass
+    why = trust_problem(d, os.lstat(d))
+    for name in [] if why else sorted(os.listdir(d)):
+        p = os.path.join(d, name)
+        st = os.lstat(p)
+        if st.st_uid == os.getuid() and stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022:
+            os.chmod(p, st.st_mode & ~0o022)
+        why = why or trust_problem(p, os.lstat(p))
+    if why:
+        raise LaunchError(f"torch extension cache {why}; accepted: a directory only you can write (remove it, or "
+                          f"set your own with --env {ENV}=DIR)")
+
+
+def trust_problem(p: str, st: os.stat_result) -> str | None:
+    """Why p (lstat st) could hold someone else's code: a symlink, another user's, writable by others."""
+    if stat.S_ISLNK(st.st_mode):
+        return f"{p} is a symlink"
+    if st.st_uid != os.getuid():
+        return f"{p} is owned by uid {st.st_uid}, not you (uid {os.getuid()})"
+    return f"{p} is writable by others (mode {st.st_mode & 0o777:o})" if st.st_mode & 0o022 else None
 
 
 def building(ext_dir: str | None, now: float | None = None) -> list[tuple[str, float]]:

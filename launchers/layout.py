@@ -136,6 +136,7 @@ FILES = {                                   # what -> path inside the run dir ({
     "agent_log": "logs/node{node}/agent.log",
     "checkpoints": "checkpoints",           # step-<N>/ and `latest` (launchers.ckptptr), written by the job
     "metrics": "metrics.jsonl",             # written by the job (rank 0)
+    "work": "work",                         # --snapshot: the program's cwd, links to the frozen tree (rankexec)
     "progress": "progress/rank{rank}.json",             # the program's heartbeat (launchers.heartbeat)
     "node_progress": "progress/node{node}.json",        # a node's view of its ranks (launchers.hang)
     "nccl": "nccl",                                     # NCCL's and PyTorch's dumps (--dist-backend nccl)

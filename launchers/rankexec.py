@@ -41,9 +41,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def _spawn(argv: list[str], fd: int, workdir: str | None = None) -> int:
+def _spawn(argv: list[str], fd: int, workdir: tuple[str, str] | None = None) -> int:
     """fork + exec of `python -u <argv>` with stdout/stderr on fd, stdin from /dev/null, dying with this
-    wrapper; in workdir (the run's snapshot: also first on its PYTHONPATH) when given. Plain fork/exec rather
+    wrapper; workdir: (the run's snapshot, first on its PYTHONPATH; its cwd, the run's work/). Plain fork/exec rather
     than subprocess: the wrapper sits on every rank's start-up path, and this keeps its imports to
     os/signal/sys/time (json only once the program has ended)."""
     pid = os.fork()
@@ -59,9 +59,10 @@ def _spawn(argv: list[str], fd: int, workdir: str | None = None) -> int:
         os.dup2(fd, 2)
         for s in FORWARDED:                 # exec resets caught signals to their defaults; be explicit anyway
             signal.signal(s, signal.SIG_DFL)
-        if workdir:                         # --snapshot: the program's tree as frozen at submit
-            os.chdir(workdir)
-            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (workdir, os.environ.get("PYTHONPATH"))))
+        if workdir:                         # --snapshot: the program's tree as frozen at submit, seen from work/
+            os.chdir(workdir[1])
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (workdir[0], os.environ.get("PYTHONPATH"))))
+            os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")      # no __pycache__ into the store
         os.execv(sys.executable, [sys.executable, "-u", *argv])
     except BaseException as e:  # noqa: BLE001
         os.write(2, f"launch rankexec: cannot start {sys.executable}: {e}\n".encode())
@@ -153,6 +154,29 @@ def snapshot_dir(env) -> str | None:
     return d or None
 
 
+def work_dir(run_dir: str, snap: str) -> str:
+    """--snapshot: the program's cwd, <run dir>/work: the snapshot's directories made there and its files (and
+    links) linked to, so relative reads see the frozen tree and relative writes land in the run, never in the
+    store (issue 35). Every rank of every node does it (the same result, whoever comes first); a link of an
+    earlier snapshot (a resume --snapshot) is pointed at this one, the program's own files are kept."""
+    work = layout.own_path(run_dir, "work")
+    for d, dirs, files in os.walk(snap):
+        here = os.path.normpath(os.path.join(work, os.path.relpath(d, snap)))
+        if os.path.islink(here) or os.path.isfile(here):
+            continue                        # the program made something else of it: its own
+        os.makedirs(here, exist_ok=True)
+        for n in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
+            target, at = os.path.join(d, n), os.path.join(here, n)
+            try:
+                os.symlink(target, at)
+            except FileExistsError:
+                old = os.readlink(at) if os.path.islink(at) else target
+                if old != target and old.startswith(os.path.dirname(snap) + os.sep):
+                    os.symlink(target, f"{at}.new{os.getpid()}")
+                    os.replace(f"{at}.new{os.getpid()}", at)
+    return work
+
+
 def auto_backend(env, run_dir: str, node: int, attempt: int, fd: int) -> tuple[str | None, dict]:
     """--dist-backend auto, settled on this node before the program starts (launchers.nodebackend): the job's
     verdict in the rank log; (None, {}) when the program may start (its LAUNCH_DIST_BACKEND set), else (why not,
@@ -235,6 +259,7 @@ def main(argv: list[str]) -> int:
     why = unusable(env)
     try:
         bound, refused, workdir = (bind(env), None, snapshot_dir(env)) if why is None else ({}, why, None)
+        workdir = workdir and (workdir, work_dir(run_dir, workdir))
     except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set, no snapshot) or sched_setaffinity's
         bound, refused, workdir = {}, e, None
     cpus = f"cpu-bind {bound['cpu_bind']}: CPUs {bound['cpus']} | " if "mempolicy" in bound else ""

@@ -1,34 +1,28 @@
 """--snapshot: the program's tree frozen at submit in a content-addressed directory the ranks run from.
 
-The tree is the launch's working directory: in a git work tree its tracked files plus the untracked ones git does
-not ignore (`git ls-files -co --exclude-standard`), elsewhere every file below it minus the `.launchignore`
-patterns (gitignore-like: `name`, `*.ext`, `dir/`, `sub/path`, `# comment`); `__pycache__/`, run dirs (a
-directory holding a run.yaml, wherever it is), snapshot stores and torch extension stores never belong to it. Its hash is the sha256 over each file's path, kind (file,
-executable, symlink) and content sha256, in path order: the same content is the same directory,
-`<store>/<hash>`, written once (into a temporary directory, then renamed into place) and reused by every run,
-resume and array task with that content. The store is `<runs root>/.snapshots` for a run dir inside the runs
-root, else `.snapshots` beside the run dir (on the storage the run dir is on: shared where the nodes see it).
-Stdlib only; the dry-run hashes (reads) but writes nothing.
+The tree is the launch's working directory, as launchers.snaptree selects it (git's files, else less
+`.launchignore`; never run dirs, stores, secret-looking files unless `.launchinclude` names them): what it leaves
+out is said with why (Snapshot.left_out: the dry-run's line). A symlink to a file outside the tree is frozen as
+that file's content. Its hash is the sha256 over each file's path, kind (file, executable, symlink) and content
+sha256, in path order: the same content is the same directory, `<store>/<hash>`, written once (into a temporary
+directory, made read-only: files 0444/0555, directories 0555, then renamed into place) and reused by every run,
+resume and array task with that content -- only while it is the user's, writable by no one else, and still
+hashes to its name (verify(): else made again, or refused in one line when it is someone else's or a symlink).
+The ranks run in their run's own work/ (launchers.rankexec.work_dir), never in the store. The store is
+`<runs root>/.snapshots` for a run dir inside the runs root, else `.snapshots` beside the run dir (on the storage
+the run dir is on: shared where the nodes see it). Stdlib only; the dry-run hashes (reads) but writes nothing.
 """
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import os
-import re
 import shutil
 import stat
-import subprocess
 from dataclasses import dataclass
 
 from .errors import LaunchError, brief
+from .snaptree import IGNORE_FILE, SECRET, STORE, STORES, git, tree_files  # noqa: F401  (re-exported)
 
-STORE = ".snapshots"
-STORES = (STORE, ".torch_extensions")       # never in a snapshot: this store, launchers.extcache's (built ops)
-RUN_DIR_MARKS = ("run.yaml", "status/.lock")    # a run dir (its lock comes first while one is being made)
-ATOMIC_TEMP = re.compile(r"\.tmp\.\d+$")        # layout.atomic_write's temporary file: there for a moment
-IGNORE_FILE = ".launchignore"
-ALWAYS_IGNORED = ("__pycache__/",)
 MAX_BYTES = 2 << 30                 # a tree this big is not a program's: refuse, naming .launchignore
 MAX_FILES = 200_000
 ENV = "LAUNCH_SNAPSHOT_DIR"         # the rank wrapper runs the program there (cwd, first on PYTHONPATH)
@@ -40,6 +34,7 @@ class Snapshot:
     files: tuple[str, ...]          # paths relative to root, sorted
     digest: str                     # sha256 of the content (see the module's doc)
     size: int                       # bytes of the files
+    left_out: tuple[tuple[str, str], ...] = ()      # (path, why): what the tree holds that the snapshot does not
 
     def dir(self, store: str) -> str:
         return os.path.join(store, self.digest)
@@ -52,83 +47,16 @@ def store_for(run_dir: str, runs_root: str, name: str = STORE) -> str:
     return os.path.join(runs_root if inside else os.path.dirname(run_dir), name)
 
 
-def git(root: str, *args: str) -> bytes | None:
-    """`git -C root ARGS`'s output, None when git is missing, root is not in a work tree or the command fails."""
-    try:
-        p = subprocess.run(["git", "-C", root, *args], capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return p.stdout if p.returncode == 0 else None
-
-
-def ignore_patterns(root: str) -> list[str]:
-    """The .launchignore lines of root (blank lines and # comments dropped) after the built-in ones."""
-    try:
-        with open(os.path.join(root, IGNORE_FILE), encoding="utf-8") as f:
-            lines = [ln.strip() for ln in f]
-    except FileNotFoundError:
-        lines = []
-    except (OSError, UnicodeDecodeError) as e:
-        raise LaunchError(f"{brief(os.path.join(root, IGNORE_FILE))} cannot be read ({e}); accepted: a UTF-8 text "
-                          "file of patterns, one a line") from None
-    return [*ALWAYS_IGNORED, *(ln for ln in lines if ln and not ln.startswith("#"))]
-
-
-def ignored(rel: str, is_dir: bool, patterns: list[str]) -> bool:
-    """Whether rel (a '/'-separated path below the root) matches a pattern: one with a '/' inside matches the
-    path from the root, one without matches the last name; a trailing '/' matches only a directory."""
-    for pat in patterns:
-        if pat.endswith("/") and not is_dir:
-            continue
-        p = pat.strip("/")
-        if fnmatch.fnmatchcase(rel if "/" in p else rel.rsplit("/", 1)[-1], p):
-            return True
-    return False
-
-
-def walk_files(root: str, patterns: list[str], skip: tuple[str, ...] = ()) -> list[str]:
-    """Every file and symlink below root (never following a directory link), less the ignored paths and the
-    directories in skip ('a/b/': never entered)."""
-    out = []
-    for d, dirs, files in os.walk(root):
-        base = os.path.relpath(d, root)
-        rel = (lambda n: n) if base == os.curdir else (lambda n: f"{base}/{n}".replace(os.sep, "/"))
-        dirs[:] = sorted(n for n in dirs if not ignored(rel(n), True, patterns) and rel(n) + "/" not in skip)
-        out += [rel(n) for n in files if not ignored(rel(n), False, patterns)]
-        out += [rel(n) for n in dirs if os.path.islink(os.path.join(d, n))]     # a link to a directory: a link
-        dirs[:] = [n for n in dirs if not os.path.islink(os.path.join(d, n))]
-    return out
-
-
-def tree_files(root: str, exclude: tuple[str, ...] = ()) -> list[str]:
-    """The tree's files (see the module's doc), sorted; paths under an `exclude` directory left out."""
-    skip = tuple(os.path.relpath(e, root).replace(os.sep, "/") + "/" for e in exclude
-                 if os.path.commonpath([root, e]) == root and e != root)
-    listed = git(root, "ls-files", "-co", "--exclude-standard", "-z", "--", ".", *(f":(exclude){s}" for s in skip))
-    files = [f for f in listed.decode("utf-8", "surrogateescape").split("\0") if f] if listed is not None \
-        else walk_files(root, ignore_patterns(root), skip)
-    pats = ALWAYS_IGNORED if listed is not None else ()
-    skip += tuple(f[:-len(m)] for f in files for m in RUN_DIR_MARKS if f.endswith("/" + m))  # other run dirs
-    return sorted(f for f in set(files) if _file_or_link(os.path.join(root, f))      # not a deleted file, a submodule
-                  and not any(f.startswith(s) for s in skip) and not ignored_dirs(f, pats)
-                  and not any(f"/{s}/" in f"/{f}" for s in STORES) and not ATOMIC_TEMP.search(f))
-
-
-def _file_or_link(path: str) -> bool:
-    return os.path.islink(path) or os.path.isfile(path)
-
-
-def ignored_dirs(rel: str, patterns: tuple[str, ...]) -> bool:
-    parts = rel.split("/")
-    return any(ignored("/".join(parts[:i]), True, list(patterns)) for i in range(1, len(parts)))
-
-
-def _entry(root: str, rel: str) -> tuple[str, bytes]:
-    """(kind, content): 'l' and the link's target, 'x' (executable) or 'f' and the file's bytes."""
+def _entry(root: str, rel: str, freeze: bool = True) -> tuple[str, bytes]:
+    """(kind, content): 'l' and the link's target, 'x' (executable) or 'f' and the file's bytes (those of a link's
+    target when it is a file out of the tree: frozen)."""
     path = os.path.join(root, rel)
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        return "l", os.fsencode(os.readlink(path))
+        real = os.path.realpath(path)
+        if not freeze or not os.path.isfile(real) or os.path.commonpath([os.path.realpath(root), real]) == os.path.realpath(root):
+            return "l", os.fsencode(os.readlink(path))
+        path, st = real, os.stat(real)          # a link to a file out of the tree: frozen as its content
     if not stat.S_ISREG(st.st_mode):
         return "", b""
     with open(path, "rb") as f:
@@ -142,7 +70,8 @@ def _line(rel: str, kind: str, data: bytes) -> bytes:
 def scan(root: str, exclude: tuple[str, ...] = ()) -> Snapshot:
     """The tree's files and content hash (reads every file, writes nothing)."""
     root = os.path.abspath(root)
-    files = tree_files(root, exclude)
+    left: list[tuple[str, str]] = []
+    files = tree_files(root, exclude, left)
     size = sum(os.lstat(os.path.join(root, f)).st_size for f in files)
     if size > MAX_BYTES or len(files) > MAX_FILES:
         raise LaunchError(f"the program's tree {brief(root)} has {len(files)} files, {size >> 20} MiB: too big to "
@@ -156,19 +85,20 @@ def scan(root: str, exclude: tuple[str, ...] = ()) -> Snapshot:
             raise LaunchError(f"{brief(os.path.join(root, rel))} of the program's tree cannot be read for its "
                               f"snapshot ({e.strerror}); accepted: readable files (leave it out with {IGNORE_FILE} "
                               "or .gitignore), or --no-snapshot") from None
-    return Snapshot(root=root, files=tuple(files), digest=h.hexdigest(), size=size)
+    return Snapshot(root=root, files=tuple(files), digest=h.hexdigest(), size=size, left_out=tuple(left))
 
 
 def write(snap: Snapshot, store: str) -> str:
-    """The snapshot's directory in store: reused when there, else copied into a temporary directory (read-only
-    files) and renamed into place. The copy is hashed as it is made: a tree changed since scan() lands under the
-    hash of what was copied. Returns that directory."""
-    if os.path.isdir(snap.dir(store)):
+    """The snapshot's directory in store: reused when verify() passes, else (made again when it is the user's)
+    copied into a temporary directory, made read-only (files 0444/0555, directories 0555) and renamed into place.
+    The copy is hashed as it is made: a tree changed since scan() lands under the hash of what was copied.
+    Returns that directory."""
+    if os.path.lexists(snap.dir(store)) and usable(snap.dir(store)):
         return snap.dir(store)
     try:
         os.makedirs(store, exist_ok=True)
         tmp = os.path.join(store, f".tmp-{snap.digest[:12]}-{os.getpid()}-{os.urandom(3).hex()}")
-        os.mkdir(tmp)
+        os.mkdir(tmp, 0o755)
     except OSError as e:
         raise LaunchError(f"snapshot store {brief(store)} cannot be written ({e.strerror}); accepted: a runs root "
                           "you can write, or --no-snapshot") from None
@@ -179,6 +109,9 @@ def write(snap: Snapshot, store: str) -> str:
             h.update(_line(rel, kind, data))
             _put(os.path.join(tmp, rel), kind, data)
         final = os.path.join(store, h.hexdigest())
+        _modes(tmp, 0o555)
+        if os.path.lexists(final) and not usable(final):
+            _remove(final)
         try:
             os.rename(tmp, final)
         except OSError:                      # made meanwhile by another launch: the same content
@@ -189,17 +122,69 @@ def write(snap: Snapshot, store: str) -> str:
         raise LaunchError(f"snapshot {brief(snap.dir(store))} cannot be written ({e.strerror}); accepted: a runs "
                           "root with free space you can write, or --no-snapshot") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.lexists(tmp):
+            _remove(tmp)
+
+
+def _modes(d: str, mode: int) -> None:
+    """Every directory below d (and d) given mode: 0o555 read-only once made, 0o755 to remove it."""
+    for here, dirs, _ in os.walk(d, topdown=mode & 0o200 != 0):
+        os.chmod(here, mode)
+
+
+def _remove(d: str) -> None:
+    """Remove a snapshot directory of the user's (read-only: made writable first)."""
+    _modes(d, 0o755)
+    shutil.rmtree(d)
 
 
 def _put(path: str, kind: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
     if kind == "l":
         os.symlink(os.fsdecode(data), path)
         return
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o555 if kind == "x" else 0o444)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+
+
+def verify(d: str) -> str | None:
+    """Why the snapshot directory d cannot be run (a phrase: it is a symlink, someone else's, writable by others,
+    or its content does not hash to its name), None when it can."""
+    me, st = os.getuid(), os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode):
+        return "is a symlink, not a directory" if stat.S_ISLNK(st.st_mode) else "is not a directory"
+    lines, parents, dirs = [], set(), set()
+    for here, subdirs, files in os.walk(d):
+        base = os.path.relpath(here, d).replace(os.sep, "/")
+        for n in [None, *files, *(x for x in subdirs if os.path.islink(os.path.join(here, x)))]:
+            p = here if n is None else os.path.join(here, n)
+            est = os.lstat(p)
+            if est.st_uid != me:
+                return f"is owned by uid {st.st_uid}, not you (uid {me})" if n is None and base == "." \
+                    else f"holds {brief(p)} of uid {est.st_uid}, not you (uid {me})"
+            if not stat.S_ISLNK(est.st_mode) and est.st_mode & 0o022:
+                return f"is writable by others ({brief(p)}: mode {est.st_mode & 0o777:o})"
+            if n is not None:
+                rel = n if base == "." else f"{base}/{n}"
+                lines.append(_line(rel, *_entry(d, rel, freeze=False)))
+                parts = rel.split("/")
+                parents.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        if base != ".":
+            dirs.add(base)
+    h = hashlib.sha256()
+    for ln in sorted(lines):
+        h.update(ln)
+    return None if h.hexdigest() == os.path.basename(d) and dirs <= parents else "does not hash to its name"
+
+
+def usable(d: str) -> bool:
+    """verify(d) passes; a LaunchError when d is not the user's to make again (someone else's, a symlink)."""
+    why = verify(d)
+    if why and not why.startswith(("is writable", "does not hash")):
+        raise LaunchError(f"snapshot {d} {why}: never run; accepted: a store of your own (remove it, or give a "
+                          "runs root only you can write: --run-dir or $LAUNCH_RUNS_ROOT), or --no-snapshot")
+    return why is None
 
 
 def program_in(snap: Snapshot, program: tuple[str, ...]) -> None:
@@ -231,17 +216,24 @@ def take(spec):
         if not os.path.isdir(spec.snapshot_dir):
             raise LaunchError(f"the run's snapshot {brief(spec.snapshot_dir)} is gone; accepted: `launch resume "
                               "--snapshot` (a new one of its tree) or `--no-snapshot` (run from the tree)")
+        why = verify(spec.snapshot_dir)
+        if why:
+            raise LaunchError(f"the run's snapshot {spec.snapshot_dir} {why}: never run; accepted: `launch resume "
+                              "--snapshot` (a new one of its tree) or `--no-snapshot` (run from the tree)")
         return spec
     snap = scan(spec.snapshot_from or os.getcwd(), exclude=(spec.snapshot, spec.run_dir))   # + every run dir, store
     program_in(snap, spec.program)
+    if os.path.lexists(snap.dir(spec.snapshot)):
+        usable(snap.dir(spec.snapshot))                  # someone else's: refused here, before anything is written
     _scanned[snap.dir(spec.snapshot)] = snap
     return spec.replace(snapshot_dir=snap.dir(spec.snapshot), snapshot_from=snap.root)
 
 
 def commit(spec) -> None:
-    """Write the snapshot take() named, unless it is there already. A tree changed since take() is refused in one
-    line (the plan names the snapshot by the content take() saw)."""
-    if not spec.snapshot_dir or os.path.isdir(spec.snapshot_dir):
+    """Write the snapshot take() named, unless it is there already and verified (else made again). A tree changed
+    since take() is refused in one line (the plan names the snapshot by the content take() saw)."""
+    if not spec.snapshot_dir or os.path.isdir(spec.snapshot_dir) and spec.snapshot_dir not in _scanned \
+            and usable(spec.snapshot_dir):          # a resume keeping its snapshot: take() verified it
         return
     snap = _scanned.get(spec.snapshot_dir) or scan(spec.snapshot_from)
     if write(snap, os.path.dirname(spec.snapshot_dir)) != spec.snapshot_dir:
@@ -258,8 +250,18 @@ def for_resume(spec, given: bool | None, store: str):
 
 
 def dry_run_line(spec) -> str:
-    """The dry-run's line naming the snapshot the ranks would run from ("" without one)."""
+    """The dry-run's lines naming the snapshot the ranks would run from and what the tree holds that it leaves
+    out, with why ("" without one)."""
     if not spec.snapshot_dir:
         return ""
-    state = "exists: reused" if os.path.isdir(spec.snapshot_dir) else "written at submit"
-    return f"# snapshot: {spec.snapshot_dir} (of {spec.snapshot_from}; {state})\n"
+    why = verify(spec.snapshot_dir) if os.path.lexists(spec.snapshot_dir) else "-"
+    state = "written at submit" if why == "-" else "exists: reused" if why is None else \
+        f"exists but {why}: made again at submit"
+    left = _scanned[spec.snapshot_dir].left_out if spec.snapshot_dir in _scanned else ()
+    by: dict[str, list[str]] = {}
+    for path, reason in left:
+        by.setdefault(reason, []).append(path)
+    said = "; ".join(", ".join(ps[:8]) + (f" and {len(ps) - 8} more" if len(ps) > 8 else "") + f" ({r})"
+                     for r, ps in by.items())
+    return f"# snapshot: {spec.snapshot_dir} (of {spec.snapshot_from}; {state})\n" + \
+        (f"# snapshot: left out: {said}\n" if said else "")

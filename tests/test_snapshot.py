@@ -77,15 +77,17 @@ def test_plain_directory_uses_launchignore(tmp_path):
 
 def test_run_dirs_and_stores_never_belong_to_the_tree_wherever_they_are(tmp_path, monkeypatch):
     """A run dir outside the runs root puts its store beside it, next to the program (the Slurm security test
-    found the program's own directory left out): only run dirs (a run.yaml) and stores are left out."""
+    found the program's own directory left out): only run dirs (launch's lock) and stores are left out."""
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, {"code/train.py": "", "code/old/run.yaml": "", "code/old/logs/a.log": "", "code/.snapshots/h/x": "",
-                    "runs/r1/run.yaml": "", "runs/r1/checkpoints/c": "", "runs/.snapshots/h/y": "", "lib/u.py": "",
+    write(tmp_path, {"code/train.py": "", "code/old/run.yaml": "", "code/old/status/.lock": "", "code/old/logs/a.log": "",
+                     "code/.snapshots/h/x": "", "runs/r1/run.yaml": "", "runs/r1/status/.lock": "",
+                     "runs/r1/checkpoints/c": "", "runs/.snapshots/h/y": "", "lib/u.py": "",
                      "making/status/.lock": "", "making/status.json": "", "cfg/status.json": "", "lib/v.py.tmp.42": ""})   # a run dir being made
     sp = build_spec("slurm", {"run_dir": str(tmp_path / "code/new")}, ["code/train.py"])
     assert sp.snapshot == str(tmp_path / "code/.snapshots")
     assert snapshot.take(sp).snapshot_dir and \
-        snapshot.scan(str(tmp_path), (sp.snapshot, sp.run_dir)).files == ("cfg/status.json", "code/train.py", "lib/u.py")   # a user's own status.json stays
+        snapshot.scan(str(tmp_path), (sp.snapshot, sp.run_dir)).files == ("cfg/status.json", "code/train.py", "lib/u.py",
+                                                                        "lib/v.py.tmp.42")   # a user's own status.json stays
 
 
 def test_store_resume_choice_and_refusals(repo, tmp_path, monkeypatch):
@@ -178,7 +180,7 @@ def test_runs_from_snapshot_edit_does_not_reach_a_kept_resume_and_manifest(workd
     ((_, f1, cwd1, v1),) = [ln.split() for ln in rank_lines(run, "SNAP")]
     diff = subprocess.run(["git", "-C", str(workdir), "diff", "HEAD", "--binary"], capture_output=True).stdout
     sdir = json.loads(run_launch("status", str(run), "--json").stdout)["snapshot"]
-    assert sdir.startswith(str(workdir / "runs/.snapshots") + "/") and (f1, cwd1, v1) == (f"{sdir}/snapprog.py", sdir, "one")
+    assert sdir.startswith(str(workdir / "runs/.snapshots") + "/") and (f1, cwd1, v1) == (f"{sdir}/snapprog.py", str(run / "work"), "one")
     (workdir / "snaphelp.py").write_text("V = 'two'\n")
     run_launch("resume", str(run), check=True)
     assert [ln.split()[1:] for ln in rank_lines(run, "SNAP")] == [[f1, cwd1, "one"]] * 2
