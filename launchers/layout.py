@@ -82,6 +82,8 @@ def record_problem(data: object) -> str | None:
     spec = data.get("spec")
     if not isinstance(data.get("run_id"), str) or not isinstance(data.get("attempts"), list) or not data["attempts"]:
         return "lacks run_id or attempts"
+    if not all(isinstance(a, dict) for a in data["attempts"]):
+        return "has attempts that are not mappings"
     if not isinstance(spec, dict) or spec.get("backend") not in BACKENDS \
             or not isinstance(spec.get("program"), list) or not all(isinstance(spec.get(k), str) for k in ("run_dir", "name")):
         return "has no spec with a backend, a program, a run_dir and a name"

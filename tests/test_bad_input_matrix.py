@@ -288,6 +288,9 @@ CASES = [
          run_copy={"bad": {"run.yaml": "run_id: !!python/object/apply:os.system ['touch STARTED']\n"}}),
     Case("status-run-yaml-no-spec", ["status", "bad"], ("has no spec", "written by `launch`"),
          run_copy={"bad": {"run.yaml": "run_id: x\nattempts: [{}]\nspec: {backend: local}\n"}}),
+    Case("status-run-yaml-attempts-of-ints", ["status", "bad"], ("attempts that are not mappings", "written by `launch`"),
+         run_copy={"bad": {"run.yaml": "run_id: x\nattempts: [1, 2]\nspec: {backend: local, program: [x.py], "
+                                       "run_dir: x, name: x, nodes: 1, gpus_per_node: 1}\n"}}),
     Case("status-run-yaml-not-utf8", ["status", "bad"], ("run.yaml cannot be read", "utf-8"),
          run_copy={"bad": {"run.yaml": b"\xff\xfe\n"}}),
     *[Case(f"{verb}-no-status-json", [verb, "bad"], ("bad", "status.json is missing", "made by `launch`"),
