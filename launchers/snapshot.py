@@ -150,13 +150,22 @@ def _put(path: str, kind: str, data: bytes) -> None:
 
 def verify(d: str) -> str | None:
     """Why the snapshot directory d cannot be run (a phrase: it is a symlink, someone else's, writable by others,
-    or its content does not hash to its name), None when it can."""
+    or its content does not hash to its name), None when it can. The .pyc files an earlier version's runs wrote
+    into __pycache__/ (never part of a tree) do not count: like every entry they must be the user's."""
+    try:
+        return _verify(d)
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+
+
+def _verify(d: str) -> str | None:
     me, st = os.getuid(), os.lstat(d)
     if not stat.S_ISDIR(st.st_mode):
         return "is a symlink, not a directory" if stat.S_ISLNK(st.st_mode) else "is not a directory"
     lines, parents, dirs = [], set(), set()
     for here, subdirs, files in os.walk(d):
         base = os.path.relpath(here, d).replace(os.sep, "/")
+        pyc = os.path.basename(here) == "__pycache__"
         for n in [None, *files, *(x for x in subdirs if os.path.islink(os.path.join(here, x)))]:
             p = here if n is None else os.path.join(here, n)
             est = os.lstat(p)
@@ -165,12 +174,12 @@ def verify(d: str) -> str | None:
                     else f"holds {brief(p)} of uid {est.st_uid}, not you (uid {me})"
             if not stat.S_ISLNK(est.st_mode) and est.st_mode & 0o022:
                 return f"is writable by others ({brief(p)}: mode {est.st_mode & 0o777:o})"
-            if n is not None:
+            if n is not None and not (pyc and n.endswith(".pyc") and stat.S_ISREG(est.st_mode)):
                 rel = n if base == "." else f"{base}/{n}"
                 lines.append(_line(rel, *_entry(d, rel, freeze=False)))
                 parts = rel.split("/")
                 parents.update("/".join(parts[:i]) for i in range(1, len(parts)))
-        if base != ".":
+        if base != "." and not pyc:
             dirs.add(base)
     h = hashlib.sha256()
     for ln in sorted(lines):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import rank_lines, run_launch
-from launchers import api, extcache, snapshot
+from launchers import api, extcache, rankexec, snapshot
 from launchers.errors import LaunchError
 from launchers.spec import JobSpec
 
@@ -51,8 +51,17 @@ def test_planted_snapshot_with_its_name_but_other_content_is_remade(tmp_path, mo
     os.chmod(taken.snapshot_dir, 0o755)
     extra.write_text("x")
     assert "does not hash to its name" in snapshot.verify(taken.snapshot_dir)
+    with pytest.raises(LaunchError, match=r"the run's snapshot .* does not hash to its name: never run; accepted: "
+                                          r"`launch resume --snapshot`"):          # a resume keeping it
+        snapshot.take(spec_for(tmp_path).replace(snapshot_dir=taken.snapshot_dir, snapshot_from=str(tmp_path)))
     snapshot.commit(snapshot.take(spec_for(tmp_path)))
     assert not extra.exists() and snapshot.verify(taken.snapshot_dir) is None
+    os.chmod(taken.snapshot_dir, 0o755)                                  # an earlier version's runs wrote .pyc
+    write(Path(taken.snapshot_dir), {"__pycache__/train.cpython-311.pyc": "", "lib/__pycache__/u.cpython-311.pyc": ""})
+    assert snapshot.verify(taken.snapshot_dir) is None
+    write(Path(taken.snapshot_dir), {"__pycache__/evil.py": ""})
+    assert "does not hash to its name" in snapshot.verify(taken.snapshot_dir)
+    snapshot.commit(snapshot.take(spec_for(tmp_path)))
     assert os.stat(taken.snapshot_dir).st_mode & 0o777 == 0o555          # read-only once made
 
 
@@ -94,6 +103,25 @@ def test_extension_cache_checked_before_use(tmp_path, monkeypatch):
     os.lchown(os.path.join(d, "fused_op"), NOBODY, NOBODY)
     with pytest.raises(LaunchError, match=rf"fused_op is owned by uid {NOBODY}, not you"):
         extcache.make(spec)
+
+
+def test_work_dir_links_the_frozen_tree_and_keeps_the_programs_files(tmp_path):
+    store, run = tmp_path / "runs/.snapshots", tmp_path / "runs/r"
+    write(store / "a", {"t.py": "1", "data/x": "x", "ckpt/.keep": ""})
+    write(store / "b", {"t.py": "2", "data/x": "y", "new.py": ""})
+    run.mkdir()
+    work = Path(rankexec.work_dir(str(run), str(store / "a")))
+    assert work == run / "work" and (work / "data/x").read_text() == "x" and not (work / "data").is_symlink()
+    (work / "ckpt/step1").write_text("mine")                              # lands in the run, not in the store
+    (work / "out.txt").write_text("mine")
+    rankexec.work_dir(str(run), str(store / "b"))                         # resume --snapshot: the new one
+    assert (work / "t.py").read_text() == "2" and (work / "data/x").read_text() == "y" and (work / "new.py").exists()
+    assert (work / "out.txt").read_text() == "mine" and (work / "ckpt/step1").read_text() == "mine"
+    assert sorted(os.listdir(store / "a/ckpt")) == [".keep"]
+    shutil.rmtree(work)
+    os.symlink(str(tmp_path), work)
+    with pytest.raises(LaunchError, match="'work' in the run dir .* is a symbolic link"):
+        rankexec.work_dir(str(run), str(store / "a"))
 
 
 def test_program_writes_land_in_its_run_and_the_store_stays_as_made(workdir):
