@@ -9,11 +9,12 @@ import io
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import rank_lines, run_launch
+from conftest import ROOT, rank_lines, require_cluster, run_launch
 from launchers import api, extcache, rankexec, snapshot
 from launchers.errors import LaunchError
 from launchers.spec import JobSpec
@@ -201,3 +202,21 @@ def test_symlinked_program_is_frozen_as_its_content(tmp_path, monkeypatch):
     assert not frozen.is_symlink() and frozen.read_text() == "print('ONE')\n"
     assert os.readlink(Path(taken.snapshot_dir) / "alias.py") == "lib.py"
     assert snapshot.verify(taken.snapshot_dir) is None
+
+
+@pytest.mark.slurm
+def test_on_slurm_a_programs_relative_write_lands_in_its_run(workdir):
+    """The issue's case (accelerate's test_script on Slurm wrote check_main_process_first.txt into the store):
+    1 node x 1 rank, the snapshot on by default there."""
+    p = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", p.returncode == 0, "make slurm-up")
+    write(workdir, {"wprog.py": "import os\nopen('check_main_process_first.txt', 'w').write('x')\n"
+                                "print('CWD', os.getcwd(), flush=True)\n"})
+    run_launch("slurm", "--nodes", "1", "--gpus-per-node", "1", "--time", "5", "--run-dir", "runs/s", "--",
+               "wprog.py", check=True)
+    run_launch("wait", "runs/s", timeout=240, check=True)
+    run = workdir / "runs/s"
+    sdir = json.loads(run_launch("status", str(run), "--json").stdout)["snapshot"]
+    assert [ln.split()[1] for ln in rank_lines(run, "CWD")] == [str(run / "work")]
+    assert (run / "work/check_main_process_first.txt").read_text() == "x"
+    assert not os.path.exists(os.path.join(sdir, "check_main_process_first.txt")) and snapshot.verify(sdir) is None
