@@ -7,8 +7,9 @@ that attempt's number, before any node of it starts (on Slurm: once node 0 recor
 moves forward.
 
 Every writer that can outlive its attempt (a paused or partitioned node that comes back) checks it right before
-it commits: a rank wrapper's exit record and a Slurm node's record (RunDir), the heartbeat (Watch: a stat per
-beat), rank 0's part of manifest.json, a checkpoint's save, manifest and `latest` (launchers.ckptptr,
+it commits: a rank wrapper's exit record and a Slurm node's record (RunDir), the heartbeat (Watch: a stat of the
+generation on its first beat, after a pause, and at most once a PERIOD while it beats on -- a beat is one pwrite),
+rank 0's part of manifest.json, a checkpoint's save, manifest and `latest` (launchers.ckptptr,
 workloads.common). A write from attempt M while the run is at attempt N > M is refused -- nothing written -- and
 said in one line, `launch: fenced: <what> from attempt M refused (the run is at attempt N)`, appended to the
 run's launcher.log and written on the writer's stderr (its own log: the rank log of a program, the agent's log
@@ -109,23 +110,37 @@ def log(run_dir: str, said: str) -> None:
         os.close(fd)
 
 
+PERIOD = 1.0     # seconds: how long a writer that writes on and on goes without looking at the generation
+
+
 class Watch:
-    """check() for a writer that writes often (the heartbeat): the generation file is stat'ed before each write
-    and read again only when it changed; once refused, every later write is refused (said once)."""
+    """check() for a writer that writes often (the heartbeat). refused(now) stats the generation file on the first
+    write, then only when `now` is PERIOD past the last look (or went backwards), and reads it again only when it
+    changed: a write in between costs no system call. A zombie that wakes (a paused or partitioned rank: its clock
+    moved on while it slept) looks before its first write; one that never stopped writing is refused at most a
+    PERIOD after the generation moved (what it wrote meanwhile carries its own, older attempt: the readers of the
+    records -- hang detection, the timeline -- keep to the run's attempt). Once refused, every later write is refused
+    (said once). refused() without `now` looks every time."""
 
     def __init__(self, run_dir: str, mine: int, what: str) -> None:
         self.run_dir, self.mine, self.what = run_dir, mine, what
+        self.path = layout.path(run_dir, "generation")
         self.seen: tuple[int, int, int] | None = None
         self.refusal: str | None = None
+        self.looked: float | None = None         # the `now` of the last look
 
-    def refused(self) -> bool:
-        if self.refusal is None:
-            try:
-                st = os.stat(layout.path(self.run_dir, "generation"))
-                key = (st.st_ino, st.st_mtime_ns, st.st_size)
-            except OSError:
-                key = (0, 0, 0)
-            if key != self.seen:
-                self.seen = key
-                self.refusal = check(self.run_dir, self.mine, self.what)
+    def refused(self, now: float | None = None) -> bool:
+        if self.refusal is not None:
+            return True
+        if now is not None and self.looked is not None and self.looked <= now < self.looked + PERIOD:
+            return False
+        self.looked = now
+        try:
+            st = os.stat(self.path)
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = (0, 0, 0)
+        if key != self.seen:
+            self.seen = key
+            self.refusal = check(self.run_dir, self.mine, self.what)
         return self.refusal is not None

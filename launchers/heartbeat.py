@@ -6,12 +6,13 @@
         heartbeat.step(step, total=len(loader))     # total: optional, gives `launch top` its ETA
 
     heartbeat.checkpoint(path)      # rank 0, once a checkpoint under $LAUNCH_CHECKPOINT_DIR is complete
+    heartbeat.hang_stop()           # in a stop handler: a hang's stop (skip a save agreed over all ranks)?
 
 Stdlib only and cheap: the record (<run dir>/progress/rank<R>.json: step, time, step time, `first`: the time of
-this attempt's first beat) is rewritten in place, one pwrite per call (bench/heartbeat_overhead.py measures it
-next to a training step), after a stat of the run's generation (launchers.fence: a beat of an older attempt is
-refused, said once). The record's `total` and `first` (null when never given) were added later: readers use
-.get(). Outside a
+this attempt's first beat) is rewritten in place, one pwrite per call and no other system call
+(bench/hang_detection.py measures it next to a training step): the run's generation is looked at on the first
+beat, after a pause and at most once a second (launchers.fence.Watch: a beat of an older attempt is refused, said
+once). The record's `total` and `first` (null when never given) were added later: readers use .get(). Outside a
 `launch` run (no LAUNCH_RUN_DIR) every call is a no-op, so a program may call it unconditionally.
 """
 from __future__ import annotations
@@ -22,6 +23,15 @@ import time
 from . import ckptptr, fence, layout
 
 RECORD_BYTES = 192        # the record is padded to this size and rewritten in place (one pwrite)
+_pid = os.getpid()        # getpid is a system call (glibc caches it no more): once, and again in a forked child
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class Reporter:
@@ -52,7 +62,7 @@ class Reporter:
         self.write(now)      # every step: the last one before a hang must be on record
 
     def write(self, now: float) -> None:
-        if self.fence is not None and self.fence.refused():     # an older attempt's beat: nothing written
+        if self.fence is not None and self.fence.refused(now):   # an older attempt's beat: nothing written
             return
         if self.fd is None:
             path = layout.path(self.run_dir, "progress", rank=self.rank)
@@ -60,7 +70,7 @@ class Reporter:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         st = "null" if self.step_time is None else f"{self.step_time:.6f}"
         rec = (f'{{"rank": {self.rank}, "attempt": {self.attempt}, "step": {self.step}, "time": {now:.3f}, '
-               f'"step_time": {st}, "total": {"null" if self.total is None else self.total}, "pid": {os.getpid()}, '
+               f'"step_time": {st}, "total": {"null" if self.total is None else self.total}, "pid": {_pid}, '
                f'"first": {"null" if self.first is None else f"{self.first:.3f}"}}}')
         os.pwrite(self.fd, rec.ljust(RECORD_BYTES - 1).encode() + b"\n", 0)
 
@@ -102,6 +112,23 @@ def checkpoint(path: str) -> bool:
         return False
     ckptptr.write_latest(ckpt_dir, os.path.basename(path))
     return True
+
+
+def hang_stop() -> dict | None:
+    """This attempt's stop is a hang's (--hang-timeout): the record ({"reason": "hang", "hung_ranks": [...],
+    "time"}) that the launcher writes (hang/attempt<A>/stop.json) before it ends the hung ranks (SIGKILL) and
+    stops the others (their stop signal); None otherwise (a preemption, a cancel, no stop, outside a `launch`
+    run). A program that saves collectively on a stop skips that save then -- a collective with the hung ranks
+    fails -- and keeps its last good checkpoint."""
+    env = os.environ
+    run_dir = env.get("LAUNCH_RUN_DIR")
+    if not run_dir:
+        return None
+    try:
+        attempt = int(env.get("LAUNCH_ATTEMPT", "0"))
+    except ValueError:
+        return None
+    return layout.read_json(layout.path(run_dir, "hang_stop", attempt=attempt))
 
 
 def read(run_dir: str, rank: int) -> dict | None:

@@ -49,7 +49,7 @@ def test_newest_attempt_of_run_yaml(attempts, newest):
     assert fence.newest(attempts) == newest
 
 
-def test_watch_stats_each_write_and_says_its_refusal_once(tmp_path, capsys):
+def test_watch_refuses_a_woken_zombies_first_beat_and_says_its_refusal_once(tmp_path, capsys):
     d = str(tmp_path)
     fence.advance(d, 0)
     beat = Reporter(d, 1, 0)
@@ -65,6 +65,32 @@ def test_watch_stats_each_write_and_says_its_refusal_once(tmp_path, capsys):
     Reporter(d, 1, 1).beat(0, 200.0)                 # the new attempt's rank writes
     assert read_json(Path(d, "progress", "rank1.json"))["attempt"] == 1
     assert capsys.readouterr().err.count("fenced") == 1
+
+
+def test_a_beat_looks_at_the_generation_at_most_once_a_period(tmp_path, capsys):
+    """Issue 38: a beat is one pwrite. The generation is looked at on the first beat, then only once fence.PERIOD
+    passed (or the clock went back): a zombie that never stopped beating is refused within a PERIOD."""
+    d = str(tmp_path)
+    fence.advance(d, 0)
+    beat = Reporter(d, 1, 0)
+    beat.beat(1, 100.0)                               # the first beat looks
+    fence.advance(d, 1)
+    beat.beat(2, 100.0 + fence.PERIOD / 2)            # within the period: not looked at, the beat lands
+    assert read_json(Path(d, "progress", "rank1.json"))["step"] == 2 and fenced_lines(d) == []
+    beat.beat(3, 100.0 + fence.PERIOD)                # a period on: looked at, refused from now on
+    beat.beat(4, 100.0 + fence.PERIOD * 1.5)
+    assert read_json(Path(d, "progress", "rank1.json"))["step"] == 2 and len(fenced_lines(d)) == 1
+    back = Reporter(d, 2, 0)
+    back.beat(1, 50.0)                                # refused at once: its first beat looks
+    assert not Path(d, "progress", "rank2.json").exists()
+    fresh = str(tmp_path / "fresh")
+    fence.advance(fresh, 0)
+    beat = Reporter(fresh, 1, 0)
+    beat.beat(1, 100.0)
+    fence.advance(fresh, 1)
+    beat.beat(2, 99.0)                                # the clock went back: looked at again
+    assert read_json(Path(fresh, "progress", "rank1.json"))["step"] == 1
+    assert capsys.readouterr().err.count("fenced") == 3
 
 
 def tree(run_dir) -> dict[str, bytes]:
