@@ -148,6 +148,7 @@ FILES = {                                   # what -> path inside the run dir ({
     "hang_node": "hang/attempt{attempt}/node{node}.json",
     "hang_stack": "hang/attempt{attempt}/rank{rank}.txt",
     "hang_verdict": "hang/attempt{attempt}/verdict.json",
+    "hang_stop": "hang/attempt{attempt}/stop.json",     # this attempt's stop is a hang's (launchers.heartbeat.hang_stop)
     "slurm": "slurm",                       # submitit's folder: sbatch output, pickles, the files below
     "slurm_jobs": "slurm/jobs",             # "<attempt> <job id>" per submission
     "node_spec": "slurm/spec-a{attempt}.json",                  # what the launcher resolved for the nodes

@@ -14,8 +14,9 @@ After SIGINT/SIGTERM/SIGHUP/SIGQUIT the program has LAUNCH_STOP_GRACE seconds (d
 and the record says so (`killed_after_grace`). The record of a program that ended after such a stop names it
 (`stopped_by`, also when a Slurm step daemon sent it): that end is the stop's, never the rank's own failure
 (launchers.firstfail: whatever made the stop goes first, however the program ended on it). A program stopped by
-SIGSTOP is continued with its stop, as scancel does. USR1/USR2 (checkpoint requests) start no grace. A SIGTERM
-is passed on as LAUNCH_STOP_SIGNAL when the job set one (--stop-signal SIGINT: Python programs get
+SIGSTOP is continued with its stop, as scancel does. A program that a hang's stop SIGKILLed first (it is named
+hung in hang/attempt<A>/stop.json) is recorded `ended_as: hung`. USR1/USR2 (checkpoint requests) start no grace.
+A SIGTERM is passed on as LAUNCH_STOP_SIGNAL when the job set one (--stop-signal SIGINT: Python programs get
 KeyboardInterrupt).
 """
 from __future__ import annotations
@@ -227,6 +228,16 @@ def record(run_dir: str, rec: dict) -> None:
         os.write(2, f"launch rankexec: cannot write the exit record of rank {rec['rank']}: {e}\n".encode())
 
 
+def ended_as(run_dir: str, attempt: int, rank: int, code: int) -> dict:
+    """{"ended_as": "hung"} for a program that a hang's stop SIGKILLed first (launchers.hang.watch.end_hung: its
+    rank is named in hang/attempt<A>/stop.json), else {}."""
+    if code != -signal.SIGKILL:
+        return {}
+    stop = layout.read_json(layout.path(run_dir, "hang_stop", attempt=attempt)) or {}
+    hung = stop.get("hung_ranks")
+    return {"ended_as": "hung"} if isinstance(hung, list) and rank in hung else {}
+
+
 def refuse(fd: int, run_dir: str, base: dict, why) -> int:
     """The program is not started: one line in the rank log and on stderr, the exit record; the rank exits 2."""
     line = f"launch rankexec: rank {base['rank']}: {why}\n".encode()
@@ -286,6 +297,7 @@ def main(argv: list[str]) -> int:
     if stop is not None:                         # ended on a stop (launchers.firstfail: never a first failure)
         rec["stopped_by"] = signal.Signals(stop).name
     rec.update({"killed_after_grace": killed} if killed else rankcause.cause(code, log, start, oom))    # why
+    rec.update(ended_as(run_dir, attempt, rank, code))
     record(run_dir, rec)
     if code < 0:  # die the same way, so torchrun reports the signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):

@@ -179,6 +179,28 @@ def test_local_stalled_rank_is_named_and_the_run_stopped(workdir, mode):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sleep", "stop"])
+def test_local_hang_stop_ends_the_hung_rank_first_and_the_healthy_one_cleans_up(workdir, mode):
+    """Issue 35 item 7: a program that answers SIGTERM with a stop agreed over all ranks (the workloads' pattern)
+    would wait in that agreement for the hung rank until the grace (30 s) ends. The hung rank is ended first
+    (SIGKILL) and hang/attempt<A>/stop.json tells the healthy rank that this stop is a hang's: it skips the
+    agreement, cleans up, exits 0 -- and the run ends well inside the timeout plus the grace."""
+    p = run_launch("local", "--nodes", "1", "--gpus-per-node", "2", "--hang-timeout", str(TIMEOUT),
+                   "--env", "TEST_HANG_RANK=1", "--env", "TEST_HANG_STEP=4", "--env", f"TEST_HANG_MODE={mode}",
+                   "--env", "TEST_AGREED=1", "--run-dir", "runs/c", "--", "hang_worker.py", timeout=180)
+    end = time.time()
+    assert p.returncode == 1, p.stderr[-2000:]
+    st = check_hang("runs/c", 1, 2, end)          # the end within the timeout + 15 s of the hang
+    stop = read_json(Path(st["hang"]["dir"], "stop.json"))
+    assert stop["reason"] == "hang" and stop["hung_ranks"] == [1] and stop["attempt"] == 0, stop
+    assert "CLEANUP DONE rank 0" in Path("runs/c/logs/node0/rank0.log").read_text()
+    rec0, rec1 = read_json("runs/c/status/rank0.json"), read_json("runs/c/status/rank1.json")
+    assert rec0["exit_code"] == 0 and not rec0.get("killed_after_grace"), rec0     # its cleanup completed
+    assert rec1["signal"] == "SIGKILL" and rec1.get("ended_as") == "hung", rec1    # ended first, as hung
+    assert "AGREED STOP" not in Path("runs/c/logs/node0/rank0.log").read_text()
+
+
+@pytest.mark.slow
 def test_local_program_without_heartbeat_silent_phase_is_not_a_hang_but_a_stop_is(workdir):
     """Progress from the log and CPU time alone: a silent start shorter than the timeout passes, then a
     SIGSTOPped rank is found."""

@@ -13,7 +13,7 @@ from .. import container, extcache, imagepull, nodecheck, procs
 from ..cpubind import node_plan
 from ..errors import LaunchError, RunDirGone
 from ..follow import follow_in_thread
-from ..hang.watch import LauncherWatch, describe
+from ..hang.watch import LauncherWatch, describe, end_hung
 from ..layout import Presence
 from ..ports import choose_port
 from ..remote import node_pids
@@ -76,6 +76,8 @@ class LocalBackend(Backend):
                 codes, why = self._watch(agents, intr, watch, exited_at, here, tells, paused)
                 if intr.got or why or any(c not in (0, None) for c in codes):
                     paused.end(plan.run_id, attempt)
+                    if why == "hung":         # the hung ranks first: a collective waiting on them fails at once
+                        end_hung(rd.path, plan.run_id, attempt)
                     how = decide("run dir gone", 0) if why == "gone" else intr.stop(      # launchers.stops
                         {"hung": "hang", "lost": "lost node"}.get(why or "", "peer failure"), spec.stop_grace)
                     procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],      # not a reaped pid

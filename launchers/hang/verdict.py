@@ -7,12 +7,18 @@ from typing import Any
 SURE = ("process stopped", "process gone", "behind")     # stalled for certain, not only a stack outside torch
 
 
-def first_stalled(hang: dict[str, Any]) -> int:
-    """The stalled rank to name first: one stopped, gone or behind before one whose stack is merely elsewhere
-    (a rank waiting in DDP's gradient all-reduce shows only autograd's backward in Python)."""
-    ranks, info = hang["stalled_ranks"], hang.get("ranks") or {}
+def hung_ranks(hang: dict[str, Any]) -> list[int]:
+    """The ranks a hang's stop ends first (SIGKILL, before the others' stop): the stalled ones that are stopped,
+    gone or behind when there are such, else every stalled one (a rank waiting in DDP's gradient all-reduce
+    shows only autograd's backward in Python: merely 'elsewhere', it is spared when a sure one is there)."""
+    ranks, info = list(hang["stalled_ranks"]), hang.get("ranks") or {}
     sure = [r for r in ranks if str(info.get(str(r), {}).get("why", "")).startswith(SURE)]
-    return (sure or ranks)[0]
+    return sure or ranks
+
+
+def first_stalled(hang: dict[str, Any]) -> int:
+    """The stalled rank to name first: one stopped, gone or behind before one whose stack is merely elsewhere."""
+    return hung_ranks(hang)[0]
 
 
 def hang_failure(hang: dict[str, Any], hosts: list[str] | None = None) -> dict[str, Any]:

@@ -3,13 +3,18 @@
 Every INTERVAL_S a NodeMonitor samples its node's ranks and publishes progress/node<K>.json; the Coordinator
 reads every node's file and, once no rank advanced for the timeout, writes hang/attempt<A>/request.json.
 Each NodeMonitor answers with its ranks' stacks and their stalled/waiting call (hang/attempt<A>/node<K>.json);
-the Coordinator adds "behind in steps", writes verdict.json and `hang` into status.json. Then the run is
-stopped by whoever owns its processes (the launcher on local and SSH, each node's task on Slurm, which
-watches for the verdict). Stdlib only.
+the Coordinator adds "behind in steps", writes stop.json (the hung ranks: programs read it to tell a hang's
+stop from a preemption, launchers.heartbeat.hang_stop), verdict.json and `hang` into status.json. The hung
+ranks' programs are ended first (SIGKILL by each NodeMonitor that sees the verdict, and by the local
+launcher before its stop: end_hung), so a collective waiting on them fails at once and the other ranks'
+handlers run within their grace; then the run is stopped by whoever owns its processes (the launcher on local
+and SSH, each node's task on Slurm, which watches for the verdict). Stdlib only.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from typing import Any, Callable
@@ -17,8 +22,8 @@ from typing import Any, Callable
 from .. import extcache, layout
 from ..rundir import RunDir
 from . import stacks
-from .sample import ENDED, Tracker
-from .verdict import hang_reason
+from .sample import ENDED, Tracker, rank_programs
+from .verdict import hang_reason, hung_ranks
 
 INTERVAL_S = 1.0
 ANSWER_WAIT_S = 20.0       # the Coordinator waits this long for every node's stacks
@@ -67,11 +72,13 @@ class NodeMonitor(threading.Thread):
             for node in sorted(by_node):
                 write(self.path("hang_node", node=node),
                       {"node": node, "ranks": {str(r): v for r, v in found.items() if v["node"] == node}})
-        if self.on_verdict and not self.verdict_seen:
+        if not self.verdict_seen:
             verdict = layout.read_json(self.path("hang_verdict"))
             if verdict is not None:
                 self.verdict_seen = True
-                self.on_verdict(verdict)
+                end_hung(self.run_dir, self.tracker.run_id, self.attempt, self.tracker.node)
+                if self.on_verdict:
+                    self.on_verdict(verdict)
 
 
 class Coordinator:
@@ -120,6 +127,8 @@ class Coordinator:
             return None
         found = {int(r): v for a in answers if a for r, v in a["ranks"].items()}
         self.verdict = decide(found, self.world, self.since, self.timeout, self.path("hang"), self.attempt)
+        write(self.path("hang_stop"), {"attempt": self.attempt, "reason": "hang", "time": round(now, 3),
+                                       "hung_ranks": hung_ranks(self.verdict)})     # before anyone acts on it
         write(self.path("hang_verdict"), self.verdict)
         self.rd.update_status(hang=self.verdict)
         return self.verdict
@@ -143,6 +152,22 @@ def decide(found: dict[int, dict], world: int, since: float, timeout: float, whe
     waiting = sorted(r for r in found if r not in stalled)
     return {"attempt": attempt, "stalled_ranks": stalled, "waiting_ranks": waiting, "since": round(since, 3),
             "timeout": timeout, "dir": where, "ranks": {str(r): v for r, v in sorted(found.items())}}
+
+
+def end_hung(run_dir: str, run_id: str, attempt: int, node: int | None = None) -> list[int]:
+    """SIGKILL the programs of the hung ranks that stop.json names, those of `node` on this machine (every node's
+    here: None); the ranks ended. A stopped program dies too; its wrapper records it (`ended_as: hung`)."""
+    stop = layout.read_json(layout.path(run_dir, "hang_stop", attempt=attempt)) or {}
+    hung = {r for r in stop.get("hung_ranks") or [] if isinstance(r, int)}
+    ended = []
+    for rank, (pid, _) in sorted(rank_programs(run_id, node).items()):
+        if rank in hung:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                ended.append(rank)
+            except OSError:
+                pass          # already gone
+    return ended
 
 
 class LauncherWatch:

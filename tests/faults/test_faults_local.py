@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from common import (agent_pid, assert_latest_complete, convnet, fault_row, final_sha, first_failure_text,
-                    first_step_time, kill_orphans, orphans, rank_pid, run_id, seconds, status, wait_for,
-                    wait_step)
+                    first_step_time, kill_orphans, latest_checkpoint, orphans, rank_pid, read_json, run_id, seconds,
+                    status, wait_for, wait_step)
 from conftest import LAUNCH, once, run_launch
 from launchers import procs
 
@@ -178,10 +178,24 @@ def cancel(wd, row, reference):
 
 
 def hung_rank(wd, row, reference):
+    """The hang's stop ends the SIGSTOPped rank first (SIGKILL, its record `ended_as: hung`), so rank 0, waiting on
+    it in a collective, cleans up within its grace without the agreed checkpoint: the last good one stands (issue
+    35 item 7). detection_s is the hang -> the run's end."""
     job, t = inject(wd, "hg", lambda j: os.kill(rank_pid(j.run_id, 1), signal.SIGSTOP), "--hang-timeout", "15")
+    good = latest_checkpoint(job.run_dir)[0]
     st = finish_row(job, row, code=1, state="FAILED", fault_at=t)
     assert ff(st)["rank"] == 1 and ff(st)["reason"].startswith("hang: process stopped"), st
     assert 1 in st["hang"]["stalled_ranks"], st["hang"]     # rank 0 waits in DDP's all-reduce (backward)
+    rec0, rec1 = (read_json(Path(job.run_dir, "status", f"rank{r}.json")) for r in (0, 1))
+    assert rec1.get("signal") == "SIGKILL" and rec1.get("ended_as") == "hung", rec1
+    assert rec0.get("exit_code") == 0 and not rec0.get("killed_after_grace"), rec0       # its cleanup completed
+    log0 = Path(job.run_dir, "logs", "node0", "rank0.log").read_text()
+    done = [ln for ln in log0.splitlines() if ln.startswith("hang stop: rank 0") and ln.endswith("cleanup done")]
+    assert done and "preempted: checkpoint" not in log0, log0[-2000:]
+    assert latest_checkpoint(job.run_dir)[0] == good, (latest_checkpoint(job.run_dir), good)   # nothing agreed
+    assert row["detection_s"] < 15 + 20, row          # the timeout + the stacks + the cleanup, not + the grace
+    row["user_sees"] = (f"{job.end_line()}; rank 0: hang stop, cleanup done, {good} stands; "
+                        f"run ended {row['detection_s']:.0f} s after the hang")
     resume_row(job, row, reference, t)
 
 

@@ -84,7 +84,7 @@ def common_parser(prog: str, description: str, *, epochs: int = 2, batch_size: i
     g.add_argument("--crash-rank", type=nonneg_int, default=0)
     g.add_argument("--crash-phase", default="mid", choices=faults.PHASES,
                    help="mid: after backward, before the optimizer step; pre_save/save/after_save: "
-                        "around the checkpoint of that step")
+                        "around the checkpoint of that step; hang: stuck for good at mid (no exit)")
     g.add_argument("--crash-attempt", type=nonneg_int, default=0,
                    help="LAUNCH_ATTEMPT in which the crash fires (so a resumed run does not crash again)")
     g.add_argument("--crash-slot", type=nonneg_int, default=None,
@@ -110,7 +110,7 @@ def check(parser: Parser, args, world_size: int) -> None:
         if args.crash_rank >= world_size:
             parser.error(f"--crash-rank {args.crash_rank} is out of range: the world size is {world_size} "
                          f"(accepted: 0..{world_size - 1})")
-        if args.crash_phase != "mid":
+        if args.crash_phase not in ("mid", "hang"):
             if args.checkpoint_every == 0 or args.crash_at_step % args.checkpoint_every:
                 parser.error(f"--crash-phase {args.crash_phase} at --crash-at-step {args.crash_at_step} never "
                              f"fires: that step has no checkpoint (--checkpoint-every {args.checkpoint_every})")

@@ -125,11 +125,15 @@ def run_worker(body) -> int:
     """Run `body()` (which owns every model/optimizer/loader object), then tear down.
 
     On an exception: print it and leave with os._exit(1) right away; the other ranks see the broken
-    connection and fail too, instead of anyone waiting in a destructor or a barrier.
+    connection and fail too, instead of anyone waiting in a destructor or a barrier. A hang's stop
+    (preempt.HangStop: the loop cleaned up, its peers are gone): os._exit(0), no teardown barrier.
     """
+    from .preempt import HangStop
     try:
         body()
         teardown()
+    except HangStop:
+        _hard_exit(0)
     except SystemExit as e:
         if e.code not in (0, None):
             if isinstance(e.code, str):

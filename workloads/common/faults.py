@@ -4,7 +4,9 @@ slows every step (a job long enough to kill, stop or cut mid-training, on any ma
 The crash fires only in one attempt (LAUNCH_ATTEMPT == --crash-attempt, default 0) and not after an
 in-place torchrun restart, so the resumed run with the very same arguments trains through. --crash-slot S
 instead: local rank 0 of the node on node slot S (LAUNCH_NODE_SLOT) crashes in every attempt (a lemon node).
-os._exit skips every destructor and flush handler, like a killed process would.
+os._exit skips every destructor and flush handler, like a killed process would. --crash-phase hang: the rank
+is stuck instead (sleeps for good outside any collective, its signal handlers alive: a hung rank for
+--hang-timeout).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import os
 import sys
 import time
 
-PHASES = ("mid", "pre_save", "save", "after_save")
+PHASES = ("mid", "pre_save", "save", "after_save", "hang")     # hang: at "mid", stuck for good instead of exiting
 
 
 class FaultInjector:
@@ -35,6 +37,10 @@ class FaultInjector:
     def maybe(self, step: int, phase: str) -> None:
         if self.delay and phase == "mid":
             time.sleep(self.delay)          # --step-delay: every step (the loop calls "mid" once per step)
+        if self.armed and step == self.step and self.phase == "hang" and phase == "mid":
+            print(f"fault injection: rank {self.rank} hangs at step {step} at {time.time():.3f}", flush=True)
+            while True:
+                time.sleep(3600)
         if self.armed and step == self.step and phase == self.phase:
             print(f"fault injection: rank {self.rank} exits with code 1 at step {step} ({phase})", flush=True)
             sys.stderr.flush()

@@ -7,6 +7,7 @@ fault injection, evaluation, final.json with param_sha256 (checked equal on all 
 """
 from __future__ import annotations
 
+import re
 import time
 
 import torch
@@ -20,6 +21,7 @@ from .checkpoint import Checkpointer, ModelOptimState, PickledState, seed_all
 from .data import resumable_loader, steps_per_epoch
 from .faults import FaultInjector
 from .metrics import Metrics, param_sha256
+from .preempt import HangStop, hang_stop
 from .preempt import agreed as stop_agreed
 
 
@@ -250,6 +252,18 @@ class Training:
         self.log(f"preempted: checkpoint at step {self.step} written; stopping (the next attempt resumes here)")
         return {"step": self.step, "preempted": True}
 
+    def after_hang(self, e: BaseException) -> None:
+        """A hang's stop (preempt.HangStop, or a collective that failed because the launcher ended the hung ranks):
+        no collective, no checkpoint (the last good one stands), this rank's own records closed; on every rank."""
+        from launchers import ckptptr
+        first = re.sub(r"^\[[^]]*\] ", "", (str(e).strip().splitlines() or [type(e).__name__])[0])   # gloo's [file:line]
+        why = "" if isinstance(e, HangStop) else f" (a collective failed: {first[:100]})"
+        hung = (hang_stop() or {}).get("hung_ranks")
+        latest = ckptptr.read_latest(self.env.checkpoint_dir)
+        self.metrics.close()
+        print(f"hang stop: rank {self.env.rank} at step {self.step}: hung rank(s) {hung} ended{why}; no agreed "
+              f"checkpoint, the last good one stands ({latest or 'none'}); cleanup done", flush=True)
+
     def finish(self, param_hash) -> dict:
         """Final checkpoint, evaluation, parameter hash checked equal on every rank, final.json."""
         self.save_last(always=False)
@@ -278,8 +292,14 @@ def fit(*, args, env, device, data, steps, eval_model, log=print, extra_log=None
     param_sha256 for models whose parameters are sharded (FSDP DTensors, expert-parallel experts, ZeRO-3)."""
     run = Training(args=args, env=env, device=device, data=data, steps=steps, eval_model=eval_model, log=log,
                    extra_log=extra_log)
-    run.resume()
-    while run.unfinished():
-        if run.run_epoch():
-            return run.stop()
-    return run.finish(param_hash or param_sha256)
+    try:
+        run.resume()
+        while run.unfinished():
+            if run.run_epoch():
+                return run.stop()
+        return run.finish(param_hash or param_sha256)
+    except Exception as e:          # a hang's stop: the hung ranks are gone, a collective with them failed
+        if not isinstance(e, HangStop) and hang_stop() is None:
+            raise
+        run.after_hang(e)
+        raise HangStop("hang stop") from e
