@@ -80,7 +80,11 @@ def scan(root: str, exclude: tuple[str, ...] = ()) -> Snapshot:
     h = hashlib.sha256()
     for rel in files:
         try:
-            h.update(_line(rel, *_entry(root, rel)))
+            kind, data = _entry(root, rel)
+            h.update(_line(rel, kind, data))
+            out = kind == "l" and os.path.commonpath([os.path.realpath(root), os.path.realpath(
+                os.path.join(root, rel))]) != os.path.realpath(root)
+            left += [(rel, "a link out of the tree, kept as a link: what it points to is not frozen")] if out else []
         except OSError as e:
             raise LaunchError(f"{brief(os.path.join(root, rel))} of the program's tree cannot be read for its "
                               f"snapshot ({e.strerror}); accepted: readable files (leave it out with {IGNORE_FILE} "

@@ -194,6 +194,7 @@ def test_symlinked_program_is_frozen_as_its_content(tmp_path, monkeypatch):
     write(tmp_path, {"elsewhere/real.py": "print('ONE')\n", "tree/lib.py": ""})
     os.symlink(outside, tmp_path / "tree/train.py")
     os.symlink("lib.py", tmp_path / "tree/alias.py")                   # inside the tree: stays a link
+    os.symlink(tmp_path / "elsewhere", tmp_path / "tree/ext")            # a directory out of it: a link, said
     monkeypatch.chdir(tmp_path / "tree")
     taken = snapshot.take(spec_for(tmp_path / "tree"))
     snapshot.commit(taken)
@@ -201,6 +202,8 @@ def test_symlinked_program_is_frozen_as_its_content(tmp_path, monkeypatch):
     frozen = Path(taken.snapshot_dir) / "train.py"
     assert not frozen.is_symlink() and frozen.read_text() == "print('ONE')\n"
     assert os.readlink(Path(taken.snapshot_dir) / "alias.py") == "lib.py"
+    assert "ext (a link out of the tree, kept as a link: what it points to is not frozen)" in \
+        snapshot.dry_run_line(taken)
     assert snapshot.verify(taken.snapshot_dir) is None
 
 
@@ -220,3 +223,17 @@ def test_on_slurm_a_programs_relative_write_lands_in_its_run(workdir):
     assert [ln.split()[1] for ln in rank_lines(run, "CWD")] == [str(run / "work")]
     assert (run / "work/check_main_process_first.txt").read_text() == "x"
     assert not os.path.exists(os.path.join(sdir, "check_main_process_first.txt")) and snapshot.verify(sdir) is None
+
+
+def test_in_a_git_tree_too_secrets_out_and_what_git_ignores_said(tmp_path):
+    write(tmp_path, {"train.py": "", ".env": "K=v\n", ".gitignore": "*.log\ndata/\n", "x.log": "", "data/big.bin": "",
+                     "deploy/id_ed25519": "k"})
+    for args in (("init", "-q"), ("add", "train.py", ".env", ".gitignore"),
+                 ("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    snap = snapshot.scan(str(tmp_path))
+    assert snap.files == (".gitignore", "train.py")                   # tracked or not: a secret's name is enough
+    assert {(".env", snapshot.SECRET), ("deploy/id_ed25519", snapshot.SECRET), ("x.log", ".gitignore"),
+            ("data/", ".gitignore")} <= set(snap.left_out)
+    (tmp_path / ".launchinclude").write_text(".env\n")
+    assert ".env" in snapshot.scan(str(tmp_path)).files
