@@ -25,7 +25,7 @@ from .snaptree import IGNORE_FILE, SECRET, STORE, STORES, git, tree_files  # noq
 
 MAX_BYTES = 2 << 30                 # a tree this big is not a program's: refuse, naming .launchignore
 MAX_FILES = 200_000
-ENV = "LAUNCH_SNAPSHOT_DIR"         # the rank wrapper runs the program there (cwd, first on PYTHONPATH)
+ENV = "LAUNCH_SNAPSHOT_DIR"         # the rank wrapper runs the program from there (first on PYTHONPATH; cwd work/)
 
 
 @dataclass(frozen=True)
