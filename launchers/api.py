@@ -239,7 +239,9 @@ def cancel(path: str) -> str | None:
             and not backend.active(rd):     # nothing starting, running or left over (a dead launcher's: swept)
         return st["state"]
     ssh = data["spec"]["backend"] == "ssh" and trust.ssh_refusal(rd.path, data["spec"].get("options") or {})
-    if why := trust.cancel_refusal(rd.path, data["run_id"], st) or ssh:
+    slurm = data["spec"]["backend"] == "slurm" and not st.get("in_allocation") and st.get("slurm_job_id") \
+        and trust.slurm_refusal(rd.path, st["slurm_job_id"])
+    if why := trust.cancel_refusal(rd.path, data["run_id"], st) or ssh or slurm:
         raise LaunchError(why)          # a copied or crafted run dir proves nothing (issue 35, docs/SECURITY.md)
     backend.cancel(rd)
     return None
@@ -307,7 +309,7 @@ def format_status(st: dict[str, Any]) -> str:
     lines += [f"nccl:       {line}" for line in st.get("nccl_refusals", [])]
     if st.get("ranks") is not None:
         lines += explain.format_ranks(st["ranks"])
-    return "\n".join(lines)
+    return "\n".join(lines + explain.next_steps(st))
 
 
 def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_launch
+from conftest import ROOT, require_cluster, run_launch
 
 
 def crafted(base: Path, name: str = "r", *, run_id: str = "victim-1234", state: str = "RUNNING",
@@ -127,6 +127,26 @@ def test_cancel_never_connects_with_ssh_files_it_did_not_choose(tmp_path, where)
     p = run_launch("cancel", str(d), cwd=tmp_path, timeout=60)
     assert not marker.exists(), (p.stdout, p.stderr)
     assert p.returncode != 0 and f"cancel does not connect with --ssh-config {cfg}" in p.stderr, p.stderr
+
+
+@pytest.mark.slurm
+def test_cancel_never_scancels_a_job_of_another_run(tmp_path):
+    """A crafted Slurm run dir naming a (held, harmless) job of someone else's run: not scancelled."""
+    st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
+    job = subprocess.run(["sbatch", "--parsable", "--hold", "-t", "1", "-o", "/dev/null", "-J", "stranger",
+                          "--wrap", "true"], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        d = crafted(tmp_path, "fake", run_id="fake-3", state="PENDING", launcher={}, backend="slurm")
+        s = json.loads((d / "status.json").read_text())
+        (d / "status.json").write_text(json.dumps(dict(s, slurm_job_id=job)))
+        p = run_launch("cancel", str(d), cwd=tmp_path, timeout=120)
+        left = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+        assert left == "PENDING", (left, p.stdout, p.stderr)
+        assert p.returncode == 2 and f"names Slurm job {job}, whose output and script are not in this run dir" \
+            in p.stderr, p.stderr
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)
 
 
 # ------------------------------------------------------------------------------------------ (c) readers
