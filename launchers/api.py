@@ -309,7 +309,7 @@ def format_status(st: dict[str, Any]) -> str:
     lines += [f"nccl:       {line}" for line in st.get("nccl_refusals", [])]
     if st.get("ranks") is not None:
         lines += explain.format_ranks(st["ranks"])
-    return "\n".join(lines)
+    return "\n".join(lines + explain.next_steps(st))
 
 
 def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:

@@ -5,6 +5,7 @@ the checkpoints); never changes it."""
 from __future__ import annotations
 
 import os
+import shlex
 import statistics
 import time
 from typing import Any
@@ -206,3 +207,20 @@ def format_attempts(rows: list[dict[str, Any]]) -> list[str]:
         return []
     return [f"            {r['attempt']}: {r['why']}" + (f"  (started {r['started']})" if r.get("started") else "")
             for r in rows]
+
+
+def next_steps(st: dict[str, Any]) -> list[str]:
+    """`launch status`'s last lines for a run with a first failure: the log to read first (the failing rank's,
+    else its node's agent log; on Slurm also the node's own Slurm output file) and the command to try next
+    (docs/TROUBLESHOOTING.md)."""
+    ff = st.get("first_failure")
+    if not ff or st.get("state") == "COMPLETED" or ff.get("node") is None:
+        return []
+    rd, node, rank, job = st["run_dir"], ff["node"], ff.get("rank"), st.get("slurm_job_id")
+    log = f"rank{rank}.log" if rank is not None else "agent.log"
+    lines = [f"see:        {os.path.join(rd, 'logs', f'node{node}', log)}"]
+    out = os.path.join(rd, "slurm", f"{job}_{node}_log.out")
+    if job and os.path.isfile(out):
+        lines.append(f"slurm out:  {out}")
+    rank_opt = f" --rank {rank}" if rank is not None else ""
+    return lines + [f"next:       launch logs {shlex.quote(rd)}{rank_opt}"]
