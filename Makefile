@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast podman registry-up registry-down reliability bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
+.PHONY: venv demo test test-fast pdsh podman registry-up registry-down reliability bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
 
 # torch is pinned to the CPU build on local disk; never an open range (it would pull a multi-GB CUDA build).
 $(STAMP): requirements.txt requirements-deepspeed.txt requirements-frameworks.txt setup.cfg pyproject.toml
@@ -48,7 +48,7 @@ GROUP ?=
 TEST_WORKERS ?= 6
 TEST_CLUSTERS := $(if $(GROUP),$(filter slurm ssh,$(GROUP)),slurm ssh)
 TEST_PODMAN := $(if $(GROUP),$(if $(filter local,$(GROUP)),podman),podman)
-test: venv $(TEST_PODMAN)
+test: venv $(TEST_PODMAN) $(if $(filter ssh,$(TEST_CLUSTERS)),pdsh)
 	@for c in $(TEST_CLUSTERS); do $(MAKE) $$c-up || exit 1; done
 	set -o pipefail; CI=$${CI:-true} $(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --durations=15 \
 	  -m "not alone" $(foreach g,$(GROUP),--group $(g)) $(PYTEST_ARGS) tests; rc=$$?; \
@@ -73,11 +73,14 @@ test-fast: venv podman
 	$(BIN)/pytest -q -n 4 --durations=10 -m "not slurm and not ssh and not slow" tests
 
 # Side-by-side benchmarks (each prints: name, ours, reference, ratio, goal); needs the dev clusters and pdsh.
-bench: venv
-	command -v pdsh >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q pdsh || \
-	  { apt-get update -q && apt-get install -y -q pdsh; }; }
+# (make test needs pdsh too: tests/test_bench_tiny.py runs each bench script in its tiny form, BENCH_TINY=1.)
+bench: venv pdsh
 	$(MAKE) clusters-up
 	$(BIN)/python bench/run_all.py; rc=$$?; $(MAKE) clusters-down; exit $$rc
+
+pdsh:
+	command -v pdsh >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q pdsh || \
+	  { apt-get update -q && apt-get install -y -q pdsh; }; }
 
 # Podman + runc from Debian (runc as podman's runtime) and the small local test image, built here with no download
 # and kept (rebuilt only when its recipe changes): the local group's container tests (tests/test_container_podman.py);

@@ -9,6 +9,14 @@ import time
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# BENCH_TINY=1: the tiny form `make test` runs (tests/test_bench_tiny.py): every code path of the script once, on
+# the smallest inputs, one round and no warm-up; its figures mean nothing, only that the script still works.
+TINY = os.environ.get("BENCH_TINY") == "1"
+
+
+def rounds(n: int, env: str = "BENCH_ROUNDS") -> int:
+    """How many interleaved rounds: BENCH_ROUNDS when set, else n; 1 in the tiny form."""
+    return 1 if TINY else int(os.environ.get(env, str(n)))
 
 
 def compile_project() -> None:
@@ -20,13 +28,16 @@ def compile_project() -> None:
 
 
 def figure(name: str, ours: float, reference: float, goal: str, unit: str = "ms") -> None:
-    """One line per figure: name, ours, reference, ratio, goal (ratio = ours / reference)."""
+    """One line per figure: name, ours, reference, ratio, goal (ratio = ours / reference): the goal it is held to,
+    from the table of issue 38 where it has a line (e.g. "<= 1.05")."""
     ratio = ours / reference if reference else float("inf")
     print(f"{name:44s} ours={ours:9.1f}{unit}  ref={reference:9.1f}{unit}  ratio={ratio:5.2f}  goal {goal}", flush=True)
 
 
 def interleaved(cases: dict[str, Callable[[], float]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Run each case once per round, round-robin, so drift on a noisy machine hits all cases alike."""
+    """Run each case once per round, round-robin, so drift on a noisy machine hits all cases alike (no warm-up
+    round in the tiny form)."""
+    warmup = 0 if TINY else warmup
     out: dict[str, list[float]] = {k: [] for k in cases}
     for r in range(warmup + rounds):
         for name, fn in cases.items():

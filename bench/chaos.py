@@ -4,7 +4,8 @@ a random rank program or torchrun agent of the run every T seconds. Prints the e
 undisturbed run's wall time / the disturbed run's, for the same steps: the share of the wall time spent on steps
 that count), the mean recovery time (detection to first step, from status.json's recovery timeline) and whether
 every restart came from the policy (no person). Usage: .venv/bin/python bench/chaos.py [T seconds, default 60]
-[steps, default 1200]. Not run by `make bench` (minutes); run by hand."""
+[steps, default 1200]. Not run by `make bench` (minutes); run by hand. BENCH_TINY=1 (tests/test_bench_tiny.py):
+the given steps without the per-step delay, and one kill only (after T seconds)."""
 import json
 import os
 import random
@@ -24,9 +25,10 @@ LAUNCH = os.path.join(os.path.dirname(sys.executable), "launch")
 
 def run(d: str, name: str, steps: int, every: float, seed: int) -> tuple[float, dict, list[str]]:
     run_dir = os.path.join(d, name)
+    delay = "0" if os.environ.get("BENCH_TINY") == "1" else "0.1"
     argv = [LAUNCH, "local", "--nodes", "2", "--gpus-per-node", "1", "--spares", "2", "--max-restarts", "1000",
             "--quarantine-after", "1000", "--run-dir", run_dir, "--", "-m", "workloads.convnet", "--dataset",
-            "digits", "--max-steps", str(steps), "--checkpoint-every", "50", "--step-delay", "0.1", "--log-every",
+            "digits", "--max-steps", str(steps), "--checkpoint-every", "50", "--step-delay", delay, "--log-every",
             "50", "--no-tensorboard"]
     rng, kills, t0 = random.Random(seed), [], time.monotonic()
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=d)
@@ -47,6 +49,8 @@ def run(d: str, name: str, steps: int, every: float, seed: int) -> tuple[float, 
             kind, pid = rng.choice(victims)
             procs.kill(pid, signal.SIGKILL)
             kills.append(kind)
+            if os.environ.get("BENCH_TINY") == "1":
+                next_kill = float("inf")
     wall = time.monotonic() - t0
     with open(os.path.join(run_dir, "status.json")) as f:
         return wall, json.load(f), kills

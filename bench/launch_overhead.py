@@ -12,11 +12,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import compile_project, figure, interleaved, median, ms_since  # noqa: E402
+from benchlib import compile_project, figure, interleaved, median, ms_since, rounds  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
+ROUNDS = rounds(7)
 
 
 def first_step(argv: list[str], tmp: str) -> float:
@@ -51,9 +51,9 @@ def main() -> None:
                            "first_step.py"], tmp)
 
     res = interleaved({"launch": ours, "torchrun": bare}, rounds=ROUNDS)
-    figure("launch local 1x2 -> first step (median)", median(res["launch"]), median(res["torchrun"]), "<= 1.10")
+    figure("launch local 1x2 -> first step (median)", median(res["launch"]), median(res["torchrun"]), "<= 1.05")
     cli = interleaved({"help": lambda: wall([f"{BIN}/launch", "--help"]),
-                       "click": lambda: wall([sys.executable, "-c", "import click"])}, rounds=15, warmup=2)
+                       "click": lambda: wall([sys.executable, "-c", "import click"])}, rounds=rounds(15), warmup=2)
     figure("launch --help cold start (median)", median(cli["help"]), median(cli["click"]), "<= 2.00")
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -19,7 +19,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+TINY = os.environ.get("BENCH_TINY") == "1"       # the tiny form (tests/test_bench_tiny.py): 2 ranks, small model
+ROUNDS = 1 if TINY else int(os.environ.get("BENCH_ROUNDS", "5"))
+WIDTH, LAYERS = (64, 2) if TINY else (1024, 8)
 
 
 def inner(out_dir: str) -> None:
@@ -40,7 +42,7 @@ def inner(out_dir: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
     for layer in model:
         fully_shard(layer)
     fully_shard(model)
@@ -48,7 +50,7 @@ def inner(out_dir: str) -> None:
 
     def train_step() -> float:
         t0 = time.perf_counter()
-        model(torch.randn(8, 1024)).sum().backward()
+        model(torch.randn(8, WIDTH)).sum().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         return time.perf_counter() - t0
@@ -169,7 +171,7 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="bench-ckpt-")
     try:
-        ranks = max(1, min(4, os.cpu_count() or 1))
+        ranks = 2 if TINY else max(1, min(4, os.cpu_count() or 1))
         r = inner_results(ranks, tmp)
         dd = median(r["dd"])
         sync, blocked, torch_save = median(r["sync"]), median(r["async_blocked"]), median(r["rank0_torch_save"])
@@ -185,7 +187,7 @@ def main() -> None:
               f"alone, {median(r['step_during_write']) * 1e3:.0f} ms while the write runs; "
               f"plain dcp.save on defaults {median(r['plain_sync']) * 1e3:.0f} ms, plain dcp.async_save blocked "
               f"{median(r['plain_async_blocked']) * 1e3:.0f} ms)")
-        if ranks < 4:
+        if ranks < 4 and not TINY:
             r4 = inner_results(4, tmp)
             s4 = median(r4["sync"])
             print(f"  4 ranks on {os.cpu_count()} cores (CPU contention included): DCP sync {s4 * 1e3:.0f} ms, "
