@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, read_json, require_cluster, run_launch
-from launchers import procs
+from launchers import heartbeat, procs
 from launchers.hang.stacks import classify, main_thread
+from launchers.hang.verdict import hung_ranks
 from launchers.hang.watch import decide
 
 TIMEOUT = 10
@@ -50,6 +51,25 @@ def test_decide_behind_in_steps_and_all_waiting():
     assert v["stalled_ranks"] == [0, 1] and "mismatched collectives" in v["ranks"]["0"]["why"]
     v = decide({0: dict(w, step=None)}, 2, 1.0, 5, "/d", 0)
     assert v["stalled_ranks"] == [1] and v["ranks"]["1"]["why"] == "no answer from its node"
+
+
+def test_hung_ranks_are_the_sure_ones_and_programs_can_read_a_hang_stop(tmp_path, monkeypatch):
+    """A hang's stop SIGKILLs the stalled ranks that are stopped, gone or behind; a rank whose stack is merely
+    elsewhere (DDP's backward waits there) is spared while a sure one exists. heartbeat.hang_stop() reads this
+    attempt's stop.json (None outside a run, for another attempt, or with no hang)."""
+    els, stop = {"class": "stalled", "why": "stack elsewhere: backward"}, {"class": "stalled", "why": "process stopped"}
+    assert hung_ranks({"stalled_ranks": [0, 1], "ranks": {"0": els, "1": stop}}) == [1]
+    assert hung_ranks({"stalled_ranks": [0, 1], "ranks": {"0": els, "1": els}}) == [0, 1]
+    monkeypatch.delenv("LAUNCH_RUN_DIR", raising=False)
+    assert heartbeat.hang_stop() is None
+    monkeypatch.setenv("LAUNCH_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("LAUNCH_ATTEMPT", "1")
+    assert heartbeat.hang_stop() is None
+    (tmp_path / "hang" / "attempt0").mkdir(parents=True)
+    (tmp_path / "hang" / "attempt0" / "stop.json").write_text('{"reason": "hang", "hung_ranks": [1]}')
+    assert heartbeat.hang_stop() is None                  # attempt 0's, not this one's
+    monkeypatch.setenv("LAUNCH_ATTEMPT", "0")
+    assert heartbeat.hang_stop() == {"reason": "hang", "hung_ranks": [1]}
 
 
 def test_rank_programs_are_the_wrappers_children_not_the_wrappers(tmp_path):
@@ -230,23 +250,29 @@ def test_local_without_a_hang_completes_under_a_timeout(workdir):
 def test_ssh_stalled_rank_on_a_host(workdir):
     st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
     require_cluster("the SSH test hosts", st.returncode == 0, "make ssh-up")
+    """TEST_AGREED: the host's monitor ends the hung rank (SIGKILL) on the verdict, so the others clean up."""
     p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", *SSH_OPTS, "--hang-timeout", str(TIMEOUT),
-                   "--env", "TEST_HANG_RANK=2", "--env", "TEST_HANG_STEP=4", "--run-dir", "runs/s", "--",
-                   "hang_worker.py", timeout=240)
+                   "--env", "TEST_HANG_RANK=2", "--env", "TEST_HANG_STEP=4", "--env", "TEST_AGREED=1",
+                   "--run-dir", "runs/s", "--", "hang_worker.py", timeout=240)
     end = time.time()
     assert p.returncode == 1, p.stderr[-2000:]
     st = check_hang("runs/s", 2, 3, end)
     assert st["first_failure"]["node"] == 2
+    assert read_json("runs/s/status/rank2.json").get("ended_as") == "hung"
+    assert "CLEANUP DONE rank 0" in Path("runs/s/logs/node0/rank0.log").read_text()
 
 
 @pytest.mark.slurm
 def test_slurm_stalled_rank_on_a_node(workdir):
     st = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
     require_cluster("the dev Slurm cluster", st.returncode == 0, "make slurm-up")
+    """TEST_AGREED: the hung rank's node task ends it (SIGKILL) on the verdict, so rank 0 cleans up."""
     p = run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--hang-timeout", str(TIMEOUT),
-                   "--env", "TEST_HANG_RANK=1", "--env", "TEST_HANG_STEP=4", "--run-dir", "runs/q", "--wait",
-                   "--", "hang_worker.py", timeout=300)
+                   "--env", "TEST_HANG_RANK=1", "--env", "TEST_HANG_STEP=4", "--env", "TEST_AGREED=1",
+                   "--run-dir", "runs/q", "--wait", "--", "hang_worker.py", timeout=300)
     end = time.time()
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     st = check_hang("runs/q", 1, 2, end)
     assert st["first_failure"]["node"] == 1
+    assert read_json("runs/q/status/rank1.json").get("ended_as") == "hung"
+    assert "CLEANUP DONE rank 0" in Path("runs/q/logs/node0/rank0.log").read_text()
