@@ -85,9 +85,29 @@ def default_path() -> str:
     return os.path.join(base, "launchers", "clusters.yaml")
 
 
+def check_private(path: str) -> None:
+    """The clusters file says which commands run where (launch_command, ProxyJump): refused when another user
+    could write it -- owned by someone else (not root), group- or world-writable, or in a directory others can
+    write (not sticky). A missing file is read_yaml_file's to name."""
+    import stat
+    try:
+        st, parent = os.stat(path), os.stat(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return
+    mine = (os.getuid(), 0)
+    open_dir = parent.st_uid not in mine or (parent.st_mode & 0o002 and not parent.st_mode & stat.S_ISVTX)
+    why = (f"owned by uid {st.st_uid}, not you" if st.st_uid not in mine
+           else f"writable by others (mode {stat.S_IMODE(st.st_mode):04o})" if st.st_mode & 0o022
+           else "in a directory another user can write (it could be replaced)" if open_dir else None)
+    if why:
+        raise LaunchError(f"clusters file {path!r} is {why}: another user could change what it runs; accepted: "
+                          "a file only you can write (chmod go-w, owned by you)")
+
+
 def load(path: str | None = None) -> dict[str, Cluster]:
     """Every cluster of the file, validated (syntax only: local files are checked by get() for the one used)."""
     path = path or default_path()
+    check_private(path)
     data = read_yaml_file(path, "clusters file", SHAPE, f"; accepted: {SHAPE} (${ENV_FILE} or "
                           "$XDG_CONFIG_HOME/launchers/clusters.yaml)")
     where = f"clusters file {path!r}"

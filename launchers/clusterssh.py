@@ -94,13 +94,16 @@ WATCH = ("exec 3<&0; {cmd} 3<&- & p=$!; {{ while read -r _; do :; done; kill -TE
          "w=$!; exec 3<&-; wait $p; r=$?; kill $w 2>/dev/null; exit $r")
 
 
-def remote_line(c: Cluster, words: list[str], cwd: str | None = None, watch: bool = True) -> str:
+def remote_line(c: Cluster, words: list[str], cwd: str | None = None, watch: bool = True,
+                receive: tuple[str, ...] = ()) -> str:
     """`launch WORDS` on the login node, in cwd (default: the runs root, so that run names resolve there, or /
     while it does not exist), LAUNCH_RUNS_ROOT set; one `sh -c` word (the login shell may be csh). watch: ended
     when the connection's stdin ends (WATCH; the caller keeps it open), else run to its end (a short call whose
-    output is read)."""
+    output is read). receive: variables whose values come first on stdin, one base64 line each (secrets: never
+    on a command line nor in a file there), exported for launch."""
     root = shlex.quote(c.runs_root)
     go = f"cd {shlex.quote(cwd)} || exit 2" if cwd else f"cd {root} 2>/dev/null || cd /"
+    go += "".join(f'; IFS= read -r v && {n}=$(printf %s "$v" | base64 -d) && export {n} || exit 2' for n in receive)
     cmd = " ".join([c.launch, *(shlex.quote(w) for w in words)])
     return "sh -c " + shlex.quote(f"{go}; LAUNCH_RUNS_ROOT={root}; export LAUNCH_RUNS_ROOT; "
                                   + (WATCH.format(cmd=cmd) if watch else f"exec {cmd}"))

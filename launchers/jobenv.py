@@ -15,7 +15,7 @@ import os
 from typing import Mapping, TextIO
 
 from .errors import LaunchError
-from .secretenv import content_secrets
+from .secretenv import arg_secrets, content_secrets, looks_secret
 from .spec import JobSpec
 from .values import ENV_REFUSED, RESERVED_ENV
 
@@ -87,8 +87,10 @@ def tell_secrets(spec: JobSpec, env: Mapping[str, str], fwd: Mapping[str, str], 
     if "*" in spec.forward_env:
         print(f"launch: WARNING: --forward-env '*' forwards all {len(fwd)} variables of your environment to every "
               "rank; name the ones the job needs instead (e.g. --forward-env 'NCCL_*', --secret NAME)", file=out)
-    found = content_secrets(env)
-    if found:
-        said = "; ".join(f"{k} ({why})" for k, why in sorted(found.items()))
-        print(f"launch: note: treated as secrets by their value: {said}: shown as ***, not kept in the run dir, "
-              "needed in your environment again at resume (--secret NAME says so without guessing)", file=out)
+    found = [f"{k} ({why})" for k, why in sorted(content_secrets(env).items())]
+    found += [f"program argument {i + 1} ({looks_secret(a) or 'a secret option'})"
+              for i, a in ((i, spec.program_args[i]) for i in arg_secrets(spec.program_args))]
+    if found:          # one line for all: the user is told once how to pass them
+        print(f"launch: note: treated as secrets by their value: {'; '.join(found)}: shown as ***, not kept in the "
+              "run dir, needed in your environment again at resume; pass a secret as --secret NAME (its value from "
+              "your environment or NAME=@FILE; the program reads $NAME)", file=out)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from pathlib import PurePath
 from typing import Any
 
 from .errors import LaunchError, brief
@@ -29,7 +30,11 @@ def runs_root(root: str | None = None) -> str:
 
 def choose_run_dir(run_dir: str | None, name: str, root: str | None = None, existing: bool = False) -> str:
     """--run-dir as given (absolute), else <runs root>/<name>-<time>-<random>; never an existing path, unless
-    `existing` (a run Slurm requeued inside the user's allocation: launchers.backends.slurm.inalloc)."""
+    `existing` (a run Slurm requeued inside the user's allocation: launchers.backends.slurm.inalloc); never ''
+    nor a path inside another run dir (its checkpoints/, logs/: that run's files)."""
+    if run_dir is not None and not run_dir.strip():
+        raise LaunchError(f"--run-dir {run_dir!r} is empty; give a directory path, or leave --run-dir out "
+                          "(<runs root>/<name>-<time>)")
     if run_dir:
         path = os.path.abspath(run_dir)
     else:
@@ -39,6 +44,10 @@ def choose_run_dir(run_dir: str | None, name: str, root: str | None = None, exis
         return path
     if os.path.lexists(path):
         raise LaunchError(f"run dir {path!r} already exists; use `launch resume {path}` or another --run-dir")
+    outer = next((str(p) for p in PurePath(path).parents if is_run_dir(str(p))), None)
+    if outer is not None:
+        raise LaunchError(f"run dir {path!r} is inside the run dir {outer!r} (its files); give a --run-dir outside "
+                          "any run dir")
     check_creatable(path)
     return path
 

@@ -57,7 +57,7 @@ def git_fields(tree: str) -> dict[str, Any]:
 def command_line(argv: list[str]) -> str:
     """The launcher's command line as typed (`launch ...`), secret-looking values as ***."""
     first = ["launch"] if os.path.basename(argv[0]) == "launch" else [sys.executable, argv[0]]
-    return shlex.join([*first, *redact_argv(argv[1:])])
+    return shlex.join([*first, *redact_argv(argv[1:])])      # NAME=VALUE secrets, credentials anywhere: ***
 
 
 def write_launcher(run_dir: str, spec: Any, plan: Any) -> None:

@@ -33,7 +33,8 @@ TRIES, BACKOFF_S = 3, (1.0, 3.0)         # attempts per target; the waits betwee
 HTTP_TIMEOUT_S, COMMAND_TIMEOUT_S = 5.0, 10.0
 EXIT_WAIT_S = 20.0        # how long a process that ends waits for its events still being sent
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-WORD = re.compile(r"[^\s()\[\]{}'\",;]+")     # a word of a message, its brackets and punctuation left out
+# a URL mistyped (`https//h/x`, `http:/h`, `https:h`): refused, never run as a shell command
+_URL_TYPO = re.compile(r"^(?:https?(?=[:/])|[A-Za-z][A-Za-z0-9+.-]*(?://|:/(?!/)))", re.I)
 ACCEPTED = "an http:// or https:// URL (a JSON POST per event) or a shell command (the event in its environment)"
 
 
@@ -50,6 +51,10 @@ def parse_targets(items: Any, what: str = "--notify") -> tuple[str, ...]:
             raise LaunchError(f"{what} {shown(t) if isinstance(t, str) else type(t).__name__!r} is not accepted "
                               f"(empty or more than one line); give {ACCEPTED}")
         t = t.strip()
+        if not _SCHEME.match(t) and _URL_TYPO.match(t):
+            host = secretenv.redact_text(re.match(r"[A-Za-z0-9+.-]*:?/*[^/\s]*", t).group(0))      # never its path
+            raise LaunchError(f"{what} {host + '/...'!r} looks like a URL without '://' (not run as a command); give "
+                              f"{ACCEPTED}")
         if _SCHEME.match(t):
             url = urllib.parse.urlsplit(t)
             bad = (f"scheme {url.scheme!r}" if url.scheme.lower() not in SCHEMES else "no host" if not url.hostname
@@ -139,6 +144,11 @@ def remember(env: Mapping[str, str], secrets: Mapping[str, str]) -> None:
     _remembered.update(v for k, v in {**env, **secrets}.items() if k in hidden and v and v != secretenv.REDACTED)
 
 
+def known_secrets() -> list[str]:
+    """The secret values this process knows: those of the specs it wrote, and a rank's own (NAMES_ENV)."""
+    return sorted(_remembered | set(secretenv.rank_known(os.environ)))
+
+
 def secret_values(record: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:
     """The values of the run's secrets this process has: those remembered, and its --secret names and the
     variables run.yaml keeps as *** (secret-named or secret-looking) as `environ` gives them (a Slurm job's)."""
@@ -155,9 +165,7 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
         return [redact(v, secrets) for v in value]
     if not isinstance(value, str):
         return value
-    for s in sorted(set(secrets), key=len, reverse=True):
-        value = value.replace(s, secretenv.REDACTED)
-    return WORD.sub(lambda m: secretenv.REDACTED if secretenv.looks_secret(m.group(0)) else m.group(0), value)
+    return secretenv.redact_text(value, secrets)       # known values, credentials by shape, random tokens
 
 
 def command_env(body: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
@@ -181,14 +189,26 @@ def post(url: str, body: Mapping[str, Any]) -> None:
 
 def run_command(command: str, body: Mapping[str, Any]) -> None:
     """The command under /bin/sh with the event in its environment; raises OSError unless it exits 0."""
-    try:
-        p = subprocess.run(["/bin/sh", "-c", command], env=command_env(body, os.environ), stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=COMMAND_TIMEOUT_S)
+    p = subprocess.Popen(["/bin/sh", "-c", command], env=command_env(body, os.environ), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:                 # its own process group: a command that hangs is ended with all it started
+        _, err = p.communicate(timeout=COMMAND_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise OSError(f"did not end within {COMMAND_TIMEOUT_S:g} s") from None
+        end_group(p)
+        raise OSError(f"did not end within {COMMAND_TIMEOUT_S:g} s (killed)") from None
+    end_group(p)                 # what it left behind in the background goes too
     if p.returncode != 0:
-        last = (p.stderr.decode(errors="replace").strip().splitlines() or [""])[-1][:200]
+        last = (err.decode(errors="replace").strip().splitlines() or [""])[-1][:200]
         raise OSError(f"exit status {p.returncode}" + (f": {last}" if last else ""))
+
+
+def end_group(p: subprocess.Popen) -> None:
+    """SIGKILL to the command's process group (its session), then reap it."""
+    try:
+        os.killpg(p.pid, 9)
+    except OSError:              # the group is gone already
+        pass
+    p.wait()
 
 
 def deliver(target: str, body: Mapping[str, Any], send: Callable[[str, Mapping[str, Any]], None] | None = None,

@@ -53,11 +53,14 @@ def peer_lost(line: str | None) -> bool:
 
 
 def exception_line(log: str, start: int = 0) -> str | None:
-    """last_exception() of the rank log's last TAIL_BYTES written after offset `start` (this attempt's part)."""
+    """last_exception() of the rank log's last TAIL_BYTES written after offset `start` (this attempt's part),
+    the rank's secret values (LAUNCH_PRIVATE_ENV's) and credential-shaped words in it as *** (secretenv)."""
+    from .secretenv import rank_known, redact_text
     try:
         with open(log, "rb") as f:
             f.seek(max(start, os.fstat(f.fileno()).st_size - TAIL_BYTES))
-            return last_exception(f.read(TAIL_BYTES).decode("utf-8", "replace"))
+            line = last_exception(f.read(TAIL_BYTES).decode("utf-8", "replace"))
+            return redact_text(line, rank_known(os.environ)) if line else line
     except OSError:
         return None
 

@@ -24,7 +24,8 @@ from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
 from .procs import exit_fields      # noqa: F401  (its home: procs; imported from here by the backends)
-from .secretenv import REDACTED
+from . import secretenv
+from .secretenv import REDACTED, real_args
 from .stops import ENDINGS, exit_code, stopped_reason
 
 if TYPE_CHECKING:                    # the spec module only where a spec is made: the rank wrapper imports this one
@@ -202,7 +203,7 @@ class RunDir:
         with self.lock():
             st = layout.read_json(self.status_path) or {}
             old = dict(st)
-            st.update(fields)
+            st.update(secretenv.redact_fields(fields, notify.known_secrets()))     # no secret in a reason
             st["updated"] = now()
             try:
                 layout.atomic_write(layout.own_path(self.path, "status"), json.dumps(st, indent=1, sort_keys=True) + "\n")
@@ -381,19 +382,17 @@ def spec_from_record(recorded: dict[str, Any]) -> JobSpec:
     for k, v in env.items():
         if v == REDACTED and k in os.environ:
             env[k] = os.environ[k]
-    d["env"] = env
+    d["env"], d["program_args"] = env, real_args(d.get("program_args") or (), os.environ)
     d["secrets"] = {k: os.environ.get(k, REDACTED) for k in d.get("secrets") or ()}
     from .spec import JobSpec
     return JobSpec.from_dict(d)
 
 
 def redacted_spec(spec: JobSpec) -> dict[str, Any]:
-    """What run.yaml records of a spec: every secret value as ***, the --secret variables by name only."""
-    from .spec import redact_env
-    d = spec.to_dict()
-    d["env"] = redact_env(d["env"])
-    d["secrets"] = list(d["secrets"])
-    return d
+    """What run.yaml records of a spec: every secret value as ***, the --secret variables by name only, the
+    program's arguments with their credentials as *** (secretenv.record_spec)."""
+    from .secretenv import record_spec
+    return record_spec(spec.to_dict())
 
 
 def now() -> str:

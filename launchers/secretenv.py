@@ -1,17 +1,26 @@
 """Which values of a job's environment are secrets, and what a run dir keeps of them (only their names).
 
 A value is secret when its variable is one of the job's --secret names, when the name looks like one (holds
-TOKEN, KEY, SECRET or PASS) or when the value itself looks like one (looks_secret): a URL with a password
+TOKEN, KEY, SECRET or PASS) or when the value itself looks like one (looks_secret): an Authorization header
+(`Bearer ...`/`Basic ...`), an AWS-style access key (`AKIA` + 16) or secret key (40 of base64, mixed case and
+digits), a service token (`hf_`, `sk-`, `ghp_`, `github_pat_`, `xoxb-`/`xoxp-`), a URL with a password
 (`scheme://user:pass@host`) or a long random token (a value of >= 32 of [A-Za-z0-9_-] whose longest run between
 `_`/`-` has >= 24 characters, digits and letters among them, and >= 3 bits of entropy per character: not words
 joined by `_`, not a repeated pattern). A secret is written
 nowhere (run.yaml, status, logs, the dry-run): REDACTED stands for its value, and a resume takes it again from
-the caller's environment (missing(): the names it still needs). Stdlib only.
+the caller's environment (missing(): the names it still needs). The same patterns find credentials inside any
+text (redact_text: program arguments, exception lines, reasons, payloads), with the values the process knows
+to be secret (known_values: its --secret and secret env values, those of NAMES_ENV in a rank's environment).
+Program arguments are redacted in every record and dry-run only (redact_args); the program gets them as given.
+Stdlib only.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
+import stat
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
@@ -25,6 +34,21 @@ URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s/@]+@")
 TOKEN = re.compile(r"[A-Za-z0-9_-]{32,}")
 MIN_RUN, MIN_BITS = 24, 3.0          # a token's longest run between separators; its entropy, bits per character
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MIN_KNOWN = 6                        # a known secret value shorter than this is not searched for in texts
+SECRET_FILE_MAX = 64 * 1024          # --secret NAME=@FILE: at most this many bytes
+# credentials by their shape, found anywhere in a text: (why, pattern); group "v" is what is hidden
+PATTERNS = (
+    ("an Authorization header", re.compile(r"\b(?:Bearer|Basic|Token)\s+(?P<v>[A-Za-z0-9._~+/=-]{8,})", re.I)),
+    ("an AWS access key", re.compile(r"(?<![A-Za-z0-9])(?P<v>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])")),
+    ("a service token", re.compile(r"(?<![A-Za-z0-9_-])(?P<v>(?:hf_|ghp_|gho_|ghs_|github_pat_)[A-Za-z0-9_]{16,}"
+                                   r"|sk-[A-Za-z0-9_-]{16,}|xox[bpas]-[A-Za-z0-9-]{10,})")),
+    ("a URL with a password", re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:(?P<v>[^\s/@]+)@")),
+    ("an AWS secret key", re.compile(r"(?<![A-Za-z0-9/+])(?P<v>(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
+                                     r"(?=[A-Za-z0-9/+]*[0-9])[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")),
+)
+_WORD = re.compile(r"[^\s()\[\]{}'\",;=:]+")     # a word of a text, for the long random tokens among them
+_SECRET_OPT = re.compile(r"^--?(?:[A-Za-z0-9]+[-_])*(?:token|password|passwd|secret|api[-_]?key|access[-_]?key)$",
+                         re.I)               # a program option whose value is a secret whatever it looks like
 
 
 def secret_name(name: str) -> bool:
@@ -38,14 +62,113 @@ def _bits(text: str) -> float:
 
 def looks_secret(value: str) -> str | None:
     """Why a value looks like a secret by its content ("a URL with a password", "a long random token"), else None."""
-    if URL_PASSWORD.search(value):
-        return "a URL with a password"
+    for why, pattern in PATTERNS:
+        if pattern.search(value):
+            return why
     if TOKEN.fullmatch(value):
         run = max(re.split(r"[_-]", value), key=len)
         digits, letters = sum(c.isdigit() for c in run), sum(c.isalpha() for c in run)
         if len(run) >= MIN_RUN and digits >= 2 and letters >= 2 and _bits(run) >= MIN_BITS:
             return "a long random token"
     return None
+
+
+def _random(word: str) -> bool:
+    return looks_secret(word) == "a long random token" if TOKEN.fullmatch(word) else False
+
+
+def redact_text(text: str, known: Iterable[str] = ()) -> str:
+    """text with each known secret value, each credential-shaped part (PATTERNS) and each long random word as
+    REDACTED (`Bearer ***`, `https://u:***@h`, `--hf-token=***`)."""
+    if not isinstance(text, str) or not text:
+        return text
+    for s in sorted({k for k in known if isinstance(k, str) and len(k) >= MIN_KNOWN and k != REDACTED}, key=len,
+                    reverse=True):
+        text = text.replace(s, REDACTED)
+    for _, pattern in PATTERNS:
+        text = pattern.sub(lambda m: m.group(0)[:m.start("v") - m.start()] + REDACTED
+                           + m.group(0)[m.end("v") - m.start():], text)
+    return _WORD.sub(lambda m: REDACTED if _random(m.group(0)) else m.group(0), text)
+
+
+def redact_args(args: Iterable[str], known: Iterable[str] = ()) -> list[str]:
+    """A program's arguments as records and the dry-run show them: credentials as REDACTED (redact_text), and
+    the value of an option named like a secret (`--token X`, `--api-key=X`, `--password X`) whatever it is."""
+    out: list[str] = []
+    after_opt = False
+    for w in args:
+        name, eq, value = w.partition("=")
+        if after_opt and w and not w.startswith("-"):
+            out.append(REDACTED)
+        elif eq and _SECRET_OPT.match(name) and value:
+            out.append(f"{name}={REDACTED}")
+        else:
+            out.append(redact_text(w, known))
+        after_opt = not eq and bool(_SECRET_OPT.match(w))
+    return out
+
+
+def arg_secrets(args: Iterable[str]) -> list[int]:
+    """The positions of the program arguments that redact_args changes (the user is told once)."""
+    args = list(args)
+    return [i for i, (a, b) in enumerate(zip(args, redact_args(args))) if a != b]
+
+
+def known_values(env: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
+    """The values of env that are secret (secret_keys), for redact_text: never REDACTED itself, never empty."""
+    return [v for k, v in env.items() if k in secret_keys(env, names) and v and v != REDACTED and k != NAMES_ENV]
+
+
+def rank_known(environ: Mapping[str, str]) -> list[str]:
+    """In a rank (or a Slurm job's step): the values of its secrets -- NAMES_ENV's, and the variables of its
+    environment secret by name or value -- for redacting what it records."""
+    names = [n for n in (environ.get(NAMES_ENV) or "").split(",") if n]
+    return known_values(dict(environ), names)
+
+
+ARGS_ENV = "LAUNCH_SECRET_ARGS"      # a Slurm job's environment: the program arguments records keep redacted (JSON)
+
+
+def record_spec(d: dict[str, Any]) -> dict[str, Any]:
+    """A spec's to_dict() as records keep it: secret env values as REDACTED, --secret by name, the program's
+    arguments with their credentials as REDACTED (redact_args)."""
+    known = known_values({**d.get("env", {}), **dict(d.get("secrets") or {})}, d.get("secrets") or ())
+    return {**d, "env": redact(d.get("env") or {}), "secrets": list(d.get("secrets") or ()),
+            "program_args": redact_args(d.get("program_args") or (), known)}
+
+
+def real_args(recorded: Iterable[str], environ: Mapping[str, str]) -> list[str]:
+    """The program arguments of a record, those it keeps redacted given again by ARGS_ENV (a Slurm job's
+    environment) when that holds the same arguments; else as recorded."""
+    recorded = list(recorded or ())
+    try:
+        given = json.loads(environ.get(ARGS_ENV) or "null")
+    except ValueError:
+        return recorded
+    ok = (isinstance(given, list) and len(given) == len(recorded)
+          and all(isinstance(g, str) and (g == r or REDACTED in r) for g, r in zip(given, recorded)))
+    return given if ok else recorded
+
+
+def args_env(program_args: Iterable[str]) -> dict[str, str]:
+    """{ARGS_ENV: the arguments as JSON} when records keep some of them redacted, else {}."""
+    args = list(program_args)
+    return {ARGS_ENV: json.dumps(args)} if arg_secrets(args) else {}
+
+
+REASON_FIELDS = ("reason", "first_failure", "exception", "stopped_by")
+
+
+def redact_fields(fields: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
+    """A status record's update with its free-text fields (REASON_FIELDS, their strings at any depth) as
+    redact_text gives them: a reason or an exception line never holds a secret's value."""
+    def text(v: Any) -> Any:
+        if isinstance(v, str):
+            return redact_text(v, known)
+        if isinstance(v, dict):
+            return {k: text(x) for k, x in v.items()}
+        return [text(x) for x in v] if isinstance(v, list) else v
+    return {k: (text(v) if k in REASON_FIELDS else v) for k, v in fields.items()}
 
 
 def secret_keys(env: Mapping[str, str], names: Iterable[str] = ()) -> set[str]:
@@ -62,12 +185,15 @@ def redact(env: Mapping[str, str], names: Iterable[str] = ()) -> dict[str, str]:
 
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
-    """A command line's words with secret-looking `NAME=VALUE` values (by name or by value) shown as REDACTED."""
+    """A launch command line's words with secret-looking `NAME=VALUE` values (by name or by value) shown as
+    REDACTED, credentials anywhere in its words too (redact_text), the program's after `--` as redact_args."""
+    argv = list(argv)
+    cut = argv.index("--") + 1 if "--" in argv else len(argv)
     out = []
-    for w in argv:
+    for w in argv[:cut]:
         name, eq, value = w.partition("=")
-        out.append(f"{name}={REDACTED}" if eq and (secret_name(name) or looks_secret(value)) else w)
-    return out
+        out.append(f"{name}={REDACTED}" if eq and (secret_name(name) or looks_secret(value)) else redact_text(w))
+    return out + redact_args(argv[cut:])
 
 
 def content_secrets(env: Mapping[str, str]) -> dict[str, str]:
@@ -104,9 +230,21 @@ def _from_env(what: str, name: str, environ: Mapping[str, str]) -> str:
 
 
 def _read_file(what: str, name: str, path: str) -> str:
+    """At most SECRET_FILE_MAX bytes of a regular file (a FIFO or device is refused, never read: O_NONBLOCK)."""
+    limit = f"at most {SECRET_FILE_MAX // 1024} KiB"
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise LaunchError(f"{what} {name}=@{path} is not a regular file; give a regular UTF-8 file of {limit}")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(SECRET_FILE_MAX + 1)
+        finally:
+            os.close(fd)
+        if len(data) > SECRET_FILE_MAX:
+            raise LaunchError(f"{what} {name}=@{path} is over the limit of {limit} ({SECRET_FILE_MAX} bytes); "
+                              f"give a file of {limit}")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or "not UTF-8"
         raise LaunchError(f"{what} {name}=@{path}: the file cannot be read ({why}); give a readable UTF-8 file") from None
@@ -117,12 +255,17 @@ def missing(recorded: Mapping[str, Any], environ: Mapping[str, str]) -> list[str
     """The variables a recorded spec (run.yaml's) holds redacted that the environment does not give again."""
     env = recorded.get("env") or {}
     names = [k for k, v in env.items() if v == REDACTED] + list(recorded.get("secrets") or ())
-    return sorted({k for k in names if k not in environ})
+    held = REDACTED in " ".join(map(str, recorded.get("program_args") or ()))
+    args = [ARGS_ENV] if held and real_args(recorded.get("program_args"), environ) == recorded.get("program_args") else []
+    return sorted({k for k in names if k not in environ}) + args
 
 
 def refuse_missing(recorded: Mapping[str, Any], environ: Mapping[str, str], path: str) -> None:
     """A resume's one line when a secret of the run is not in the caller's environment (nothing started)."""
     gone = missing(recorded, environ)
+    if ARGS_ENV in gone:
+        raise LaunchError(f"run {path!r} cannot be resumed: its program arguments held a credential, not kept in the "
+                          "run dir; start a new run giving it as --secret NAME (the program reads $NAME)")
     if gone:
         one = len(gone) == 1
         raise LaunchError(f"run {path!r} needs {', '.join(gone)} from your environment ({'a secret' if one else 'secrets'}"

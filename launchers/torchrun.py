@@ -13,7 +13,7 @@ from typing import Mapping
 
 from . import layout
 from .cpubind import ENV as CPU_BIND_ENV
-from .secretenv import NAMES_ENV, needed, secret_keys
+from .secretenv import NAMES_ENV, known_values, needed, redact_args, secret_keys
 from .snapshot import ENV as SNAPSHOT_ENV
 from .spec import JobSpec, redact_env
 
@@ -49,7 +49,11 @@ class NodeCommand:
         Secret-looking values are shown as *** unless redact=False (only for executing it).
         """
         env = redact_env(self.env_dict, self.secret) if redact else self.env_dict
-        words = ["env"] + [f"{k}={v}" for k, v in env.items()] + list(self.argv)
+        argv = list(self.argv)
+        if redact and "--" in argv:                       # the program's arguments: credentials as ***
+            cut = argv.index("--") + 2
+            argv[cut:] = redact_args(argv[cut:], known_values(self.env_dict, self.secret))
+        words = ["env"] + [f"{k}={v}" for k, v in env.items()] + argv
         return " ".join(shlex.quote(w) for w in words)
 
 

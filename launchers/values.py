@@ -3,8 +3,9 @@
 An integer is plain ASCII decimal everywhere: `12`, `0`, `-1` -- never `010`, `0x10`, `1_0`, `+2`, ` 2` or
 full-width digits. A number (seconds) is the same with an optional fraction and exponent: `30`, `2.5`, `1e-05`.
 A profile is read by ProfileLoader: YAML's safe subset, but a scalar YAML 1.1 would read as a number (`010` is 8
-there, `0x10` 16, `04:00:00` 14400) is kept as its text (Number) for these parsers to read, and a key given
-twice in one mapping is an error. Stdlib only (yaml is imported by profile_loader(), when a profile is read).
+there, `0x10` 16, `04:00:00` 14400) is kept as its text (Number) for these parsers to read, a date or time
+(`2001-12-14`) stays its text, a key given twice in one mapping is an error, and so are more than MAX_NODES
+values once aliases (`*a`) are expanded (an alias bomb) and a file over MAX_YAML_BYTES (read no further). Stdlib only (yaml is imported by profile_loader(), when a profile is read).
 """
 from __future__ import annotations
 
@@ -85,6 +86,29 @@ def check_env_value(what: str, name: str, value: str) -> str:
     return value
 
 
+MAX_YAML_BYTES = 1024 * 1024        # a profile or clusters file: at most 1 MiB
+MAX_NODES = 100_000                 # values in one YAML file, each alias (`*name`) counted as what it stands for
+
+
+class TooMany(Exception):
+    """A YAML file of more than MAX_NODES values once its aliases are expanded (an alias bomb)."""
+
+
+def expanded_size(node: Any, seen: dict[int, int] | None = None) -> int:
+    """How many values a composed YAML node stands for, an alias counted as often as it is used; stops counting
+    past MAX_NODES (TooMany). A node met again (an alias) is counted from its first count."""
+    seen = {} if seen is None else seen
+    if id(node) in seen:
+        return seen[id(node)]
+    seen[id(node)] = 1
+    value = node.value if isinstance(node.value, list) else []
+    n = 1 + sum(expanded_size(x, seen) for item in value for x in (item if isinstance(item, tuple) else (item,)))
+    if n > MAX_NODES:
+        raise TooMany()
+    seen[id(node)] = n
+    return n
+
+
 class DuplicateKey(Exception):
     def __init__(self, key: Any, first: int, again: int):
         super().__init__(key, first, again)
@@ -113,6 +137,7 @@ def profile_loader() -> type:
 
     ProfileLoader.add_constructor("tag:yaml.org,2002:int", number)
     ProfileLoader.add_constructor("tag:yaml.org,2002:float", number)
+    ProfileLoader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
     return ProfileLoader
 
 
@@ -120,7 +145,11 @@ def read_profile_yaml(stream: Any) -> Any:
     """One YAML document read by ProfileLoader (a yaml.SafeLoader: no python tags), as yaml.safe_load would."""
     loader = profile_loader()(stream)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        expanded_size(node)
+        return loader.construct_document(node)
     finally:
         loader.dispose()
 
@@ -129,9 +158,18 @@ def read_yaml_file(path: str, what: str, expected: str, missing: str = "") -> An
     """A YAML file read by read_profile_yaml (a profile, the clusters file), every failure one LaunchError naming
     `what` and the path: absent (+ `missing`), not UTF-8, unreadable, a key given twice, not YAML."""
     import yaml
+    limit = f"at most {MAX_YAML_BYTES // 1024 // 1024} MiB"
     try:
-        with open(path, encoding="utf-8") as f:
-            return read_profile_yaml(f)
+        with open(path, "rb") as f:
+            data = f.read(MAX_YAML_BYTES + 1)            # never the whole of a huge file
+        if len(data) > MAX_YAML_BYTES:
+            raise LaunchError(f"{what} {path!r} is over the size limit ({limit}); expected {expected} of {limit}")
+        return read_profile_yaml(data.decode("utf-8"))
+    except TooMany:
+        raise LaunchError(f"{what} {path!r} stands for more than {MAX_NODES} values once its YAML aliases (*name) "
+                          f"are expanded (an alias bomb); expected {expected} of fewer values") from None
+    except RecursionError:
+        raise LaunchError(f"{what} {path!r} is nested too deep; expected {expected}") from None
     except FileNotFoundError:
         raise LaunchError(f"{what} {path!r} does not exist{missing}") from None
     except UnicodeDecodeError as e:

@@ -18,6 +18,7 @@ exit code returned as ours; Ctrl-C here (or a dropped link) ends the login node'
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -83,10 +84,14 @@ def open_timeout(c: Cluster) -> float:
     return CONNECT_S * (len(c.jump) + 1) + 5.0
 
 
-def stream(c: Cluster, argv: list[str]) -> int:
-    """Run one call with this terminal's output; stdin stays open (its end ends the login node's side)."""
+def stream(c: Cluster, argv: list[str], feed: bytes = b"") -> int:
+    """Run one call with this terminal's output; stdin gets `feed` first, then stays open (its end ends the
+    login node's side)."""
     p = subprocess.Popen(argv, stdin=subprocess.PIPE)
     try:
+        if feed:
+            p.stdin.write(feed)
+            p.stdin.flush()
         rc = p.wait()
     except KeyboardInterrupt:
         p.terminate()
@@ -164,7 +169,8 @@ def submit(c: Cluster, args: list[str], profile: str | None) -> int:
     dry = "--dry-run" in opts
     if dry:                            # what a submit would run there
         args = [a for i, a in enumerate(args) if a != "--dry-run" or i >= len(opts)]
-    line = remote_line(c, ["slurm", *submit_words(c, args, profile)], cwd=up)
+    args, secret = carried(args)          # secret values: over the connection's stdin, never in its command line
+    line = remote_line(c, ["slurm", *submit_words(c, args, profile)], cwd=up, receive=tuple(secret))
     if dry:
         print(f"# cluster {c.name}: login {c.route}; the tree {snap.root} ({len(snap.files)} files, "
               f"{snap.size} bytes{', and the profile' if prof else ''}) -> {up} unless there\n"
@@ -174,7 +180,27 @@ def submit(c: Cluster, args: list[str], profile: str | None) -> int:
         s.open(open_timeout(c))
         if subprocess.run(s.argv(shell_line(f"test -d {shlex.quote(up)}")), stdin=subprocess.DEVNULL).returncode:
             upload(c, s, snap, prof, up)
-        return stream(c, s.argv(line))
+        return stream(c, s.argv(line), feed=b"".join(base64.b64encode(v.encode()) + b"\n" for v in secret.values()))
+
+
+def carried(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The submit's options with every secret value taken out: `--secret NAME[=@FILE]` (read here) and an
+    `--env NAME=VALUE` whose value is secret (launchers.secretenv: by name or by content) become `--secret NAME`
+    there; name -> value, for the login node's stdin (the same door as the local path: its environment)."""
+    from .secretenv import parse_secrets, secret_keys
+    out, secret, i = [], {}, 0
+    while i < len(args) and args[i] != "--" and args[i].startswith("-"):
+        flag, eq, val = args[i].partition("=")
+        n = 1 if eq or flag not in VALUE_FLAGS else 2
+        word, val, i = args[i:i + n], val if eq else " ".join(args[i + 1:i + n]), i + n
+        name, _, value = val.partition("=")
+        if flag == "--secret":
+            secret.update(parse_secrets([val], os.environ))
+        elif flag == "--env" and secret_keys({name: value}):
+            secret[name] = value
+        else:
+            out += word
+    return out + [w for n in secret for w in ("--secret", n)] + args[i:], secret
 
 
 def upload(c: Cluster, s: Session, snap: snapshot.Snapshot, prof: bytes | None, up: str) -> None:

@@ -53,6 +53,8 @@ class Case:
     prefix: str = "launch: error: "
     run_copy: dict = field(default_factory=dict)  # copies of a real run dir: name -> {file: new text | None (removed)}
     code: int = 2                         # 0: a request with nothing to do (cancel of an ended run), said in one line
+    env: dict = field(default_factory=dict)       # added to launch's environment
+    owner: dict = field(default_factory=dict)     # scratch files' mode and uid: path -> (mode, uid)
 
 
 def local(*flags, program=("marker.py",)):
@@ -190,7 +192,7 @@ CASES = [
     Case("profile-python-object", **prof("nodes: !!python/object/apply:os.system ['touch STARTED']\n"),
          needles=("not valid YAML", "safe subset")),
     Case("profile-python-name", **prof("python: !!python/name:os.system\n"), needles=("not valid YAML",)),
-    Case("profile-alias-bomb", **prof(BOMB + "nodes: *i\n"), needles=("nodes", "[[[", "expected int")),
+    Case("profile-alias-bomb", **prof(BOMB + "nodes: *i\n"), needles=("p.yaml", "alias bomb", "100000 values")),
     Case("profile-empty", **prof(""), needles=("p.yaml", "is empty", "nodes: 2")),
     Case("profile-directory", ["local", "--profile", "pdir", "--", "marker.py"], ("'pdir'", "expected a file"),
          files={"pdir": None}),
@@ -238,6 +240,42 @@ CASES = [
     Case("env-reserved-private-env", local("--env", "LAUNCH_PRIVATE_ENV=HF_TOKEN"), ("--env LAUNCH_PRIVATE_ENV", "--secret")),
     Case("secret-reserved-private-env", local("--secret", "LAUNCH_PRIVATE_ENV=@s.txt"),
          ("--secret LAUNCH_PRIVATE_ENV", "is set by launch"), files={"s.txt": "x\n"}),
+    # ---------------------------------------------------------------- issue 35: secrets' files, URL typos, run dirs
+    # inside run dirs, hostile profiles and clusters files
+    Case("secret-file-dev-zero", local("--secret", "S=@/dev/zero"), ("--secret S=@/dev/zero", "not a regular file",
+                                                                       "at most 64 KiB")),
+    Case("secret-file-fifo", local("--secret", "S=@fifo"), ("--secret S=@fifo", "not a regular file"),
+         files={"fifo": "FIFO"}),
+    Case("secret-file-200k", local("--secret", "S=@s.txt"), ("--secret S=@s.txt", "over the limit", "64 KiB"),
+         files={"s.txt": "x" * 200_000}),
+    Case("notify-url-typo", local("--notify", "https//hooks.slack.com/services/T0/B1/XYZ"),
+         ("'https//hooks.slack.com/...'", "without '://'", "http:// or https:// URL")),
+    Case("notify-url-typo-one-slash", local("--notify", "http:/hooks.example.org/x"),
+         ("'http:/hooks.example.org/...'", "without '://'")),
+    Case("notify-url-typo-profile", **prof("notify: 'https:hooks.example.org/T0'\n"),
+         needles=("'https:hooks.example.org/...'", "without '://'")),
+    Case("run-dir-empty", ["local", "--run-dir", "", "--", "marker.py"], ("--run-dir ''", "is empty",
+                                                                          "leave --run-dir out")),
+    Case("run-dir-blank", ["local", "--run-dir", " ", "--", "marker.py"], ("--run-dir ' '", "is empty")),
+    Case("run-dir-in-checkpoints", ["local", "--run-dir", "other/checkpoints/x", "--", "marker.py"],
+         ("other/checkpoints/x", "is inside the run dir", "other'", "outside any run dir"), run_copy={"other": {}}),
+    Case("run-dir-in-run-logs", ["local", "--run-dir", "other/logs/node0/new", "--", "marker.py"],
+         ("is inside the run dir", "outside any run dir"), run_copy={"other": {}}),
+    Case("profile-over-1mib", **prof("# padding\n" * 120_000 + "nodes: 1\n"),
+         needles=("p.yaml", "over the size limit", "at most 1 MiB")),
+    Case("profile-alias-bomb-env", **prof(BOMB), needles=("p.yaml", "alias bomb", "100000 values")),
+    Case("profile-deep", **prof("a: " + "[" * 5000 + "]" * 5000 + "\n"), needles=("p.yaml", "nested too deep")),
+    Case("clusters-world-writable", ["status", "--cluster", "dev", "r"], ("clusters file", "writable by others (mode "
+         "0666)", "only you can write"), files={"c.yaml": "dev: {login: h, runs_root: /r}\n"},
+         env={"LAUNCH_CLUSTERS_FILE": "c.yaml"}, owner={"c.yaml": (0o666, None)}),
+    Case("clusters-group-writable", ["status", "--cluster", "dev", "r"], ("writable by others (mode 0620)",),
+         files={"c.yaml": "dev: {login: h, runs_root: /r}\n"}, env={"LAUNCH_CLUSTERS_FILE": "c.yaml"},
+         owner={"c.yaml": (0o620, None)}),
+    Case("clusters-other-owner", ["status", "--cluster", "dev", "r"], ("clusters file", "owned by uid 4242, not you"),
+         files={"c.yaml": "dev: {login: h, runs_root: /r}\n"}, env={"LAUNCH_CLUSTERS_FILE": "c.yaml"},
+         owner={"c.yaml": (0o644, 4242)}),
+    Case("clusters-alias-bomb", ["status", "--cluster", "dev", "r"], ("clusters file", "alias bomb"),
+         files={"c.yaml": BOMB.replace("env:", "x:")}, env={"LAUNCH_CLUSTERS_FILE": "c.yaml"}),
     Case("port-plus", local("--master-port", "+29500"), ("'+29500'", "1024-65535")),
     Case("port-fullwidth", local("--master-port", "\uff12\uff19\uff15\uff10\uff10"), ("'\uff12", "1024-65535")),
     Case("port-underscore", local("--master-port", "29_500"), ("'29_500'", "plain decimal")),
@@ -341,6 +379,8 @@ def write_files(base: Path, files: dict) -> None:
         target = base / rel
         if content is None:
             target.mkdir(parents=True, exist_ok=True)
+        elif content == "FIFO":
+            os.mkfifo(target)
         elif isinstance(content, bytes):
             target.write_bytes(content)
         else:
@@ -354,7 +394,8 @@ def snapshot(base: Path) -> dict[str, str]:
         for name in dirnames + filenames:
             p = Path(dirpath, name)
             st = p.lstat()
-            data = p.read_bytes() if p.is_file() else "\n".join(sorted(os.listdir(p))).encode()
+            data = (p.read_bytes() if p.is_file() else "\n".join(sorted(os.listdir(p))).encode() if p.is_dir()
+                    else b"")                             # a FIFO: never opened
             out[str(p.relative_to(base))] = f"{st.st_mode:o} {hashlib.sha256(data).hexdigest()}"
     return out
 
@@ -388,8 +429,12 @@ def test_refused(case: Case, tmp_path, real_run):
                 write_files(tmp_path / name, {rel: text})
     if "ok" in case.argv:
         shutil.copytree(real_run, tmp_path / "ok")
+    for rel, (mode, uid) in case.owner.items():
+        os.chmod(tmp_path / rel, mode)
+        if uid is not None:
+            os.chown(tmp_path / rel, uid, -1)
     before = snapshot(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAUNCH_RUNS_ROOT": str(tmp_path / "runs")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAUNCH_RUNS_ROOT": str(tmp_path / "runs"), **case.env}
     env = {k: v for k, v in env.items() if not k.startswith("NCCL_")}
     p = subprocess.run(command(case), cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     lines = p.stderr.strip().splitlines()

@@ -37,7 +37,7 @@ WANDB = "9f3b2c71d4e85a60b1f7c2d93e4a5b6c7d8e9f01"        # 40 hex digits
 
 @pytest.mark.parametrize("value,why", [
     (URL, "a URL with a password"), ("redis://:s3cr3t@cache:6379/0", "a URL with a password"),
-    ("x --url https://u:p@h/x", "a URL with a password"), (TOKEN, "a long random token"),
+    ("x --url https://u:p@h/x", "a URL with a password"), (TOKEN, "a service token"),
     (WANDB, "a long random token"),
     ("https://example.com/path", None), ("git@github.com:org/repo.git", None), ("/home/user/data:/opt/lib", None),
     ("my_very_long_experiment_name_for_testing_2", None), ("resnet50_imagenet_baseline_run_2024_v2", None),
@@ -50,7 +50,7 @@ def test_looks_secret_by_content(value, why):
 def test_redact_by_name_value_and_given_names():
     env = {"WANDB_API_KEY": "k", "MY_DB_PASS": "p", "DATABASE_URL": URL, "T": TOKEN, "PLAIN": "x", "GIVEN": "g"}
     assert secretenv.redact(env, ["GIVEN"]) == {**{k: "***" for k in env}, "PLAIN": "x"}
-    assert secretenv.content_secrets(env) == {"DATABASE_URL": "a URL with a password", "T": "a long random token"}
+    assert secretenv.content_secrets(env) == {"DATABASE_URL": "a URL with a password", "T": "a service token"}
 
 
 def test_parse_secrets_from_env_and_file_and_bad_words(tmp_path):
@@ -59,7 +59,7 @@ def test_parse_secrets_from_env_and_file_and_bad_words(tmp_path):
     assert secretenv.parse_secrets(["A", f"B=@{f}"], {"A": "va"}) == {"A": "va", "B": TOKEN}
     bad = [(["MISSING"], "is not set in your environment"), (["B=value"], "give NAME"), (["B=@"], "give NAME"),
            (["1X"], "give NAME"), ([f"B=@{tmp_path}/none"], "cannot be read"), ("A", "give a list"),
-           ([f"B=@{tmp_path}"], "cannot be read")]
+           ([f"B=@{tmp_path}"], "is not a regular file")]
     for items, says in bad:
         with pytest.raises(LaunchError) as e:
             secretenv.parse_secrets(items, {"A": "va"})
@@ -178,3 +178,140 @@ def test_profile_key_and_api_field_give_secrets(tmp_path, monkeypatch):
         build_spec("local", {"secrets": ("RANK=@k",)}, ["p.py"])
     with pytest.raises(LaunchError, match="also given with --env"):
         build_spec("local", {"secrets": ("HF_TOKEN",), "env": ("HF_TOKEN=x",)}, ["p.py"])
+
+
+# ------------------------------------------------------------------------------------------ issue 35 item 4
+# Credentials found where people put them: by their shape in any --env value and in program arguments, kept out of
+# every record and dry-run (the program gets its arguments byte for byte), a known secret value out of exception
+# lines, status, the final line and notify payloads; --secret @FILE bounded; --cluster carries secrets over stdin.
+
+BEARER = "Bearer eyJhbGciOiJIUzI1NiJ9.c3ViIjoiMTIzIn0.Zq3-9xT"
+AWS_ID, AWS_SECRET = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+SHAPES = {
+    BEARER: "an Authorization header", "Basic dXNlcjpwYXNzd29yZA==": "an Authorization header",
+    AWS_ID: "an AWS access key", AWS_SECRET: "an AWS secret key",
+    "hf_abcdefghijklmnopqrstuvwxyzAB": "a service token", "sk-proj-abc123def456ghi789": "a service token",
+    "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789": "a service token",
+    "github_pat_11ABCDEFG0aBcDeFgHiJkL_mnopqrstuv": "a service token", "xoxb-1234567890-abcdefghijk": "a service token",
+    "xoxp-1234567890-abcdefghijk": "a service token", "s3://key:s3c%2Fret@bucket": "a URL with a password",
+    # not credentials
+    "sk-learn": None, "Bearer": None, "basic mode": None,
+    "AKIA-not-a-key": None, "task-abcdefghijklmnopqrstuv": None, "--max-tokens": None, "/data/imagenet/train": None,
+}
+
+
+@pytest.mark.parametrize("value", list(SHAPES), ids=lambda v: v[:18])
+def test_credentials_by_shape(value):
+    assert secretenv.looks_secret(value) == SHAPES[value]
+    inside = f"--opt={value} and more"                       # found inside a longer text too, the rest kept
+    assert (secretenv.REDACTED in secretenv.redact_text(inside)) == (SHAPES[value] is not None), inside
+    assert secretenv.redact_text(inside).endswith(" and more")
+
+
+def test_program_args_redacted_in_every_record_given_as_is():
+    args = ("--hf-token=hf_abcdefghijklmnopqrstuvwxyzAB", "--token", "sk-proj-abc123def456ghi789", "--lr", "3e-4",
+            "--api-key", "plainvalue", "--password=hunter2", "--max-tokens", "512", "--url", "https://u:pw-9@h/x")
+    shown = secretenv.redact_args(args)
+    assert shown == ["--hf-token=***", "--token", "***", "--lr", "3e-4", "--api-key", "***", "--password=***",
+                     "--max-tokens", "512", "--url", "https://u:***@h/x"]
+    assert secretenv.arg_secrets(args) == [0, 2, 6, 7, 11]
+    s = spec(program_args=args, env=(("API_AUTH", BEARER), ("S3_CREDS", AWS_SECRET), ("LR", "3e-4")))
+    rec = redacted_spec(s)
+    assert rec["program_args"] == shown and rec["env"] == {"API_AUTH": "***", "S3_CREDS": "***", "LR": "3e-4"}
+    nc = node_command(s, node_rank=0, master_addr="a", master_port=1, run_id="rid", attempt=0)
+    assert nc.argv[-len(args):] == args                            # the program gets them as given
+    dry = nc.shell()
+    for v in ("hf_abc", "sk-proj", "plainvalue", "hunter2", "pw-9", BEARER, AWS_SECRET):
+        assert v not in dry and v not in json.dumps(rec), v
+    assert "--max-tokens 512" in dry and "LR=3e-4" in dry
+    head = header_for(["slurm", "--env", f"API_AUTH={BEARER}", "--", "p.py", *args], "v")     # the sbatch header
+    assert "hf_abc" not in head and "sk-proj" not in head and "Bearer ***" not in head and "API_AUTH=***" in head
+    from launchers.manifest import command_line
+    line = command_line(["launch", "local", "--env", f"S3_CREDS={AWS_SECRET}", "--", "p.py", *args])
+    assert AWS_SECRET not in line and "hf_abc" not in line and "S3_CREDS=***" in line
+
+
+def test_redacted_args_come_back_on_a_slurm_node_a_resume_without_them_refused(monkeypatch):
+    args = ("--token", "sk-proj-abc123def456ghi789", "--epochs", "2")
+    s = spec(backend="slurm", program_args=args)
+    env = secret_env(s)                                         # the sbatch process's environment, never the script
+    assert json.loads(env[secretenv.ARGS_ENV]) == list(args)
+    rec = redacted_spec(s)
+    monkeypatch.delenv(secretenv.ARGS_ENV, raising=False)
+    assert spec_from_record(rec).program_args == ("--token", "***", "--epochs", "2")
+    with pytest.raises(LaunchError) as e:
+        secretenv.refuse_missing(rec, {"DATABASE_URL": "u", "WANDB_API_KEY": "w", "MY_DB_PASS": "p"}, "/r")
+    assert "program arguments held a credential" in str(e.value) and "--secret NAME" in str(e.value)
+    monkeypatch.setenv(secretenv.ARGS_ENV, env[secretenv.ARGS_ENV])
+    assert spec_from_record(rec).program_args == args
+    monkeypatch.setenv(secretenv.ARGS_ENV, json.dumps(["--token", "other", "--epochs", "3"]))   # not this run's
+    assert spec_from_record(rec).program_args == ("--token", "***", "--epochs", "2")
+
+
+def test_known_values_redacted_from_exception_status_and_payload(tmp_path, monkeypatch):
+    from launchers import notify, rankcause
+    from launchers.rundir import RunDir
+    log = tmp_path / "rank0.log"
+    log.write_text("Traceback (most recent call last):\n  File x\nRuntimeError: login as pw-file-3c9 to "
+                   f"https://u:p4ss@h/x with {AWS_ID} failed\n")
+    monkeypatch.setenv("MY_DB_PASS", "pw-file-3c9")
+    monkeypatch.setenv(secretenv.NAMES_ENV, "MY_DB_PASS")
+    line = rankcause.exception_line(str(log))
+    assert line == f"RuntimeError: login as *** to https://u:***@h/x with *** failed", line
+    rd = RunDir.create(spec(run_dir=str(tmp_path / "r")), "r-1", {})
+    st = rd.update_status(state="FAILED", reason="auth pw-file-3c9 refused",
+                          first_failure={"rank": 0, "exception": f"KeyError: {BEARER}"})
+    text = (tmp_path / "r" / "status.json").read_text()
+    assert "pw-file-3c9" not in text and "eyJhbGci" not in text and st["reason"] == "auth *** refused"
+    body = notify.redact(notify.payload("FAILED", st, {"spec": {}}, str(tmp_path)), notify.known_secrets())
+    assert "pw-file-3c9" not in json.dumps(body) and "eyJhbGci" not in json.dumps(body)
+
+
+def test_secret_file_bounded_regular_only(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 200_000)
+    os.mkfifo(tmp_path / "fifo")
+    for src, says in (("/dev/zero", "is not a regular file"), (str(big), "over the limit of at most 64 KiB"),
+                      (str(tmp_path / "fifo"), "is not a regular file")):
+        with pytest.raises(LaunchError) as e:                      # never blocks, never reads without a limit
+            secretenv.parse_secrets([f"S={'@' + src}"], {})
+        assert says in str(e.value) and "\n" not in str(e.value) and "64 KiB" in str(e.value), str(e.value)
+    ok = tmp_path / "ok"
+    ok.write_bytes(b"y" * secretenv.SECRET_FILE_MAX)
+    assert secretenv.parse_secrets([f"S=@{ok}"], {}) == {"S": "y" * secretenv.SECRET_FILE_MAX}
+    p = run_launch("local", "--secret", f"S=@{big}", "--run-dir", "runs/x", "--", "p.py", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "64 KiB" in p.stderr, p.stderr
+
+
+ARGS_PROG = """import os, sys
+want = open(os.environ["WANT_FILE"]).read().split("\\0")
+print("ARGS", "same" if sys.argv[1:] == want else "differs", flush=True)
+raise RuntimeError("cannot log in with " + os.environ["MY_DB_PASS"] + " and " + os.environ["API_AUTH"])
+"""
+
+
+def test_local_run_credentials_in_env_and_args_nowhere_recorded(tmp_path):
+    """One real 1x1 run: credentials in --env values of any name and in the program's arguments reach the program
+    as given and are in no file of the run dir, no output, no notify payload; the user is told once; a secret's
+    value in the program's exception is *** in status.json, the final line and the payload."""
+    args = ["--hf-token=hf_abcdefghijklmnopqrstuvwxyzAB", "--token", "sk-proj-abc123def456ghi789", "--n", "2"]
+    (tmp_path / "prog.py").write_text(ARGS_PROG)
+    (tmp_path / "want").write_text("\0".join(args))
+    (tmp_path / "pw").write_text("pw-file-3c9\n")
+    hook = f"printenv LAUNCH_EVENT_JSON > {tmp_path}/payload-$LAUNCH_EVENT.json"
+    opts = ["--run-dir", "runs/c", "--secret", "MY_DB_PASS=@pw", "--env", f"API_AUTH={BEARER}", "--env",
+            f"S3_CREDS={AWS_SECRET}", "--env", f"WANT_FILE={tmp_path}/want", "--notify", hook]
+    dry = run_launch("local", *opts, "--dry-run", "--", "prog.py", *args, cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    told = [ln for ln in dry.stderr.splitlines() if "--secret NAME" in ln]
+    assert len(told) == 1 and "API_AUTH (an Authorization header)" in told[0] and "program argument 1" in told[0]
+    p = run_launch("local", *opts, "--", "prog.py", *args, cwd=tmp_path, timeout=180)
+    assert p.returncode != 0 and "ARGS same" in (tmp_path / "runs/c/logs/node0/rank0.log").read_text()
+    assert "RuntimeError: cannot log in with ***" in p.stderr, p.stderr[-2000:]         # the final line
+    files = [f for f in (tmp_path / "runs/c").rglob("*") if f.is_file() and "logs" not in f.parts]
+    files += list(tmp_path.glob("payload-*.json"))
+    assert (tmp_path / "payload-FAILED.json").exists() and (tmp_path / "runs/c/manifest.json") in files
+    said = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith(("launch", "#"))]   # not the rank's own
+    for v in ("pw-file-3c9", "eyJhbGci", AWS_SECRET, "hf_abcdef", "sk-proj"):
+        assert v not in dry.stdout + dry.stderr + "\n".join(said), v
+        assert [f for f in files if v.encode() in f.read_bytes()] == [], v
