@@ -266,7 +266,7 @@ def test_slurm_dry_run_from_the_wheel(site):
 
 
 def test_workloads_extra_runs_the_readmes_first_example(site):
-    """`-m workloads.convnet` (README's first command) needs numpy, scikit-learn's digits and tensorboard, which a
+    """`-m workloads.convnet` (docs/CLI.md's first command) needs numpy, scikit-learn's digits and tensorboard, which a
     site's torch does not bring: the `workloads` extra does."""
     home, user = site["home"], site["user"]
     t0 = time.monotonic()

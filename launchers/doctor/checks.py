@@ -1,6 +1,6 @@
 """Judge each node's probe record against the submitting side and the other nodes: one Check per column.
 
-Thresholds (documented in README's doctor section): free disk under the run root >= 1 GiB; /dev/shm >= 512
+Thresholds (documented in docs/TROUBLESHOOTING.md, launch doctor): free disk under the run root >= 1 GiB; /dev/shm >= 512
 MiB free (Docker's 64 MiB default breaks NCCL's shared-memory transport and DataLoader workers); open files
 (soft limit) < 1024 fails, < 4096 warns; |clock skew| > 2 s fails. GPUs: a node without nvidia-smi (and
 without CUDA) is "0 GPUs (CPU only)", fine for gloo; it fails only with --require-gpus, or when it sees
