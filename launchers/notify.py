@@ -189,17 +189,25 @@ def post(url: str, body: Mapping[str, Any]) -> None:
 
 def run_command(command: str, body: Mapping[str, Any]) -> None:
     """The command under /bin/sh with the event in its environment; raises OSError unless it exits 0."""
-    p = subprocess.Popen(["/bin/sh", "-c", command], env=command_env(body, os.environ), stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:                 # its own process group: a command that hangs is ended with all it started
-        _, err = p.communicate(timeout=COMMAND_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        end_group(p)
-        raise OSError(f"did not end within {COMMAND_TIMEOUT_S:g} s (killed)") from None
-    end_group(p)                 # what it left behind in the background goes too
+    import tempfile
+    with tempfile.TemporaryFile() as errf:        # a file, not a pipe: a child left in the background holds no EOF
+        p = subprocess.Popen(["/bin/sh", "-c", command], env=command_env(body, os.environ), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True)
+        _groups.add(p.pid)
+        try:             # its own process group: a command that hangs is ended with all it started
+            p.wait(timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise OSError(f"did not end within {COMMAND_TIMEOUT_S:g} s (killed)") from None
+        finally:
+            end_group(p)         # what it left behind in the background goes too
+        errf.seek(max(0, errf.seek(0, 2) - 4096))
+        err = errf.read()
     if p.returncode != 0:
         last = (err.decode(errors="replace").strip().splitlines() or [""])[-1][:200]
         raise OSError(f"exit status {p.returncode}" + (f": {last}" if last else ""))
+
+
+_groups: set[int] = set()          # the process groups of the commands being run (ended at exit too)
 
 
 def end_group(p: subprocess.Popen) -> None:
@@ -209,6 +217,7 @@ def end_group(p: subprocess.Popen) -> None:
     except OSError:              # the group is gone already
         pass
     p.wait()
+    _groups.discard(p.pid)
 
 
 def deliver(target: str, body: Mapping[str, Any], send: Callable[[str, Mapping[str, Any]], None] | None = None,
@@ -257,6 +266,7 @@ def _forget() -> None:
     global _guard, _worker
     _guard, _worker = threading.Lock(), None
     _queue.clear()
+    _groups.clear()
 
 
 def _at_exit() -> None:
@@ -264,6 +274,11 @@ def _at_exit() -> None:
     for long; what is not sent by then is lost)."""
     if _worker is not None:
         _done.wait(EXIT_WAIT_S)
+    for pgid in list(_groups):      # a command still running: never left behind after the run
+        try:
+            os.killpg(pgid, 9)
+        except OSError:
+            pass
 
 
 os.register_at_fork(after_in_child=_forget)

@@ -180,7 +180,7 @@ def submit(c: Cluster, args: list[str], profile: str | None) -> int:
         s.open(open_timeout(c))
         if subprocess.run(s.argv(shell_line(f"test -d {shlex.quote(up)}")), stdin=subprocess.DEVNULL).returncode:
             upload(c, s, snap, prof, up)
-        return stream(c, s.argv(line), feed=b"".join(base64.b64encode(v.encode()) + b"\n" for v in secret.values()))
+        return stream(c, s.argv(line), feed=secret_feed(secret))
 
 
 def carried(args: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -201,6 +201,11 @@ def carried(args: list[str]) -> tuple[list[str], dict[str, str]]:
         else:
             out += word
     return out + [w for n in secret for w in ("--secret", n)] + args[i:], secret
+
+
+def secret_feed(secret: dict[str, str]) -> bytes:
+    """What the login node's line (clusterssh.remote_line's receive) reads first on stdin: one base64 line each."""
+    return b"".join(base64.b64encode(v.encode()) + b"\n" for v in secret.values())
 
 
 def upload(c: Cluster, s: Session, snap: snapshot.Snapshot, prof: bytes | None, up: str) -> None:

@@ -21,7 +21,7 @@ LAYERS = {
         "launchers.nodecheck", "launchers.integrations", "launchers.restarts", "launchers.imagepull",
         "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters",
         "launchers.nodefacts", "launchers.clusterssh", "launchers.extcache", "launchers.trust",
-        "launchers.nodebackend"),
+        "launchers.nodebackend", "launchers.runjson"),
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
         "launchers.client", "launchers.top",

@@ -192,9 +192,9 @@ def test_payload_is_redacted():
     secrets = notify.secret_values(record, {"DB_PASS": "db-xyz", "HF_TOKEN": "hf-abc", "A": "1"})
     assert secrets == ["db-xyz", "hf-abc"]
     body = notify.redact(notify.payload("FAILED", st, record, "/runs/r"), secrets)
-    assert body["first_failure"]["exception"] == "KeyError: *** *** ***" and body["reason"] == "see ***"
+    assert body["first_failure"]["exception"] == "KeyError: *** *** ***" and body["reason"] == "see https://u:***@h/x"
     assert (body["event"], body["run_id"], body["attempt"], body["slurm_job_id"]) == ("FAILED", "r-1", 1, "42")
-    assert body["summary"] == "run r FAILED (see ***): rank 3 on node 1, exit code 1: KeyError: *** *** ***"
+    assert body["summary"] == "run r FAILED (see https://u:***@h/x): rank 3 on node 1, exit code 1: KeyError: *** *** ***"
     env = notify.command_env(body, {"PATH": "/bin"})
     assert (env["LAUNCH_EVENT"], env["LAUNCH_RUN_ID"], env["LAUNCH_RUN_DIR"]) == ("FAILED", "r-1", "/runs/r")
     assert json.loads(env["LAUNCH_EVENT_JSON"]) == json.loads(json.dumps(body))

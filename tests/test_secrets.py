@@ -16,6 +16,7 @@ import json
 import os
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -315,3 +316,111 @@ def test_local_run_credentials_in_env_and_args_nowhere_recorded(tmp_path):
     for v in ("pw-file-3c9", "eyJhbGci", AWS_SECRET, "hf_abcdef", "sk-proj"):
         assert v not in dry.stdout + dry.stderr + "\n".join(said), v
         assert [f for f in files if v.encode() in f.read_bytes()] == [], v
+
+
+DUMP = """#!/bin/sh
+printf '%s\\n' "$API_AUTH" "$MY_DB_PASS" > "$0.env"
+printf '%s\\n' "$@" > "$0.args"
+for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < "$f"; echo; done > "$0.ps" 2>/dev/null
+"""
+
+
+def test_cluster_submit_carries_secrets_over_stdin_only(tmp_path, monkeypatch):
+    """--cluster: an --env value that is secret and a --secret's value reach the login node's launch through its
+    environment (read from the connection's stdin), never on a command line there (its ps) nor in the dry-run."""
+    import base64
+    from launchers import clusters, viacluster
+    from launchers.clusterssh import remote_line
+    monkeypatch.setenv("MY_DB_PASS", "pw-env-8d1")
+    args = ["--nodes", "1", "--env", f"API_AUTH={BEARER}", "--env=LR=3e-4", "--secret", "MY_DB_PASS", "--", "t.py",
+            "--env", "X=1"]
+    out, secret = viacluster.carried(args)
+    assert out == ["--nodes", "1", "--env=LR=3e-4", "--secret", "API_AUTH", "--secret", "MY_DB_PASS", "--", "t.py",
+                   "--env", "X=1"]
+    assert secret == {"API_AUTH": BEARER, "MY_DB_PASS": "pw-env-8d1"}
+    dump = tmp_path / "dump"
+    dump.write_text(DUMP)
+    dump.chmod(0o755)
+    for f in ("id", "kh", "cfg"):
+        (tmp_path / f).touch()
+    (tmp_path / "c.yaml").write_text(f"c:\n  login: 127.0.0.1\n  port: 9\n  known_hosts: kh\n  runs_root: {tmp_path}\n"
+                                     f"  launch: {dump}\n")
+    c = clusters.get("c", str(tmp_path / "c.yaml"))
+    line = remote_line(c, ["slurm", *out], cwd=str(tmp_path), receive=tuple(secret))
+    assert BEARER not in line and "pw-env-8d1" not in line
+    p = subprocess.Popen(["sh", "-c", line], stdin=subprocess.PIPE)    # what sshd runs there, stdin the connection's
+    p.stdin.write(viacluster.secret_feed(secret))
+    p.stdin.flush()
+    assert p.wait(30) == 0
+    p.stdin.close()
+    assert (tmp_path / "dump.env").read_text() == f"{BEARER}\npw-env-8d1\n"
+    assert (tmp_path / "dump.args").read_text().split("\n")[:6] == ["slurm", "--nodes", "1", "--env=LR=3e-4",
+                                                                    "--secret", "API_AUTH"]
+    ps = (tmp_path / "dump.ps").read_text()
+    assert "dump" in ps and "eyJhbGci" not in ps and "pw-env-8d1" not in ps
+    assert base64.b64encode(BEARER.encode()).decode() not in ps
+    env = {"PATH": os.environ["PATH"], "LAUNCH_CLUSTERS_FILE": str(tmp_path / "c.yaml"), "MY_DB_PASS": "pw-env-8d1"}
+    (tmp_path / "t.py").write_text("")
+    dry = run_launch("slurm", "--cluster", "c", "--env", f"API_AUTH={BEARER}", "--secret", "MY_DB_PASS", "--dry-run",
+                     "--", "t.py", cwd=tmp_path, env=env)
+    assert dry.returncode == 0 and "--secret API_AUTH" in dry.stdout, dry.stderr
+    assert "eyJhbGci" not in dry.stdout + dry.stderr and "pw-env-8d1" not in dry.stdout + dry.stderr
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_notify_command_that_hangs_is_ended_with_all_it_started(tmp_path, monkeypatch):
+    import time
+    from launchers import notify
+    monkeypatch.setattr(notify, "COMMAND_TIMEOUT_S", 1.0)
+    pids, body = tmp_path / "pids", {"event": "FAILED", "run_dir": str(tmp_path)}
+    t0 = time.monotonic()
+    with pytest.raises(OSError, match="did not end within 1 s"):
+        notify.run_command(f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; sleep 300", body)
+    assert time.monotonic() - t0 < 10
+    notify.run_command(f"sleep 300 & echo $! >> {pids}; exit 0", body)      # one left in the background: ended too
+    found = [int(p) for p in pids.read_text().split()]
+    end = time.monotonic() + 5                     # SIGKILL is sent; its delivery takes a moment
+    while not all(gone(p) for p in found) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert len(found) == 3 and all(gone(p) for p in found), [(p, gone(p)) for p in found]
+
+
+def test_local_run_notify_that_hangs_leaves_no_process(tmp_path):
+    """A real 1x1 run whose --notify command never ends: the run ends (within the notify's exit wait) and no
+    process of the command is left after it."""
+    import uuid
+    mark = f"notify-hang-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    p = run_launch("local", "--run-dir", "runs/n", "--notify", f"sleep 301; : {mark}", "--", "ok.py", cwd=tmp_path,
+                   timeout=180)
+    assert p.returncode == 0, p.stderr[-2000:]
+    left = []
+    for f in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if mark.encode() in f.read_bytes() and not gone(int(f.parent.name)):
+                left.append(f.parent.name)
+        except OSError:
+            pass
+    assert left == []
+
+
+def test_profile_dates_stay_text_and_a_huge_one_is_not_read(tmp_path):
+    import time
+    from launchers.spec import load_profile
+    (tmp_path / "p.yaml").write_text("name: 2001-12-14\nenv: {WHEN: '2001-12-14t21:59:43.10-05:00', AT: 2002-12-14 "
+                                     "21:59:43.10 -5}\n")
+    d = load_profile(str(tmp_path / "p.yaml"))
+    assert d["name"] == "2001-12-14" and dict(d["env"])["AT"] == "2002-12-14 21:59:43.10 -5"
+    with open(tmp_path / "big.yaml", "wb") as f:
+        f.truncate(60 * 1024 * 1024)                              # 60 MB (sparse): refused without reading it
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match="over the size limit .at most 1 MiB."):
+        load_profile(str(tmp_path / "big.yaml"))
+    assert time.monotonic() - t0 < 2
