@@ -131,6 +131,12 @@ def hang_stop() -> dict | None:
     return layout.read_json(layout.path(run_dir, "hang_stop", attempt=attempt))
 
 
+NUMBERS = ("rank", "attempt", "step", "time", "step_time", "total", "pid", "first")
+
+
 def read(run_dir: str, rank: int) -> dict | None:
-    """A rank's last progress record, or None (not reported yet, or caught mid-write)."""
-    return layout.read_json(layout.path(run_dir, "progress", rank=rank))
+    """A rank's last progress record, or None (not reported yet, caught mid-write, or not what a rank writes:
+    a field of another type is a planted record, issue 35)."""
+    rec = layout.read_json(layout.path(run_dir, "progress", rank=rank))
+    ok = rec is not None and all(rec.get(k) is None or type(rec[k]) in (int, float) for k in NUMBERS)
+    return rec if ok else None

@@ -256,3 +256,13 @@ def test_a_hosts_kill_sweep_spares_another_run_dirs_processes(tmp_path):
     finally:
         v.kill()
         v.wait()
+
+
+@pytest.mark.parametrize("verb", [("status", "--ranks"), ("status", "--json", "--ranks"), ("top", "--once")])
+def test_a_planted_progress_record_of_wrong_types_is_ignored(tmp_path, verb):
+    d = crafted(tmp_path, state="RUNNING", launcher={"pid": os.getpid(), "host": socket.gethostname(), "start": 0})
+    rank_log(d).write_text("x\n")
+    (d / "progress").mkdir()
+    (d / "progress/rank0.json").write_text('{"rank": "r", "attempt": 0, "step": "x", "time": [], "pid": "p"}')
+    p = run_launch(*verb, str(d), cwd=tmp_path, timeout=60)
+    assert "Traceback" not in p.stderr and p.returncode == 0, p.stderr[-2000:]
