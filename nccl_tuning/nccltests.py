@@ -20,6 +20,12 @@ the row's `wrong` stays empty. `N/A` cells are None. Old alltoall & co print an 
 cell is re-inserted. A row that is cut, mixed with other output, or a piece of a row between log
 lines is one error line naming the file and line, never a traceback and never dropped silently.
 
+A failure nccl-tests prints (`Test NCCL failure`, `Test CUDA failure`, `Test timeout`, the old `NCCL
+failure FILE:LINE`: infolog.failure) is named in one line: a file whose test failed before any table is
+refused with that failure, never 'no table header'; after a table it is kept with the run
+(Run.failures). NCCL WARN lines are kept too (Run.warnings), and the banner's `nccl-library=CODE`
+(nccl-tests 2.18+, src/util.cu:623) gives Run.nccl_version.
+
 Ranks come from the `#  Rank N` lines (highest + 1); without them they are unknown (empty), said
 in a note. The average bus bandwidth is nccl-tests' (v2.13.3 src/common.cu:538-539, 995: mean
 over out-of-place and in-place); where the file's own footer differs beyond the 2-decimal rounding
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from . import results as R
 from .errors import NcclTuningError
 from .infolog import ALGOS, PROTOS, parse_info_log, summarize_choices  # noqa: F401 (public API)
+from .infolog import failure, nccl_version
 
 BINARIES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
             "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
@@ -59,6 +66,8 @@ _RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group|Pid|on)\b")
 _BANNER_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
                         r"\s+step:\s+(\d+)\((factor|bytes)\)")
 _REDUCED_RE = re.compile(r"Reducing maxBytes to (\d+)")
+_LIBRARY_RE = re.compile(r"nccl-library=(\d+)")
+_WARN_RE = re.compile(r"\bNCCL WARN (.+?)\s*$")
 _ELLIPSIS_RE = re.compile(r"^(?:\.{3,}|\u2026)$")
 _NUM_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _TIMED = (("time", "time_us"), ("algbw", "algbw_gbps"), ("busbw", "busbw_gbps"))
@@ -78,6 +87,9 @@ class Run:
     ranks: int | None = None                        # None: no '#  Rank N' lines
     sizes: int | None = None                        # sizes in the banner's range (None: no banner)
     elided: list = field(default_factory=list)      # lines where the paste says '...' (rows left out)
+    failures: list = field(default_factory=list)    # 'FILE line N: <the failure nccl-tests printed>'
+    warnings: list = field(default_factory=list)    # 'FILE line N: <an NCCL WARN line>', each message once
+    nccl_version: str | None = None                 # from the banner's nccl-library=CODE
 
     @property
     def checked(self) -> bool:
@@ -176,12 +188,15 @@ class _Reader:
         self.runs: list[Run] = []
         self.banners, self.ranks, self.dup, self.range = 0, set(), False, None
         self.named, self.open = None, False
+        self.failures, self.warnings, self.library, self.warned = [], [], None, set()
 
     def line(self, n: int, raw: str) -> None:
         s = _cells(strip_prefix(raw).strip())
         words = s.lstrip("#").split()
         if _is_header(words):
             return self.header(n, words)
+        if self.said(n, s):
+            return
         if (m := _HEADER_RE.search(raw)) and not _HEADER_RE.match(s):
             known = ", ".join(k for k, _ in PREFIXES)
             raise NcclTuningError(f"{self.name} line {n}: the table header comes after "
@@ -199,6 +214,21 @@ class _Reader:
             self.ranks.add(int(m.group(1)))
         elif self.runs and words:
             self.table_line(n, s, words)
+
+    def said(self, n: int, s: str) -> bool:
+        """A failure, an NCCL WARN line (each message once) or the banner's library code: kept with
+        the open run (before any table: with the first)."""
+        where = self.runs[-1] if self.runs else self
+        if f := failure(s):
+            where.failures.append(f"{self.name} line {n}: {f}")
+        elif (m := _WARN_RE.search(s)) and m.group(1) not in self.warned:
+            self.warned.add(m.group(1))
+            where.warnings.append(f"{self.name} line {n}: {s.strip()}")
+        elif m := _LIBRARY_RE.search(s):
+            self.library = nccl_version(int(m.group(1)))
+        else:
+            return False
+        return not _NUM_RE.match(words[0]) if (words := s.split()) else True
 
     def names(self, s: str) -> None:
         m = _BIN_RE.search(s)
@@ -218,9 +248,12 @@ class _Reader:
                                   f"{n} is (no <name>_perf in the text before it or in the file "
                                   f"name); give --op; accepted binaries: "
                                   f"{', '.join(b + '_perf' for b in BINARIES)}")
+        first = not self.runs
         self.runs.append(Run(len(self.runs) + 1, words, n, op,
                              ranks=max(self.ranks) + 1 if self.ranks else None,
-                             sizes=_sizes(self.range) if self.range else None))
+                             sizes=_sizes(self.range) if self.range else None, nccl_version=self.library))
+        if first:                                   # what the file said before its first table
+            self.runs[0].failures, self.runs[0].warnings = self.failures, self.warnings
         self.banners, self.ranks, self.dup, self.range = 0, set(), False, None
         self.named, self.open = None, True
 
@@ -251,6 +284,9 @@ def parse_runs(text: str, op: str | None = None, filename: str = "") -> list[Run
     reader = _Reader(filename or "input", op, filename)
     for n, raw in enumerate(text.splitlines(), 1):
         reader.line(n, raw)
+    if not reader.runs and reader.failures:
+        more = f" ({len(reader.failures) - 1} more failure line(s))" if len(reader.failures) > 1 else ""
+        raise NcclTuningError(f"no nccl-tests table to read: the test failed: {reader.failures[0]}{more}")
     if not reader.runs:
         raise NcclTuningError(f"{filename or 'input'}: no nccl-tests table header ('size  count  "
                               f"type ... busbw', with or without '#') found")

@@ -89,17 +89,21 @@ def avg_busbw(rows) -> float:
 
 
 def out_of_bounds(rows) -> str:
-    """'0 OK', 'N WRONG', 'N/A (not checked)' when no row was checked (nccl-tests -c 0), or, for
-    old nccl-tests whose `error` column is the largest deviation and not a count, that maximum."""
-    checked = [r for r in rows if r.get("wrong") not in (None, "")]
+    """'0 OK', 'N WRONG (out-of-place A, in-place B)' -- nccl-tests checks both placements and counts a
+    failed check of either (v2.13.3 src/common.cu:260, called for in_place 0 and 1 at :578-579) --,
+    'N/A (not checked)' when no row was checked (nccl-tests -c 0), or, for old nccl-tests whose
+    `error` column is the largest deviation and not a count, that maximum."""
+    counts = [[int(r[k]) for r in rows if r.get(k) not in (None, "")] for k in ("wrong", "inplace_wrong")]
     errs = [e for r in rows for e in (r.get("max_error"), r.get("inplace_max_error"))
             if e not in (None, "")]
-    if not checked and errs:
+    if not any(counts) and errs:
         return f"N/A (an 'error' column: the largest deviation, max {max(errs):g}, not a count)"
-    if not checked:
+    if not any(counts):
         return "N/A (not checked)"
-    bad = sum(int(r["wrong"]) for r in checked)
-    return f"{bad} {'OK' if bad == 0 else 'WRONG'}"
+    oop, inplace = sum(counts[0]), sum(counts[1])
+    if oop + inplace == 0:
+        return "0 OK"
+    return f"{oop + inplace} WRONG (out-of-place {oop}, in-place {inplace})"
 
 
 def _wrong(r: dict) -> str:

@@ -20,7 +20,7 @@ REAL = Path(__file__).parent / "data" / "nccltests" / "real"
 
 def test_every_fixture_names_its_source_thread():
     files = sorted(REAL.iterdir())
-    assert len(files) == 15
+    assert len(files) == 23
     for f in files:
         first = f.read_text().splitlines()[0]
         assert first.startswith("# source: ") and "https://github.com/" in first, f.name

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from nccl_tuning import infolog, nccltests, results
+from nccl_tuning.errors import NcclTuningError
 from nccl_tuning.cli import nccl
 
 REAL = Path(__file__).parent / "data" / "nccltests" / "real"
@@ -217,3 +218,100 @@ def test_oldest_format_error_column_with_real_errors_keeps_the_files_count():
     assert res.exit_code == 0, res.output
     assert "the file says 128.942); its out of bounds values: 2 FAILED" in res.output
     assert "WRONG" not in res.output
+
+
+# ---- issue 35 item 8: the classes the new real pastes showed (each fixture names its thread) -----
+
+def test_out_of_bounds_counts_in_place_wrong_elements_too():
+    """nccl-tests checks out-of-place and in-place results and counts a failed check of either
+    (v2.13.3 src/common.cu:260, BenchTime in_place 0 and 1 at :578-579): NVIDIA/nccl#1184's 512 KiB
+    row is wrong in both; the verdict was the out-of-place count alone."""
+    run = _run("rows_left_out.txt", "all_reduce")
+    assert results.out_of_bounds(run.rows) == "475896 WRONG (out-of-place 237858, in-place 238038)"
+    assert results.format_table(run.rows).splitlines()[-1].endswith("475896 WRONG (out-of-place 237858, "
+                                                                     "in-place 238038)")
+    only_in_place = [dict(r, wrong=0) for r in run.rows]        # the same rows, out-of-place clean
+    assert results.out_of_bounds(only_in_place) == "238038 WRONG (out-of-place 0, in-place 238038)"
+    assert results.out_of_bounds(_run("sendrecv_sum.txt", "sendrecv").rows) == "0 OK"   # in-place N/A
+
+
+def test_version_behind_an_mpi_tag_with_no_space_is_read():
+    """aws-samples/aws-efa-eks: '[1,0]<stdout>:NCCL version 2.9.9+cuda11.2' (mpirun --tag-output)."""
+    assert infolog.parse_info_log((REAL / "mpi_tagged_version.log").read_text())["version"] == "2.9.9"
+
+
+def test_transport_lines_connection_index_is_not_the_channel_count():
+    """NVIDIA/nccl#952: only 'Channel NN/0 : a[x] -> b[y] via ...' lines; '/0' is the connection
+    index (nccl-2.21.5/src/transport/p2p.cc:364), channels 00..07 are 8; ring lines 'Channel 00/08 :
+    0 7 ...' (nccl-2.21.5/src/graph/rings.cc:35) say the count themselves."""
+    assert infolog.parse_info_log((REAL / "transport_channels_only.log").read_text())["channels"] == 8
+    res = CliRunner().invoke(nccl, ["infolog", str(REAL / "transport_channels_only.log")])
+    assert res.output.startswith("NCCL ?  network ?  channels 8 ")
+    ring = "[1,0]<stdout>:w-0:26:67 [0] NCCL INFO Channel 07/08 :    0   5   4   7  14  11  10   9"
+    assert infolog.parse_info_log(ring)["channels"] == 8
+
+
+@pytest.mark.parametrize("name, failed", [
+    ("test_cuda_failure.txt", "test: Test CUDA failure common.cu:941 'system not yet initialized'"),
+    ("nccl_failure_old_header.txt", "NCCL failure all_reduce.cu:95 'unhandled cuda error'"),
+    ("failure_after_rows.txt", "HCA-128: Test NCCL failure common.cu:1204 'unhandled cuda error (run with "
+                               "NCCL_DEBUG=INFO for details) / '"),
+])
+def test_a_failed_run_is_named_not_refused_as_no_table_header(name, failed):
+    """nccl-tests prints '<host>: Test CUDA failure FILE:LINE ...' (v2.19.6 src/common.h:34, :47, :61);
+    NVIDIA/nccl-tests#264, #5 and #322 were refused as 'no table header'."""
+    with pytest.raises(NcclTuningError) as e:
+        nccltests.parse_runs_file(str(REAL / name))
+    msg = str(e.value)
+    assert "\n" not in msg and "no table header" not in msg
+    assert f"no nccl-tests table to read: the test failed: {REAL / name} line " in msg and failed in msg
+    if name == "failure_after_rows.txt":
+        assert msg.endswith("(3 more failure line(s))")
+    res = CliRunner().invoke(nccl, ["import", str(REAL / name)])
+    assert res.exit_code == 2 and failed in res.stderr and res.stderr.count("\n") == 1
+    info = CliRunner().invoke(nccl, ["infolog", str(REAL / name)])
+    assert info.exit_code == 1 and f"failed: {failed}" in info.output
+
+
+def test_a_failure_beside_a_table_is_one_error_line_and_the_import_exits_1():
+    """NVIDIA/nccl-tests#280: the failure line before the rows that were printed."""
+    run = _run("broken_row.txt", "all_reduce")
+    assert run.failures == [f"{REAL / 'broken_row.txt'} line 2: c2211f46f318: Test NCCL failure "
+                            f"common.cu:1005 'unhandled CUDA error'"]
+    res = CliRunner().invoke(nccl, ["import", str(REAL / "broken_row.txt"), "--op", "all_reduce"])
+    assert res.exit_code == 1 and "Test NCCL failure common.cu:1005 'unhandled CUDA error'" in res.stderr
+
+
+def test_warn_lines_are_surfaced_once_each():
+    """nccl-2.21.5/src/debug.cc:179 'host:pid:tid [dev] FILE:LINE NCCL WARN ...'; NVIDIA/nccl-tests#131."""
+    info = infolog.parse_info_log((REAL / "warn_lines.log").read_text())
+    assert [(m, n) for m, n, _ in info["warnings"]] == [
+        ("Could not find a path for pattern 4, falling back to simple order", 1)]
+    res = CliRunner().invoke(nccl, ["infolog", str(REAL / "warn_lines.log")])
+    assert res.exit_code == 0 and res.output.startswith("NCCL 2.16.5  network Socket")
+    assert ("warning: Meowth:8756:8772 [1] graph/search.cc:890 NCCL WARN Could not find a path for "
+            "pattern 4, falling back to simple order") in res.output
+    twice = "\n".join([(REAL / "warn_lines.log").read_text()] * 2)
+    assert infolog.parse_info_log(twice)["warnings"][0][1] == 2
+
+
+def test_the_nccl_tests_banner_gives_the_library_version():
+    """nccl-tests 2.18+ prints '# nccl-tests version V nccl-headers=C nccl-library=C' (v2.19.6
+    src/util.cu:623) and, without NCCL_DEBUG, no 'NCCL version' line: 23102 is 2.31.2
+    (nccl-2.21.5/src/nccl.h.in:22); NVIDIA/dgx-spark-playbooks#103."""
+    info = infolog.parse_info_log((REAL / "banner_nccl_library.txt").read_text())
+    assert (info["version"], info["nccl_tests"]) == ("2.31.2", "2.20.0")
+    assert (infolog.nccl_version(22809), infolog.nccl_version(2804)) == ("2.28.9", "2.8.4")
+    run = _run("banner_nccl_library.txt")
+    assert (run.op, len(run.rows), run.nccl_version) == ("all_reduce", 4, "2.31.2")
+    res = CliRunner().invoke(nccl, ["import", str(REAL / "banner_nccl_library.txt")])
+    assert res.exit_code == 0 and "# run 1: NCCL 2.31.2 (the nccl-tests banner's nccl-library)" in res.output
+
+
+def test_net_ib_using_lines_are_read():
+    """nccl-2.21.5/src/transport/net_ib.cc:538 'NET/IB : Using [0]dev:port/link ... ; OOB if:addr';
+    NVIDIA/nccl-tests#185."""
+    info = infolog.parse_info_log((REAL / "net_ib_using.log").read_text())
+    assert info["ib"] == {"devices": ["mlx5_10:1/RoCE", "mlx5_11:1/RoCE"], "oob": "enp220s0np0:11.1.128.136<0>"}
+    res = CliRunner().invoke(nccl, ["infolog", str(REAL / "net_ib_using.log")])
+    assert "  NET/IB: mlx5_10:1/RoCE, mlx5_11:1/RoCE (OOB enp220s0np0:11.1.128.136<0>)" in res.output
