@@ -141,20 +141,21 @@ def _forward(cluster: str, profile: str | None = None) -> None:
 
 def _launch(backend: str, kw: dict) -> None:
     from . import api
+    from .runjson import scripted
     from .spec import build_spec
     common = {o.key: kw.pop(o.key) for o in COMMON}
     program, dry_run, profile = kw.pop("program"), common.pop("dry_run"), common.pop("profile")
-    sweep = common.pop("sweep")
+    sweep, as_json = common.pop("sweep"), common.pop("json")
     with _env_named(backend):     # a LAUNCH_* value refused (here or by the backend's preflight) is named
         common["options"] = options_from_cli(backend, kw)
         requeued = not sweep and api.requeued(backend, common.get("run_dir"))   # the user's job, requeued
         spec = build_spec(backend, common, list(program), profile, existing=bool(requeued))
         if requeued:                  # its run continues (launchers.backends.slurm.inalloc)
-            sys.exit(api.continue_requeued(spec, dry_run=dry_run))
+            sys.exit(scripted(as_json, dry_run, spec.run_dir, functools.partial(api.continue_requeued, spec)))
         if sweep:                     # one run per combination (launchers.sweeprun)
             from .sweeprun import submit_sweep
-            sys.exit(submit_sweep(spec, sweep, dry_run=dry_run))
-        sys.exit(api.submit(spec, dry_run=dry_run))
+            sys.exit(scripted(as_json, dry_run, spec.run_dir, functools.partial(submit_sweep, spec, sweep)))
+        sys.exit(scripted(as_json, dry_run, spec.run_dir, functools.partial(api.submit, spec)))
 
 
 @contextlib.contextmanager
@@ -210,25 +211,28 @@ def slurm(**kw):
 @click.option("--dry-run", is_flag=True)
 @click.option("--adopt", is_flag=True, help="RUN is a copy of another run dir: resume it as a run of its own "
               "(a new run id).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout (launch local --help: --json).")
 @_click_option(Opt("snapshot", (bool,), "Default: keep the run's snapshot. --snapshot: a new snapshot of the run's "
                    "tree as it is now; --no-snapshot: run from the tree itself.", kind="switch"))
 @click.argument("program_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
-def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, snapshot, program_args):
+def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, as_json, snapshot, program_args):
     """Start a new attempt of RUN; the workload continues from checkpoints/latest.
 
     New program arguments (replacing the recorded ones) go after `--`. Every path of the attempt is RUN where
     it is now: a moved run dir resumes into itself. A copy (`cp -a`) still holds the original's run id and is
     refused, naming the original, unless --adopt gives it its own; the original is never written.
     """
-    from . import api
+    from . import api, runindex
+    from .runjson import scripted
     from .spec import positive_int
     changes = {"nodes": positive_int("--nodes", nodes) if nodes is not None else None,
                "gpus_per_node": positive_int("--gpus-per-node", gpus_per_node) if gpus_per_node is not None else None,
                "max_restarts": positive_int("--max-restarts", max_restarts, 0) if max_restarts is not None else None,
                "snapshot": snapshot}
-    sys.exit(api.resume(run, changes, tuple(program_args) if program_args else None, dry_run=dry_run,
-                        adopt=adopt))
+    run = runindex.resolve(run)                    # a run name or a Slurm job id too
+    sys.exit(scripted(as_json, dry_run, run, functools.partial(api.resume, run, changes, tuple(program_args)
+                                                               if program_args else None, adopt=adopt)))
 
 
 @main.command()
@@ -312,16 +316,20 @@ def list_(root, as_json):
 @main.command()
 @_via_cluster
 @click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout: the run's state, `cancelled`.")
 @_errors
-def cancel(run):
+def cancel(run, as_json):
     """Stop RUN on every node (scancel on Slurm); nothing of it keeps running.
 
     A run that already ended (COMPLETED, FAILED, CANCELLED) is left as it is: one line on stderr
     says so and the exit code is 0 (nothing of it runs, as asked).
     """
-    from . import api
+    from . import api, runindex, runjson
+    run = runindex.resolve(run)                    # a run name or a Slurm job id too
     ended = api.cancel(run)
-    if ended:
+    if as_json:
+        runjson.emit(dict(runjson.run_record(run), cancelled=not ended))
+    elif ended:
         click.echo(f"launch: run {run} already ended ({ended}); nothing to cancel", err=True)
     else:
         click.echo(f"cancelled {run}")
@@ -330,13 +338,16 @@ def cancel(run):
 @main.command(name="wait")
 @_via_cluster
 @click.argument("run")
-@click.option("--timeout", default=None, help="Seconds to wait at most.")
+@click.option("--timeout", default=None, help="Seconds to wait at most; then exit 124 (as timeout(1)), the run "
+              "left as it is.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout: the run's end (exit_code).")
 @_errors
-def wait_(run, timeout):
-    """Follow RUN until it ends; exit 0 only if every rank succeeded."""
-    from . import api
+def wait_(run, timeout, as_json):
+    """Follow RUN until it ends; exit 0 only if every rank succeeded (124: --timeout ran out)."""
+    from . import api, runindex, runjson
     from .spec import parse_seconds
-    sys.exit(api.wait(run, timeout=parse_seconds("--timeout", timeout) if timeout is not None else None))
+    secs, run = parse_seconds("--timeout", timeout) if timeout is not None else None, runindex.resolve(run)
+    sys.exit(runjson.waited(as_json, run, lambda: api.wait(run, timeout=secs)))
 
 
 @main.command()

@@ -203,7 +203,7 @@ class RunDir:
         with self.lock():
             st = layout.read_json(self.status_path) or {}
             old = dict(st)
-            st.update(secretenv.redact_fields(fields, notify.known_secrets()))     # no secret in a reason
+            st.update(secretenv.redact_fields(fields, notify.known_secrets))     # no secret in a reason
             st["updated"] = now()
             try:
                 layout.atomic_write(layout.own_path(self.path, "status"), json.dumps(st, indent=1, sort_keys=True) + "\n")

@@ -22,7 +22,7 @@ import os
 import re
 import stat
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .errors import LaunchError, brief
 from .values import check_env_value
@@ -159,9 +159,14 @@ def args_env(program_args: Iterable[str]) -> dict[str, str]:
 REASON_FIELDS = ("reason", "first_failure", "exception", "stopped_by")
 
 
-def redact_fields(fields: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
+def redact_fields(fields: Mapping[str, Any], known: Callable[[], Iterable[str]]) -> dict[str, Any]:
     """A status record's update with its free-text fields (REASON_FIELDS, their strings at any depth) as
-    redact_text gives them: a reason or an exception line never holds a secret's value."""
+    redact_text gives them (known(): the secret values, asked only when there is such a field): a reason or an
+    exception line never holds a secret's value."""
+    if not any(fields.get(k) for k in REASON_FIELDS):
+        return dict(fields)
+    known = list(known())
+
     def text(v: Any) -> Any:
         if isinstance(v, str):
             return redact_text(v, known)
