@@ -11,9 +11,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from . import layout, nodebackend, nodeledger, timeline
+from . import layout, nodebackend, nodeledger, runindex, timeline
 from .stops import exit_code
-from .errors import LaunchError, RunDirGone
+from .errors import LaunchError, RunDirGone, TimedOut
 from .firstfail import describe as describe_failure
 from .restarts import end_line, plan_on, pool_of, run_attempts
 from .rundir import TERMINAL, RunDir, new_run_id
@@ -37,7 +37,8 @@ def get_backend(name: str) -> Backend:
     raise LaunchError(f"backend {name!r} is not accepted; choose one of: local, ssh, slurm")
 
 
-def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
+def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout, plans: list | None = None) -> int:
+    """Start the job; its exit code. A dry run writes what would run to `out` (and its plan to `plans`)."""
     from . import extcache, manifest, snapshot
     from .jobenv import resolve_job_env
     spec = extcache.settle(snapshot.take(resolve_job_env(spec, sys.stderr)))   # --snapshot: named; written below
@@ -46,6 +47,7 @@ def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> in
     plan = backend.plan(spec, run_id, attempt=0)
     spec = plan.spec          # a backend may settle the shape (ssh: hosts and slots=)
     if dry_run:
+        (plans if plans is not None else []).append(plan)
         out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render() + _test_only(plan))
         return 0
     backend.preflight(plan)
@@ -99,16 +101,17 @@ make_nccl_dirs = _make_nccl_dirs          # public: a Slurm sweep's array create
 
 
 def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,
-           dry_run: bool = False, out: TextIO = sys.stdout, adopt: bool = False, requeued: str | None = None) -> int:
+           dry_run: bool = False, out: TextIO = sys.stdout, adopt: bool = False, requeued: str | None = None,
+           plans: list | None = None) -> int:
     """A new attempt of the recorded spec (optionally a new shape or new program args), run where the run dir
     is now: a moved run dir resumes into itself; a copy is refused unless adopted (a new run id). The run's
     snapshot is kept unless changes["snapshot"] says otherwise (True: a new one of its tree; False: none).
     requeued: the attempt's reason when Slurm requeued the user's job that runs it (continue_requeued: nothing of
-    the run's earlier attempts is alive, no busy check)."""
+    the run's earlier attempts is alive, no busy check). path: a run dir, a run name or a Slurm job id (resolve)."""
     from . import extcache, manifest, snapshot, trust
     from .jobenv import resolve_job_env
     from .secretenv import refuse_missing
-    rd = RunDir.open(path)
+    rd = RunDir.open(runindex.resolve(path))
     if why := trust.record_refusal(rd.path):        # another's run dir names a program and --notify (issue 35)
         raise LaunchError(why)
     data = rd.read_run_yaml()
@@ -133,6 +136,7 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     plan = plan_on(backend, spec, run_id, len(data["attempts"]), pool)
     spec = plan.spec
     if dry_run:
+        (plans if plans is not None else []).append(plan)
         out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render() + _test_only(plan))
         return 0
     backend.preflight(plan)
@@ -144,7 +148,6 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
         rd.write_run_yaml(dict(data, run_id=run_id, adopted_from={"run_id": data["run_id"],
                                                                    "run_dir": data["spec"]["run_dir"]}))
     if data["spec"]["run_dir"] != rd.path:        # moved or adopted: `launch list` finds it where it is now
-        from . import runindex
         runindex.note(rd.path)
     rd.claim_attempt(spec, dict(plan.record(), by=requeued or "launch resume"), plan.attempt,    # under the lock
                      (lambda st: None) if adopt or requeued else (lambda st: _busy_line(backend, rd, st)))
@@ -221,6 +224,7 @@ def cancel(path: str) -> str | None:
     """Stop the run; None once stopped. A run that already ended is left as it is (nothing written): its state
     is returned (COMPLETED, FAILED, CANCELLED: launchers.stops.ENDINGS)."""
     from . import sweep, trust
+    path = runindex.resolve(path)
     if sweep.is_sweep_dir(path) and not layout.is_run_dir(path):    # a sweep: each of its runs not yet ended
         for d in sweep.member_dirs(path):
             if status(d)["state"] not in TERMINAL:
@@ -252,7 +256,7 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
     latest checkpoint checked against its manifest (file sizes; with verify, their sha256 too) and, with
     ranks, per-rank progress (explain.rank_rows)."""
     from . import explain
-    rd = RunDir.open(path, read_only=True)
+    rd = RunDir.open(runindex.resolve(path), read_only=True)
     data = rd.read_run_yaml()            # a run dir of a newer launchers: its status as recorded, nothing written
     st = rd.read_status() if rd.newer else get_backend(data["spec"]["backend"]).refresh(rd)
     spec = data["spec"]
@@ -264,7 +268,7 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
               attempt_list=explain.attempt_rows(data["attempts"]),
               nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),
-              snapshot=spec.get("snapshot_dir") or None, node_ledger=nodeledger.read(rd.path))
+              snapshot=spec.get("snapshot_dir") or None, node_ledger=nodeledger.read(rd.path, data["attempts"]))
     st["recovery"] = timeline.restarts(rd.path, st.get("recovery"), data, st["node_ledger"])   # issue 23
     if spec.get("dist_backend") == nodebackend.AUTO:       # decided on each node (issue 33)
         st["dist_backend"] = nodebackend.summary(rd.path, st.get("attempt", 0), spec["nodes"])
@@ -315,12 +319,13 @@ def format_status(st: dict[str, Any]) -> str:
 def wait(path: str, interval: float = 2.0, timeout: float | None = None) -> int:
     """Follow until the run ends; the launcher's exit code for its verdict (launchers.stops.exit_code)."""
     from .show import Progress, clean
+    path = runindex.resolve(path)
     progress, rd = Progress(), RunDir.open(path)
     try:        # on stderr: the state (Slurm's pending reason), each node as it starts
         st = wait_status(path, interval, timeout,
                          on_poll=lambda s: progress.run(s, rd.node_records(rd.spec().nodes, s.get("attempt", 0))))
     except TimeoutError as e:
-        raise LaunchError(str(e)) from None
+        raise TimedOut(str(e)) from None          # exit 124, as timeout(1)
     print(clean(end_line(st)), file=sys.stderr, flush=True)      # a reason is data: no control sequences
     return exit_code(st)
 
@@ -330,7 +335,7 @@ def wait_status(path: str, interval: float = 2.0, timeout: float | None = None,
     """status() once the run has ended; TimeoutError when it has not within `timeout` seconds. on_poll(status)
     after each look (the CLI's progress lines)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    here = None
+    here, path = None, runindex.resolve(path)
     while True:
         try:
             st = status(path)
@@ -354,7 +359,7 @@ def log_tail(path: str, rank: int | None = None, out: TextIO | None = None, raw:
     """`launch logs`: a LogTail over the run's rank logs (one rank's, unprefixed); a rank without a log is
     refused, naming the world size and the ranks that have one."""
     from .follow import follower
-    rd = RunDir.open(path, read_only=True)
+    rd = RunDir.open(runindex.resolve(path), read_only=True)
     ranks = sorted({r for _, r, _ in rd.rank_logs()})
     if rank is not None and rank not in ranks:
         spec = rd.spec()
@@ -364,31 +369,6 @@ def log_tail(path: str, rank: int | None = None, out: TextIO | None = None, raw:
 
 
 def list_runs(root: str | None = None) -> list[dict[str, Any]]:
-    """`launch list`'s rows; a run dir whose run.yaml or status.json cannot be read is a row too, state
-    UNREADABLE with the reason (never shown as PENDING, never left out)."""
-    from .rundir import list_runs as _list
-    rows = []
-    for rd in _list(root):
-        data, why = layout.load_run_yaml(rd.path)
-        problem = f"run.yaml {why}" if why else None
-        if not problem and (why := layout.json_problem(rd.status_path)):
-            problem = f"status.json {why}"
-        spec = (data or {}).get("spec") or {}
-        inside = os.path.dirname(rd.path) == layout.runs_root(root)       # else from the runs index: its path
-        try:
-            age = _age(time.time() - os.path.getmtime(rd.run_yaml_path))
-        except OSError:                  # gone since it was listed
-            continue
-        rows.append({"name": os.path.basename(rd.path) if inside else rd.path, "backend": spec.get("backend", "?"),
-                     "shape": f"{spec['nodes']}x{spec['gpus_per_node']}" if spec else "?",
-                     "state": "UNREADABLE" if problem else rd.read_status().get("state", "?"), "age": age,
-                     "path": rd.path, **({"reason": problem} if problem else {})})
-    from .sweep import group_rows
-    return group_rows(rows, layout.runs_root(root))      # a sweep's runs together, each row with its sweep
-
-
-def _age(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
+    """`launch list`'s rows (launchers.runjson.list_rows: the human age and ISO-8601 times)."""
+    from .runjson import list_rows
+    return list_rows(root)

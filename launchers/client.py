@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, overload
 
-from . import api, detach, layout
+from . import api, detach, layout, runindex
 from .errors import LaunchError, brief
 from .request import JobSpec
 from .rundir import TERMINAL, RunDir, list_runs
@@ -67,7 +67,7 @@ class Run:
     def __init__(self, path: str | os.PathLike):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"Run path must be a str or a path, got {type(path).__name__} {brief(path)}")
-        rd = RunDir.open(os.fspath(path), read_only=True)     # its verbs open it again: resume, cancel refuse
+        rd = RunDir.open(runindex.resolve(os.fspath(path)), read_only=True)   # a run name, a Slurm job id too     # its verbs open it again: resume, cancel refuse
         data = rd.read_run_yaml()
         self.path: str = rd.path
         self.run_id: str = data["run_id"]

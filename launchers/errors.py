@@ -27,6 +27,12 @@ class RunDirGone(LaunchError):
     exit_code = 1
 
 
+class TimedOut(LaunchError):
+    """`launch wait --timeout` ran out before the run ended (the run is left as it is); exit 124, as timeout(1)."""
+
+    exit_code = 124
+
+
 def need_extra(module: str, extra: str, what: str) -> None:
     """A LaunchError when `module` (an optional dependency) is not installed: which extra brings it."""
     import importlib.util

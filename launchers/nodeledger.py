@@ -17,8 +17,25 @@ from .recovery import Decision, Failure, Pool
 NAME = "node_ledger"               # its key in layout.FILES
 
 
-def read(run_dir: str) -> dict[str, Any] | None:
-    return layout.read_json(layout.path(run_dir, NAME))
+def read(run_dir: str, attempts: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """nodes.json; with run.yaml's attempts, each slot also names its `host` (the SSH host, the Slurm node it last
+    ran on: with_hosts)."""
+    led = layout.read_json(layout.path(run_dir, NAME))
+    return with_hosts(led, attempts) if led and attempts else led
+
+
+def with_hosts(led: dict[str, Any], attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ledger with `host` in each slot that ran on a known host (an attempt's `hosts`, node order; the
+    latest); a local run's slots have none."""
+    slots = {}
+    for k, entry in (led.get("slots") or {}).items():
+        entry = dict(entry)
+        for a in entry.get("attempts") or []:
+            hosts = attempts[a["attempt"]].get("hosts") or [] if 0 <= a.get("attempt", -1) < len(attempts) else []
+            if 0 <= a.get("node", -1) < len(hosts):
+                entry["host"] = hosts[a["node"]]
+        slots[k] = entry
+    return dict(led, slots=slots)
 
 
 def strikes(led: dict[str, Any] | None) -> dict[int, int]:
@@ -123,11 +140,23 @@ def lines(led: dict[str, Any] | None) -> list[str]:
         return []
     pool = (led or {}).get("pool") or {}
     out = [f"slots active {_slots(pool.get('active', []))}; spares {_slots(pool.get('spares', []))}; "
-           f"quarantined {_slots(pool.get('quarantined', []))} (at {led.get('quarantine_after')} strikes)"]
+           f"quarantined {_slots([f'{q}{_host(slots, q)}' for q in pool.get('quarantined', [])])} "
+           f"(at {led.get('quarantine_after')} strikes)"]
     for k, v in struck.items():
         fails = "; ".join(f"attempt {a['attempt']}: {a['failure']}" for a in v.get("attempts", []) if a.get("strike"))
-        out.append(f"slot {k}: {v['strikes']} strike{'s' if v['strikes'] != 1 else ''}"
+        out.append(f"slot {k}{_host(slots, k)}: {v['strikes']} strike{'s' if v['strikes'] != 1 else ''}"
                    f"{', quarantined' if v.get('quarantined') else ''} ({fails})")
     out += [(f"before attempt {d['attempt']} (--preflight gpu; person: no)" if d.get("preflight") else
-             f"attempt {d['attempt']}") + f": {d['action']} -- {d['why']}" for d in (led or {}).get("decisions") or []]
+             f"attempt {d['attempt']}") + f": {d['action']} -- {_named(d['why'], slots)}"
+            for d in (led or {}).get("decisions") or []]
     return out
+
+
+def _host(slots: dict[int, Any], k: int) -> str:
+    return f" ({slots[k]['host']})" if k in slots and slots[k].get("host") else ""
+
+
+def _named(text: str, slots: dict[int, Any]) -> str:
+    """A decision's words with each `slot K` followed by its host where known: `slot 1 (sshhost2)`."""
+    import re
+    return re.sub(r"\bslot (\d+)\b(?! \()", lambda m: m.group(0) + _host(slots, int(m.group(1))), text)

@@ -98,3 +98,42 @@ def run_dirs(base: str) -> list[str]:
     found += [d for p in found if sweep.is_sweep_dir(p) for d in sweep.member_dirs(p)]     # a sweep's runs
     runs = [p for p in dict.fromkeys(found + paths()) if layout.is_run_dir(p)]
     return sorted(runs, key=lambda p: os.path.getmtime(os.path.join(p, layout.RUN_YAML)), reverse=True)
+
+
+def job_ids(run_dir: str) -> list[str]:
+    """The Slurm job ids a run dir was submitted as (slurm/jobs: "<attempt> <job id>" per submission), oldest first."""
+    try:
+        with open(layout.path(run_dir, "slurm_jobs"), encoding="utf-8", errors="replace") as f:
+            return [w[1] for w in (line.split() for line in f) if len(w) == 2]
+    except OSError:
+        return []
+
+
+def resolve(ref: str, root: str | None = None) -> str:
+    """RUN as a verb takes it -> a run dir: a path (a run dir or a sweep dir, as given), else a run name under the
+    runs root or in the index (what `launch list` shows: a run dir's or a sweep's name), else a Slurm job id one
+    run dir was submitted as (its slurm/jobs). Two or more runs answering to it: a LaunchError listing them. Nothing
+    answering: `ref` as given (the verb's own message says what is wrong with that path)."""
+    from .errors import LaunchError
+    ref = os.fspath(ref)
+    base = layout.runs_root(root)
+    if not ref or ref in (".", "..") or layout.is_run_dir(ref) or sweep.is_sweep_dir(ref):
+        return ref
+    if os.sep in ref:           # `launch list`'s name of a sweep's run (<sweep>/<run>), else the path as given
+        inside = os.path.join(base, ref)
+        return inside if not os.path.isabs(ref) and not os.path.exists(ref) and layout.is_run_dir(inside) else ref
+    dirs = run_dirs(base)
+    named = [p for p in dict.fromkeys([*dirs, *_sweeps(base)]) if os.path.basename(p) == ref]
+    by_job = [p for p in dirs if ref in job_ids(p)] + [p for p in _sweeps(base) if str(
+        (layout.read_json(os.path.join(p, sweep.SWEEP_FILE)) or {}).get("slurm_array_job")) == ref] \
+        if ref.replace("_", "").isdigit() else []
+    found = list(dict.fromkeys(named + by_job))
+    if len(found) > 1:
+        raise LaunchError(f"run {ref!r} is ambiguous: {len(found)} runs answer to it; give one path: "
+                          + ", ".join(found))
+    return found[0] if found else ref
+
+
+def _sweeps(base: str) -> list[str]:
+    return [os.path.join(base, n) for n in (os.listdir(base) if os.path.isdir(base) else ())
+            if sweep.is_sweep_dir(os.path.join(base, n))]

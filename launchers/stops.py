@@ -20,6 +20,7 @@ from typing import Any
 # state -> the launcher's exit code (`launch wait`, `launch slurm --wait`, the CLI); CANCELLED by SIGINT: 130
 ENDINGS = {"COMPLETED": 0, "FAILED": 1, "CANCELLED": 143}
 INTERRUPT_CODE = 130                       # a run CANCELLED by Ctrl-C (stopped_by SIGINT)
+TIMEOUT_CODE = 124                         # `launch wait --timeout` ran out, the run not ended (as timeout(1))
 MARGIN_S = 15.0                            # over the grace: the agent's own 10 s more, the records, the sweep
 
 # why a run is stopped -> the signal its agents get (None: the signal the launcher itself got)

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from . import explain, rundir, show
 from .errors import LaunchError
+from . import runindex
 from .rundir import RunDir
 
 MANY = 64                 # more ranks than this: one line per node
@@ -197,7 +198,7 @@ def live(paths: list[str], interval: float, out: TextIO) -> None:
 
 def top(paths: list[str], interval: float, once: bool, out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    paths = list(paths) or running_runs()
+    paths = [runindex.resolve(p) for p in paths] or running_runs()   # a name or a Slurm job id too
     for p in paths:
         RunDir.open(p, read_only=True)          # a bad RUN: its one-line error before any view
     try:
