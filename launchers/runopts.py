@@ -129,6 +129,9 @@ COMMON: tuple[Opt, ...] = (
     Opt("json", B, "One JSON object on stdout once started (or ended): run_dir, run_id, state, job_ids, "
         "started; with --dry-run the text, run dir and each node's command. People's lines go to stderr.",
         kind="flag", in_profile=False),
+    Opt("json", B, "One JSON object on stdout once started (or ended): run_dir, run_id, state, job_ids, "
+        "started; with --dry-run the text, run dir and each node's command. People's lines go to stderr.",
+        kind="flag", in_profile=False),
     Opt("sweep", (list,), "KEY=V1,V2: one run per combination, each with `--KEY V` appended to its program "
         "args, under one sweep dir (repeatable; Slurm: one job array, local/SSH: one after another).",
         kind="multi", in_profile=False),
