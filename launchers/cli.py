@@ -212,7 +212,6 @@ def slurm(**kw):
 @click.option("--adopt", is_flag=True, help="RUN is a copy of another run dir: resume it as a run of its own "
               "(a new run id).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout (launch local --help: --json).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout (launch local --help: --json).")
 @_click_option(Opt("snapshot", (bool,), "Default: keep the run's snapshot. --snapshot: a new snapshot of the run's "
                    "tree as it is now; --no-snapshot: run from the tree itself.", kind="switch"))
 @click.argument("program_args", nargs=-1, type=click.UNPROCESSED)
