@@ -163,3 +163,23 @@ def test_a_synopsis_is_marked_not_run():
             for cmd, _ in b["cmds"]:
                 if re.search(r"\s\[|\s\.\.\.(\s|$)|\s\|\s|<\w", cmd):
                     assert b["marker"].startswith("not run:"), f"{doc.name}:{b['line']}: `{cmd}` is a synopsis"
+
+
+def slug(title: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but `-` and `_` dropped, spaces to `-`."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_is_true():
+    """Each relative link of README.md and docs/*.md names a file of the checkout (and a heading of it)."""
+    bad = []
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (doc.parent / path).resolve() if path else doc
+            heads = [slug(h) for h in re.findall(r"^#+ (.*)$", dest.read_text(), re.M)] if dest.is_file() else []
+            if not dest.exists() or (anchor and anchor not in heads):
+                bad.append(f"{doc.name}: {target}")
+    assert bad == []
