@@ -425,3 +425,33 @@ def test_profile_dates_stay_text_and_a_huge_one_is_not_read(tmp_path):
     with pytest.raises(LaunchError, match="over the size limit .at most 1 MiB."):
         load_profile(str(tmp_path / "big.yaml"))
     assert time.monotonic() - t0 < 2
+
+
+WANT_PROG = """import os, sys
+want = open(os.environ["WANT_FILE"]).read().split("\\0")
+print("ARGS", "same" if sys.argv[1:] == want else "differs", flush=True)
+"""
+
+
+@pytest.mark.slurm
+def test_slurm_run_program_args_given_as_is_records_redacted(tmp_path):
+    """A real 1x1 Slurm run: the nodes read the spec the launcher recorded (its arguments ***) and get the real
+    arguments back from the job's environment; no file of the run dir but the rank's log holds them."""
+    from conftest import ROOT, require_cluster
+    up = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
+    args = ["--token", "sk-proj-abc123def456ghi789", "--url=https://u:pw-9zq1@h/x", "--n", "2"]
+    (tmp_path / "src").mkdir()                     # the tree the snapshot freezes; the expected words outside it
+    (tmp_path / "src" / "prog.py").write_text(WANT_PROG)
+    (tmp_path / "want").write_text("\0".join(args))
+    p = run_launch("slurm", "--nodes", "1", "--gpus-per-node", "1", "--time", "5", "--wait", "--run-dir",
+                   str(tmp_path / "runs/s"), "--env", f"WANT_FILE={tmp_path}/want", "--", "prog.py", *args,
+                   cwd=tmp_path / "src", timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    run_dir = tmp_path / "runs/s"
+    assert ["ARGS same"] == [ln for ln in (run_dir / "logs/node0/rank0.log").read_text().splitlines()
+                             if ln.startswith("ARGS")]
+    assert "- '***'" in (run_dir / "run.yaml").read_text()
+    files = [f for f in run_dir.rglob("*") if f.is_file() and not re.fullmatch(r"rank\d+\.log", f.name)]
+    for v in ("sk-proj", "pw-9zq1"):
+        assert v not in p.stdout + p.stderr and [f for f in files if v.encode() in f.read_bytes()] == [], v
