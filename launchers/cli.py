@@ -9,6 +9,8 @@ import sys
 import click
 
 from . import __version__
+from .clihelp import EXAMPLES as VERB_EXAMPLES
+from .clihelp import Grouped, Shown, option_of, renamed
 from .errors import LaunchError
 from .runopts import BACKEND_OPTIONS, COMMON, Opt, envvar, options_from_cli
 
@@ -40,7 +42,11 @@ def _errors(fn):
 
 
 def usage_exit(e: click.UsageError) -> None:
-    """click's usage errors (unknown option, bad value, missing argument) in the one-line form, exit 2."""
+    """click's usage errors (unknown option, bad value, missing argument) in the one-line form, exit 2; a bare
+    `launch` or `launch nccl` (click 8.2+ makes it an error; 8.1 exits 0 itself) prints the help, exit 0."""
+    if isinstance(e, getattr(click.exceptions, "NoArgsIsHelpError", ())) and e.ctx:
+        click.echo(e.ctx.get_help())
+        sys.exit(0)
     path = e.ctx.command_path if e.ctx else "launch"
     msg = " ".join(e.format_message().split()).rstrip(".")
     if isinstance(e, click.NoSuchOption) and e.ctx:
@@ -101,19 +107,10 @@ def main() -> None:
     """Start multi-node PyTorch (torchrun) jobs on this machine, SSH hosts or Slurm, with one run directory."""
 
 
-def _click_option(o: Opt, env: str | None = None):
-    if o.kind == "switch":
-        return click.option(f"{o.cli_flag}/--no-{o.cli_flag[2:]}", o.key, default=None, help=o.help or None)
-    if o.kind == "flag":
-        return click.option(o.cli_flag, o.key, is_flag=True, default=None, help=o.help or None)
-    return click.option(o.cli_flag, o.key, default=None, multiple=o.kind == "multi", help=o.help or None,
-                        envvar=env, show_envvar=env is not None)
-
-
 def job_options(backend: str):
     """The common options and the backend's own, generated from their one declaration (launchers.runopts)."""
     def wrap(fn):
-        opts = [_click_option(o, envvar(backend, o)) for o in (*COMMON, *BACKEND_OPTIONS[backend]) if o.cli_flag]
+        opts = [option_of(o, envvar(backend, o)) for o in (*COMMON, *BACKEND_OPTIONS[backend]) if o.cli_flag]
         opts.append(click.argument("program", nargs=-1, type=click.UNPROCESSED))
         for o in reversed(opts):
             fn = o(fn)
@@ -146,7 +143,8 @@ def _launch(backend: str, kw: dict) -> None:
     common = {o.key: kw.pop(o.key) for o in COMMON}
     program, dry_run, profile = kw.pop("program"), common.pop("dry_run"), common.pop("profile")
     sweep, as_json = common.pop("sweep"), common.pop("json")
-    with _env_named(backend):     # a LAUNCH_* value refused (here or by the backend's preflight) is named
+    with _env_named({o.key: (o.cli_flag, envvar(backend, o)) for o in (*COMMON, *BACKEND_OPTIONS[backend])}):
+        # a LAUNCH_* value refused (here or by the backend's preflight) is named
         common["options"] = options_from_cli(backend, kw)
         requeued = not sweep and api.requeued(backend, common.get("run_dir"))   # the user's job, requeued
         spec = build_spec(backend, common, list(program), profile, existing=bool(requeued))
@@ -159,11 +157,12 @@ def _launch(backend: str, kw: dict) -> None:
 
 
 @contextlib.contextmanager
-def _env_named(backend: str):
-    """A bad value that came from a LAUNCH_* variable: the error names the variable next to its flag."""
+def _env_named(variables: dict[str, tuple[str | None, str | None]]):
+    """A bad value that came from a LAUNCH_* variable (variables: option key -> its flag and variable): the error
+    names the variable next to its flag."""
     ctx = click.get_current_context()
-    env = {o.cli_flag: envvar(backend, o) for o in (*COMMON, *BACKEND_OPTIONS[backend])
-           if o.cli_flag and ctx.get_parameter_source(o.key) == click.core.ParameterSource.ENVIRONMENT}
+    env = {flag: var for key, (flag, var) in variables.items()
+           if flag and var and ctx.get_parameter_source(key) == click.core.ParameterSource.ENVIRONMENT}
     try:
         yield
     except LaunchError as e:
@@ -174,7 +173,7 @@ def _env_named(backend: str):
         raise type(e)(msg) from None          # its kind kept (RunDirGone: exit 1)
 
 
-@main.command(context_settings=RUN_SETTINGS, epilog=EXAMPLES)
+@main.command(cls=Grouped, context_settings=RUN_SETTINGS, epilog=VERB_EXAMPLES["local"])
 @job_options("local")
 @_errors
 def local(**kw):
@@ -182,7 +181,7 @@ def local(**kw):
     _launch("local", kw)
 
 
-@main.command(context_settings=RUN_SETTINGS)
+@main.command(cls=Grouped, context_settings=RUN_SETTINGS, epilog=VERB_EXAMPLES["ssh"])
 @job_options("ssh")
 @_errors
 def ssh(**kw):
@@ -190,7 +189,7 @@ def ssh(**kw):
     _launch("ssh", kw)
 
 
-@main.command(context_settings=RUN_SETTINGS)
+@main.command(cls=Grouped, context_settings=RUN_SETTINGS, epilog=VERB_EXAMPLES["slurm"])
 @job_options("slurm")
 @_errors
 def slurm(**kw):
@@ -202,17 +201,18 @@ def slurm(**kw):
     _launch("slurm", kw)
 
 
-@main.command()
+@main.command(epilog=VERB_EXAMPLES["resume"])
 @_via_cluster
-@click.argument("run")
-@click.option("--nodes", default=None, help="New node count (the checkpoint is resharded).")
-@click.option("--gpus-per-node", default=None, help="New processes per node.")
-@click.option("--max-restarts", default=None)
-@click.option("--dry-run", is_flag=True)
+@click.argument("run", type=Shown("RUN", complete="run"))
+@click.option("--nodes", default=None, type=Shown("INTEGER"), help="New node count (the checkpoint is resharded).")
+@click.option("--gpus-per-node", default=None, type=Shown("INTEGER"), help="New processes per node.")
+@click.option("--max-restarts", default=None, type=Shown("INTEGER"), help="New number of whole-job restarts "
+              "from checkpoints/latest.")
+@click.option("--dry-run", is_flag=True, help="Print exactly what would run; start nothing.")
 @click.option("--adopt", is_flag=True, help="RUN is a copy of another run dir: resume it as a run of its own "
               "(a new run id).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout (launch local --help: --json).")
-@_click_option(Opt("snapshot", (bool,), "Default: keep the run's snapshot. --snapshot: a new snapshot of the run's "
+@option_of(Opt("snapshot", (bool,), "Default: keep the run's snapshot. --snapshot: a new snapshot of the run's "
                    "tree as it is now; --no-snapshot: run from the tree itself.", kind="switch"))
 @click.argument("program_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
@@ -235,9 +235,9 @@ def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, as_json, sna
                                                                if program_args else None, adopt=adopt)))
 
 
-@main.command()
+@main.command(epilog=VERB_EXAMPLES["status"])
 @_via_cluster
-@click.argument("run")
+@click.argument("run", type=Shown("RUN", complete="run"))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--ranks", is_flag=True, help="Per rank: last step, age of its last progress, step time, straggler.")
 @click.option("--manifest", "with_manifest", is_flag=True, help="Also what ran: manifest.json (git commit and diff "
@@ -260,9 +260,9 @@ def status(run, as_json, ranks, with_manifest):
             show.status("\n".join(manifest.format_manifest(st["manifest"], manifest.path(st["run_dir"]))))
 
 
-@main.command()
-@click.argument("runs", nargs=-1, metavar="[RUN]...")
-@click.option("--interval", default="2", show_default=True, help="Seconds between refreshes.")
+@main.command(epilog=VERB_EXAMPLES["top"])
+@click.argument("runs", nargs=-1, metavar="[RUN]...", type=Shown("RUN", complete="run"))
+@click.option("--interval", default="2", show_default=True, type=Shown("SECONDS"), help="Seconds between refreshes.")
 @click.option("--once", is_flag=True, help="Print the view once and exit.")
 @_errors
 def top(runs, interval, once):
@@ -276,10 +276,10 @@ def top(runs, interval, once):
     view.top(list(runs), seconds, once)
 
 
-@main.command()
+@main.command(epilog=VERB_EXAMPLES["logs"])
 @_via_cluster
-@click.argument("run")
-@click.option("--rank", default=None, help="Only this global rank (unprefixed).")
+@click.argument("run", type=Shown("RUN", complete="run"))
+@click.option("--rank", default=None, type=Shown("INTEGER"), help="Only this global rank (unprefixed).")
 @click.option("-f", "--follow", is_flag=True, help="Keep following until the run ends.")
 @click.option("--raw", is_flag=True, help="Print the lines as written (terminal control sequences kept).")
 @_errors
@@ -295,9 +295,11 @@ def logs(run, rank, follow, raw):
         tail.poll(final=True)
 
 
-@main.command(name="list")
+@main.command(name="list", epilog=VERB_EXAMPLES["list"])
 @_via_cluster
-@click.option("--root", default=None, help="Runs root (default $LAUNCH_RUNS_ROOT or ./runs).")
+@click.option("--runs-root", "root", default=None, type=Shown("DIR", complete="dir"),
+              help="Runs root (default $LAUNCH_RUNS_ROOT or ./runs).")
+@renamed("--root", "root", "--runs-root")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (a list of objects).")
 @_errors
 def list_(root, as_json):
@@ -313,9 +315,9 @@ def list_(root, as_json):
                  r["age"]) for r in rows])
 
 
-@main.command()
+@main.command(epilog=VERB_EXAMPLES["cancel"])
 @_via_cluster
-@click.argument("run")
+@click.argument("run", type=Shown("RUN", complete="run"))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout: the run's state, `cancelled`.")
 @_errors
 def cancel(run, as_json):
@@ -335,11 +337,11 @@ def cancel(run, as_json):
         click.echo(f"cancelled {run}")
 
 
-@main.command(name="wait")
+@main.command(name="wait", epilog=VERB_EXAMPLES["wait"])
 @_via_cluster
-@click.argument("run")
-@click.option("--timeout", default=None, help="Seconds to wait at most; then exit 124 (as timeout(1)), the run "
-              "left as it is.")
+@click.argument("run", type=Shown("RUN", complete="run"))
+@click.option("--timeout", default=None, type=Shown("SECONDS"), help="Seconds to wait at most; then exit 124 (as "
+              "timeout(1)), the run left as it is.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout: the run's end (exit_code).")
 @_errors
 def wait_(run, timeout, as_json):
@@ -350,7 +352,7 @@ def wait_(run, timeout, as_json):
     sys.exit(runjson.waited(as_json, run, lambda: api.wait(run, timeout=secs)))
 
 
-@main.command()
+@main.command(epilog=VERB_EXAMPLES["completion"])
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]), default="bash")
 def completion(shell):
     """Print the shell's completion script (bash, zsh, fish).
@@ -363,21 +365,33 @@ def completion(shell):
 
 
 def _doctor_options(fn):
-    """`launch doctor`'s options, generated from their declarations (launchers.doctor.options)."""
-    from .doctor.options import OPTIONS
+    """`launch doctor`'s options, generated from their declarations (launchers.doctor.options), with the LAUNCH_*
+    defaults of the verb it checks for (`launch ssh`'s LAUNCH_SSH_*, `launch slurm`'s LAUNCH_SLURM_*)."""
+    from .doctor.options import OPTIONS, env_default
     for o in reversed(OPTIONS):
-        fn = _click_option(o)(fn)
-    return fn
+        fn = option_of(o, (env_default(o) or (None,))[0])(fn)
+    return renamed("--run-root", "run_root", "--runs-root")(fn)
 
 
-@main.command()
+@main.command(cls=Grouped, epilog=VERB_EXAMPLES["doctor"])
 @_via_cluster
 @_doctor_options
 @_errors
 def doctor(**kw):
-    """Check nodes before a long job: --local, --hosts/--hostfile (SSH) or --slurm; exit 1 if a check fails."""
+    """Check nodes before a long job: --local, --hosts/--hostfile (SSH) or --slurm; exit 1 if a check fails.
+
+    A LAUNCH_* default counts where the verb checked for takes it: LAUNCH_SSH_* for SSH hosts, LAUNCH_SLURM_*
+    with --slurm, LAUNCH_NODES, LAUNCH_GPUS_PER_NODE and LAUNCH_PYTHON for every target (not LAUNCH_NODES with
+    --local)."""
     from .doctor.main import run
-    sys.exit(run(kw))
+    from .doctor.options import OPTIONS, env_applies, env_default
+    ctx = click.get_current_context()
+    target = "local" if kw.get("local") else "slurm" if kw.get("slurm") else "ssh"
+    for key in kw:
+        if ctx.get_parameter_source(key) == click.core.ParameterSource.ENVIRONMENT and not env_applies(key, target):
+            kw[key] = None                    # another verb's default (LAUNCH_SSH_HOSTFILE with --slurm)
+    with _env_named({o.key: (o.cli_flag, (env_default(o) or (None,))[0]) for o in OPTIONS}):
+        sys.exit(run(kw))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ converters; stdlib only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import LaunchError, brief
@@ -23,6 +23,10 @@ class Opt:
     flag: str | None = ""             # CLI flag ("" = --key-with-dashes; None = profile only)
     cli_value: Any = True             # kind "flag": the value the flag sets
     in_profile: bool = True           # also a profile key
+    group: str = ""                   # its section of `launch BACKEND --help` (GROUPS; "" = LOOK's)
+    metavar: str = ""                 # how help shows its value: INTEGER, SECONDS, FILE, ... ("" = LOOK's)
+    choices: tuple[str, ...] = ()     # the words it accepts (help shows [a|b], completion offers them)
+    complete: str = ""                # what its value completes to: file | dir | run | profile ("" = choices)
 
     @property
     def cli_flag(self) -> str | None:
@@ -129,9 +133,6 @@ COMMON: tuple[Opt, ...] = (
     Opt("json", B, "One JSON object on stdout once started (or ended): run_dir, run_id, state, job_ids, "
         "started; with --dry-run the text, run dir and each node's command. People's lines go to stderr.",
         kind="flag", in_profile=False),
-    Opt("json", B, "One JSON object on stdout once started (or ended): run_dir, run_id, state, job_ids, "
-        "started; with --dry-run the text, run dir and each node's command. People's lines go to stderr.",
-        kind="flag", in_profile=False),
     Opt("sweep", (list,), "KEY=V1,V2: one run per combination, each with `--KEY V` appended to its program "
         "args, under one sweep dir (repeatable; Slurm: one job array, local/SSH: one after another).",
         kind="multi", in_profile=False),
@@ -151,11 +152,11 @@ BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt("staging_dir", S, "Host-local dir for --no-shared-storage (default /tmp/launch-staging)."),
     ),
     "slurm": (
-        Opt("partition", S),
-        Opt("time", S, "Time limit, e.g. 04:00:00."),
-        Opt("account", S),
-        Opt("qos", S),
-        Opt("constraint", S),
+        Opt("partition", S, "Slurm partition to submit to (sbatch --partition; default: the cluster's)."),
+        Opt("time", S, "Time limit, e.g. 04:00:00 or 1-00:00:00 (sbatch --time)."),
+        Opt("account", S, "Account the job is charged to (sbatch --account)."),
+        Opt("qos", S, "Quality of service (sbatch --qos)."),
+        Opt("constraint", S, "Node features the nodes must have, e.g. 'a100&ib' (sbatch --constraint)."),
         Opt("exclusive", B, "Whole nodes: every CPU of each node (no other job shares them); no --cpus-per-task "
             "then unless given.", kind="flag"),
         Opt("mem", S, "Memory per node: an integer with an optional K, M, G or T suffix (e.g. 64G; 0: all of it)."),
@@ -184,6 +185,50 @@ BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
     ),
 }
 BACKENDS = tuple(BACKEND_OPTIONS)
+
+# How each option reads in `launch BACKEND --help` and completes: (group, metavar or the choices, completion).
+# The value is still read by the option's own parser (launchers.spec): help and completion only show it.
+GROUPS = ("Targets", "Slurm", "SSH", "Job shape", "Run", "Recovery", "Container", "Diagnosis")
+_N, _SEC = "INTEGER", "SECONDS"
+LOOK: dict[str, tuple[str, str | tuple[str, ...], str]] = {
+    "nodes": ("Job shape", "N|MIN:MAX", ""), "gpus_per_node": ("Job shape", _N, ""),
+    "dist_backend": ("Job shape", ("auto", "gloo", "nccl"), ""),
+    "cpu_bind": ("Job shape", ("auto", "none", "numa", "cores"), ""), "master_port": ("Job shape", _N, ""),
+    "python": ("Job shape", "PATH", "file"),
+    "run_dir": ("Run", "DIR", "dir"), "name": ("Run", "NAME", ""), "profile": ("Run", "FILE", "profile"),
+    "env": ("Run", "K=V", ""), "forward_env": ("Run", "GLOB", ""), "secrets": ("Run", "NAME[=@FILE]", ""),
+    "nccl_preset": ("Run", "PRESET[,PRESET]", ""), "snapshot": ("Run", "", ""),
+    "stop_signal": ("Run", ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"), ""), "stop_grace": ("Run", _SEC, ""),
+    "dry_run": ("Run", "", ""), "json": ("Run", "", ""), "sweep": ("Run", "KEY=V1,V2", ""),
+    "max_restarts": ("Recovery", _N, ""), "spares": ("Recovery", _N, ""), "quarantine_after": ("Recovery", _N, ""),
+    "container_image": ("Container", "IMAGE", ""), "container_mounts": ("Container", "SRC:DST[:ro]", ""),
+    "container_runtime": ("Container", ("auto", "pyxis", "apptainer", "podman", "oci"), ""),
+    "container_python": ("Container", "PATH", ""),
+    "preflight": ("Diagnosis", ("gpu",), ""), "hang_timeout": ("Diagnosis", _SEC, ""),
+    "notify": ("Diagnosis", "URL|COMMAND", ""),
+    "hosts": ("SSH", "HOST[,HOST...]", ""), "hostfile": ("SSH", "FILE", "file"),
+    "ssh_config": ("SSH", "FILE", "file"), "known_hosts": ("SSH", "FILE", "file"),
+    "identity": ("SSH", "FILE", "file"), "connect_timeout": ("SSH", _SEC, ""), "shared_storage": ("SSH", "", ""),
+    "staging_dir": ("SSH", "DIR", ""),
+    "partition": ("Slurm", "NAME", ""), "time": ("Slurm", "[D-]H:M:S", ""), "account": ("Slurm", "NAME", ""),
+    "qos": ("Slurm", "NAME", ""), "constraint": ("Slurm", "FEATURES", ""), "exclusive": ("Slurm", "", ""),
+    "mem": ("Slurm", "SIZE", ""), "mem_per_gpu": ("Slurm", "SIZE", ""), "cpus_per_task": ("Slurm", _N, ""),
+    "cpus_per_gpu": ("Slurm", _N, ""), "sbatch_args": ("Slurm", "OPTION", ""), "setup": ("Slurm", "LINE", ""),
+    "signal_seconds": ("Slurm", _N, ""), "max_requeues": ("Slurm", _N, ""), "wait": ("Slurm", "", ""),
+    "after": ("Slurm", "RUN|JOBID[:TYPE]", "run"), "max_parallel": ("Slurm", _N, ""),
+    "cluster": ("Slurm", "NAME", ""), "sbatch_lines": ("Slurm", "", ""), "job_name": ("Slurm", "", ""),
+}
+
+
+def _looked(o: Opt) -> Opt:
+    group, shown, complete = LOOK[o.key]
+    choices = shown if isinstance(shown, tuple) else ()
+    return replace(o, group=o.group or group, metavar=o.metavar or ("" if choices else shown),
+                   choices=o.choices or choices, complete=o.complete or complete)
+
+
+COMMON = tuple(_looked(o) for o in COMMON)
+BACKEND_OPTIONS = {b: tuple(_looked(o) for o in opts) for b, opts in BACKEND_OPTIONS.items()}
 # the top-level keys of a profile: the common options, two keys without a flag, one mapping per backend
 PROFILE_KEYS = (*(o.key for o in COMMON if o.in_profile), "program", "runs_root", *BACKENDS)
 

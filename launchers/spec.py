@@ -306,9 +306,12 @@ def check_program_words(backend: str, words: list[str]) -> None:
     if hint:
         raise LaunchError(hint)
     if words and words[0].startswith("--"):
-        flags = ", ".join(sorted(f for f in cli_flags(backend) if f.startswith("--")))
-        raise LaunchError(f"unknown option {brief(words[0])} of `launch {backend}`; accepted: {flags} "
-                          "(the program goes after `--`)")
+        import difflib
+        known = sorted(f for f in cli_flags(backend) if f.startswith("--"))
+        close = difflib.get_close_matches(words[0].split("=", 1)[0], known, n=1)
+        mean = f" (did you mean {close[0]}?)" if close else ""
+        raise LaunchError(f"unknown option {brief(words[0])} of `launch {backend}`{mean}; accepted: "
+                          f"{', '.join(known)} (the program goes after `--`)")
 
 
 def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str], profile: str | None = None,

@@ -14,6 +14,7 @@ from launchers.errors import LaunchError
 
 from . import apply as A
 from . import presets as P
+from .benchcli import bench_cmd, renamed, sweep_cmd
 from .errors import NcclTuningError
 from .knowledge import vstr
 from .validate import has_errors, validate
@@ -30,9 +31,16 @@ def _fail(err: Exception):
     sys.exit(2)
 
 
-@click.group("nccl")
-def nccl():
+@click.group("nccl", invoke_without_command=True)
+@click.pass_context
+def nccl(ctx):
     """NCCL presets (list, show, check); collective bench, preset sweep, nccl-tests import."""
+    if ctx.invoked_subcommand is None:            # bare `launch nccl`: the help, exit 0
+        click.echo(ctx.get_help())
+
+
+nccl.add_command(bench_cmd)
+nccl.add_command(sweep_cmd)
 
 
 @nccl.command("list")
@@ -52,8 +60,9 @@ def list_cmd(preset_dirs):
 
 @nccl.command("show")
 @click.argument("preset")
-@click.option("--format", "fmt", type=click.Choice(A.FORMATS), default="env", show_default=True)
-@click.option("--run-dir", default=None, help="Fill the {run_dir} placeholder.")
+@click.option("--format", "fmt", type=click.Choice(A.FORMATS), default="env", show_default=True,
+              help="env (NAME=value lines), yaml (a profile's env), conf (nccl.conf) or sbatch (export lines).")
+@click.option("--run-dir", default=None, type=click.Path(file_okay=False), help="Fill the {run_dir} placeholder.")
 @_preset_dirs
 def show_cmd(preset, fmt, run_dir, preset_dirs):
     """The variables of PRESET (e.g. moe or moe,roce or ./mine.yaml), each with its reason."""
@@ -69,7 +78,7 @@ def show_cmd(preset, fmt, run_dir, preset_dirs):
               help="A variable to check (repeatable); overrides the preset's value.")
 @click.option("--env-file", type=click.Path(dir_okay=False),
               help="A file of NAME=value lines (env file or nccl.conf).")
-@click.option("--nccl-version", default=None,
+@click.option("--nccl-version", default=None, metavar="VERSION",
               help="Rules of this NCCL version (default: installed nvidia-nccl, else newest known).")
 @click.option("--production/--testing", default=True, show_default=True,
               help="In production, debugging-class variables are warnings.")
@@ -148,159 +157,22 @@ def _on_nodes(env, version, production, nodes) -> list:
     return findings
 
 
-PASS = {"ignore_unknown_options": True, "allow_interspersed_args": True,
-        "help_option_names": ["-h", "--help"]}
-_OPS = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast"
-
-
-def _bench_options(fn):
-    opts = [
-        click.option("--backend", default="local", show_default=True, help="local, ssh or slurm."),
-        click.option("--nodes", default="1", show_default=True),
-        click.option("--gpus-per-node", default="1", show_default=True, help="Ranks per node."),
-        click.option("--ops", default=_OPS, show_default=True),
-        click.option("--min-bytes", default="1K", show_default=True),
-        click.option("--max-bytes", default="256M", show_default=True),
-        click.option("--warmup", default=5, show_default=True, type=int),
-        click.option("--iters", default=20, show_default=True, type=int),
-        click.argument("launch_args", nargs=-1, type=click.UNPROCESSED),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
-
-
-def _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, repeats,
-            launch_args):
-    from .runner import BenchConfig
-    extra = list(launch_args)
-    if "--" in extra:
-        raise NcclTuningError("nothing goes after `--`: the program is nccl_tuning.bench; pass "
-                              "backend options (e.g. --partition gpu) before it")
-    cfg = BenchConfig.build(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup,
-                            iters, repeats, extra)
-    _check_launch_args(backend, extra)
-    return cfg
-
-
-def _check_launch_args(backend, extra):
-    """Options we pass on must be `launch BACKEND` options (else it would take them as a program)."""
-    from launchers.runopts import BACKENDS, cli_flags   # the one declaration of every backend's options
-    if backend not in BACKENDS:
-        return
-    ours = {"--nodes", "--gpus-per-node", "--run-dir", "--nccl-preset", "--dry-run",
-            "--sweep", "--max-parallel", "--after"}     # a bench is one run (its results.csv), never a sweep
-    known = cli_flags(backend) - ours - {"-h", "--help"}
-    for a in extra:
-        name = a.split("=", 1)[0]
-        if a.startswith("-") and name not in known:
-            raise NcclTuningError(f"option {name!r} is neither a bench option nor one `launch "
-                                  f"{backend}` accepts (accepted there: {', '.join(sorted(known))})")
-
-
-@nccl.command("bench", context_settings=PASS)
-@_bench_options
-@click.option("--repeats", default=1, show_default=True, type=int,
-              help="Timed blocks per size (their spread is the noise estimate).")
-@click.option("--preset", default=None, help="NCCL preset(s) for the job, e.g. moe or moe,roce.")
-@click.option("--run-dir", default=None, help="Run directory (default: <runs root>/nccl-bench-...).")
-@click.option("--out", "out_dir", default=None, help="Also write results.csv into this directory.")
-def bench_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, launch_args,
-              repeats, preset, run_dir, out_dir):
-    """Run nccl_tuning.bench through the launcher; results.csv lands in the run dir (and in --out DIR).
-
-    Other options (e.g. --partition gpu --time 00:20:00, --hostfile hosts, --env K=V) go to
-    `launch BACKEND`."""
-    from . import results as R
-    from . import runner
-    try:
-        cfg = _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
-                      repeats, launch_args)
-        run_dir = os.path.abspath(run_dir or runner.default_run_dir(
-            "nccl-bench-" + (preset or "none").replace(",", "+").replace("/", "_")))
-        if os.path.exists(run_dir):
-            raise NcclTuningError(f"--run-dir {run_dir} exists; results are never overwritten")
-        out_csv = _out_csv(out_dir)
-        runner.dry_run(cfg, run_dir, preset)
-    except NcclTuningError as e:
-        _fail(e)
-    click.echo(f"nccl bench: {cfg.backend} {cfg.nodes}x{cfg.gpus_per_node}, preset "
-               f"{preset or '(none)'}, run dir {run_dir}", err=True)
-    code, rows = runner.run(cfg, run_dir, preset)
-    if rows:
-        click.echo(R.format_table(rows, f"nccl_tuning.bench  preset {preset or '(none)'}  "
-                                        f"{run_dir}"), nl=False)
-    if code != 0 or not rows:
-        click.echo(f"launch: error: the bench job failed (exit {code}); see: launch status "
-                   f"{run_dir} ; launch logs {run_dir}", err=True)
-        sys.exit(code or 1)
-    if out_csv:
-        os.makedirs(os.path.dirname(out_csv), exist_ok=True)
-        R.write_csv(out_csv, rows)
-    click.echo(f"results: {out_csv or os.path.join(run_dir, 'results.csv')}")
-
-
-def _out_csv(out_dir):
-    """--out DIR -> DIR/results.csv; an existing results.csv there is never overwritten."""
-    if out_dir is None:
-        return None
-    path = os.path.join(os.path.abspath(out_dir), "results.csv")
-    if os.path.exists(path):
-        raise NcclTuningError(f"--out {out_dir}: {path} exists; results are never overwritten")
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise NcclTuningError(f"--out {out_dir} is not a directory")
-    return path
-
-
-@nccl.command("sweep", context_settings=PASS)
-@_bench_options
-@click.option("--repeats", default=3, show_default=True, type=int,
-              help="Timed blocks per size (their spread is the noise estimate).")
-@click.option("--presets", required=True, help="Candidates, e.g. default,moe,dense,moe+roce,"
-              "./mine.yaml (default is always run as the baseline).")
-@click.option("--out", required=True, help="New directory for everything the sweep writes.")
-@click.option("--workload", default=None, help="moe (all_to_all dominates) or dense (all_reduce, "
-              "reduce_scatter, all_gather).")
-@click.option("--dominant", default=None, help="Ops the recommendation weighs (default: from "
-              "--workload, else all).")
-@click.option("--noise", default=5.0, show_default=True, type=float,
-              help="Minimum gain in percent that counts (raised to the measured spread).")
-def sweep_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, launch_args,
-              repeats, presets, out, workload, dominant, noise):
-    """Bench every preset (one job each), then results.csv, plots, recommendation.yaml, tuner.csv."""
-    from . import sweep as S
-    try:
-        cfg = _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
-                      repeats, launch_args)
-        if noise < 0:
-            raise NcclTuningError(f"--noise {noise} must be >= 0 (percent)")
-        names, dom, envs = S.plan(presets, out, workload, dominant, ops=cfg.ops)
-        done = S.run(cfg, names, out, echo=click.echo)
-        rec = S.write_outputs(out, done, dom, noise, workload, envs, cfg.nodes)
-    except NcclTuningError as e:
-        _fail(e)
-    click.echo(f"recommended: {rec['recommended']} ({rec['reason']})")
-    for key in ("caveat", "caveat_backend"):
-        if rec.get(key):
-            click.echo(f"caveat: {rec[key]}")
-    click.echo(f"wrote {out}/results.csv, {out}/plots/, {out}/recommendation.yaml, {out}/tuner.csv")
-    if rec["failed_presets"]:
-        click.echo(f"launch: error: preset(s) {', '.join(rec['failed_presets'])} failed", err=True)
-        sys.exit(1)
-
-
 @nccl.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--out", default=None, help="Write the rows as a results.csv (never overwrites).")
-@click.option("--preset", "label", default=None, help="Label the rows (adds a preset column).")
-@click.option("--op", default=None, help="Collective of the tables whose text names none (all_reduce, "
+@click.option("--csv", "out", default=None, type=click.Path(dir_okay=False),
+              help="Write the rows to this CSV file (a results.csv; never overwrites).")
+@renamed("--out", "out", "--csv", type=click.Path(dir_okay=False))
+@click.option("--nccl-preset", "label", default=None, metavar="PRESET",
+              help="The preset the rows were measured with (adds a preset column).")
+@renamed("--preset", "label", "--nccl-preset")
+@click.option("--op", default=None, metavar="OP", help="Collective of the tables whose text names none (all_reduce, "
               "all_gather, reduce_scatter, all_to_all, broadcast, reduce, sendrecv, ...).")
 def import_cmd(files, out, label, op):
     """Read nccl-tests output (all_reduce_perf & co, text) into bench rows; print the table.
 
     Every table of a file is one run (a `run` column) with its own collective; a row that is cut,
     mixed with other output or split by log lines is reported as one error line and the command
-    exits 1 (nothing written with --out). Notes say what the paste lacks (ranks, rows the file's
+    exits 1 (nothing written with --csv). Notes say what the paste lacks (ranks, rows the file's
     footer counted)."""
     from . import nccltests
     from . import results as R
@@ -308,8 +180,7 @@ def import_cmd(files, out, label, op):
     try:
         for path in files:
             for run in nccltests.parse_runs_file(path, op):
-                errors += run.errors + run.failures
-                _said(run)
+                errors += run.errors
                 if run.rows:
                     click.echo(R.format_table(run.rows, f"imported from {path}, run {run.index} "
                                               f"(table at line {run.line})"), nl=False)
@@ -336,14 +207,6 @@ def import_cmd(files, out, label, op):
             R.write_csv(out, rows, cols)
     except NcclTuningError as e:
         _fail(e)
-
-
-def _said(run) -> None:
-    """What the file says besides its rows: the NCCL version of the banner, each NCCL WARN line."""
-    if run.nccl_version:
-        click.echo(f"# run {run.index}: NCCL {run.nccl_version} (the nccl-tests banner's nccl-library)")
-    for w in run.warnings:
-        click.echo(f"launch: warning: {w}", err=True)
 
 
 def _avg_line(run) -> str:
@@ -376,13 +239,9 @@ def infolog_cmd(file):
     elif any(c["collective"] is None for c in info["choices"]):
         click.echo(f"  {infolog.UNNAMED}: choice lines without the collective's name (NCCL "
                    f"2.20-2.22 print them so, for rank 0)")
-    if info["ib"]:
-        click.echo(f"  NET/IB: {', '.join(info['ib']['devices']) or '?'} (OOB {info['ib']['oob']})")
-    for msg, n, first in info["warnings"]:
-        click.echo(f"warning: {first}" + (f" ({n} times)" if n > 1 else ""))
-    for line in info["refusals"] + [f"failed: {f}" for f in info["failures"]]:
-        click.echo(line if line.startswith("failed: ") else f"refused: {line}")
-    if info["refusals"] or info["failures"]:
+    for line in info["refusals"]:
+        click.echo(f"refused: {line}")
+    if info["refusals"]:
         sys.exit(1)
 
 

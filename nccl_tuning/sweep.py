@@ -59,7 +59,7 @@ def plan(presets_text: str, out: str, workload: str | None, dominant: str | None
         raise NcclTuningError(f"--out {out} exists; a sweep never overwrites (choose a new directory)")
     names = P.split_spec(presets_text.replace(" ", ""))
     if not names:
-        raise NcclTuningError("--presets is empty (e.g. --presets default,moe,dense)")
+        raise NcclTuningError("no candidate preset (e.g. --nccl-preset moe --nccl-preset dense)")
     if BASELINE not in [label(n) for n in names]:
         names.insert(0, BASELINE)
     envs = {label(n): resolve(n.replace("+", ","), run_dir=os.path.join(out, "runs", label(n)),
@@ -67,7 +67,7 @@ def plan(presets_text: str, out: str, workload: str | None, dominant: str | None
     labels = [label(n) for n in names]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
-        raise NcclTuningError(f"--presets names {', '.join(dup)} twice")
+        raise NcclTuningError(f"--nccl-preset names {', '.join(dup)} twice")
     if workload and workload not in WORKLOADS:
         raise NcclTuningError(f"--workload {workload!r} is not one of {', '.join(WORKLOADS)}")
     dom = runner.parse_ops(dominant) if dominant else list(WORKLOADS.get(workload) or [])

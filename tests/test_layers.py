@@ -26,7 +26,7 @@ LAYERS = {
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
         "launchers.client", "launchers.top",
         "launchers.detach", "launchers.sweeprun", "launchers.viacluster"),
-    4: ("launchers.cli", "launchers.entry", "launchers.slurmnode"),
+    4: ("launchers.cli", "launchers.clihelp", "launchers.entry", "launchers.slurmnode"),
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API
 OPEN_TO_OTHERS = ("launchers", "launchers.errors", "launchers.layout", "launchers.ckptptr", "launchers.rundir",

@@ -19,7 +19,7 @@ FAST = ["--min-bytes", "1K", "--max-bytes", "2K", "--warmup", "1", "--iters", "2
 def test_bench_through_launch_local(tmp_path, nodes, gpn):
     rd = tmp_path / "bench"
     p = run_launch("nccl", "bench", "--nodes", str(nodes), "--gpus-per-node", str(gpn),
-                   "--ops", ",".join(OPS), *FAST, "--preset", "dense", "--run-dir", str(rd),
+                   "--ops", ",".join(OPS), *FAST, "--nccl-preset", "dense", "--run-dir", str(rd),
                    cwd=tmp_path, check=True)
     n = nodes * gpn
     assert "#       size         count      type   redop    root     time   algbw   busbw #wrong" in p.stdout
@@ -55,7 +55,7 @@ def test_sweep_end_to_end(tmp_path):
                     "  NCCL_ALGO: {value: Ring, reason: candidate}\n"
                     "  NCCL_PROTO: {value: Simple, reason: candidate}\n")
     out = tmp_path / "sweep1"
-    p = run_launch("nccl", "sweep", "--gpus-per-node", "2", "--presets", f"default,{mine}",
+    p = run_launch("nccl", "sweep", "--gpus-per-node", "2", "--nccl-preset", "default", "--nccl-preset", str(mine),
                    "--ops", "all_reduce,all_to_all", *FAST, "--repeats", "2", "--workload", "dense",
                    "--out", str(out), cwd=tmp_path, check=True)
     assert "[1/2] preset default" in p.stdout and "[2/2] preset ringsimple: 4 results, ok" in p.stdout
@@ -84,7 +84,7 @@ def test_sweep_end_to_end(tmp_path):
         assert d == ["allreduce", str(b["min_bytes"]), str(b["max_bytes"]), "ring", "simple", "-1", "1", "2"]
     # the same --out again is refused and nothing is touched
     before = sorted(str(x) for x in out.rglob("*"))
-    again = run_launch("nccl", "sweep", "--gpus-per-node", "2", "--presets", "moe", "--out", str(out),
+    again = run_launch("nccl", "sweep", "--gpus-per-node", "2", "--nccl-preset", "moe", "--out", str(out),
                        cwd=tmp_path)
     assert again.returncode == 2 and "exists" in again.stderr
     assert sorted(str(x) for x in out.rglob("*")) == before
@@ -95,16 +95,16 @@ def test_sweep_end_to_end(tmp_path):
     (["bench", "--min-bytes", "1M", "--max-bytes", "1K"], "is larger than --max-bytes"),
     (["bench", "--ops", "all_reduce,alltoall"], "unknown op(s) alltoall"),
     (["bench", "--backend", "k8s"], "'k8s' is not one of local, ssh, slurm"),
-    (["bench", "--preset", "mo"], "unknown NCCL preset 'mo'"),
+    (["bench", "--nccl-preset", "mo"], "unknown NCCL preset 'mo'"),
     (["bench", "--nodes", "0"], "--nodes '0'"),
     (["bench", "--bogus", "1"], "option '--bogus' is neither a bench option"),
-    (["bench", "--nccl-preset", "moe"], "option '--nccl-preset' is neither"),
+    (["bench", "--dry-run"], "option '--dry-run' is neither"),
     (["bench", "--sweep", "lr=1,2"], "option '--sweep' is neither"),        # a bench is one run, never a sweep
-    (["sweep", "--presets", "moe", "--out", "s", "--backend", "slurm", "--after", "7"], "option '--after' is neither"),
-    (["sweep", "--presets", "default,bogus", "--out", "s"], "unknown NCCL preset 'bogus'"),
-    (["sweep", "--presets", "moe", "--out", "s", "--max-bytes", "1Q"], "'1Q' is not a size"),
-    (["sweep", "--presets", "moe", "--out", "s", "--workload", "sparse"], "--workload 'sparse'"),
-    (["sweep", "--presets", "moe", "--out", "s", "--noise", "-1"], "--noise -1.0"),
+    (["sweep", "--nccl-preset", "moe", "--out", "s", "--backend", "slurm", "--after", "7"], "option '--after' is neither"),
+    (["sweep", "--nccl-preset", "default", "--nccl-preset", "bogus", "--out", "s"], "unknown NCCL preset 'bogus'"),
+    (["sweep", "--nccl-preset", "moe", "--out", "s", "--max-bytes", "1Q"], "'1Q' is not a size"),
+    (["sweep", "--nccl-preset", "moe", "--out", "s", "--workload", "sparse"], "--workload 'sparse'"),
+    (["sweep", "--nccl-preset", "moe", "--out", "s", "--noise", "-1"], "--noise -1.0"),
 ])
 def test_bad_input_starts_nothing(tmp_path, args, msg):
     p = run_launch("nccl", *args, cwd=tmp_path)
@@ -117,11 +117,11 @@ def test_bad_input_starts_nothing(tmp_path, args, msg):
 def test_import_nccl_tests_output(tmp_path):
     fix = Path(__file__).parent / "data" / "nccltests"
     p = run_launch("nccl", "import", str(fix / "all_reduce_perf_8gpu.txt"), str(fix / "alltoall_8gpu.log"),
-                   "--preset", "cluster-a", "--out", str(tmp_path / "r.csv"), check=True)
+                   "--nccl-preset", "cluster-a", "--csv", str(tmp_path / "r.csv"), check=True)
     assert "# all_reduce  (nccl-tests, 8 ranks)" in p.stdout and "# all_to_all  (nccl-tests, 8 ranks)" in p.stdout
     rows = list(csv.DictReader(open(tmp_path / "r.csv")))
     assert len(rows) == 5 and rows[0]["preset"] == "cluster-a" and rows[2]["busbw_gbps"] == "402.4"
-    again = run_launch("nccl", "import", str(fix / "alltoall_8gpu.log"), "--out", str(tmp_path / "r.csv"))
+    again = run_launch("nccl", "import", str(fix / "alltoall_8gpu.log"), "--csv", str(tmp_path / "r.csv"))
     assert again.returncode == 2 and "never overwritten" in again.stderr
     info = run_launch("nccl", "infolog", str(fix / "nccl_info.log"))
     assert info.returncode == 1 and "RING/SIMPLE  (2 calls)" in info.stdout

@@ -1,0 +1,223 @@
+"""`launch nccl bench` and `launch nccl sweep` (click commands only): one bench job through the launcher, or one
+per candidate preset and the recommendation. Registered on the `nccl` group by nccl_tuning.cli. Each option's
+text goes as given to the bench's own parsers (runner.BenchConfig, sweep.plan): help only shows its kind."""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import click
+
+from .errors import NcclTuningError
+
+
+class Shown(click.ParamType):
+    """The text as given; help shows METAVAR or [a|b]; completion offers the choices (a,b lists: the next one)."""
+    name = "text"
+
+    def __init__(self, metavar: str = "", choices: tuple[str, ...] = (), listed: bool = False) -> None:
+        self.metavar, self.choices, self.listed = metavar, choices, listed
+
+    def get_metavar(self, param, ctx=None):
+        return self.metavar or "[" + "|".join(self.choices) + "]"
+
+    def convert(self, value, param, ctx):
+        return value
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+        head, _, last = incomplete.rpartition(",") if self.listed else ("", "", incomplete)
+        return [CompletionItem(head + ("," if head else "") + c) for c in self.choices if c.startswith(last)]
+
+
+def renamed(old: str, new_key: str, new: str, note: str = "", **kw):
+    """`old` (hidden) is still accepted for one release, as `new`, with a one-line note on stderr."""
+    def wrap(fn):
+        dest = "renamed_" + old.lstrip("-").replace("-", "_")
+
+        @functools.wraps(fn)
+        def inner(*a, **kws):
+            value = kws.pop(dest)
+            if value is not None and value != ():
+                click.echo(note or f"launch: note: {old} is renamed {new}; {old} will be refused in the next "
+                           "release", err=True)
+                if kws.get(new_key) in (None, ()):
+                    kws[new_key] = value
+            return fn(*a, **kws)
+        return click.option(old, dest, default=None, hidden=True, **kw)(inner)
+    return wrap
+
+
+def _fail(err: Exception):
+    click.echo(f"launch: error: {err}", err=True)
+    sys.exit(2)
+
+
+PASS = {"ignore_unknown_options": True, "allow_interspersed_args": True,
+        "help_option_names": ["-h", "--help"]}
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+_OPS = ",".join(OPS)
+
+
+def _bench_options(fn):
+    opts = [
+        click.option("--backend", default="local", show_default=True, type=Shown(choices=("local", "ssh", "slurm")),
+                     help="The `launch BACKEND` that runs the bench job."),
+        click.option("--nodes", default="1", show_default=True, type=Shown("INTEGER"), help="Nodes of the job."),
+        click.option("--gpus-per-node", default="1", show_default=True, type=Shown("INTEGER"),
+                     help="Ranks per node."),
+        click.option("--ops", default=_OPS, show_default=True, type=Shown("OP[,OP]", OPS, listed=True),
+                     help="Collectives to time."),
+        click.option("--min-bytes", default="1K", show_default=True, type=Shown("SIZE"),
+                     help="Smallest message size (bytes, or with a K, M or G suffix)."),
+        click.option("--max-bytes", default="256M", show_default=True, type=Shown("SIZE"),
+                     help="Largest message size (sizes double from --min-bytes)."),
+        click.option("--warmup", default=5, show_default=True, type=int, help="Untimed iterations per size."),
+        click.option("--iters", default=20, show_default=True, type=int, help="Timed iterations per block."),
+        click.argument("launch_args", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, repeats,
+            launch_args):
+    from .runner import BenchConfig
+    extra = list(launch_args)
+    if "--" in extra:
+        raise NcclTuningError("nothing goes after `--`: the program is nccl_tuning.bench; pass "
+                              "backend options (e.g. --partition gpu) before it")
+    cfg = BenchConfig.build(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup,
+                            iters, repeats, extra)
+    _check_launch_args(backend, extra)
+    return cfg
+
+
+def _check_launch_args(backend, extra):
+    """Options we pass on must be `launch BACKEND` options (else it would take them as a program)."""
+    from launchers.runopts import BACKENDS, cli_flags   # the one declaration of every backend's options
+    if backend not in BACKENDS:
+        return
+    ours = {"--nodes", "--gpus-per-node", "--run-dir", "--nccl-preset", "--dry-run",
+            "--sweep", "--max-parallel", "--after"}     # a bench is one run (its results.csv), never a sweep
+    known = cli_flags(backend) - ours - {"-h", "--help"}
+    for a in extra:
+        name = a.split("=", 1)[0]
+        if a.startswith("-") and name not in known:
+            import difflib
+            mine = [o for p in click.get_current_context().command.params for o in p.opts if o.startswith("--")]
+            close = difflib.get_close_matches(name, [*mine, *known], n=1)
+            mean = f" (did you mean {close[0]}?)" if close else ""
+            raise NcclTuningError(f"option {name!r} is neither a bench option nor one `launch "
+                                  f"{backend}` accepts{mean} (accepted there: {', '.join(sorted(known))})")
+
+
+@click.command("bench", context_settings=PASS)
+@_bench_options
+@click.option("--repeats", default=1, show_default=True, type=int,
+              help="Timed blocks per size (their spread is the noise estimate).")
+@click.option("--nccl-preset", "preset", default=None, type=Shown("PRESET[,PRESET]"),
+              help="NCCL preset(s) for the job, e.g. moe or moe,roce or ./mine.yaml (as `launch BACKEND`'s).")
+@renamed("--preset", "preset", "--nccl-preset")
+@click.option("--run-dir", default=None, type=click.Path(file_okay=False),
+              help="Run directory (default: <runs root>/nccl-bench-...).")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Directory to also write results.csv into (made if missing; a results.csv there is never "
+                   "overwritten).")
+def bench_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, launch_args,
+              repeats, preset, run_dir, out_dir):
+    """Run nccl_tuning.bench through the launcher; results.csv lands in the run dir (and in --out DIR).
+
+    Other options (e.g. --partition gpu --time 00:20:00, --hostfile hosts, --env K=V) go to
+    `launch BACKEND`."""
+    from . import results as R
+    from . import runner
+    try:
+        cfg = _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
+                      repeats, launch_args)
+        run_dir = os.path.abspath(run_dir or runner.default_run_dir(
+            "nccl-bench-" + (preset or "none").replace(",", "+").replace("/", "_")))
+        if os.path.exists(run_dir):
+            raise NcclTuningError(f"--run-dir {run_dir} exists; results are never overwritten")
+        out_csv = _out_csv(out_dir)
+        runner.dry_run(cfg, run_dir, preset)
+    except NcclTuningError as e:
+        _fail(e)
+    click.echo(f"nccl bench: {cfg.backend} {cfg.nodes}x{cfg.gpus_per_node}, preset "
+               f"{preset or '(none)'}, run dir {run_dir}", err=True)
+    code, rows = runner.run(cfg, run_dir, preset)
+    if rows:
+        click.echo(R.format_table(rows, f"nccl_tuning.bench  preset {preset or '(none)'}  "
+                                        f"{run_dir}"), nl=False)
+    if code != 0 or not rows:
+        click.echo(f"launch: error: the bench job failed (exit {code}); see: launch status "
+                   f"{run_dir} ; launch logs {run_dir}", err=True)
+        sys.exit(code or 1)
+    if out_csv:
+        os.makedirs(os.path.dirname(out_csv), exist_ok=True)
+        R.write_csv(out_csv, rows)
+    click.echo(f"results: {out_csv or os.path.join(run_dir, 'results.csv')}")
+
+
+def _out_csv(out_dir):
+    """--out DIR -> DIR/results.csv; an existing results.csv there is never overwritten."""
+    if out_dir is None:
+        return None
+    path = os.path.join(os.path.abspath(out_dir), "results.csv")
+    if os.path.exists(path):
+        raise NcclTuningError(f"--out {out_dir}: {path} exists; results are never overwritten")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise NcclTuningError(f"--out {out_dir} is not a directory")
+    return path
+
+
+SWEEP_NOTE = ("launch: note: --presets is renamed --nccl-preset, given once per candidate (`,` combines, as "
+              "everywhere: --nccl-preset moe,roce); --presets will be refused in the next release")
+
+
+@click.command("sweep", context_settings=PASS)
+@_bench_options
+@click.option("--repeats", default=3, show_default=True, type=int,
+              help="Timed blocks per size (their spread is the noise estimate).")
+@click.option("--nccl-preset", "candidates", multiple=True, type=Shown("PRESET[,PRESET]"),
+              help="A candidate (repeatable), e.g. --nccl-preset moe --nccl-preset moe,roce --nccl-preset "
+                   "./mine.yaml; `,` combines presets into one candidate; default is always run as the baseline.")
+@renamed("--presets", "presets", "--nccl-preset", SWEEP_NOTE)
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="New directory for everything the sweep writes (results.csv, plots/, runs/, ...).")
+@click.option("--workload", default=None, type=Shown(choices=("moe", "dense")),
+              help="moe (all_to_all dominates) or dense (all_reduce, reduce_scatter, all_gather).")
+@click.option("--dominant", default=None, type=Shown("OP[,OP]", OPS, listed=True),
+              help="Ops the recommendation weighs (default: from --workload, else all).")
+@click.option("--noise", default=5.0, show_default=True, type=float,
+              help="Minimum gain in percent that counts (raised to the measured spread).")
+def sweep_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, launch_args,
+              repeats, candidates, out, workload, dominant, noise, presets=None):
+    """Bench every preset (one job each), then results.csv, plots, recommendation.yaml, tuner.csv."""
+    from . import sweep as S
+    try:
+        if not candidates and not presets:
+            raise NcclTuningError("no candidate preset; give --nccl-preset PRESET once per candidate, e.g. "
+                                  "--nccl-preset moe --nccl-preset moe,roce")
+        presets = ",".join(c.replace(",", "+") for c in candidates) if candidates else presets
+        cfg = _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
+                      repeats, launch_args)
+        if noise < 0:
+            raise NcclTuningError(f"--noise {noise} must be >= 0 (percent)")
+        names, dom, envs = S.plan(presets, out, workload, dominant, ops=cfg.ops)
+        done = S.run(cfg, names, out, echo=click.echo)
+        rec = S.write_outputs(out, done, dom, noise, workload, envs, cfg.nodes)
+    except NcclTuningError as e:
+        _fail(e)
+    click.echo(f"recommended: {rec['recommended']} ({rec['reason']})")
+    for key in ("caveat", "caveat_backend"):
+        if rec.get(key):
+            click.echo(f"caveat: {rec[key]}")
+    click.echo(f"wrote {out}/results.csv, {out}/plots/, {out}/recommendation.yaml, {out}/tuner.csv")
+    if rec["failed_presets"]:
+        click.echo(f"launch: error: preset(s) {', '.join(rec['failed_presets'])} failed", err=True)
+        sys.exit(1)
+
+
