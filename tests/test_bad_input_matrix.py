@@ -167,6 +167,15 @@ CASES = [
     Case("hostfile-slots-leading-zero", **ssh_hf("a slots=02\n"), needles=("'slots=02'", "1-1024")),
     Case("status-unknown-option", ["status", "--bogus", "."], ("'--bogus'", "accepted: ", "--json")),
     Case("unknown-command", ["frob"], ("'frob'", "accepted: ", "local")),
+    # issue 36: typed help keeps our parsers' messages; a typo is named with what was meant; the new names
+    Case("slurm-option-typo", slurm("--nodse", "2"), ("'--nodse'", "did you mean --nodes?", "accepted: ")),
+    Case("local-dist-choice-kept", local("--dist-backend", "NCCL"), ("'NCCL'", "auto, gloo, nccl")),
+    Case("nccl-bench-preset-unknown", ["nccl", "bench", "--nccl-preset", "nosuch"], ("'nosuch'", "known: ")),
+    Case("nccl-sweep-candidate-unknown", ["nccl", "sweep", "--nccl-preset", "moe,nosuch", "--out", "s"],
+         ("'nosuch'", "known: ")),
+    Case("nccl-bench-typo", ["nccl", "bench", "--repeat", "2"], ("'--repeat'", "did you mean --repeats?")),
+    Case("doctor-ssh-env-default", ["doctor", "--hosts", "sshhost1"], ("--connect-timeout (from "
+         "$LAUNCH_SSH_CONNECT_TIMEOUT)", "(0, 600]"), env={"LAUNCH_SSH_CONNECT_TIMEOUT": "0"}),
     # ---------------------------------------------------------------- NCCL values (NCCL's own parsers decide)
     Case("nccl-typo", local("--env", "NCCL_PROTOO=x"), ("NCCL_PROTOO", "did you mean NCCL_PROTO")),
     Case("nccl-timeout", local("--env", "NCCL_TIMEOUT=5"), ("NCCL_TIMEOUT", "not read by NCCL", "init_process_group")),
