@@ -34,7 +34,7 @@ def one_line_error(p, *words):
     (("--hosts", "a,b", "--nodes", "3"), ("--nodes 3 is more than the 2 hosts",)),
 ])
 def test_bad_input_is_one_line_and_runs_nothing(tmp_path, args, words):
-    p = run_launch("doctor", *args, "--run-root", str(tmp_path / "root"), cwd=tmp_path, timeout=60)
+    p = run_launch("doctor", *args, "--runs-root", str(tmp_path / "root"), cwd=tmp_path, timeout=60)
     one_line_error(p, *words)
     assert not (tmp_path / "root").exists()
 
@@ -48,7 +48,7 @@ def doctor_json(*args, cwd, timeout=240, env=None):
 def test_local_passes_and_leaves_nothing_behind(tmp_path):
     root = tmp_path / "runs" / "deeper"
     facts = tmp_path / "nodes"
-    code, rep = doctor_json("--local", "--run-root", str(root), cwd=tmp_path, env={"LAUNCH_NODE_FACTS_DIR": str(facts)})
+    code, rep = doctor_json("--local", "--runs-root", str(root), cwd=tmp_path, env={"LAUNCH_NODE_FACTS_DIR": str(facts)})
     assert code == 0 and rep["ok"] and rep["failures"] == [], rep["failures"]
     (node,) = rep["nodes"]
     (kept,) = [json.loads(f.read_text()) for f in facts.iterdir()]     # this node's facts, for nccl check --on
@@ -71,7 +71,7 @@ def test_local_held_port_and_required_gpus_fail_with_what_to_do(tmp_path):
         s.bind(("", 0))
         s.listen()
         port = s.getsockname()[1]
-        p = run_launch("doctor", "--local", "--master-port", str(port), "--require-gpus", "--run-root",
+        p = run_launch("doctor", "--local", "--master-port", str(port), "--require-gpus", "--runs-root",
                        str(tmp_path), "--env", "NCCL_ALGO=nonsense", cwd=tmp_path, timeout=240)
     assert p.returncode == 1, (p.stdout, p.stderr)
     fails = [ln for ln in p.stdout.splitlines() if ln.startswith("FAIL ")]

@@ -47,7 +47,7 @@ def statuses(rep):
 @pytest.mark.ssh
 def test_ssh_hosts_pass_with_the_collective(tmp_path):
     ssh_up()
-    code, rep, wall = doctor("--hostfile", str(STATE / "hostfile"), *SSH, "--run-root", str(tmp_path / "runs"),
+    code, rep, wall = doctor("--hostfile", str(STATE / "hostfile"), *SSH, "--runs-root", str(tmp_path / "runs"),
                              "--collective")
     assert code == 0 and rep["failures"] == [], rep["failures"]
     assert [n["host"].split()[0] for n in rep["nodes"]] == HOSTS
@@ -79,7 +79,7 @@ def test_ssh_hidden_torch_held_port_node_local_root_each_fail_naming_node_and_ca
         assert holder.stdout.readline().strip() == "LISTENING"
         root = f"/var/tmp/launch-node-local/doctor-{os.getpid()}"
         code, rep, wall = doctor("--hostfile", str(STATE / "hostfile"), *SSH, "--python", str(py),
-                                 "--master-port", str(port), "--run-root", root)
+                                 "--master-port", str(port), "--runs-root", root)
     finally:
         holder.stdin.close()
         holder.wait(30)
@@ -108,7 +108,7 @@ def test_missing_python_on_one_host_is_named_without_waiting_for_it(tmp_path):
                   f'exec {sys.executable} "$@"\n')
     py.chmod(0o755)
     code, rep, wall = doctor("--hostfile", str(STATE / "hostfile"), *SSH, "--python", str(py), "--timeout", "40",
-                             "--run-root", str(tmp_path / "r"))
+                             "--runs-root", str(tmp_path / "r"))
     assert code == 1
     (fail,) = rep["failures"]
     assert fail.startswith("FAIL node 1 [sshhost2 ") and " python: " in fail and "not found there" in fail
@@ -128,7 +128,7 @@ def test_unknown_host_key_and_dead_host_are_named_within_the_connect_timeout(tmp
                           if not ln.startswith("sshhost2,")))
     before = kh.read_text()
     code, rep, wall = doctor("--hosts", "sshhost1,sshhost2,10.216.0.99", "--ssh-config", str(STATE / "ssh_config"),
-                             "--known-hosts", str(kh), "--connect-timeout", "5", "--run-root", str(tmp_path / "r"))
+                             "--known-hosts", str(kh), "--connect-timeout", "5", "--runs-root", str(tmp_path / "r"))
     assert code == 1
     st = statuses(rep)
     assert st[(0, "reachable")] == "ok" and st[(0, "torch")] == "ok", rep["failures"]
@@ -143,7 +143,7 @@ def test_unknown_host_key_and_dead_host_are_named_within_the_connect_timeout(tmp
 @pytest.mark.slurm
 def test_slurm_cluster_passes(tmp_path):
     slurm_up()
-    code, rep, wall = doctor("--slurm", "--nodes", "4", "--run-root", str(tmp_path / "runs"))
+    code, rep, wall = doctor("--slurm", "--nodes", "4", "--runs-root", str(tmp_path / "runs"))
     assert code == 0 and rep["failures"] == [], rep["failures"]
     assert sorted(n["host"] for n in rep["nodes"]) == [f"lnode{k}" for k in range(1, 5)]
     assert all(statuses(rep)[(k, name)] == "ok" for k in range(1, 4) for name in ("master", "shared"))
@@ -153,7 +153,7 @@ def test_slurm_cluster_passes(tmp_path):
 @pytest.mark.slurm
 def test_slurm_bad_partition_is_one_line(tmp_path):
     slurm_up()
-    p = run_launch("doctor", "--slurm", "--partition", "nosuchpart", "--run-root", str(tmp_path), cwd=ROOT,
+    p = run_launch("doctor", "--slurm", "--partition", "nosuchpart", "--runs-root", str(tmp_path), cwd=ROOT,
                    timeout=120)
     assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
     (line,) = p.stderr.strip().splitlines()
@@ -164,7 +164,7 @@ def test_slurm_bad_partition_is_one_line(tmp_path):
 @pytest.mark.slurm
 def test_slurm_missing_python_is_named_per_node(tmp_path):
     slurm_up()
-    code, rep, _ = doctor("--slurm", "--nodes", "2", "--python", str(tmp_path / "nopython"), "--run-root",
+    code, rep, _ = doctor("--slurm", "--nodes", "2", "--python", str(tmp_path / "nopython"), "--runs-root",
                           str(tmp_path / "r"))
     assert code == 1
     assert sorted(n["host"] for n in rep["nodes"]) == ["lnode1", "lnode2"]
