@@ -59,3 +59,19 @@ def test_logs_of_a_rank_beyond_the_world_says_the_world_size(workdir):
     p = run_launch("logs", "runs/w", "--rank", "7")
     assert p.returncode == 2 and p.stderr.strip().splitlines() == [
         f"launch: error: --rank 7 has no log in {workdir}/runs/w (world size 2: 1 nodes x 2); accepted: 0, 1"]
+
+
+def test_next_steps_name_the_first_failures_log_and_the_next_command(tmp_path):
+    """The last lines of `launch status` for a failed run (rendering only; a real local run's are compared in
+    docs/TROUBLESHOOTING.md by tests/test_docs_commands.py): the rank's log, on Slurm that node's own output file
+    when there, the next command; a node failure without a rank: its agent log; nothing for a completed run."""
+    from launchers.explain import next_steps
+    rd = tmp_path / "my run"
+    (rd / "slurm").mkdir(parents=True)
+    (rd / "slurm" / "42_1_log.out").write_text("")
+    st = {"run_dir": str(rd), "state": "FAILED", "slurm_job_id": "42", "first_failure": {"node": 1, "rank": 3}}
+    assert next_steps(st) == [f"see:        {rd}/logs/node1/rank3.log", f"slurm out:  {rd}/slurm/42_1_log.out",
+                              f"next:       launch logs '{rd}' --rank 3"]
+    st = {"run_dir": str(rd), "state": "FAILED", "first_failure": {"node": 0, "reason": "lost"}}
+    assert next_steps(st) == [f"see:        {rd}/logs/node0/agent.log", f"next:       launch logs '{rd}'"]
+    assert next_steps({**st, "state": "COMPLETED"}) == [] and next_steps({"run_dir": str(rd), "state": "FAILED"}) == []
