@@ -129,7 +129,7 @@ def test_sweep_plan_validation(tmp_path):
                         (("moe", out, None, "alltoall"), "unknown op"),
                         (("moe", out, "moe", None, (), ["all_reduce"]), "not benchmarked"),
                         (("moe", str(tmp_path), None, None), "never overwrites"),
-                        (("", out, None, None), "empty")]:
+                        (("", out, None, None), "no candidate preset")]:
         with pytest.raises(NcclTuningError, match=match):
             sweep.plan(*args)
     assert not (tmp_path / "new").exists()
