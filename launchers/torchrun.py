@@ -49,12 +49,16 @@ class NodeCommand:
         Secret-looking values are shown as *** unless redact=False (only for executing it).
         """
         env = redact_env(self.env_dict, self.secret) if redact else self.env_dict
-        argv = list(self.argv)
-        if redact and "--" in argv:                       # the program's arguments: credentials as ***
-            cut = argv.index("--") + 2
-            argv[cut:] = redact_args(argv[cut:], known_values(self.env_dict, self.secret))
-        words = ["env"] + [f"{k}={v}" for k, v in env.items()] + argv
+        words = ["env"] + [f"{k}={v}" for k, v in env.items()] + (self.shown_argv() if redact else list(self.argv))
         return " ".join(shlex.quote(w) for w in words)
+
+    def shown_argv(self) -> list[str]:
+        """argv as records and dry-runs show it: the program's arguments with their credentials as ***."""
+        argv = list(self.argv)
+        if "--" in argv:
+            cut = argv.index("--") + 2                    # after `--` and the program
+            argv[cut:] = redact_args(argv[cut:], known_values(self.env_dict, self.secret))
+        return argv
 
 
 def flight_recorder(run_dir: str) -> dict[str, str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 import subprocess
 from pathlib import Path
@@ -210,7 +211,7 @@ def test_credentials_by_shape(value):
     assert secretenv.redact_text(inside).endswith(" and more")
 
 
-def test_program_args_redacted_in_every_record_given_as_is():
+def test_program_args_redacted_in_every_record_given_as_is(tmp_path):
     args = ("--hf-token=hf_abcdefghijklmnopqrstuvwxyzAB", "--token", "sk-proj-abc123def456ghi789", "--lr", "3e-4",
             "--api-key", "plainvalue", "--password=hunter2", "--max-tokens", "512", "--url", "https://u:pw-9@h/x")
     shown = secretenv.redact_args(args)
@@ -226,6 +227,12 @@ def test_program_args_redacted_in_every_record_given_as_is():
     for v in ("hf_abc", "sk-proj", "plainvalue", "hunter2", "pw-9", BEARER, AWS_SECRET):
         assert v not in dry and v not in json.dumps(rec), v
     assert "--max-tokens 512" in dry and "LR=3e-4" in dry
+    (tmp_path / "cfg").write_text("")
+    ssh = SSHBackend().plan(spec(backend="ssh", program_args=args, options=(("hosts", ["h1"]), ("ssh_config",
+                                                                                            str(tmp_path / "cfg")))),
+                            "rid", attempt=0)
+    assert "sk-proj" not in ssh.render() and "hunter2" not in ssh.render() and "'--hf-token=***'" in ssh.render()
+    assert ssh.remote_line(0, redact=False).endswith(" ".join(shlex.quote(a) for a in args))     # what sshd runs
     head = header_for(["slurm", "--env", f"API_AUTH={BEARER}", "--", "p.py", *args], "v")     # the sbatch header
     assert "hf_abc" not in head and "sk-proj" not in head and "Bearer ***" not in head and "API_AUTH=***" in head
     from launchers.manifest import command_line

@@ -62,7 +62,7 @@ class SSHPlan(Plan):
         env = redact_env(nc.env_dict, nc.secret) if redact else nc.public_env()
         ef = ["--env-file", env_file(self.run_id, self.attempt, k)] if nc.secret_env() else []
         words = ["env", *(f"{a}={b}" for a, b in env.items()), self.spec.python, "-m", "launchers.remote", "run",
-                 "--node", str(k), "--pid-file", self.pid_file(k), *ef, "--", *nc.argv]
+                 "--node", str(k), "--pid-file", self.pid_file(k), *ef, "--", *(nc.shown_argv() if redact else nc.argv)]
         return f"cd {shlex.quote(self.cwd)} 2>/dev/null; exec " + " ".join(shlex.quote(w) for w in words)
 
     def render(self) -> str:
