@@ -5,9 +5,12 @@ first use (module __getattr__, by name: the package itself stays layer 0 and `im
 """
 __version__ = "0.1.0"
 
-_API = {"JobSpec": "launchers.request", "submit": "launchers.client", "Run": "launchers.client",
-        "RunStatus": "launchers.client", "runs": "launchers.client", "LaunchError": "launchers.errors"}
-__all__ = ["JobSpec", "submit", "Run", "RunStatus", "runs", "LaunchError", "__version__"]
+_API = {"JobSpec": "launchers.request", "SlurmOptions": "launchers.request", "submit": "launchers.client",
+        "submit_sweep": "launchers.client", "Run": "launchers.client", "RunStatus": "launchers.client",
+        "DryRun": "launchers.runjson", "Sweep": "launchers.client", "runs": "launchers.client",
+        "LaunchError": "launchers.errors", "LaunchWarning": "launchers.errors"}
+__all__ = ["JobSpec", "SlurmOptions", "submit", "submit_sweep", "Run", "RunStatus", "DryRun", "Sweep", "runs",
+           "LaunchError", "LaunchWarning", "__version__"]
 
 
 def __getattr__(name: str):

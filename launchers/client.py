@@ -6,20 +6,26 @@ the launcher runs detached (launchers.detach) and they return once the run is st
 """
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, overload
+from typing import Any, Iterator, Literal, Mapping, Sequence, overload
 
 from . import api, detach, layout, runindex
-from .errors import LaunchError, brief
-from .request import JobSpec
+from .errors import LaunchError, LaunchWarning, brief
+from .request import JobSpec, SlurmOptions, api_words
+from .runjson import DryRun
 from .rundir import TERMINAL, RunDir, list_runs
 from .spec import JobSpec as RecordedSpec
 from .spec import positive_int
 
-__all__ = ["JobSpec", "Run", "RunStatus", "submit", "runs", "LaunchError"]
+__all__ = ["JobSpec", "SlurmOptions", "Run", "RunStatus", "DryRun", "Sweep", "submit", "submit_sweep", "runs",
+           "LaunchError", "LaunchWarning"]
+log = logging.getLogger("launchers")
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,8 @@ class Run:
     def __init__(self, path: str | os.PathLike):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"Run path must be a str or a path, got {type(path).__name__} {brief(path)}")
-        rd = RunDir.open(runindex.resolve(os.fspath(path)), read_only=True)   # a run name, a Slurm job id too     # its verbs open it again: resume, cancel refuse
+        # a path, a run name or a Slurm job id (runindex.resolve); its verbs open it again: resume, cancel refuse
+        rd = RunDir.open(runindex.resolve(os.fspath(path)), read_only=True)
         data = rd.read_run_yaml()
         self.path: str = rd.path
         self.run_id: str = data["run_id"]
@@ -163,21 +170,91 @@ def submit(spec: JobSpec | RecordedSpec, dry_run: Literal[False] = False) -> Run
 
 
 @overload
-def submit(spec: JobSpec | RecordedSpec, dry_run: Literal[True]) -> str: ...
+def submit(spec: JobSpec | RecordedSpec, dry_run: Literal[True]) -> DryRun: ...
 
 
-def submit(spec: JobSpec | RecordedSpec, dry_run: bool = False) -> Run | str:
+def submit(spec: JobSpec | RecordedSpec, dry_run: bool = False) -> Run | DryRun:
     """Start (local, SSH) or submit (Slurm) the job; returns its Run once started, without waiting for the end.
-    dry_run=True starts nothing and returns what `launch BACKEND --dry-run` prints."""
+    dry_run=True starts nothing and returns a DryRun: `str(dry)` is what `launch BACKEND --dry-run` prints,
+    `dry.run_dir` the run dir it would use (spec.resolve().run_dir), `dry.commands` each node's command."""
     if not isinstance(spec, (JobSpec, RecordedSpec)):
         raise TypeError(f"submit takes a launchers.JobSpec, got {type(spec).__name__} {brief(spec)}")
     resolved = spec.resolve() if isinstance(spec, JobSpec) else spec
     if _flag("dry_run", dry_run):
-        out = io.StringIO()
-        api.submit(resolved, dry_run=True, out=out)
-        return out.getvalue()
-    detach.start({"verb": "submit", "spec": resolved.to_dict()}, resolved.run_dir)
+        out, plans = io.StringIO(), []
+        with _notes(resolved.backend):
+            api.submit(resolved, dry_run=True, out=out, plans=plans)
+        return DryRun.of(out.getvalue(), plans)
+    with _notes(resolved.backend):
+        detach.start({"verb": "submit", "spec": resolved.to_dict()}, resolved.run_dir)
     return Run(resolved.run_dir)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep (`launch BACKEND --sweep`): its dir and one run dir per combination, in order. Local and SSH runs
+    start one after another (a run dir exists once its turn came); Slurm's are one job array."""
+    path: str
+    run_dirs: tuple[str, ...]
+
+    def runs(self) -> list[Run]:
+        """The runs started so far."""
+        return [Run(d) for d in self.run_dirs if layout.is_run_dir(d)]
+
+    def wait(self, timeout: float | None = None, interval: float = 1.0) -> list[RunStatus]:
+        """Until every run ended; their final statuses in order. TimeoutError after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        for d in self.run_dirs:
+            while not layout.is_run_dir(d):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"sweep {self.path!r}: run {d!r} not started after {timeout} s")
+                time.sleep(interval)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            out.append(Run(d).wait(timeout=left, interval=interval))
+        return out
+
+
+def submit_sweep(spec: JobSpec, axes: Mapping[str, Sequence[Any]], dry_run: bool = False) -> Sweep | DryRun:
+    """`launch BACKEND --sweep KEY=V1,V2 ...` (`launchers.sweep` is the module of sweep records): one run per
+    combination of `axes` ({"lr": [1e-3, 3e-4]}: `--lr V` appended to the program's args), under one sweep dir
+    (the spec's run dir). Returns once the first run started (Slurm: the array queued); dry_run=True: a DryRun
+    of every run's plan."""
+    from .sweeprun import plan_sweep, submit_sweep as sweep_verb
+    if not isinstance(spec, JobSpec):
+        raise TypeError(f"submit_sweep takes a launchers.JobSpec, got {type(spec).__name__} {brief(spec)}")
+    if not isinstance(axes, Mapping) or not axes:
+        raise TypeError(f"submit_sweep axes must be a non-empty mapping of name to values, got {type(axes).__name__}")
+    items = [f"{k}={','.join(map(str, v))}" for k, v in axes.items()]
+    resolved = spec.resolve()
+    specs, _, _ = plan_sweep(resolved, items)
+    if _flag("dry_run", dry_run):
+        out = io.StringIO()
+        with _notes(resolved.backend):
+            sweep_verb(resolved, items, dry_run=True, out=out)
+        return DryRun(out.getvalue(), resolved.run_dir)
+    with _notes(resolved.backend):
+        detach.start({"verb": "sweep", "spec": resolved.to_dict(), "items": items}, specs[0].run_dir)
+    return Sweep(resolved.run_dir, tuple(s.run_dir for s in specs))
+
+
+@contextlib.contextmanager
+def _notes(backend: str) -> Iterator[None]:
+    """What the CLI's code prints on stderr, in the API's ways: a `launch: WARNING` line -> warnings.warn
+    (LaunchWarning), any other line -> logging (logger "launchers", INFO); a LaunchError in the API's words
+    (JobSpec fields, not flags)."""
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buf):
+            yield
+    except LaunchError as e:
+        raise type(e)(api_words(str(e), backend)) from None
+    finally:
+        for line in buf.getvalue().splitlines():
+            if "WARNING" in line or "warning:" in line:
+                warnings.warn(api_words(line.removeprefix("launch: "), backend), LaunchWarning, stacklevel=4)
+            elif line.strip():
+                log.info(api_words(line.removeprefix("launch: "), backend))
 
 
 def runs(root: str | os.PathLike | None = None) -> list[Run]:

@@ -148,6 +148,9 @@ def main() -> int:
     try:
         if req["verb"] == "submit":
             code = api.submit(JobSpec.from_dict(req["spec"]))
+        elif req["verb"] == "sweep":                # the API's sweep(): runs one after another or one array
+            from .sweeprun import submit_sweep
+            code = submit_sweep(JobSpec.from_dict(req["spec"]), req["items"])
         else:
             code = api.resume(req["path"], req["changes"], req.get("program_args"), adopt=req.get("adopt", False))
     except LaunchError as e:

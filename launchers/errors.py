@@ -27,6 +27,10 @@ class RunDirGone(LaunchError):
     exit_code = 1
 
 
+class LaunchWarning(UserWarning):
+    """What the CLI prints as `launch: WARNING: ...`, given to Python API callers through `warnings`."""
+
+
 class TimedOut(LaunchError):
     """`launch wait --timeout` ran out before the run ended (the run is left as it is); exit 124, as timeout(1)."""
 

@@ -7,13 +7,16 @@ CLI's LaunchError (a ValueError) in the CLI's words. Stdlib + launchers.spec/run
 """
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from . import spec as specmod
 from .errors import LaunchError, brief
-from .runopts import BACKEND_OPTIONS, BACKENDS
+from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON
 
 _INT, _NUM, _STR = (int,), (int, float), (str, os.PathLike)
 _TYPES: dict[str, tuple[tuple[type, ...], str]] = {   # optional fields: accepted types, how the message says it
@@ -62,7 +65,8 @@ class JobSpec:
     profile: str | os.PathLike | None = None
     local: Mapping[str, Any] | None = None
     ssh: Mapping[str, Any] | None = None
-    slurm: Mapping[str, Any] | None = None
+    slurm: "SlurmOptions | Mapping[str, Any] | None" = None     # SlurmOptions(partition=...) or a dict of the same
+    _run_dir: str | None = field(default=None, init=False, repr=False, compare=False)   # the one resolve() chose
 
     def __post_init__(self) -> None:
         if not isinstance(self.backend, str):
@@ -107,9 +111,90 @@ class JobSpec:
 
     def resolve(self) -> specmod.JobSpec:
         """The recorded spec, by the CLI's code: defaults and the profile layered, values checked, the program
-        found (relative to the cwd), the run dir chosen (not created). Raises LaunchError (a ValueError)."""
+        found (relative to the cwd), the run dir chosen (not created; the same one on every call, and the one
+        submit uses). Raises LaunchError (a ValueError) naming this spec's fields (JobSpec.nodes, not --nodes)."""
         profile = os.fspath(self.profile) if self.profile is not None else None
-        return specmod.build_spec(self.backend, self.flags(), list(self.program), profile)
+        flags = self.flags()
+        if flags.get("run_dir") is None and self._run_dir:
+            flags["run_dir"] = self._run_dir
+        try:
+            spec = specmod.build_spec(self.backend, flags, list(self.program), profile)
+        except LaunchError as e:
+            raise type(e)(api_words(str(e), self.backend)) from None
+        object.__setattr__(self, "_run_dir", spec.run_dir)
+        return spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmOptions:
+    """`launch slurm`'s own options, typed: `JobSpec(backend="slurm", slurm=SlurmOptions(partition="gpu",
+    time="04:00:00"), ...)`; None / empty = not given. A misspelt field is a TypeError naming the nearest one; a
+    dict with the same keys is accepted as well. Values are checked as the flags' (at resolve)."""
+    partition: str | None = None
+    time: str | None = None               # [D-]H:M:S
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclusive: bool | None = None
+    mem: str | None = None                # Slurm's grammar: 64G
+    mem_per_gpu: str | None = None
+    cpus_per_task: int | None = None
+    cpus_per_gpu: int | None = None
+    signal_seconds: int | None = None
+    max_requeues: int | None = None
+    after: str | None = None              # RUN|JOBID[:TYPE]
+    max_parallel: int | None = None
+    job_name: str | None = None
+    cluster: str | None = None            # only "" (this machine's Slurm); a named cluster: submit(cluster=...)
+    sbatch_args: Sequence[str] = ()
+    sbatch_lines: Sequence[str] = ()
+    setup: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):
+                object.__setattr__(self, f.name, tuple(value))
+            if value not in (None, ()):
+                _check_option("slurm", f.name, value, f"SlurmOptions.{f.name}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options given, as JobSpec's `slurm={...}` takes them."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v not in (None, ())}
+
+
+def _named_init(cls: type) -> type:
+    """cls(**kw) with a misspelt keyword: a TypeError naming the nearest field and every one accepted."""
+    names, dataclass_init = [f.name for f in fields(cls)], cls.__init__
+
+    def __init__(self, **kw: Any) -> None:
+        for key in kw:
+            if key not in names:
+                raise TypeError(f"{cls.__name__} has no field {key!r}{suggest(key, names)}; accepted: "
+                                + ", ".join(names))
+        dataclass_init(self, **kw)
+    __init__.__doc__, __init__.__signature__ = cls.__doc__, inspect.signature(dataclass_init)
+    cls.__init__ = __init__
+    return cls
+
+
+_named_init(SlurmOptions)
+
+
+def suggest(word: str, accepted: Sequence[str]) -> str:
+    """` (did you mean 'partition'?)` for the nearest accepted word, '' when none is near."""
+    near = difflib.get_close_matches(str(word), list(accepted), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def api_words(message: str, backend: str) -> str:
+    """A CLI message in the API's words: each flag named as the JobSpec field it is (`--nodes` -> `JobSpec.nodes`,
+    `--partition` -> `JobSpec.slurm['partition']`); a command it suggests (in backticks) stays as it is."""
+    names = {o.cli_flag: f"JobSpec.{o.key}" for o in COMMON if o.cli_flag}
+    names.update({o.cli_flag: f"JobSpec.{backend}[{o.key!r}]" for o in BACKEND_OPTIONS[backend] if o.cli_flag})
+    parts = message.split("`")
+    return "`".join(re.sub(r"(?<![\w-])--[a-z][\w-]*(?![\w-])", lambda m: names.get(m.group(0), m.group(0)), p)
+                    if k % 2 == 0 else p for k, p in enumerate(parts))
 
 
 def _what(value: Any) -> str:
@@ -131,27 +216,33 @@ def _words(name: str, value: Any) -> tuple[str, ...]:
 
 
 def _backend_options(js: JobSpec, backend: str) -> dict[str, Any] | None:
-    """`slurm={...}` etc.: only the spec's own backend's, each key one of its options, of the declared type."""
+    """`slurm={...}` (or SlurmOptions) etc.: only the spec's own backend's, each key one of its options, of the
+    declared type; a misspelt key names the nearest option."""
     given = getattr(js, backend)
     if given is None:
         return None
+    if isinstance(given, SlurmOptions) and backend == "slurm":
+        given = given.to_dict()
     if not isinstance(given, Mapping):
         raise TypeError(f"JobSpec.{backend} must be a mapping of option to value, got {_what(given)}")
     if backend != js.backend and given:
         raise LaunchError(f"JobSpec.{backend} is given but the backend is {js.backend!r}; give "
                           f"{js.backend}={{...}} for its options")
-    out = {}
-    accepted = ", ".join(o.key for o in BACKEND_OPTIONS[backend] if o.key not in NOT_IN_API) or "(none)"
-    for key, value in given.items():
-        opt = next((o for o in BACKEND_OPTIONS[backend] if o.key == key), None)
-        if opt is None or key in NOT_IN_API:
-            why = f" ({NOT_IN_API[key]})" if key in NOT_IN_API else ""
-            raise LaunchError(f"JobSpec.{backend} option {brief(key)} is not accepted{why}; accepted: {accepted}")
-        if isinstance(value, tuple) and list in opt.types:
-            value = list(value)
-        numeric = any(t in (int, float) for t in opt.types)
-        if not isinstance(value, opt.types) or (isinstance(value, bool) and numeric and bool not in opt.types):
-            names = " or ".join(t.__name__ for t in opt.types)
-            raise TypeError(f"JobSpec.{backend}[{key!r}] must be {names}, got {_what(value)}")
-        out[key] = value
-    return out
+    return {key: _check_option(backend, key, value, f"JobSpec.{backend}[{key!r}]") for key, value in given.items()}
+
+
+def _check_option(backend: str, key: Any, value: Any, name: str) -> Any:
+    """One backend option's value, of its declared type (a tuple for a list: a list); an unknown key is refused
+    naming the nearest and every one accepted."""
+    opt = next((o for o in BACKEND_OPTIONS[backend] if o.key == key), None)
+    if opt is None or key in NOT_IN_API:
+        keys = [o.key for o in BACKEND_OPTIONS[backend] if o.key not in NOT_IN_API]
+        why = f" ({NOT_IN_API[key]})" if key in NOT_IN_API else suggest(key, keys)
+        raise LaunchError(f"JobSpec.{backend} option {brief(key)} is not accepted{why}; accepted: "
+                          f"{', '.join(keys) or '(none)'}")
+    if isinstance(value, tuple) and list in opt.types:
+        value = list(value)
+    numeric = any(t in (int, float) for t in opt.types)
+    if not isinstance(value, opt.types) or (isinstance(value, bool) and numeric and bool not in opt.types):
+        raise TypeError(f"{name} must be {' or '.join(t.__name__ for t in opt.types)}, got {_what(value)}")
+    return value

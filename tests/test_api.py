@@ -146,16 +146,17 @@ TYPE_ERRORS = [
 VALUE_ERRORS = [
     (dict(backend="k8s", program=("t.py",)), "JobSpec.backend 'k8s' is not accepted; choose one of: local, ssh, slurm"),
     (dict(backend="local", program=()), "JobSpec.program is empty"),
-    (dict(backend="slurm", program=("t.py",), slurm={"partiton": "gpu"}), "option 'partiton' is not accepted; "
-     "accepted: partition"),
+    (dict(backend="slurm", program=("t.py",), slurm={"partiton": "gpu"}), "option 'partiton' is not accepted (did "
+     "you mean 'partition'?); accepted: partition"),
     (dict(backend="slurm", program=("t.py",), slurm={"wait": True}), "submit never blocks; use run.wait()"),
     (dict(backend="local", program=("t.py",), slurm={"partition": "gpu"}), "JobSpec.slurm is given but the backend"),
 ]
-SUBMIT_ERRORS = [      # found by the CLI's checks when the spec is resolved (submit), in the CLI's words
-    (dict(backend="local", program=("report.py",), nodes=0), "--nodes 0 is out of range; give an integer 1-65536"),
+SUBMIT_ERRORS = [      # found by the CLI's checks when the spec is resolved (submit), naming the JobSpec's fields
+    (dict(backend="local", program=("report.py",), nodes=0), "JobSpec.nodes 0 is out of range; give an integer "
+     "1-65536"),
     (dict(backend="local", program=("missing.py",)), "program file 'missing.py' does not exist"),
-    (dict(backend="local", program=("report.py",), dist_backend="mpi"), "--dist-backend 'mpi' is not accepted"),
-    (dict(backend="local", program=("report.py",), name="a b"), "--name 'a b' is not accepted"),
+    (dict(backend="local", program=("report.py",), dist_backend="mpi"), "JobSpec.dist_backend 'mpi' is not accepted"),
+    (dict(backend="local", program=("report.py",), name="a b"), "JobSpec.name 'a b' is not accepted"),
     (dict(backend="local", program=("report.py",), env={"NCCL_PROTO": "shm"}), "NCCL_PROTO='shm'"),   # launcher
 ]
 
@@ -193,8 +194,10 @@ def test_other_misuse_and_dry_run(workdir):
         Run(workdir)
     with pytest.raises(TypeError, match="runs root must be a str or a path"):
         runs(5)
-    text = submit(JobSpec(backend="local", nodes=2, program=("report.py", "x"), run_dir="runs/d"), dry_run=True)
+    dry = submit(JobSpec(backend="local", nodes=2, program=("report.py", "x"), run_dir="runs/d"), dry_run=True)
+    text = str(dry)
     assert "launchers.rankexec" in text and f"{workdir / 'report.py'} x" in text
+    assert dry.run_dir == str(workdir / "runs" / "d") and len(dry.commands) == 2 and dry.commands[1] in text
     assert not (workdir / "runs").exists()
 
 
