@@ -24,7 +24,10 @@ def first_step(argv: list[str], tmp: str) -> float:
     if os.path.exists(result):
         os.remove(result)
     env = {**os.environ, "T0_NS": str(time.time_ns()), "RESULT_FILE": result}
-    subprocess.run(argv, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    p = subprocess.run(argv, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        sys.exit(f"launch_overhead: {' '.join(argv[:2])} ... exited {p.returncode}: "
+                 f"{(p.stderr.strip().splitlines() or ['(no output)'])[-1][:500]}")
     with open(result) as f:
         return json.load(f)["first_step_ms"]
 

@@ -253,7 +253,7 @@ def cancel(path: str) -> str | None:
 
 def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, Any]:
     """status.json as the backend refreshes it, plus what explains it: the NCCL refusals in the rank logs, the
-    latest checkpoint checked against its manifest (file sizes; with verify, their sha256 too) and, with
+    latest checkpoint checked against its manifest (file sizes; with verify, their digests too) and, with
     ranks, per-rank progress (explain.rank_rows)."""
     from . import explain
     rd = RunDir.open(runindex.resolve(path), read_only=True)

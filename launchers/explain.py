@@ -146,13 +146,14 @@ def format_hang(hang: dict[str, Any]) -> str:
 
 
 def checkpoint(rd: RunDir, hashes: bool = False) -> dict[str, Any] | None:
-    """`latest` checked against its manifest (sizes; with hashes, sha256 too): name, state (complete,
+    """`latest` checked against its manifest (sizes; with hashes, its digests too): name, state (complete,
     unverified, damaged), why, and for a damaged one what a resume would load instead (None: nothing)."""
     name = rd.latest_checkpoint()
     if name is None:
         return None
     v = ckptptr.check(rd.checkpoint_dir, name, hashes=hashes)
-    out: dict[str, Any] = {"name": name, "state": v.state, "why": v.why, "checked": "sha256" if hashes else "sizes"}
+    checked = (ckptptr.digest_of(rd.checkpoint_dir, name) or "sizes") if hashes else "sizes"   # xxh3_128, sha256
+    out: dict[str, Any] = {"name": name, "state": v.state, "why": v.why, "checked": checked}
     if v.state == "damaged":
         out["resume_from"] = ckptptr.resolve(rd.checkpoint_dir, hashes=hashes).name
     return out
@@ -162,7 +163,7 @@ def format_checkpoint(ck: dict[str, Any] | None) -> str:
     if not ck:
         return "checkpoint: -"
     if ck["state"] == "complete":
-        return f"checkpoint: {ck['name']} (complete: {'sha256' if ck['checked'] == 'sha256' else 'sizes'} as written)"
+        return f"checkpoint: {ck['name']} (complete: {ck['checked'] or 'sizes'} as written)"
     if ck["state"] == "unverified":
         return f"checkpoint: {ck['name']} (unverified: {ck['why']})"
     then = f"a resume uses {ck['resume_from']}" if ck.get("resume_from") else "no complete checkpoint to resume from"

@@ -60,7 +60,7 @@ DAMAGE = {   # how -> (what to do to step-30, the words that name it)
                         "/step-00000030/__1_0.distcp is 140 bytes, 281 when written (truncated)"),
     "missing shard": (lambda p: os.unlink(os.path.join(p, "__0_0.distcp")), "/step-00000030/__0_0.distcp is missing"),
     "flipped byte": (lambda p: flip(os.path.join(p, "__1_0.distcp")),
-                     "/step-00000030/__1_0.distcp does not match its sha256"),
+                     "/step-00000030/__1_0.distcp does not match its xxh3_128"),
     "missing metadata": (lambda p: os.unlink(os.path.join(p, ".metadata")), "/step-00000030/.metadata is missing"),
     "step dir gone": (lambda p: shutil.rmtree(p), "/checkpoints/step-00000030 is missing"),
     "manifest garbled": (lambda p: garble(os.path.join(p, ckptptr.MANIFEST)), "manifest.json cannot be read"),
@@ -92,6 +92,30 @@ def test_flipped_byte_needs_hashes(ckpt):
     flip(os.path.join(ckpt, "step-00000030", "__0_0.distcp"))
     assert ckptptr.check(ckpt, "step-00000030", hashes=False).state == "complete"      # same size
     assert ckptptr.check(ckpt, "step-00000030", hashes=True).state == "damaged"
+
+
+def test_sha256_stays_available_and_older_manifests_verify(tmp_path, monkeypatch):
+    """Issue 38 item 4: manifests record xxh3_128 (the synchronous save waits for rank 0's hashing); sha256 on
+    LAUNCH_CHECKPOINT_HASH=sha256, and a sha256 manifest (written before xxh3_128) is verified as before."""
+    import hashlib
+    d = str(tmp_path / "c")
+    make_step(d, 10)
+    files = read_json(os.path.join(d, "step-00000010", ckptptr.MANIFEST))["files"]
+    assert sorted(files[".metadata"]) == ["size", "xxh3_128"] and ckptptr.digest_of(d, "step-00000010") == "xxh3_128"
+    monkeypatch.setenv("LAUNCH_CHECKPOINT_HASH", "sha256")
+    make_step(d, 20)
+    files = read_json(os.path.join(d, "step-00000020", ckptptr.MANIFEST))["files"]
+    assert files[".metadata"]["sha256"] == hashlib.sha256(SHARDS[".metadata"] + bytes([20])).hexdigest()
+    monkeypatch.delenv("LAUNCH_CHECKPOINT_HASH")
+    assert ckptptr.check(d, "step-00000020").state == "complete"
+    flip(os.path.join(d, "step-00000020", "__0_0.distcp"))
+    v = ckptptr.check(d, "step-00000020")
+    assert v.state == "damaged" and v.why.endswith("__0_0.distcp does not match its sha256 in manifest.json (its "
+                                                   "content changed)"), v
+    monkeypatch.setenv("LAUNCH_CHECKPOINT_HASH", "md5")
+    with pytest.raises(ValueError, match=r"^LAUNCH_CHECKPOINT_HASH='md5' is not accepted; accepted: xxh3_128, "
+                                         r"sha256$"):
+        make_step(d, 30)
 
 
 def test_skips_several_and_never_a_newer_uncommitted_step(ckpt):
@@ -160,23 +184,23 @@ def test_damaged_latest_is_shown_and_resume_falls_back_bit_exact(workdir):
     ref = run_launch("local", *SHAPE, "--run-dir", "runs/ref", "--", *CONVNET, "--max-steps", "30")
     assert ref.returncode == 0, ref.stderr[-3000:]
     crashed_run("c", 30, 25)                                   # latest: step-20, complete
-    assert "checkpoint: step-00000020 (complete: sha256 as written)" in status("runs/c")
+    assert "checkpoint: step-00000020 (complete: xxh3_128 as written)" in status("runs/c")
     shard = workdir / "runs/c/checkpoints/step-00000020/__1_0.distcp"
-    flip(str(shard))                                           # same size: only the sha256 tells
+    flip(str(shard))                                           # same size: only the digest tells
     st = run_launch("status", "runs/c", check=True).stdout
-    assert (f"checkpoint: step-00000020 DAMAGED ({shard} does not match its sha256 in manifest.json (its content "
+    assert (f"checkpoint: step-00000020 DAMAGED ({shard} does not match its xxh3_128 in manifest.json (its content "
             "changed)); a resume uses step-00000010") in st, st
     ck = __import__("json").loads(run_launch("status", "runs/c", "--json", check=True).stdout)["checkpoint"]
-    assert ck["state"] == "damaged" and ck["resume_from"] == "step-00000010" and ck["checked"] == "sha256"
+    assert ck["state"] == "damaged" and ck["resume_from"] == "step-00000010" and ck["checked"] == "xxh3_128"
 
     res = run_launch("resume", "runs/c", "--", *CONVNET, "--max-steps", "30")
     assert res.returncode == 0, res.stderr[-3000:]
     rank0 = attempt_lines(workdir / "runs/c", 1)[0]
-    assert (f"skipped damaged checkpoint step-00000020 ({shard} does not match its sha256 in manifest.json (its "
+    assert (f"skipped damaged checkpoint step-00000020 ({shard} does not match its xxh3_128 in manifest.json (its "
             "content changed)); resuming from step-00000010, the newest complete checkpoint before it") in rank0
     assert "resumed from step-00000010" in "\n".join(rank0)
     assert read_json("runs/c/final.json")["param_sha256"] == read_json("runs/ref/final.json")["param_sha256"]
-    assert "checkpoint: step-00000030 (complete: sha256 as written)" in status("runs/c")
+    assert "checkpoint: step-00000030 (complete: xxh3_128 as written)" in status("runs/c")
 
 
 @pytest.mark.slow
