@@ -5,6 +5,7 @@ Registered in launchers/cli.py with `main.add_command(nccl)`; also runs as
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -45,12 +46,18 @@ nccl.add_command(sweep_cmd)
 
 @nccl.command("list")
 @_preset_dirs
-def list_cmd(preset_dirs):
+@click.option("--json", "as_json", is_flag=True, help="A JSON list on stdout: name, vars, affects, description.")
+def list_cmd(preset_dirs, as_json):
     """Presets with their purpose and the collectives they affect."""
     try:
         items = P.list_presets(preset_dirs)
     except NcclTuningError as e:
         _fail(e)
+    if as_json:
+        click.echo(json.dumps([{"name": p.name, "affects": list(p.affects), "vars": {k: v[0] if isinstance(
+                                    v, (tuple, list)) else v for k, v in p.vars.items()},
+                                "description": p.description} for p in items], indent=1))
+        return
     width = max(len(p.name) for p in items)
     for p in items:
         affects = ",".join(p.affects) or "-"
@@ -180,7 +187,8 @@ def import_cmd(files, out, label, op):
     try:
         for path in files:
             for run in nccltests.parse_runs_file(path, op):
-                errors += run.errors
+                errors += run.errors + run.failures
+                _said(run)
                 if run.rows:
                     click.echo(R.format_table(run.rows, f"imported from {path}, run {run.index} "
                                               f"(table at line {run.line})"), nl=False)
@@ -209,6 +217,14 @@ def import_cmd(files, out, label, op):
         _fail(e)
 
 
+def _said(run) -> None:
+    """What the file says besides its rows: the NCCL version of the banner, each NCCL WARN line."""
+    if run.nccl_version:
+        click.echo(f"# run {run.index}: NCCL {run.nccl_version} (the nccl-tests banner's nccl-library)")
+    for w in run.warnings:
+        click.echo(f"launch: warning: {w}", err=True)
+
+
 def _avg_line(run) -> str:
     said = f"; the file says {run.printed_avg:g}" if run.printed_avg is not None else ""
     oob = f"; its out of bounds values: {run.printed_oob}" if run.printed_oob else ""
@@ -219,7 +235,9 @@ def _avg_line(run) -> str:
 
 @nccl.command("infolog")
 @click.argument("file", type=click.Path(dir_okay=False))
-def infolog_cmd(file):
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout: what the log says, and `choices` "
+              "summarized per collective and size range (`summary`).")
+def infolog_cmd(file, as_json):
     """Summarize an NCCL_DEBUG=INFO log: version, network, channels, chosen algo/proto, refusals."""
     from . import infolog
     try:
@@ -227,6 +245,9 @@ def infolog_cmd(file):
     except OSError as e:
         _fail(NcclTuningError(f"{file}: cannot read it ({e.strerror})"))
     info = infolog.parse_info_log(text)
+    if as_json:
+        click.echo(json.dumps(dict(info, summary=infolog.summarize_choices(info["choices"])), indent=1, default=str))
+        sys.exit(1 if info.get("refusals") or info.get("failures") else 0)
     click.echo(f"NCCL {info['version'] or '?'}  network {info['network'] or '?'}  channels "
                f"{info['channels'] or '?'} (coll {info['coll_channels'] or '?'}, p2p "
                f"{info['p2p_channels'] or '?'})")
@@ -239,9 +260,13 @@ def infolog_cmd(file):
     elif any(c["collective"] is None for c in info["choices"]):
         click.echo(f"  {infolog.UNNAMED}: choice lines without the collective's name (NCCL "
                    f"2.20-2.22 print them so, for rank 0)")
-    for line in info["refusals"]:
-        click.echo(f"refused: {line}")
-    if info["refusals"]:
+    if info["ib"]:
+        click.echo(f"  NET/IB: {', '.join(info['ib']['devices']) or '?'} (OOB {info['ib']['oob']})")
+    for msg, n, first in info["warnings"]:
+        click.echo(f"warning: {first}" + (f" ({n} times)" if n > 1 else ""))
+    for line in info["refusals"] + [f"failed: {f}" for f in info["failures"]]:
+        click.echo(line if line.startswith("failed: ") else f"refused: {line}")
+    if info["refusals"] or info["failures"]:
         sys.exit(1)
 
 

@@ -129,3 +129,13 @@ def wait_runs_out(d, monkeypatch, capsys):
     assert runjson.waited(True, d, lambda: api.wait(d, timeout=0.1)) == 124
     out, err = capsys.readouterr()
     assert json.loads(out)["timed_out"] is True and json.loads(out)["exit_code"] == 124 and "still RUNNING" in err
+
+
+def test_nccl_tables_as_json(tmp_path):
+    presets = json.loads(launch("nccl", "list", "--json").stdout)
+    assert presets and all({"name", "vars", "affects", "description"} <= set(p) for p in presets)
+    assert all(isinstance(v, str) for p in presets for v in p["vars"].values())
+    log = tmp_path / "info.log"
+    log.write_text("h1:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+    p = launch("nccl", "infolog", str(log), "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["version"] == "2.21.5" and "summary" in json.loads(p.stdout)
