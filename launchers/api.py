@@ -268,7 +268,8 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
               latest_checkpoint=rd.latest_checkpoint(), attempts=len(data["attempts"]),
               attempt_list=explain.attempt_rows(data["attempts"]),
               nccl_refusals=explain.nccl_refusals(rd), checkpoint=explain.checkpoint(rd, hashes=verify),
-              snapshot=spec.get("snapshot_dir") or None, node_ledger=nodeledger.read(rd.path, data["attempts"]))
+              snapshot=spec.get("snapshot_dir") or None, node_ledger=nodeledger.read(rd.path, data["attempts"]),
+              hosts=_hosts(data["attempts"], st.get("attempt", 0)))
     st["recovery"] = timeline.restarts(rd.path, st.get("recovery"), data, st["node_ledger"])   # issue 23
     if spec.get("dist_backend") == nodebackend.AUTO:       # decided on each node (issue 33)
         st["dist_backend"] = nodebackend.summary(rd.path, st.get("attempt", 0), spec["nodes"])
@@ -276,6 +277,12 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
     if ranks:
         st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0), hang=st.get("hang"))
     return st
+
+
+def _hosts(attempts: list[dict[str, Any]], attempt: Any) -> list[str]:
+    """The attempt's host per node rank (SSH hosts, Slurm node names) where recorded; [] on local."""
+    a = attempts[attempt] if isinstance(attempt, int) and 0 <= attempt < len(attempts) else {}
+    return [str(h) for h in a.get("hosts") or []] if isinstance(a, dict) else []
 
 
 def format_status(st: dict[str, Any]) -> str:
@@ -290,13 +297,15 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append(f"slurm job:  {st['slurm_job_id']}")
     nodes, ledger = st.get("nodes") or {}, nodeledger.lines(st.get("node_ledger"))     # the ledger: issue 23
     if nodes or ledger:
-        lines.append("nodes:      " + ("  ".join(f"node{k}={v}" for k, v in sorted(nodes.items(), key=lambda kv:
-                                                                                  int(kv[0]))) or ledger.pop(0)))
+        hosts = st.get("hosts") or []          # node K on its host: `node1=1 (sshhost2)`
+        lines.append("nodes:      " + ("  ".join(f"node{k}={v}" + (f" ({hosts[int(k)]})" if int(k) < len(hosts) else "")
+                                                 for k, v in sorted(nodes.items(), key=lambda kv: int(kv[0])))
+                                       or ledger.pop(0)))
         lines += ["            " + line for line in ledger]
     lines += [("dist:       " if i == 0 else "            ") + line
               for i, line in enumerate(nodebackend.lines(st.get("dist_backend")))]
     if st.get("first_failure"):
-        lines.append(f"first failure: {describe_failure(st['first_failure'])}")
+        lines.append(f"first failure: {nodeledger.on_host(describe_failure(st['first_failure']), st.get('hosts'))}")
     lines += [("recovery:   " if i == 0 else "            ") + line
               for i, line in enumerate(timeline.lines(st.get("recovery")))]
     if st.get("hang"):

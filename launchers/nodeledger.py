@@ -152,6 +152,13 @@ def lines(led: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def on_host(text: str, hosts: list[str] | None) -> str:
+    """`rank 3 on node 1, ...` -> `rank 3 on node 1 (lnode2), ...`: the first `node K` named with its host."""
+    import re
+    return re.sub(r"\bnode (\d+)\b(?! \()", lambda m: m.group(0) + (f" ({hosts[int(m.group(1))]})" if int(
+        m.group(1)) < len(hosts or []) else ""), text, count=1)
+
+
 def _host(slots: dict[int, Any], k: int) -> str:
     return f" ({slots[k]['host']})" if k in slots and slots[k].get("host") else ""
 

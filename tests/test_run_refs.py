@@ -139,3 +139,10 @@ def test_nccl_tables_as_json(tmp_path):
     log.write_text("h1:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
     p = launch("nccl", "infolog", str(log), "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["version"] == "2.21.5" and "summary" in json.loads(p.stdout)
+
+
+def test_a_failure_names_its_node_s_host():
+    assert nodeledger.on_host("rank 3 on node 1, exit code 1", ["lnode1", "lnode2"]) == \
+        "rank 3 on node 1 (lnode2), exit code 1"
+    assert nodeledger.on_host("node 4, lost", ["a"]) == "node 4, lost"          # not recorded: as it was
+    assert nodeledger.on_host("rank 0 on node 0, exit code 1", []) == "rank 0 on node 0, exit code 1"   # local
