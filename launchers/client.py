@@ -160,8 +160,9 @@ class Run:
                    for k, v in (("nodes", nodes), ("gpus_per_node", gpus_per_node), ("max_restarts", max_restarts))}
         changes["snapshot"] = snapshot
         args = None if program_args is None else list(_args(program_args))
-        detach.start({"verb": "resume", "path": self.path, "changes": changes, "program_args": args,
-                      "adopt": adopt}, self.path)
+        with _notes(self.backend):
+            detach.start({"verb": "resume", "path": self.path, "changes": changes, "program_args": args,
+                          "adopt": adopt}, self.path)
         return self
 
 
@@ -282,7 +283,7 @@ def _count(name: str, value: Any, minimum: int) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"resume {name} must be an int or None, got {type(value).__name__} {brief(value)}")
-    return positive_int(f"--{name.replace('_', '-')}", value, minimum)
+    return positive_int(f"Run.resume {name}", value, minimum)
 
 
 def _args(words: Any) -> tuple[str, ...]:

@@ -112,6 +112,13 @@ def test_a_local_run_by_name_with_json(root, tmp_path, monkeypatch, capsys):
     assert c.returncode == 0 and json.loads(c.stdout)["cancelled"] is False
     rows = json.loads(launch("list", "--json").stdout)
     assert rows[0]["name"] == "named" and rows[0]["started"].endswith("Z") and rows[0]["modified"].endswith("Z")
+    r = launch("resume", "named", "--dry-run", "--json")
+    dry = json.loads(r.stdout)
+    assert r.returncode == 0 and dry["run_dir"] == str(root / "named") and len(dry["commands"]) == 2, r.stderr
+    from launchers import Run
+    assert Run("named").path == str(root / "named")              # the API's Run by name too
+    with pytest.raises(LaunchError, match="^Run.resume nodes 0 is out of range"):
+        Run("named").resume(nodes=0)
     wait_runs_out(str(root / "named"), monkeypatch, capsys)
 
 
