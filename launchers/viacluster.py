@@ -170,6 +170,7 @@ def submit(c: Cluster, args: list[str], profile: str | None) -> int:
     if dry:                            # what a submit would run there
         args = [a for i, a in enumerate(args) if a != "--dry-run" or i >= len(opts)]
     args, secret = carried(args)          # secret values: over the connection's stdin, never in its command line
+    secret.update(profile_secrets(profile, secret))
     line = remote_line(c, ["slurm", *submit_words(c, args, profile)], cwd=up, receive=tuple(secret))
     if dry:
         print(f"# cluster {c.name}: login {c.route}; the tree {snap.root} ({len(snap.files)} files, "
@@ -201,6 +202,17 @@ def carried(args: list[str]) -> tuple[list[str], dict[str, str]]:
         else:
             out += word
     return out + [w for n in secret for w in ("--secret", n)] + args[i:], secret
+
+
+def profile_secrets(profile: str | None, given: dict[str, str]) -> dict[str, str]:
+    """The profile's `secrets: [NAME]` (from this environment) not given already: carried like --secret NAME (the
+    uploaded profile names them; the login node's launch finds them in its environment). NAME=@FILE stays the
+    profile's, read there."""
+    if not profile:
+        return {}
+    from .spec import load_profile
+    names = [s for s in load_profile(profile).get("secrets") or () if isinstance(s, str) and "=" not in s]
+    return {n: os.environ[n] for n in names if n in os.environ and n not in given}
 
 
 def secret_feed(secret: dict[str, str]) -> bytes:

@@ -373,6 +373,9 @@ def test_cluster_submit_carries_secrets_over_stdin_only(tmp_path, monkeypatch):
                      "--", "t.py", cwd=tmp_path, env=env)
     assert dry.returncode == 0 and "--secret API_AUTH" in dry.stdout, dry.stderr
     assert "eyJhbGci" not in dry.stdout + dry.stderr and "pw-env-8d1" not in dry.stdout + dry.stderr
+    (tmp_path / "p.yaml").write_text("slurm: {cluster: c}\nsecrets: [MY_DB_PASS]\n")      # a profile's secrets too
+    dry = run_launch("slurm", "--profile", "p.yaml", "--dry-run", "--", "t.py", cwd=tmp_path, env=env)
+    assert dry.returncode == 0 and "MY_DB_PASS=$(printf" in dry.stdout and "pw-env-8d1" not in dry.stdout, dry.stderr
 
 
 def gone(pid: int) -> bool:
