@@ -112,8 +112,9 @@ def job_ids(run_dir: str) -> list[str]:
 def resolve(ref: str, root: str | None = None) -> str:
     """RUN as a verb takes it -> a run dir: a path (a run dir or a sweep dir, as given), else a run name under the
     runs root or in the index (what `launch list` shows: a run dir's or a sweep's name), else a Slurm job id one
-    run dir was submitted as (its slurm/jobs). Two or more runs answering to it: a LaunchError listing them. Nothing
-    answering: `ref` as given (the verb's own message says what is wrong with that path)."""
+    run dir was submitted as (its slurm/jobs). Two or more runs answering to it: a LaunchError listing them; a word
+    that is no path and no run's name nor job id: a LaunchError saying what was looked for. A path that holds no
+    run: `ref` as given (the verb's own message says what is wrong with it)."""
     from .errors import LaunchError
     ref = os.fspath(ref)
     base = layout.runs_root(root)
@@ -131,7 +132,10 @@ def resolve(ref: str, root: str | None = None) -> str:
     if len(found) > 1:
         raise LaunchError(f"run {ref!r} is ambiguous: {len(found)} runs answer to it; give one path: "
                           + ", ".join(found))
-    return found[0] if found else ref
+    if found or os.path.lexists(ref):
+        return found[0] if found else ref
+    raise LaunchError(f"{ref!r} is not a run dir, nor the name of a run under {base} or in the runs index, nor a Slurm "
+                      "job id of one; accepted: a run dir's path, a name `launch list` shows, a Slurm job id")
 
 
 def _sweeps(base: str) -> list[str]:

@@ -48,8 +48,12 @@ def test_a_run_is_found_by_path_name_or_slurm_job_id(root, tmp_path):
     assert runindex.resolve("4107") == a and runindex.resolve("5200") == elsewhere
     assert runindex.resolve("6000_0") == member and runindex.resolve("6000") == str(root / "sw")
     assert runindex.resolve("sw/run-0") == member and runindex.resolve("sw") == str(root / "sw")
-    assert runindex.resolve("nothing") == "nothing"          # the verb's own message names it
-    assert runindex.resolve("999") == "999"
+    for word in ("nothing", "999"):
+        with pytest.raises(LaunchError, match=f"'{word}' is not a run dir, nor the name of a run under .*runs or in "
+                                              "the runs index, nor a Slurm job id of one; accepted: a run dir's path"):
+            runindex.resolve(word)
+    os.makedirs("plain")
+    assert runindex.resolve("plain") == "plain"              # a path: the verb's own message names what it lacks
 
 
 def test_two_runs_answering_to_one_name_are_refused_listing_both(root, tmp_path):
