@@ -324,6 +324,9 @@ CASES = [
     *[Case(f"{verb}-plain-dir", [verb, "plain"], ("plain", "not a run dir", "made by `launch`"), files={"plain": None})
       for verb in ("status", "logs", "resume", "cancel")],
     Case("status-missing-path", ["status", "nowhere"], ("nowhere", "not a run dir")),
+    *[Case(f"{verb}-unknown-name-or-job-id", [verb, word], (f"'{word}' is not a run dir", "nor a Slurm job id",
+                                                             "a name `launch list` shows"))
+      for verb, word in (("logs", "nowhere"), ("wait", "424242"), ("resume", "nowhere"), ("cancel", "424242"))],
     Case("top-missing-path", ["top", "--once", "nowhere"], ("nowhere", "not a run dir")),
     Case("top-interval-zero", ["top", "--interval", "0", "nowhere"], ("--interval 0", "seconds from 0.1 up")),
     Case("wait-on-file", ["wait", "afile"], ("afile", "not a run dir"), files={"afile": "x"}),
