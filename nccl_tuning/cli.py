@@ -187,7 +187,8 @@ def import_cmd(files, out, label, op):
     try:
         for path in files:
             for run in nccltests.parse_runs_file(path, op):
-                errors += run.errors
+                errors += run.errors + run.failures
+                _said(run)
                 if run.rows:
                     click.echo(R.format_table(run.rows, f"imported from {path}, run {run.index} "
                                               f"(table at line {run.line})"), nl=False)
@@ -214,6 +215,14 @@ def import_cmd(files, out, label, op):
             R.write_csv(out, rows, cols)
     except NcclTuningError as e:
         _fail(e)
+
+
+def _said(run) -> None:
+    """What the file says besides its rows: the NCCL version of the banner, each NCCL WARN line."""
+    if run.nccl_version:
+        click.echo(f"# run {run.index}: NCCL {run.nccl_version} (the nccl-tests banner's nccl-library)")
+    for w in run.warnings:
+        click.echo(f"launch: warning: {w}", err=True)
 
 
 def _avg_line(run) -> str:
@@ -251,9 +260,13 @@ def infolog_cmd(file, as_json):
     elif any(c["collective"] is None for c in info["choices"]):
         click.echo(f"  {infolog.UNNAMED}: choice lines without the collective's name (NCCL "
                    f"2.20-2.22 print them so, for rank 0)")
-    for line in info["refusals"]:
-        click.echo(f"refused: {line}")
-    if info["refusals"]:
+    if info["ib"]:
+        click.echo(f"  NET/IB: {', '.join(info['ib']['devices']) or '?'} (OOB {info['ib']['oob']})")
+    for msg, n, first in info["warnings"]:
+        click.echo(f"warning: {first}" + (f" ({n} times)" if n > 1 else ""))
+    for line in info["refusals"] + [f"failed: {f}" for f in info["failures"]]:
+        click.echo(line if line.startswith("failed: ") else f"refused: {line}")
+    if info["refusals"] or info["failures"]:
         sys.exit(1)
 
 
