@@ -131,8 +131,9 @@ NOTE = "launch: note: {} is renamed {}; {} will be refused in the next release"
 
 def test_list_root_is_runs_root_and_the_old_spelling_says_so(tmp_path):
     (tmp_path / "runs").mkdir()
-    new = run_launch("list", "--runs-root", "runs", "--json", cwd=tmp_path)
-    old = run_launch("list", "--root", "runs", "--json", cwd=tmp_path)
+    own = {"LAUNCH_STATE_DIR": str(tmp_path / "state")}     # not the runs index other tests add to meanwhile
+    new = run_launch("list", "--runs-root", "runs", "--json", cwd=tmp_path, env=own)
+    old = run_launch("list", "--root", "runs", "--json", cwd=tmp_path, env=own)
     assert new.returncode == old.returncode == 0 and new.stdout == old.stdout and new.stderr == ""
     assert old.stderr.strip() == NOTE.format("--root", "--runs-root", "--root")
 
