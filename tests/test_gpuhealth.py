@@ -277,7 +277,7 @@ def test_python_api_takes_preflight_like_the_cli(tmp_path, monkeypatch):
     spec = JobSpec(backend="local", program=("hello.py",), preflight=("gpu",)).resolve()
     assert spec.preflight == ("gpu",) and Recorded.from_dict(spec.to_dict()) == spec     # run.yaml round trip
     assert JobSpec(backend="local", program=("hello.py",)).resolve().preflight == ()
-    with pytest.raises(LaunchError, match=r"^--preflight 'nvlink' is not accepted; choose one of: gpu$"):
+    with pytest.raises(LaunchError, match=r"^JobSpec.preflight 'nvlink' is not accepted; choose one of: gpu$"):
         JobSpec(backend="local", program=("hello.py",), preflight=("nvlink",)).resolve()
 
 
