@@ -4,6 +4,7 @@ text goes as given to the bench's own parsers (runner.BenchConfig, sweep.plan): 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 
@@ -126,8 +127,10 @@ def _check_launch_args(backend, extra):
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Directory to also write results.csv into (made if missing; a results.csv there is never "
                    "overwritten).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object on stdout (run dir, results file, exit code, rows); the job's output on stderr.")
 def bench_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, launch_args,
-              repeats, preset, run_dir, out_dir):
+              repeats, preset, run_dir, out_dir, as_json):
     """Run nccl_tuning.bench through the launcher; results.csv lands in the run dir (and in --out DIR).
 
     Other options (e.g. --partition gpu --time 00:20:00, --hostfile hosts, --env K=V) go to
@@ -147,18 +150,25 @@ def bench_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, 
         _fail(e)
     click.echo(f"nccl bench: {cfg.backend} {cfg.nodes}x{cfg.gpus_per_node}, preset "
                f"{preset or '(none)'}, run dir {run_dir}", err=True)
-    code, rows = runner.run(cfg, run_dir, preset)
-    if rows:
+    code, rows = runner.run(cfg, run_dir, preset, stdout=sys.stderr if as_json else None)
+    if rows and not as_json:
         click.echo(R.format_table(rows, f"nccl_tuning.bench  preset {preset or '(none)'}  "
                                         f"{run_dir}"), nl=False)
-    if code != 0 or not rows:
+    failed = code != 0 or not rows
+    if failed:
         click.echo(f"launch: error: the bench job failed (exit {code}); see: launch status "
                    f"{run_dir} ; launch logs {run_dir}", err=True)
-        sys.exit(code or 1)
-    if out_csv:
+    elif out_csv:
         os.makedirs(os.path.dirname(out_csv), exist_ok=True)
         R.write_csv(out_csv, rows)
-    click.echo(f"results: {out_csv or os.path.join(run_dir, 'results.csv')}")
+    results = None if failed else out_csv or os.path.join(run_dir, "results.csv")
+    if as_json:
+        click.echo(json.dumps({"run_dir": run_dir, "preset": preset, "results": results,
+                               "exit_code": (code or 1) if failed else 0, "rows": rows}))
+    elif results:
+        click.echo(f"results: {results}")
+    if failed:
+        sys.exit(code or 1)
 
 
 def _out_csv(out_dir):
@@ -193,8 +203,10 @@ SWEEP_NOTE = ("launch: note: --presets is renamed --nccl-preset, given once per 
               help="Ops the recommendation weighs (default: from --workload, else all).")
 @click.option("--noise", default=5.0, show_default=True, type=float,
               help="Minimum gain in percent that counts (raised to the measured spread).")
+@click.option("--json", "as_json", is_flag=True,
+              help="recommendation.yaml's content as one JSON object on stdout (with the out dir); progress on stderr.")
 def sweep_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, launch_args,
-              repeats, candidates, out, workload, dominant, noise, presets=None):
+              repeats, candidates, out, workload, dominant, noise, presets=None, as_json=False):
     """Bench every preset (one job each), then results.csv, plots, recommendation.yaml, tuner.csv."""
     from . import sweep as S
     try:
@@ -207,15 +219,18 @@ def sweep_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, 
         if noise < 0:
             raise NcclTuningError(f"--noise {noise} must be >= 0 (percent)")
         names, dom, envs = S.plan(presets, out, workload, dominant, ops=cfg.ops)
-        done = S.run(cfg, names, out, echo=click.echo)
+        say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+        done = S.run(cfg, names, out, echo=say)
         rec = S.write_outputs(out, done, dom, noise, workload, envs, cfg.nodes)
     except NcclTuningError as e:
         _fail(e)
-    click.echo(f"recommended: {rec['recommended']} ({rec['reason']})")
+    if as_json:
+        click.echo(json.dumps({"out": os.path.abspath(out), **rec}, default=str))
+    say(f"recommended: {rec['recommended']} ({rec['reason']})")
     for key in ("caveat", "caveat_backend"):
         if rec.get(key):
-            click.echo(f"caveat: {rec[key]}")
-    click.echo(f"wrote {out}/results.csv, {out}/plots/, {out}/recommendation.yaml, {out}/tuner.csv")
+            say(f"caveat: {rec[key]}")
+    say(f"wrote {out}/results.csv, {out}/plots/, {out}/recommendation.yaml, {out}/tuner.csv")
     if rec["failed_presets"]:
         click.echo(f"launch: error: preset(s) {', '.join(rec['failed_presets'])} failed", err=True)
         sys.exit(1)

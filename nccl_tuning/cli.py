@@ -174,7 +174,9 @@ def _on_nodes(env, version, production, nodes) -> list:
 @renamed("--preset", "label", "--nccl-preset")
 @click.option("--op", default=None, metavar="OP", help="Collective of the tables whose text names none (all_reduce, "
               "all_gather, reduce_scatter, all_to_all, broadcast, reduce, sendrecv, ...).")
-def import_cmd(files, out, label, op):
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout: every run read (its rows, "
+              "average bus bandwidth, NCCL version, warnings, notes) and the errors; the tables are not printed.")
+def import_cmd(files, out, label, op, as_json):
     """Read nccl-tests output (all_reduce_perf & co, text) into bench rows; print the table.
 
     Every table of a file is one run (a `run` column) with its own collective; a row that is cut,
@@ -183,11 +185,15 @@ def import_cmd(files, out, label, op):
     footer counted)."""
     from . import nccltests
     from . import results as R
-    rows, errors = [], []
+    rows, errors, runs = [], [], []
     try:
         for path in files:
             for run in nccltests.parse_runs_file(path, op):
                 errors += run.errors + run.failures
+                if as_json:
+                    runs.append(_run_json(path, run))
+                    rows += run.rows
+                    continue
                 _said(run)
                 if run.rows:
                     click.echo(R.format_table(run.rows, f"imported from {path}, run {run.index} "
@@ -196,6 +202,8 @@ def import_cmd(files, out, label, op):
                 for note in run.notes():
                     click.echo(f"note: {note}")
                 rows += run.rows
+        if as_json:
+            click.echo(json.dumps({"runs": runs, "errors": errors}, default=str))
         for e in errors:
             click.echo(f"launch: error: {e}", err=True)
         if not rows:
@@ -215,6 +223,14 @@ def import_cmd(files, out, label, op):
             R.write_csv(out, rows, cols)
     except NcclTuningError as e:
         _fail(e)
+
+
+def _run_json(path, run) -> dict:
+    """One run of a file as `launch nccl import --json` gives it."""
+    return {"file": path, "run": run.index, "line": run.line, "op": run.op, "rows": run.rows,
+            "avg_busbw": run.avg_busbw if run.rows else None, "nccl_version": run.nccl_version,
+            "warnings": list(run.warnings), "errors": list(run.errors) + list(run.failures),
+            "notes": list(run.notes())}
 
 
 def _said(run) -> None:

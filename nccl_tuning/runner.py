@@ -95,12 +95,13 @@ def dry_run(cfg: BenchConfig, run_dir: str, preset: str | None) -> None:
 
 
 def run(cfg: BenchConfig, run_dir: str, preset: str | None, log_path: str | None = None,
-        progress=None) -> tuple[int, list[dict]]:
+        progress=None, stdout=None) -> tuple[int, list[dict]]:
     """Start the bench job and wait; -> (launcher exit code, rows). With log_path the launcher's
-    output goes there and progress(line) gets each result line of rank 0 as it appears."""
+    output goes there and progress(line) gets each result line of rank 0 as it appears; else to
+    `stdout` (a file; default ours: --json sends it to stderr, keeping stdout for the object)."""
     argv = cfg.launch_argv(run_dir, preset)
     if log_path is None:
-        code = subprocess.call(argv)
+        code = subprocess.call(argv, stdout=stdout)
     else:
         with open(log_path, "w") as log:
             log.write(" ".join(argv) + "\n")

@@ -5,11 +5,15 @@ as the thread shows them; where the thread is cut, so is the fixture). The outpu
 nccl-tests' src/common.cu (v2.13.3 and v2.19.6, read in NVIDIA/nccl-tests).
 """
 import csv
+import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
+from conftest import LAUNCH
 
 from nccl_tuning import nccltests, results
 from nccl_tuning.cli import nccl
@@ -143,3 +147,17 @@ def test_each_launcher_prefix_gives_the_same_rows(prefix):
     text = "\n".join(prefix + ln[len("[1,0]<stdout>:"):] for ln in lines)
     rows = nccltests.parse(text, op="all_reduce")
     assert [(r["bytes"], r["time_us"]) for r in rows] == [(8, 12.9), (16, 12.88), (32, 22.25)]
+
+
+def test_import_json_is_one_object_scripts_can_read(tmp_path):
+    """--json (issue 36): every run of the file with its rows and average, nothing else on stdout; a broken row
+    is in `errors` and the exit code stays 1."""
+    res = subprocess.run([LAUNCH, "nccl", "import", str(REAL / "two_runs.txt"), "--op", "all_reduce", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert [(r["run"], r["op"], len(r["rows"])) for r in got["runs"]] == [(1, "all_reduce", 5), (2, "all_reduce", 5)]
+    assert round(got["runs"][1]["avg_busbw"], 2) == 745.53 and got["errors"] == []
+    bad = subprocess.run([LAUNCH, "nccl", "import", str(REAL / "broken_row.txt"), "--op", "all_reduce", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and any("the 64-byte row has 5 fields" in e for e in json.loads(bad.stdout)["errors"])

@@ -18,13 +18,21 @@ FAST = ["--min-bytes", "1K", "--max-bytes", "2K", "--warmup", "1", "--iters", "2
 @pytest.mark.parametrize("nodes,gpn", [(1, 2), pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_bench_through_launch_local(tmp_path, nodes, gpn):
     rd = tmp_path / "bench"
+    as_json = nodes == 1                 # --json: one object on stdout, the job's output on stderr
     p = run_launch("nccl", "bench", "--nodes", str(nodes), "--gpus-per-node", str(gpn),
                    "--ops", ",".join(OPS), *FAST, "--nccl-preset", "dense", "--run-dir", str(rd),
-                   cwd=tmp_path, check=True)
+                   *(["--json"] if as_json else []), cwd=tmp_path, check=True)
     n = nodes * gpn
-    assert "#       size         count      type   redop    root     time   algbw   busbw #wrong" in p.stdout
-    assert "# Out of bounds values : 0 OK" in p.stdout
+    if as_json:                          # the job's own lines on stderr, no table
+        assert "[n0 r0] #             op         size      count   time(us)" in p.stderr and "#wrong" not in p.stdout
+    else:
+        assert "#       size         count      type   redop    root     time   algbw   busbw #wrong" in p.stdout
+        assert "# Out of bounds values : 0 OK" in p.stdout
     rows = list(csv.DictReader(open(rd / "results.csv")))
+    if as_json:
+        obj = json.loads(p.stdout)
+        assert (obj["run_dir"], obj["results"], obj["exit_code"]) == (str(rd), str(rd / "results.csv"), 0)
+        assert [(r["op"], int(r["bytes"])) for r in obj["rows"]] == [(r["op"], int(r["bytes"])) for r in rows]
     assert sorted({r["op"] for r in rows}) == sorted(OPS) and len(rows) == len(OPS) * 2
     for r in rows:
         assert (r["backend"], int(r["ranks"]), r["wrong"]) == ("gloo", n, "0")
@@ -57,9 +65,11 @@ def test_sweep_end_to_end(tmp_path):
     out = tmp_path / "sweep1"
     p = run_launch("nccl", "sweep", "--gpus-per-node", "2", "--nccl-preset", "default", "--nccl-preset", str(mine),
                    "--ops", "all_reduce,all_to_all", *FAST, "--repeats", "2", "--workload", "dense",
-                   "--out", str(out), cwd=tmp_path, check=True)
-    assert "[1/2] preset default" in p.stdout and "[2/2] preset ringsimple: 4 results, ok" in p.stdout
-    assert "ringsimple | " in p.stdout and "recommended: " in p.stdout   # progress + verdict
+                   "--out", str(out), "--json", cwd=tmp_path, check=True)
+    assert "[1/2] preset default" in p.stderr and "[2/2] preset ringsimple: 4 results, ok" in p.stderr
+    assert "ringsimple | " in p.stderr and "recommended: " in p.stderr   # progress + verdict, beside --json's
+    said = json.loads(p.stdout)                                           # one object on stdout
+    assert said["out"] == str(out) and said["recommended"] in ("default", "ringsimple")
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert list(rows[0])[:2] == ["preset", "op"] and len(rows) == 8
     assert {r["preset"] for r in rows} == {"default", "ringsimple"}
