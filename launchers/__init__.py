@@ -8,8 +8,10 @@ __version__ = "0.1.0"
 _API = {"JobSpec": "launchers.request", "SlurmOptions": "launchers.request", "submit": "launchers.client",
         "submit_sweep": "launchers.client", "Run": "launchers.client", "RunStatus": "launchers.client",
         "DryRun": "launchers.runjson", "Sweep": "launchers.client", "runs": "launchers.client",
+        "ClusterRun": "launchers.client",
         "LaunchError": "launchers.errors", "LaunchWarning": "launchers.errors"}
 __all__ = ["JobSpec", "SlurmOptions", "submit", "submit_sweep", "Run", "RunStatus", "DryRun", "Sweep", "runs",
+           "ClusterRun",
            "LaunchError", "LaunchWarning", "__version__"]
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Mapping, Sequence, overload
 
 from . import api, detach, layout, runindex
-from .errors import LaunchError, LaunchWarning, brief
+from .errors import LaunchError, LaunchWarning, TimedOut, brief
 from .request import JobSpec, SlurmOptions, api_words
 from .runjson import DryRun
 from .rundir import TERMINAL, RunDir, list_runs
@@ -166,20 +166,67 @@ class Run:
         return self
 
 
-@overload
-def submit(spec: JobSpec | RecordedSpec, dry_run: Literal[False] = False) -> Run: ...
+@dataclass(frozen=True)
+class ClusterRun:
+    """A run that lives on a cluster (submit(spec, cluster=NAME)): `path` is its run dir there; status(), wait()
+    and cancel() go through the login node, as `launch status|wait|cancel RUN --cluster NAME` do."""
+    cluster: str
+    path: str
+    run_id: str
+    job_ids: tuple[str, ...] = ()
+
+    def status(self) -> RunStatus:
+        """The run's status as the login node's launch reads it."""
+        from .clusterrun import ask, last_object
+        code, text = ask("status", [self.path, "--json"], self.cluster)
+        return RunStatus.from_dict(last_object(text, f"cluster {self.cluster}: launch status {self.path} "
+                                                     f"(exit code {code})"))
+
+    def wait(self, timeout: float | None = None) -> RunStatus:
+        """Until the run ends; its final status. TimeoutError after `timeout` seconds (`launch wait`'s 124)."""
+        from .clusterrun import ask
+        args = [self.path] + (["--timeout", f"{timeout:g}"] if timeout is not None else [])
+        if ask("wait", args, self.cluster)[0] == TimedOut.exit_code:
+            raise TimeoutError(f"run {self.path!r} on cluster {self.cluster} did not end within {timeout:g} s")
+        return self.status()
+
+    def cancel(self) -> None:
+        """Stop the run (`launch cancel RUN --cluster NAME`)."""
+        from .clusterrun import ask
+        code, _ = ask("cancel", [self.path], self.cluster)
+        if code != 0:
+            raise LaunchError(f"cluster {self.cluster}: launch cancel {self.path} exited {code}")
 
 
 @overload
-def submit(spec: JobSpec | RecordedSpec, dry_run: Literal[True]) -> DryRun: ...
+def submit(spec: JobSpec | RecordedSpec, dry_run: Literal[False] = False, cluster: None = None) -> Run: ...
 
 
-def submit(spec: JobSpec | RecordedSpec, dry_run: bool = False) -> Run | DryRun:
+@overload
+def submit(spec: JobSpec | RecordedSpec, dry_run: Literal[True], cluster: str | None = None) -> DryRun: ...
+
+
+@overload
+def submit(spec: JobSpec, dry_run: Literal[False] = False, *, cluster: str) -> ClusterRun: ...
+
+
+def submit(spec: JobSpec | RecordedSpec, dry_run: bool = False, cluster: str | None = None
+           ) -> Run | DryRun | ClusterRun:
     """Start (local, SSH) or submit (Slurm) the job; returns its Run once started, without waiting for the end.
     dry_run=True starts nothing and returns a DryRun: `str(dry)` is what `launch BACKEND --dry-run` prints,
-    `dry.run_dir` the run dir it would use (spec.resolve().run_dir), `dry.commands` each node's command."""
+    `dry.run_dir` the run dir it would use (spec.resolve().run_dir), `dry.commands` each node's command.
+    cluster=NAME (a Slurm JobSpec): submitted through that cluster's login node, as `launch slurm --cluster NAME`
+    does; returns a ClusterRun (its run dir on the cluster; status, wait, cancel through the login node)."""
     if not isinstance(spec, (JobSpec, RecordedSpec)):
         raise TypeError(f"submit takes a launchers.JobSpec, got {type(spec).__name__} {brief(spec)}")
+    if cluster is not None:
+        from . import clusterrun
+        if not isinstance(spec, JobSpec):
+            raise TypeError(f"submit with cluster= takes a launchers.JobSpec, got {type(spec).__name__}")
+        with _notes(spec.backend):
+            got = clusterrun.submit(spec, cluster, _flag("dry_run", dry_run))
+        return got if isinstance(got, DryRun) else ClusterRun(cluster, got["run_dir"], got.get("run_id") or "",
+                                                              tuple(got.get("job_ids") or ()))
     resolved = spec.resolve() if isinstance(spec, JobSpec) else spec
     if _flag("dry_run", dry_run):
         out, plans = io.StringIO(), []

@@ -109,6 +109,21 @@ class JobSpec:
                    container_mounts=self.container_mounts, snapshot=self.snapshot)
         return out
 
+    def cli_args(self) -> list[str]:
+        """The flags of `launch BACKEND` that ask for this spec, the program not included: what submit(cluster=)
+        hands the login node's launch. LaunchError naming the field for what no flag says (a profile-only option,
+        runs_root: the cluster's own)."""
+        if self.runs_root is not None:
+            raise LaunchError("JobSpec.runs_root is this machine's; a cluster's runs root is its clusters file's "
+                              "runs_root: leave JobSpec.runs_root unset with cluster=")
+        flags, words = self.flags(), (["--profile", os.fspath(self.profile)] if self.profile is not None else [])
+        for opt in COMMON:
+            words += _cli_words(opt, flags.get(opt.key), f"JobSpec.{opt.key}")
+        for opt in BACKEND_OPTIONS[self.backend]:
+            if opt.key != "cluster":
+                words += _cli_words(opt, self.options.get(opt.key), f"JobSpec.{self.backend}[{opt.key!r}]")
+        return words
+
     def resolve(self) -> specmod.JobSpec:
         """The recorded spec, by the CLI's code: defaults and the profile layered, values checked, the program
         found (relative to the cwd), the run dir chosen (not created; the same one on every call, and the one
@@ -195,6 +210,23 @@ def api_words(message: str, backend: str) -> str:
     parts = message.split("`")
     return "`".join(re.sub(r"(?<![\w-])--[a-z][\w-]*(?![\w-])", lambda m: names.get(m.group(0), m.group(0)), p)
                     if k % 2 == 0 else p for k, p in enumerate(parts))
+
+
+def _cli_words(opt: Any, value: Any, name: str) -> list[str]:
+    """One option's value as the CLI's words (the inverse of runopts.Opt.from_cli); [] when not given."""
+    if value is None or (isinstance(value, (list, tuple, Mapping)) and not value):
+        return []
+    if opt.cli_flag is None:
+        raise LaunchError(f"{name} has no flag of `launch`; with cluster= give it in a profile (JobSpec.profile)")
+    if opt.kind == "switch":
+        return [opt.cli_flag if value else "--no-" + opt.cli_flag[2:]]
+    if opt.kind == "flag":
+        return [opt.cli_flag] if value == opt.cli_value else []
+    items = [f"{k}={v}" for k, v in value.items()] if isinstance(value, Mapping) else \
+        [str(v) for v in value] if isinstance(value, (list, tuple)) else [os.fspath(value) if isinstance(
+            value, os.PathLike) else str(value)]
+    words = [(opt.cli_flag, item) for item in items] if opt.kind == "multi" else [(opt.cli_flag, ",".join(items))]
+    return [w for flag, v in words for w in ([f"{flag}={v}"] if v.startswith("-") else [flag, v])]
 
 
 def _what(value: Any) -> str:

@@ -55,17 +55,18 @@ def cluster_named(flag: str | None, profile: str | None) -> str | None:
     return (load_profile(profile).get("slurm") or {}).get("cluster") or None
 
 
-def forward(verb: str, args: list[str], name: str, profile: str | None = None) -> int:
-    """Run `launch VERB ARGS` (ARGS: as given, --cluster NAME left out) on the cluster; its exit code."""
+def forward(verb: str, args: list[str], name: str, profile: str | None = None, out=None) -> int:
+    """Run `launch VERB ARGS` (ARGS: as given, --cluster NAME left out) on the cluster; its exit code. out: a file
+    for the login node's stdout (the Python API's cluster=: launchers.clusterrun), else this terminal's."""
     args = without_cluster(args)
     if verb == "list" and name in clusters.RESERVED:
         return list_all(args)
     c = clusters.get(name)
     if verb == "slurm":
-        return submit(c, args, profile)
+        return submit(c, args, profile, out)
     with ended_by_sigterm(), Session(c) as s:
         s.open(open_timeout(c))
-        return stream(c, s.argv(remote_line(c, [verb, *args])))
+        return stream(c, s.argv(remote_line(c, [verb, *args])), out=out)
 
 
 def without_cluster(args: list[str]) -> list[str]:
@@ -84,10 +85,10 @@ def open_timeout(c: Cluster) -> float:
     return CONNECT_S * (len(c.jump) + 1) + 5.0
 
 
-def stream(c: Cluster, argv: list[str], feed: bytes = b"") -> int:
-    """Run one call with this terminal's output; stdin gets `feed` first, then stays open (its end ends the
-    login node's side)."""
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE)
+def stream(c: Cluster, argv: list[str], feed: bytes = b"", out=None) -> int:
+    """Run one call with this terminal's output (or into the file `out`); stdin gets `feed` first, then stays
+    open (its end ends the login node's side)."""
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out)
     try:
         if feed:
             p.stdin.write(feed)
@@ -159,7 +160,7 @@ def on_cluster(c: Cluster, flag: str, value: str) -> str:
     return value
 
 
-def submit(c: Cluster, args: list[str], profile: str | None) -> int:
+def submit(c: Cluster, args: list[str], profile: str | None, out=None) -> int:
     snap = snapshot.scan(os.getcwd(), exclude=(layout.runs_root(),))
     prof = open(profile, "rb").read() if profile else None
     digest = hashlib.sha256((snap.digest + hashlib.sha256(prof).hexdigest()).encode()).hexdigest() if prof \
@@ -181,7 +182,7 @@ def submit(c: Cluster, args: list[str], profile: str | None) -> int:
         s.open(open_timeout(c))
         if subprocess.run(s.argv(shell_line(f"test -d {shlex.quote(up)}")), stdin=subprocess.DEVNULL).returncode:
             upload(c, s, snap, prof, up)
-        return stream(c, s.argv(line), feed=secret_feed(secret))
+        return stream(c, s.argv(line), feed=secret_feed(secret), out=out)
 
 
 def carried(args: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -110,3 +110,33 @@ def test_every_python_block_of_api_md_runs_as_a_dry_run(workdir, monkeypatch):
             if "submit(" in src and "dry_run=True" not in src:
                 started |= bound
     assert len(made) >= 5 and all(isinstance(d, DryRun) and d.commands for d in made)
+
+
+def test_cli_args_ask_the_cli_for_the_same_job_as_the_spec(workdir):
+    """JobSpec.cli_args() (what submit(cluster=) hands the login node's launch): `launch slurm ARGS --dry-run`
+    prints the job the spec's own dry run does, option for option (the script's `produced by` line aside)."""
+    import subprocess
+    from conftest import LAUNCH
+    spec = JobSpec(backend="slurm", nodes=2, gpus_per_node=4, run_dir=str(workdir / "runs/rt"), program=(
+        "report.py", "--lr", "3e-4"), env={"A": "1 2"}, dist_backend="gloo", stop_grace=12.5, snapshot=False,
+        slurm=SlurmOptions(partition="gpu", time="10", exclusive=True, mem="8G", sbatch_args=("--comment=x",),
+                           setup=("module load cuda",)))
+    words = spec.cli_args()
+    assert words[:4] == ["--nodes", "2", "--gpus-per-node", "4"] and "--sbatch-arg=--comment=x" in words
+    cli = subprocess.run([LAUNCH, "slurm", *words, "--dry-run", "--", *spec.program], capture_output=True, text=True,
+                         timeout=120)
+    assert cli.returncode == 0, cli.stderr
+
+    def same(text):                 # the run id's random part, the interpreter's name, sbatch --test-only's answer
+        text = re.sub(r"rt-[0-9a-f]{8}", "RUNID", text.split("# sbatch --test-only")[0])
+        return [ln.replace("/python3 ", "/python ") for ln in text.splitlines() if "# produced by:" not in ln]
+    assert same(cli.stdout) == same(submit(spec, dry_run=True).text)
+
+
+def test_what_no_flag_says_is_refused_with_cluster(workdir):
+    with pytest.raises(LaunchError, match=r"^JobSpec.slurm\['job_name'\] has no flag of `launch`; with cluster="):
+        JobSpec(backend="slurm", program=("report.py",), slurm={"job_name": "x"}).cli_args()
+    with pytest.raises(LaunchError, match=r"^JobSpec.runs_root is this machine's"):
+        JobSpec(backend="slurm", program=("report.py",), runs_root="runs").cli_args()
+    with pytest.raises(LaunchError, match=r"^JobSpec.backend 'local' with cluster='dev': accepted: 'slurm'"):
+        submit(JobSpec(backend="local", program=("report.py",)), cluster="dev")

@@ -122,6 +122,32 @@ def test_the_verbs_through_the_bastion_and_the_login_node(login):
     assert "every check passed on 2 node(s)" in d.stdout
 
 
+API = """import json, launchers
+from launchers import JobSpec
+run = launchers.submit(JobSpec(backend="slurm", nodes=1, gpus_per_node=1, name="api", program=("report.py",),
+                               slurm={"time": "5"}), cluster="dev")
+final = run.wait(timeout=300)
+print("RESULT", json.dumps({"path": run.path, "jobs": run.job_ids, "state": final.state,
+                            "again": run.status().state}), flush=True)
+"""
+
+
+def test_the_python_api_submits_through_the_login_node(login):
+    """submit(spec, cluster="dev") (issue 36): from the laptop's Python, as `launch slurm --cluster dev` does; the
+    ClusterRun's wait and status are asked of the login node."""
+    env = ["env", "-i", f"HOME={os.environ.get('HOME', '/root')}", f"PATH={BIN}:{login['state']}/client-bin",
+           f"LAUNCH_CLUSTERS_FILE={login['state']}/clusters.yaml"]
+    p = subprocess.run([LOGIN, "client", *env, str(BIN / "python"), "-c", API], cwd=login["laptop"],
+                       capture_output=True, text=True, timeout=420, env=login["env"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = json.loads(next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    run = run_named(login, "api")
+    assert (got["path"], got["state"], got["again"]) == (str(run), "COMPLETED", "COMPLETED") and got["jobs"], got
+    recs = [json.loads(ln.split("REPORT ", 1)[1]) for ln in (run / "logs/node0/rank0.log").read_text().splitlines()
+            if "REPORT " in ln]
+    assert [(r["rank"], r["world"]) for r in recs] == [(0, 1)]
+
+
 def test_list_all_marks_a_cluster_that_does_not_answer(login):
     subprocess.run([LOGIN, "cut-login", "2"], check=True, capture_output=True, env=login["env"])
     try:
