@@ -67,7 +67,9 @@ def python_with_gpus(path: Path, bin_dir: Path, nodes: str = "*", key: str = "NO
     """A --python for the nodes with the stand-ins on PATH only on the nodes whose NODE_RANK matches the shell
     pattern `nodes` ("*": every node; "0": node 0 only -- the others then have no nvidia-smi at all), whatever
     host or slot runs them (key="LAUNCH_NODE_SLOT": by the node's slot of the pool): `--dist-backend auto` decided
-    on each node (launchers.nodebackend)."""
-    _tool(path, f'case "${{{key}:-}}" in\n  {nodes}) PATH={shlex.quote(str(bin_dir))}:"$PATH"; export PATH ;;\n'
-                f'esac\nexec {shlex.quote(python)} "$@"')
+    on each node (launchers.nodebackend). The stand-in knows one GPU, so there CUDA_VISIBLE_DEVICES is 0, as on a
+    node whose cgroup shows a job its own GPU only: the dev cluster's gres binds one of 8 stand-in device files,
+    whichever is free (a loaded cluster gave another test's job GPU 3, which this GPU-list has not)."""
+    _tool(path, f'case "${{{key}:-}}" in\n  {nodes}) PATH={shlex.quote(str(bin_dir))}:"$PATH" CUDA_VISIBLE_DEVICES=0\n'
+                f'    export PATH CUDA_VISIBLE_DEVICES ;;\nesac\nexec {shlex.quote(python)} "$@"')
     return str(path)
