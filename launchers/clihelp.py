@@ -113,8 +113,9 @@ def option_of(o: Opt, env: str | None = None):
                         envvar=env, show_envvar=env is not None, **common)
 
 
-def renamed(old: str, new_key: str, new: str, **kw):
-    """`old` (hidden) is still accepted for one release, as `new`, with a one-line note on stderr."""
+def renamed(old: str, new_key: str, new: str, note: str = "", **kw):
+    """`old` (hidden) is still accepted for one release, as `new`, with a one-line note on stderr (`note`: other
+    words for it; `launch nccl` uses it too)."""
     def wrap(fn):
         dest = "renamed_" + old.lstrip("-").replace("-", "_")
 
@@ -122,8 +123,8 @@ def renamed(old: str, new_key: str, new: str, **kw):
         def inner(*a, **kws):
             value = kws.pop(dest)
             if value is not None and value != ():
-                click.echo(f"launch: note: {old} is renamed {new}; {old} will be refused in the next release",
-                           err=True)
+                click.echo(note or f"launch: note: {old} is renamed {new}; {old} will be refused in the next "
+                           "release", err=True)
                 if kws.get(new_key) in (None, ()):
                     kws[new_key] = value
             return fn(*a, **kws)

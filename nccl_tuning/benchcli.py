@@ -3,12 +3,13 @@ per candidate preset and the recommendation. Registered on the `nccl` group by n
 text goes as given to the bench's own parsers (runner.BenchConfig, sweep.plan): help only shows its kind."""
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
 
 import click
+
+from launchers.clihelp import renamed
 
 from .errors import NcclTuningError
 
@@ -30,24 +31,6 @@ class Shown(click.ParamType):
         from click.shell_completion import CompletionItem
         head, _, last = incomplete.rpartition(",") if self.listed else ("", "", incomplete)
         return [CompletionItem(head + ("," if head else "") + c) for c in self.choices if c.startswith(last)]
-
-
-def renamed(old: str, new_key: str, new: str, note: str = "", **kw):
-    """`old` (hidden) is still accepted for one release, as `new`, with a one-line note on stderr."""
-    def wrap(fn):
-        dest = "renamed_" + old.lstrip("-").replace("-", "_")
-
-        @functools.wraps(fn)
-        def inner(*a, **kws):
-            value = kws.pop(dest)
-            if value is not None and value != ():
-                click.echo(note or f"launch: note: {old} is renamed {new}; {old} will be refused in the next "
-                           "release", err=True)
-                if kws.get(new_key) in (None, ()):
-                    kws[new_key] = value
-            return fn(*a, **kws)
-        return click.option(old, dest, default=None, hidden=True, **kw)(inner)
-    return wrap
 
 
 def _fail(err: Exception):

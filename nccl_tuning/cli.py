@@ -11,11 +11,12 @@ import sys
 
 import click
 
+from launchers.clihelp import renamed
 from launchers.errors import LaunchError
 
 from . import apply as A
 from . import presets as P
-from .benchcli import bench_cmd, renamed, sweep_cmd
+from .benchcli import bench_cmd, sweep_cmd
 from .errors import NcclTuningError
 from .knowledge import vstr
 from .validate import has_errors, validate

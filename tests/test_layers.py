@@ -31,7 +31,7 @@ LAYERS = {
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API
 OPEN_TO_OTHERS = ("launchers", "launchers.errors", "launchers.layout", "launchers.ckptptr", "launchers.rundir",
                   "launchers.runopts", "launchers.spec", "launchers.api", "launchers.heartbeat", "launchers.fence",
-                  "launchers.nodefacts")
+                  "launchers.nodefacts", "launchers.clihelp")
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 
 
