@@ -137,8 +137,8 @@ def settle(run_dir: str, env, node: int, attempt: int, nodes: int, local_rank: i
             return decide(recs)
         if time.monotonic() >= deadline:
             missing = ", ".join(str(k) for k in range(nodes) if k not in recs)
-            return Verdict(None, f"--dist-backend auto: no answer from node(s) {missing} within {timeout:g} s",
-                           {node: "no answer"})
+            line = f"--dist-backend auto: no answer from node(s) {missing} within {timeout:g} s"
+            return Verdict(None, line, {node: line})
         if wait(0.1):
             return Verdict(None, "stopped")
 
@@ -151,8 +151,8 @@ def summary(run_dir: str, attempt: int, nodes: int) -> dict[str, Any] | None:
         return None
     v = decide(recs) if len(recs) == nodes else Verdict(None, f"waiting for {nodes - len(recs)} node(s)")
     keep = ("node", "host", "gpus", "ranks", "backend", "why")
-    return {"backend": v.backend, "verdict": v.line, "complete": len(recs) == nodes, "nodes": [{k: r.get(k) for k in keep} for _, r in sorted(
-        recs.items())]}
+    return {"backend": v.backend, "verdict": v.line, "complete": len(recs) == nodes,
+            "nodes": [{k: r.get(k) for k in keep} for _, r in sorted(recs.items())]}
 
 
 def lines(summ: dict[str, Any] | None) -> list[str]:

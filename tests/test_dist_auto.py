@@ -167,3 +167,12 @@ def test_without_shared_storage_the_launcher_asks_every_host_before_anything_sta
     assert p.stderr.strip().splitlines()[-1].startswith(
         "launch: error: --dist-backend auto: the job stops before training: node 1 (sshhost2"), p.stderr
     assert "no nvidia-smi on PATH" in p.stderr and not Path("runs/n").exists()
+
+
+def test_a_node_that_never_answers_stops_the_rank_in_one_line(tmp_path):
+    """A node whose record never comes (its local rank 0 died first): the rank waits WAIT_S at most, then fails
+    with one line naming the missing node; a stop meanwhile ends the wait at once."""
+    (tmp_path / "status").mkdir()
+    v = nodebackend.settle(str(tmp_path), {}, 0, 0, 2, 1, lambda s: False, timeout=0.3)
+    assert v.backend is None and v.failed == {0: "--dist-backend auto: no answer from node(s) 0, 1 within 0.3 s"}
+    assert nodebackend.settle(str(tmp_path), {}, 0, 0, 2, 1, lambda s: True).line == "stopped"
