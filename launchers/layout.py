@@ -269,17 +269,17 @@ class Presence:
     once it was removed or replaced while the attempt ran (`rm -rf`); gone_line() is the launcher's one line."""
 
     def __init__(self, run_dir: str) -> None:
-        self.run_dir, self.ident = run_dir, _ident(run_dir)
+        self.run_dir, self.ident = run_dir, file_ident(run_dir)
 
     def gone(self) -> bool:
-        return self.ident is None or _ident(self.run_dir) != self.ident or not os.path.exists(path(self.run_dir, "run_yaml"))
+        return self.ident is None or file_ident(self.run_dir) != self.ident or not os.path.exists(path(self.run_dir, "run_yaml"))
 
     def gone_line(self) -> str:
         return (f"run dir {self.run_dir!r} was removed while the run ran; the job is cancelled (every rank stopped "
                 "now): its records could not be kept")
 
 
-def _ident(d: str) -> tuple[int, int] | None:
+def file_ident(d: str) -> tuple[int, int] | None:      # (device, inode); None when it cannot be stat'ed
     try:
         st = os.stat(d)
     except OSError:

@@ -32,22 +32,14 @@ def hold(run_dir: str) -> None:
         _held[run_dir] = open(layout.own_path(run_dir, "lock"), "a")
 
 
-def _ident(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 def holds(pid: int, run_dir: str) -> bool:
     """Whether process pid has this run dir's status/.lock open (what only its launcher does)."""
-    want = _ident(layout.path(run_dir, "lock"))
+    want = layout.file_ident(layout.path(run_dir, "lock"))
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return False
-    return want is not None and any(_ident(f"/proc/{pid}/fd/{fd}") == want for fd in fds)
+    return want is not None and any(layout.file_ident(f"/proc/{pid}/fd/{fd}") == want for fd in fds)
 
 
 def _environ(pid: int) -> dict[bytes, bytes]:
@@ -63,7 +55,7 @@ def owner_elsewhere(pid: int, run_id: str, run_dir: str) -> str | None:
     holding a run of that id; else None. A LAUNCH_RUN_DIR that is not a directory here (a container's own path,
     an SSH host's staging dir) proves nothing."""
     where = _environ(pid).get(b"LAUNCH_RUN_DIR", b"").decode(errors="replace")
-    if where and os.path.isdir(where) and _ident(where) != _ident(run_dir):
+    if where and os.path.isdir(where) and layout.file_ident(where) != layout.file_ident(run_dir):
         data, _ = layout.load_run_yaml(where)
         if isinstance(data, dict) and data.get("run_id") == run_id:
             return where
