@@ -122,15 +122,20 @@ def test_ranks_whose_programs_ended_are_no_hang(tmp_path):
     """n30: a healthy 1x2 run under --hang-timeout 5 was called hung: both ranks had finished their last step and
     exited (exit 0) 3 s later, slowed by the suite's load, and their agent took 2 s more to notice, while the node's
     record still said `R` with the last step's time. An exited rank is `gone` (or Z) now; when every rank has
-    ended there is no hang to decide; a live rank that stopped advancing is still one, whatever ended beside it."""
+    ended there is no hang to decide; a live rank that stopped advancing is still one, whatever ended beside it.
+    A rank's exit is its last advance (CI, stop 39: a resumed Slurm run's rank 0 was still in its teardown 10 s after
+    its last step when rank 1 had exited, and the run was called hung on `rank 1: process gone`): the others'
+    silence is timed from it."""
     from launchers import layout
     now = time.time()
     c = _coordinator(tmp_path, {0: ("gone", now - 60), 1: ("Z", now - 60)})
     assert c.check(now) is None and layout.read_json(c.path("hang_request")) is None
     c = _coordinator(tmp_path, {0: ("gone", now - 60), 1: ("S", now - 30)})
     assert c.check(now) is None and layout.read_json(c.path("hang_request"))["since"] == now - 30
-    c = _coordinator(tmp_path, {0: ("gone", now - 1), 1: ("S", now - 30)})     # an end is not an advance
-    assert c.check(now) is None and layout.read_json(c.path("hang_request"))["since"] == now - 30
+    (tmp_path / "c").mkdir()
+    c = _coordinator(tmp_path / "c", {0: ("gone", now - 1), 1: ("S", now - 30)})     # rank 0 exited 1 s ago
+    assert c.check(now) is None and layout.read_json(c.path("hang_request")) is None
+    assert c.check(now + 5.5) is None and layout.read_json(c.path("hang_request"))["since"] == now - 1
 
 
 def test_tracker_marks_an_exited_rank_program_gone(tmp_path, monkeypatch):
@@ -144,7 +149,10 @@ def test_tracker_marks_an_exited_rank_program_gone(tmp_path, monkeypatch):
     prog.kill()
     prog.wait()
     listed.clear()
-    assert tr.sample(time.time())[0]["state"] == "gone"
+    before = tr.ranks[0]["last_advance"]
+    t_exit = time.time() + 100            # the sample that finds it gone: its exit is its last advance
+    assert tr.sample(t_exit)[0]["state"] == "gone" and tr.ranks[0]["last_advance"] == t_exit > before
+    assert tr.sample(t_exit + 50)[0]["last_advance"] == t_exit              # and only that once
 
 
 @pytest.mark.parametrize("value,why", [("0", "is out of range"), ("-3", "is out of range"),

@@ -1,7 +1,7 @@
 """When did each rank of this node last advance? From its heartbeat when the program reports one
 (launchers.heartbeat: a new step, or new log output), otherwise from what is visible without help: the
 rank's log growing, or its CPU time growing (at least BUSY of the wall time: a rank blocked in a gloo
-collective or asleep uses next to none). A stopped process (SIGSTOP) never advances. Stdlib only."""
+collective or asleep uses next to none). A stopped process (SIGSTOP) never advances; a program's exit is its last advance. Stdlib only."""
 from __future__ import annotations
 
 import os
@@ -90,6 +90,6 @@ class Tracker:
         moved = t["log"] is not None and size is not None and size > t["log"]
         if not t["heartbeat"] and t["cpu"] is not None and cpu is not None and state not in STOPPED:
             moved = moved or cpu - t["cpu"] >= BUSY * max(now - t["at"], 1e-3)
-        if moved and state not in STOPPED:
-            t["last_advance"] = now
+        if (moved and state not in STOPPED) or (state in ENDED and t.get("state") not in ENDED):
+            t["last_advance"] = now       # a program's exit is its last act: the others' silence counts from it
         t.update(state=state, cpu=cpu, log=size, at=now)

@@ -116,7 +116,7 @@ class Coordinator:
             live = [t for t in ranks.values() if t.get("state") not in ENDED]
             if not live:
                 return None       # every rank's program has exited: the agents' exits end the attempt, no hang
-            self.since = max(self.built, *(t["last_advance"] for t in live))
+            self.since = max(self.built, *(t["last_advance"] for t in ranks.values()))   # an exit counts too
             if now - self.since < self.timeout:
                 return None
             self.requested = now

@@ -435,11 +435,34 @@ def restarts_of(job: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def slurm_view(job: str) -> str:
+    """`scontrol show job` and `sinfo -N` as text: what a failure message shows of the cluster."""
+    out = [subprocess.run(cmd, capture_output=True, text=True).stdout.strip() for cmd in
+           (["scontrol", "show", "job", job], ["sinfo", "-N", "-o", "%N %t %E"])]
+    return "\n".join(out)
+
+
+def cluster_idle() -> None:
+    """Every node in service before a test kills one (an earlier exclusive test may leave one DOWN until its
+    slurmd registers): the requeued job must find enough nodes."""
+    rows = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True).stdout.split("\n")
+    out = [n for n, _, st in (r.partition(" ") for r in rows if r) if st not in ("idle", "mix", "alloc")]
+    if out:
+        resume_nodes(out)                 # and waits until they are
+
+
 def continued_in_own_job(ctx: Ctx, t_fault: float) -> list[dict]:
     """After Slurm requeued the user's job: its script ran again, `launch slurm` continued the run (one line, no
     refusal) as attempt 1 of the same job, from checkpoints/latest, and it ends COMPLETED with the uninterrupted
     run's param_sha256 and no process left; `launch status` names the attempt's reason. run.yaml's attempts."""
-    wait_for(lambda: ctx.status().get("attempt", 0) >= 1, 300, "the requeued script's attempt 1", 1.0)
+    try:
+        wait_for(lambda: ctx.status().get("attempt", 0) >= 1, 300, "the requeued script's attempt 1", 1.0)
+    except AssertionError as e:          # what Slurm and the script say: the job's state, the nodes, its output
+        try:
+            out = own_output(ctx)[-2500:]
+        except OSError as missing:
+            out = str(missing)
+        raise AssertionError(f"{e}\n{slurm_view(ctx.own_job)}\n--- its output:\n{out}") from None
     ctx.resumed(t_fault, attempt=ctx.attempt + 1, by_hand=False)
     st, job = ctx.status(), ctx.own_job
     assert st["state"] == "COMPLETED" and st["slurm_job_id"] == job and st["in_allocation"], st
@@ -483,6 +506,7 @@ def own_job_node_killed(ctx: Ctx) -> None:
     """A node of the user's job (no --no-kill) killed as the fault table kills one (dev-cluster.sh kill-node:
     slurmd and every process of its namespace): after SlurmdTimeout the job ends NODE_FAIL and Slurm requeues
     it (#SBATCH --requeue); the script runs again on live nodes and continues the run from checkpoints/latest."""
+    cluster_idle()
     job = submit_own(ctx)
     dead = read_json(f"{ctx.run_dir}/status/node1.json")["host"]           # not the batch host (node 0's)
     t = time.time()
