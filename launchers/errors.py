@@ -27,6 +27,15 @@ class RunDirGone(LaunchError):
     exit_code = 1
 
 
+class NodeFault(LaunchError):
+    """A node found itself unfit before its ranks started (a failed GPU check): its record's `kind` (a kind of
+    launchers.recovery.KINDS) tells the recovery policy what happened without reading the message."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
 class LaunchWarning(UserWarning):
     """What the CLI prints as `launch: WARNING: ...`, given to Python API callers through `warnings`."""
 

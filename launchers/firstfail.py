@@ -54,7 +54,7 @@ def decide(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
     if failing and peer_lost(failing[0].get("exception")):
         failing = [r for r in failing if not peer_lost(r.get("exception"))] + failing     # own failures first
     cands = [of_rank(r) for r in failing[:1]]
-    nodes = [dict({k: nf.get(k) for k in FAILURE_KEYS}, rank=None, **{k: nf[k] for k in ("host", "reason")
+    nodes = [dict({k: nf.get(k) for k in FAILURE_KEYS}, rank=None, **{k: nf[k] for k in ("host", "reason", "kind")
                                                                       if nf.get(k)})
              for nf in node_failures if nf.get("node") not in ranked]
     if cands and peer_lost(cands[0].get("exception")):

@@ -25,10 +25,6 @@ QUARANTINE_AFTER = 2                   # --quarantine-after's default
 SPARES_ON = ("local", "ssh", "slurm")  # the backends that carry out a replacement by a spare
 RANGES_ON = ("local", "ssh", "slurm")  # ... and a shrink (--nodes MIN:MAX)
 
-# how a first failure is told apart: its reason's start -> its kind (a rank's own record: "rank"; none of these,
-# without a rank: the node's agent ended on its own, "agent")
-REASON_KINDS = (("hang", "hang"), ("lost", "lost"), ("connection lost", "lost"), ("did not finish", "lost"),
-                ("--preflight gpu", "gpu"))
 # kind -> (it points at the node by itself, what the ledger says)
 KINDS: dict[str, tuple[bool, str]] = {
     "rank": (False, "a rank failed"),
@@ -125,13 +121,11 @@ class Decision:
 
 
 def kind_of(ff: dict[str, Any] | None) -> str:
-    """A first failure (status.json) -> its kind: a hang, a lost node, a rank's own failure, or its agent."""
-    if (ff or {}).get("kind") in KINDS:          # typed where it was observed (launchers.nodebackend)
+    """A first failure (status.json) -> its kind, typed where it was observed (never read from its reason's
+    words): a hang (hang.verdict), a lost node (the backends' watch loops, slurm.requeue.lost_node), a failed GPU
+    check (slurm.gpugate), a node short of GPUs (nodebackend); untyped: a rank's own failure, else its agent's."""
+    if (ff or {}).get("kind") in KINDS:
         return ff["kind"]
-    reason = str((ff or {}).get("reason") or "")
-    for start, kind in REASON_KINDS:
-        if reason.startswith(start):
-            return kind
     return "rank" if (ff or {}).get("rank") is not None else "agent"
 
 

@@ -166,23 +166,58 @@ def test_preflight_ledger_and_status_block(tmp_path):
         "quarantined; the run starts on slots 1, 2"]
 
 
-KINDS = [({"rank": 1, "node": 1, "exit_code": 1, "signal": None}, "rank"),
-         ({"rank": 1, "node": 1, "exit_code": None, "signal": "SIGKILL", "reason": "out of memory"}, "rank"),
-         ({"rank": 1, "node": 1, "exit_code": None, "reason": "hang: process stopped"}, "hang"),
-         ({"rank": None, "node": 1, "reason": "lost: silent for 30 s (network cut or host hung)"}, "lost"),
-         ({"rank": None, "node": 1, "reason": "connection lost (host h2: reset)"}, "lost"),
-         ({"rank": None, "node": 0, "reason": "did not finish"}, "lost"),
-         ({"rank": None, "node": 1, "exit_code": None, "signal": "SIGKILL"}, "agent"),
-         ({"rank": None, "node": 1, "reason": "--preflight gpu: 1 bad node(s) of 2, nothing started: node 1 [h]: x"},
-          "gpu")]
+def produced_failures() -> list[tuple[dict, str]]:
+    """First failures as each place that observes one makes it, with the kind the policy must see: the pure
+    producers called (firstfail over rank records and node failures, hang.verdict, slurm.requeue.lost_node), the
+    node failures as the backends' watch loops build them (local: a paused agent; SSH: silence, a lost
+    connection, a node that never finished, an agent's exit; Slurm: the node task's record of a failed GPU check,
+    typed by errors.NodeFault)."""
+    from launchers import firstfail
+    from launchers.backends.slurm.requeue import lost_node
+    from launchers.hang.verdict import hang_failure
+    hang = {"attempt": 0, "stalled_ranks": [1], "since": 5.0,
+            "ranks": {"1": {"node": 1, "class": "stalled", "why": "process stopped (state T)"}}}
+
+    def node(**kw):
+        return firstfail.decide([], [dict({"node": 1, "time": 2.0}, **kw)])
+    return [(firstfail.decide([{"rank": 1, "node": 1, "exit_code": 1, "time": 1.0}]), "rank"),
+            (firstfail.decide([{"rank": 1, "node": 1, "signal": "SIGKILL", "reason": "out of memory", "time": 1.0}]),
+             "rank"),
+            (firstfail.decide([{"rank": 1, "node": 1, "exit_code": 1, "time": 1.0, "kind": "gpus",
+                                "reason": "node 1 has 0 of the 2 GPUs its ranks need"}]), "gpus"),
+            (hang_failure(hang), "hang"),
+            (lost_node([1], {1: {"host": "lnode2"}}), "lost"),
+            (node(reason="lost: paused for 12 s (its agent is stopped: SIGSTOP)", kind="lost"), "lost"),
+            (node(reason="lost: silent for 30 s (network cut or host hung)", kind="lost"), "lost"),
+            (node(reason="connection lost (host h2: reset)", kind="lost"), "lost"),
+            (node(reason="did not finish", kind="lost"), "lost"),
+            (node(signal="SIGKILL"), "agent"),
+            (node(exit_code=1, reason="node exited 1", kind="agent"), "agent"),
+            (node(exit_code=1, reason="--preflight gpu: 1 bad node(s) of 2, nothing started: node 1 [h]: x",
+                  kind="gpu"), "gpu")]
 
 
 def test_first_failure_kinds_and_slots():
-    assert [recovery.kind_of(ff) for ff, _ in KINDS] == [k for _, k in KINDS]
+    assert [recovery.kind_of(ff) for ff, _ in produced_failures()] == [k for _, k in produced_failures()]
     pool = Pool((1, 2), (0,))
     assert recovery.failure_of({"rank": 3, "node": 0}, pool, "x") == Failure(1, "rank", "x")   # node 0 on slot 1
     assert recovery.failure_of({"rank": None, "node": 2}, pool) is None        # not a node of the attempt
     assert recovery.failure_of(None, pool) is None
+
+
+def test_decisions_never_read_a_reasons_words():
+    """Issue 34: every reason and exception reworded (reversed, another failure's words swapped in), the kind,
+    the decision, the quarantine and the next pool stay the same."""
+    pool = Pool((0, 1), (2,))
+    words = ["hang: x", "lost: y", "connection lost", "did not finish", "--preflight gpu: z", "out of memory", ""]
+    for ff, kind in produced_failures():
+        before = recovery.decide(recovery.failure_of(ff, pool, "w"), pool, {1: 1}, 2, 3)
+        for i, text in enumerate(words + [str(ff.get("reason"))[::-1]]):
+            reworded = dict(ff, **{k: text for k in ("reason", "exception") if k in ff})
+            assert recovery.kind_of(reworded) == kind, (ff, text)
+            after = recovery.decide(recovery.failure_of(reworded, pool, "w"), pool, {1: 1}, 2, 3)
+            assert (after.action, after.pool, after.quarantined, after.strikes) == \
+                   (before.action, before.pool, before.quarantined, before.strikes), (ff, text)
 
 
 def opts(spares=0, after=2, restarts=0, nodes=1, low=0, high=0):

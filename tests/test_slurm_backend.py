@@ -315,6 +315,7 @@ def test_preflight_gpu_one_bad_node_fails_the_job_before_any_agent(workdir):
     (bad,) = [k for k, r in recs.items() if r["host"] == "lnode3"]
     line = f"node {bad} [lnode3]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"
     assert recs[bad]["error"].startswith(f"--preflight gpu: 1 bad node(s) of 4, nothing started: {line}"), recs
+    assert [r.get("kind") for k, r in sorted(recs.items())] == [("gpu" if k == bad else None) for k in range(4)]
     for k, r in recs.items():
         assert r["state"] == "EXITED" and r["exit_code"] == 1 and line in r["error"], (k, r)
         assert not Path(f"runs/g/logs/node{k}/agent.log").exists()

@@ -100,7 +100,7 @@ class LocalBackend(Backend):
         codes = [container.agent_code(spec, c) for c in codes]      # podman's 128 + N: its agent's signal N
         failures = [dict(node=k, time=exited_at.get(k, now), **exit_fields(c))
                     for k, c in enumerate(codes) if c not in (0, None) and k not in paused.lost]
-        failures += [dict(node=k, time=t, exit_code=None, signal=None, reason=reason)      # paused: lost
+        failures += [dict(node=k, time=t, exit_code=None, signal=None, reason=reason, kind="lost")      # paused
                      for k, (t, reason) in paused.lost.items()]
         return rd.record_outcome(attempt, {str(k): node_exit(c) for k, c in enumerate(codes)}, node_failures=failures,
                                  stopped_by=signal.Signals(intr.signal).name if intr.got else None, stopped_at=intr.at)

@@ -247,10 +247,10 @@ class SSHBackend(Backend):
         n = len(plan.rhosts)
         nodes = {str(k): ended.get(k, (0, None, None))[1] for k in range(n)}
         failures = [{"node": k, **node_code_fields(code), "time": t, "host": plan.rhosts[k].entry.word,
-                     "reason": err or f"node exited {code}"}
-                    for k, (t, code, err) in sorted(ended.items()) if code != 0]
-        failures += [{"node": k, "time": time.time(), "host": plan.rhosts[k].entry.word, "reason": "did not finish"}
-                     for k in range(n) if k not in ended]
+                     "reason": err or f"node exited {code}", "kind": "lost" if err else "agent"}
+                    for k, (t, code, err) in sorted(ended.items()) if code != 0]     # err: its connection lost
+        failures += [{"node": k, "time": time.time(), "host": plan.rhosts[k].entry.word, "reason": "did not finish",
+                      "kind": "lost"} for k in range(n) if k not in ended]
         stopped = signal.Signals(intr.signal).name if intr.got else None
         code = rd.record_outcome(plan.attempt, nodes, stopped_by=stopped, stopped_at=intr.at, node_failures=failures,
                                  hosts=[h.entry.word for h in plan.rhosts])

@@ -25,7 +25,7 @@ def hang_failure(hang: dict[str, Any], hosts: list[str] | None = None) -> dict[s
     rank = first_stalled(hang)
     info = (hang.get("ranks") or {}).get(str(rank), {})
     ff = {"node": info.get("node"), "rank": rank, "exit_code": None, "signal": None, "time": hang.get("since"),
-          "reason": f"hang: {info.get('why', 'stalled')}"}
+          "reason": f"hang: {info.get('why', 'stalled')}", "kind": "hang"}
     if hosts and isinstance(ff["node"], int) and ff["node"] < len(hosts):     # named with its host, like the rest
         ff["host"] = hosts[ff["node"]]
     return ff

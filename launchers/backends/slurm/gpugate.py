@@ -13,7 +13,7 @@ import sys
 import time
 
 from ... import layout
-from ...errors import LaunchError
+from ...errors import LaunchError, NodeFault
 from ...gpuhealth import tools
 from ...gpuhealth.verdict import bad_line, node_findings, peers_verdict, summary, warnings
 
@@ -38,7 +38,7 @@ def check_node(run_dir: str, where: dict, nnodes: int, gpus_per_node: int | None
     record = {"node": me, "host": socket.gethostname(), "bad": mine}
     layout.atomic_write(verdict_path(run_dir, node=me, **attempt), json.dumps(record), durable=False)
     if mine:
-        raise LaunchError(f"{summary([mine], nnodes)}: {mine}")
+        raise NodeFault(f"{summary([mine], nnodes)}: {mine}", "gpu")
     deadline = time.monotonic() + VERDICT_WAIT_S
     while True:
         verdicts = {k: layout.read_json(verdict_path(run_dir, node=k, **attempt)) for k in range(nnodes)}

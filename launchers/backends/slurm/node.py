@@ -322,7 +322,7 @@ class NodeRun:
         for s in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, self.on_stop)
         signal.signal(signal.SIGCONT, signal.SIG_DFL)
-        error = None
+        error, kind = None, None
         try:
             code = self.start()
         except FileNotFoundError:                    # a record refused to recreate the removed run dir
@@ -332,12 +332,13 @@ class NodeRun:
         except (NodeError, LaunchError) as e:
             if self.here.gone():
                 return self.end_gone()
-            error, code = str(e), 1
+            error, code, kind = str(e), 1, getattr(e, "kind", None)      # errors.NodeFault: typed
             print(f"launch: node {self.node}: {error}", file=sys.stderr, flush=True)
         if self.dir_gone or self.here.gone():
             return self.end_gone()
         self.rd.write_node_record(self.node, dict(self.base_rec, state="EXITED", stop_signals=sorted(set(self.stops)),
                                                   error=error, time=time.time(), stopped_because=self.peer_failed,
+                                                  **({"kind": kind} if kind else {}),
                                                   **exit_fields(agent_code(self.ns.spec, code))))
         self.sweep()
         if self.node == 0 and "SIGUSR2" in self.stops and not self.in_allocation:   # the user's job: never

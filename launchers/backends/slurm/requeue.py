@@ -110,7 +110,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
             requeue_or_fail(rd, attempt, restart, env.job_id, ns.max_requeues, nodes, step_loop(ns.spec))
             return 1
         failures = [{"node": k, "exit_code": r.get("exit_code"), "signal": r.get("signal"), "time": r.get("time"),
-                     "host": r.get("host"), "reason": r.get("error")}
+                     "host": r.get("host"), "reason": r.get("error"), "kind": r.get("kind")}
                     for k, r in sorted(recs.items()) if r.get("state") == "EXITED" and r.get("exit_code") != 0]
         reason = f"node(s) {', '.join(map(str, missing))} recorded no exit" if missing else None
         if missing and not failures:
@@ -152,8 +152,8 @@ def lost_node(missing: list[int], recs: dict[int, dict[str, Any]],
         k = next((j for j in missing if hosts[j] in gone), k)
     host = hosts[k]
     return {"node": k, "rank": None, "exit_code": None, "signal": None, "time": None,
-            "host": host, "reason": f"lost: node {k}{f' ({host})' if host else ''} recorded no exit (its host "
-                                    "died or its task was killed)"}
+            "host": host, "kind": "lost", "reason": f"lost: node {k}{f' ({host})' if host else ''} recorded no exit "
+                                                    "(its host died or its task was killed)"}
 
 
 def down_hosts(hosts: list[str]) -> set[str]:
