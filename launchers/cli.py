@@ -78,7 +78,8 @@ class LazyGroup(click.Group):
         except click.UsageError as e:
             usage_exit(e)
 
-    lazy = {"nccl": ("nccl_tuning.cli", "nccl", "NCCL presets: list, show, check; collective bench and sweep.")}
+    lazy = {"nccl": ("nccl_tuning.cli", "nccl", "NCCL presets: list, show, check; collective bench and sweep."),
+            "nodes": ("launchers.nodescli", "nodes", "The site's node ledger: each host's strikes and state.")}
 
     def list_commands(self, ctx):
         return sorted([*super().list_commands(ctx), *self.lazy])

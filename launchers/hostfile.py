@@ -206,6 +206,19 @@ def hosts_from_options(opts: dict[str, Any]) -> list[HostEntry]:
     raise LaunchError("launch ssh needs hosts: --hostfile FILE (lines `host [slots=N]`) or --hosts h1,h2,...")
 
 
+def avoiding(entries: list[HostEntry], avoid: tuple[str, ...], need: int, ledger: str) -> list[HostEntry]:
+    """The hosts less those the site's node ledger quarantined when the run started (`avoid`:
+    launchers.siteledger); fewer than `need` left (--nodes + --spares): one line naming them and the ledger."""
+    bad = {h.lower() for h in avoid}
+    left = [e for e in entries if e.name.lower() not in bad]
+    if len(left) < len(entries) and len(left) < need:
+        out = ", ".join(e.word for e in entries if e.name.lower() in bad)
+        raise LaunchError(f"host(s) {out} quarantined in the node ledger {ledger}: {len(left)} of {len(entries)} "
+                          f"hosts left, {need} needed (--nodes + --spares); accepted: more hosts (`launch nodes "
+                          f"--node-ledger {ledger}` says why)")
+    return left
+
+
 def pool_hosts(entries: list[HostEntry], nodes: int | None, spares: int) -> tuple[int, list[HostEntry]]:
     """The hosts of an SSH run's pool (issue 23: launchers.recovery): slot k is the k-th host; the first `nodes`
     are the nodes, the next `spares` the spares, any further host is not used. nodes None (--nodes not given):

@@ -27,6 +27,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {   # optional fields: accepte
     "runs_root": (_STR, "a path"), "profile": (_STR, "a path"), "python": (_STR, "a path or command"),
     "dist_backend": ((str,), "a str"), "nccl_preset": ((str,), "a str"), "cpu_bind": ((str,), "a str"),
     "container_image": ((str,), "a str"), "container_runtime": ((str,), "a str"), "container_python": ((str,), "a str"),
+    "node_ledger": (_STR, "a path"),
 }
 NOT_IN_API = {"wait": "submit never blocks; use run.wait()"}     # backend options the API refuses
 
@@ -50,6 +51,7 @@ class JobSpec:
     max_restarts: int | None = None
     spares: int | None = None         # --spares K (local only for now): idle nodes a failed node is replaced by
     quarantine_after: int | None = None   # --quarantine-after N: strikes that quarantine a node (default 2)
+    node_ledger: str | os.PathLike | None = None   # --node-ledger PATH: the site's node ledger (launchers.siteledger)
     stop_grace: float | None = None
     stop_signal: str | None = None    # "SIGTERM" (None: the default) or "SIGINT", "SIGHUP", "SIGQUIT"
     hang_timeout: float | None = None

@@ -7,11 +7,13 @@ As each attempt ends, status.json gets the recovery timeline of every restart so
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import nodeledger, recovery, timeline
+from . import nodeledger, recovery, siteledger, timeline
+from .errors import LaunchError
 from .firstfail import describe as describe_failure
 from .rundir import TERMINAL, RunDir
 
@@ -43,10 +45,19 @@ def run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_lef
         rd.add_attempt(plan.spec, dict(plan.record(), by=timeline.BY_POLICY))     # its nodes: the pool's
         code = backend.start(plan, rd)
     record_timeline(rd)
+    if backend.owns_restarts:                  # Slurm's batch step records its own (backends.slurm.steps)
+        record_site(spec, rd)
     st = rd.unrecorded or rd.read_status()     # the verdict, also when a full disk kept it from status.json
     if backend.owns_restarts or st.get("state") in TERMINAL:
         print(end_line(st), file=sys.stderr, flush=True)
     return code
+
+
+def record_site(spec: JobSpec, rd: RunDir) -> None:
+    """At the run's end: its strikes, on the hosts they were on, into the site's node ledger (--node-ledger)."""
+    if spec.node_ledger:
+        with contextlib.suppress(OSError, LaunchError):       # a removed run dir: nothing to record
+            siteledger.record_run(spec.node_ledger, rd.path, rd.run_id, rd.read_run_yaml().get("attempts") or [])
 
 
 def record_timeline(rd: RunDir) -> None:
@@ -69,7 +80,7 @@ def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, r
     pool = pool_of(spec, led)
     failure = recovery.failure_of(ff, pool, describe_failure(ff))
     decision = recovery.decide(failure, pool, nodeledger.strikes(led), spec.quarantine_after, restarts_left,
-                               (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None)
+                               (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None, nodeledger.signs(led))
     times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": time.time()}
     try:
         nodeledger.record(rd.path, led, attempt, pool, failure, nodes or rd.read_status().get("nodes") or {}, decision,

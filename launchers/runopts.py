@@ -98,6 +98,9 @@ COMMON: tuple[Opt, ...] = (
         "checkpoints/latest, in the same run (default 0; Slurm: in the same job, the allocation holds them)."),
     Opt("quarantine_after", I, "Strikes (failures that stopped an attempt) that quarantine a node: never used "
         "again in the run (default 2)."),
+    Opt("node_ledger", S, "The site's node ledger, a JSON file on shared storage (docs/RECOVERY.md): read at the "
+        "start (its quarantined hosts are not used: SSH leaves them out, Slurm --exclude), the run's strikes merged in "
+        "at its end; `launch nodes` shows it (default: none)."),
     Opt("stop_grace", (int, float), "Seconds a program has to end after a stop (Ctrl-C, launch cancel, a peer's "
         "failure, a hang) before it is killed (default 30, like torchrun)."),
     Opt("stop_signal", S, "What each program gets on `launch cancel` / SIGTERM to the launcher / scancel: SIGTERM "
@@ -201,6 +204,7 @@ LOOK: dict[str, tuple[str, str | tuple[str, ...], str]] = {
     "stop_signal": ("Run", ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"), ""), "stop_grace": ("Run", _SEC, ""),
     "dry_run": ("Run", "", ""), "json": ("Run", "", ""), "sweep": ("Run", "KEY=V1,V2", ""),
     "max_restarts": ("Recovery", _N, ""), "spares": ("Recovery", _N, ""), "quarantine_after": ("Recovery", _N, ""),
+    "node_ledger": ("Recovery", "FILE", "file"),
     "container_image": ("Container", "IMAGE", ""), "container_mounts": ("Container", "SRC:DST[:ro]", ""),
     "container_runtime": ("Container", ("auto", "pyxis", "apptainer", "podman", "oci"), ""),
     "container_python": ("Container", "PATH", ""),
@@ -237,7 +241,7 @@ PROFILE_KEYS = (*(o.key for o in COMMON if o.in_profile), "program", "runs_root"
 # (a flag wins; the variable wins over a profile's value). LAUNCH_<KEY> for a common option, LAUNCH_<BACKEND>_<KEY>
 # for a backend's. Not LAUNCH_STOP_GRACE / LAUNCH_HANG_TIMEOUT / LAUNCH_DIST_BACKEND: those are the workers' env.
 ENV_DEFAULTS: dict[str, tuple[str, ...]] = {
-    "": ("nodes", "gpus_per_node", "profile", "nccl_preset", "python", "max_restarts"),
+    "": ("nodes", "gpus_per_node", "profile", "nccl_preset", "python", "max_restarts", "node_ledger"),
     "ssh": ("hostfile", "ssh_config", "known_hosts", "identity", "connect_timeout"),
     "slurm": ("partition", "account", "qos", "time", "constraint"),
 }

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import containeropts, cpubind, layout, notify, recovery, sbatchopts, secretenv, snapshot, values
+from . import containeropts, cpubind, layout, notify, recovery, sbatchopts, secretenv, siteledger, snapshot, values
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
@@ -41,6 +41,8 @@ class JobSpec:
     min_nodes: int = 0                          # --nodes MIN:MAX: the run may shrink to MIN nodes (0: no range)
     max_nodes: int = 0                          # ... and grows back to MAX (nodes: this attempt's count)
     quarantine_after: int = 2                   # --quarantine-after: strikes that quarantine a node slot
+    node_ledger: str = ""                       # --node-ledger: the site's ledger (launchers.siteledger; "" = none)
+    avoid_hosts: tuple[str, ...] = ()           # its quarantined hosts when the run started: not used
     dist_backend: str = "auto"
     python: str = field(default_factory=lambda: sys.executable)
     options: tuple[tuple[str, Any], ...] = ()   # backend-specific, declared in launchers.runopts
@@ -87,6 +89,7 @@ class JobSpec:
         d["notify"] = list(self.notify)
         d["secrets"] = dict(self.secrets)
         d["container_mounts"] = list(self.container_mounts)
+        d["avoid_hosts"] = list(self.avoid_hosts)
         return d
 
     @classmethod
@@ -101,7 +104,7 @@ class JobSpec:
         d["env"] = tuple((d.get("env") or {}).items())
         d["nccl_env"] = tuple((d.get("nccl_env") or {}).items())
         d["options"] = _freeze_options(d.get("options") or {})
-        for key in ("explicit", "forward_env", "preflight", "notify", "container_mounts"):
+        for key in ("explicit", "forward_env", "preflight", "notify", "container_mounts", "avoid_hosts"):
             d[key] = tuple(d.get(key) or ())
         sec = d.get("secrets") or {}         # run.yaml: the names only (their values: secretenv.REDACTED)
         d["secrets"] = tuple(sec.items()) if isinstance(sec, Mapping) else tuple((k, secretenv.REDACTED) for k in sec)
@@ -369,6 +372,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
         forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,
         preflight=preflight, secrets=tuple(secrets.items()), snapshot=snap,
+        **siteledger.fields(backend, pick("node_ledger"), said("node_ledger")),
         notify=notify.parse_targets([*notify.parse_targets(prof.get("notify") or (), f"profile {profile!r}: notify"),
                                      *(flags.get("notify") or ())]),
         **containeropts.fields(backend, pick, os.getcwd(), (("the run dir", run_dir), ("the snapshot", snap))))

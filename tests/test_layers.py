@@ -14,7 +14,7 @@ LAYERS = {
         "launchers.ckptptr", "launchers.heartbeat", "launchers.request", "launchers.cpubind", "launchers.values",
         "launchers.secretenv", "launchers.notify", "launchers.containeropts",
         "launchers.snapshot", "launchers.stops", "launchers.recovery", "launchers.nodeledger",
-        "launchers.timeline", "launchers.fence", "launchers.sbatchopts"),
+        "launchers.timeline", "launchers.fence", "launchers.sbatchopts", "launchers.siteledger"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
@@ -26,7 +26,7 @@ LAYERS = {
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
         "launchers.client", "launchers.top",
         "launchers.detach", "launchers.sweeprun", "launchers.viacluster", "launchers.clusterrun"),
-    4: ("launchers.cli", "launchers.clihelp", "launchers.entry", "launchers.slurmnode"),
+    4: ("launchers.cli", "launchers.clihelp", "launchers.entry", "launchers.slurmnode", "launchers.nodescli"),
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API
 OPEN_TO_OTHERS = ("launchers", "launchers.errors", "launchers.layout", "launchers.ckptptr", "launchers.rundir",

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, once, read_json, require_cluster, run_launch
-from launchers import api, layout, nodeledger, procs, recovery, restarts, timeline
+from launchers import api, layout, nodeledger, procs, recovery, restarts, siteledger, timeline
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
 from launchers.rundir import RunDir
@@ -200,7 +200,7 @@ def produced_failures() -> list[tuple[dict, str]]:
 def test_first_failure_kinds_and_slots():
     assert [recovery.kind_of(ff) for ff, _ in produced_failures()] == [k for _, k in produced_failures()]
     pool = Pool((1, 2), (0,))
-    assert recovery.failure_of({"rank": 3, "node": 0}, pool, "x") == Failure(1, "rank", "x")   # node 0 on slot 1
+    assert recovery.failure_of({"rank": 3, "node": 0}, pool, "x") == Failure(1, "rank", "x", "exit None: ")  # slot 1
     assert recovery.failure_of({"rank": None, "node": 2}, pool) is None        # not a node of the attempt
     assert recovery.failure_of(None, pool) is None
 
@@ -516,11 +516,16 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
     with recovery_row("ssh", "lemon host (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
                       "restart, then quarantined, the spare host in; COMPLETED, exit 0, no command typed") as row:
         p = launch_on_ssh("sshhost1,sshhost2,sshhost3", "--nodes", "2", "--spares", "1", "--run-dir", "runs/lemon",
-                          "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
+                          "--node-ledger", "site.json", "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
         assert p.returncode == 0, p.stderr[-3000:]
         run = check_lemon("runs/lemon", reference_sha)
     assert [(a["hosts"], a["slots"]) for a in run["attempts"]] == [(["sshhost1", "sshhost2"], [0, 1])] * 2 + [
         (["sshhost1", "sshhost3"], [0, 2])]
+    # issue 37: the lemon's host is quarantined in the site's node ledger, and the next run leaves it out
+    assert siteledger.quarantined(siteledger.load(os.path.abspath("site.json"))[0]) == ["sshhost2"], p.stderr[-2000:]
+    dry = launch_on_ssh("sshhost1,sshhost2,sshhost3", "--nodes", "2", "--node-ledger", "site.json", "--dry-run",
+                        "--", *PROGRAM)
+    assert "quarantined, not used: sshhost2" in dry.stdout and "@sshhost2" not in dry.stdout, dry.stdout
 
 
 @pytest.mark.ssh
@@ -673,10 +678,10 @@ def require_slurm() -> str:
     return cluster
 
 
-def submit_with_a_spare(run_dir: str, *program: str):
+def submit_with_a_spare(run_dir: str, *program: str, flags: tuple[str, ...] = ()):
     """`launch slurm` of 2 nodes x 1 and one spare (returns once submitted: `launch wait` follows it)."""
     return run_launch("slurm", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--time", "10",
-                      "--run-dir", run_dir, "--", *program, check=True)
+                      "--run-dir", run_dir, *flags, "--", *program, check=True)
 
 
 @pytest.mark.slurm
@@ -688,7 +693,8 @@ def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bi
     require_slurm()
     with recovery_row("slurm", "lemon node (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
                       "REQUEUED twice in one job (restart, then the spare); COMPLETED, exit 0") as row:
-        submit_with_a_spare("runs/lemon", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
+        submit_with_a_spare("runs/lemon", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1",
+                            flags=("--node-ledger", "site.json"))
         p = run_launch("wait", "runs/lemon", timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         run = check_lemon("runs/lemon", reference_sha)
@@ -696,6 +702,10 @@ def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bi
     assert len(set(jobs)) == 1 and jobs[0], jobs
     hosts = [a["hosts"] for a in run["attempts"]]
     assert hosts[0] == hosts[1] and hosts[2][0] == hosts[0][0] and hosts[2][1] not in hosts[0], hosts
+    # issue 37: the batch step recorded the lemon's node in the site's node ledger; the next job excludes it
+    assert siteledger.quarantined(siteledger.load(os.path.abspath("site.json"))[0]) == [hosts[0][1]]
+    dry = run_launch("slurm", "--nodes", "2", "--node-ledger", "site.json", "--dry-run", "--", *PROGRAM, check=True)
+    assert f"#SBATCH --exclude={hosts[0][1]}\n" in dry.stdout
     assert [a.get("by") for a in run["attempts"]][1:] == [timeline.BY_POLICY] * 2
 
 

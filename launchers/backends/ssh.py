@@ -26,7 +26,7 @@ from .. import container, ports, procs
 from ..errors import LaunchError, RunDirGone
 from ..firstfail import node_failed
 from ..hang import watch as hang_watch
-from ..hostfile import ResolvedHost, hosts_from_options, pool_hosts, resolve
+from ..hostfile import ResolvedHost, avoiding, hosts_from_options, pool_hosts, resolve
 from ..layout import Presence
 from ..remote import AGENT_ENDED, HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
@@ -69,6 +69,9 @@ class SSHPlan(Plan):
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
                self.world_line(), f"# master:  {self.master_addr}:{self.master_port} (probed at launch)",
                *self.spares_lines(), *self.cpu_bind_lines()]
+        if self.spec.avoid_hosts:           # the site's node ledger (launchers.siteledger)
+            out.append(f"# node ledger {self.spec.node_ledger}: quarantined, not used: "
+                       + ", ".join(self.spec.avoid_hosts))
         if self.staged:
             out.append(f"# storage: not shared; hosts write {self.node_dir}, collected into the run dir over SFTP")
         for k, h in enumerate(self.rhosts):
@@ -104,8 +107,9 @@ class SSHBackend(Backend):
         one node per slot); slot k is the k-th host of MAX + spares, node 0 (the master) the host of slots[0].
         Default: the first hosts, every one when --nodes is not given (less the spares)."""
         opts, settings = spec.opts, _settings(spec.opts)
-        nodes, pool = pool_hosts(hosts_from_options(opts), (spec.max_nodes or spec.nodes) if "nodes" in
-                                 spec.explicit else None, spec.spares)      # --nodes MIN:MAX: MAX's hosts
+        want = (spec.max_nodes or spec.nodes) if "nodes" in spec.explicit else None    # --nodes MIN:MAX: MAX's hosts
+        entries = avoiding(hosts_from_options(opts), spec.avoid_hosts, (want or 1) + spec.spares, spec.node_ledger)
+        nodes, pool = pool_hosts(entries, want, spec.spares)
         slots = list(slots) if slots is not None else list(range(nodes))
         if bad := [s for s in slots if not 0 <= s < len(pool)]:
             raise LaunchError(f"node slot {bad[0]} has no host: the pool has {len(pool)} hosts (--nodes + --spares)")

@@ -63,6 +63,7 @@ class SlurmBackend(Backend):
                               "its job array at once); accepted: --max-parallel N together with --sweep KEY=V1,V2")
         refuse_cluster(spec)
         spec = resolve_after(spec, attempt)                  # --after RUN_DIR -> its job id (no Slurm call)
+        spec = spec.replace(avoid_hosts=slurm_status.known_of(spec.avoid_hosts))   # the node ledger's, if nodes here
         resolved = resolve_for_nodes(spec)                   # bad options fail here, dry-run included
         env = SlurmEnv.read()
         if env.in_allocation and step_loop(spec):

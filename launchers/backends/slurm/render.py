@@ -182,6 +182,8 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
         params["exclusive"] = True
     # without --time submitit would write its own default (5 minutes): leave the cluster's default instead
     params["time"] = (str(o["time"]) if so["timeout_min"] else "UNLIMITED") if "timeout_min" in so else None
+    if spec.avoid_hosts:           # quarantined in the site's node ledger (launchers.siteledger): never allocated
+        extra["exclude"] = ",".join([*([str(extra["exclude"])] if extra.get("exclude") else []), *spec.avoid_hosts])
     extra.setdefault("requeue", True)
     if step_loop(spec):
         extra.setdefault("no-kill", True)        # a node's loss does not end the allocation: a spare or a shrink

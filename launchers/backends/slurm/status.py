@@ -110,6 +110,16 @@ def _run(argv: list[str]) -> tuple[int, str]:
     return p.returncode, p.stdout if p.returncode == 0 else (p.stderr or p.stdout)
 
 
+def known_of(hosts: tuple[str, ...], run: Runner = _run) -> tuple[str, ...]:
+    """The hosts Slurm has as nodes (`sinfo -N`): an --exclude of a name it lacks would refuse the job; all of them
+    when sinfo does not answer (a dry-run away from Slurm shows them all)."""
+    if not hosts:
+        return hosts
+    rc, out = run(["sinfo", "-h", "-N", "-o", "%N"])
+    known = set(out.split()) if rc == 0 else None
+    return hosts if known is None else tuple(h for h in hosts if h in known)
+
+
 NO_CONTROLLER = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
                  "Connection refused", "Communication connection failure", "did not answer")
 

@@ -96,6 +96,7 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
             if decided:
                 print(f"launch: attempt {attempt} failed; not restarted: {decided[-1].why}", file=sys.stderr)
             restarts.record_timeline(rd)
+            restarts.record_site(spec, rd)       # its strikes into the site's node ledger (--node-ledger)
             return code
         print(f"launch: {rd.read_status().get('reason')}", file=sys.stderr, flush=True)
         restarts.record_timeline(rd)
