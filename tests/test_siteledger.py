@@ -217,6 +217,8 @@ def test_a_run_reads_it_once_ssh_leaves_the_hosts_out_slurm_excludes_them(tmp_pa
     sl = spec.replace(backend="slurm", options=(("sbatch_args", ("--exclude=h9",)),), avoid_hosts=("h2", "h4"))
     assert "#SBATCH --exclude=h9,h2,h4\n" in render_sbatch(sl, base_attempt=0, header="h")
     assert "--exclude" not in render_sbatch(sl.replace(avoid_hosts=(), options=()), base_attempt=0, header="h")
+    crafted = sl.replace(avoid_hosts=("--partition=x", "lnode[1-4]", "h2"), options=())   # a run.yaml others wrote
+    assert "#SBATCH --exclude=h2\n" in render_sbatch(crafted, base_attempt=0, header="h")
     assert known_of(("h2", "h4"), run=lambda argv: (0, "h1\nh2\nh3\n")) == ("h2",)      # not a Slurm node: left out
     assert known_of(("h2",), run=lambda argv: (127, "sinfo: not found")) == ("h2",)
 

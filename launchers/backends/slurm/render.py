@@ -15,6 +15,7 @@ from typing import Any
 from ... import container, layout, sbatchopts
 from ...errors import LaunchError, brief
 from ...secretenv import redact_argv, secret_keys
+from ...siteledger import HOST
 from ...spec import JobSpec
 
 DEFAULT_SIGNAL_SECONDS = 120
@@ -182,8 +183,9 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
         params["exclusive"] = True
     # without --time submitit would write its own default (5 minutes): leave the cluster's default instead
     params["time"] = (str(o["time"]) if so["timeout_min"] else "UNLIMITED") if "timeout_min" in so else None
-    if spec.avoid_hosts:           # quarantined in the site's node ledger (launchers.siteledger): never allocated
-        extra["exclude"] = ",".join([*([str(extra["exclude"])] if extra.get("exclude") else []), *spec.avoid_hosts])
+    avoid = [h for h in spec.avoid_hosts if HOST.match(h)]   # quarantined in the site's node ledger: never allocated
+    if avoid:
+        extra["exclude"] = ",".join([*([str(extra["exclude"])] if extra.get("exclude") else []), *avoid])
     extra.setdefault("requeue", True)
     if step_loop(spec):
         extra.setdefault("no-kill", True)        # a node's loss does not end the allocation: a spare or a shrink
