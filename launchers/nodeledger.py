@@ -42,6 +42,13 @@ def strikes(led: dict[str, Any] | None) -> dict[int, int]:
     return {int(s): int(v.get("strikes", 0)) for s, v in ((led or {}).get("slots") or {}).items()}
 
 
+def signs(led: dict[str, Any] | None) -> dict[int, set[str]]:
+    """slot -> the signs of the rank failures seen on it (launchers.recovery.sign_of): the policy tells the
+    program's failure (the same on several slots) from a node's."""
+    return {int(s): {a["sign"] for a in v.get("attempts") or [] if a.get("sign")}
+            for s, v in ((led or {}).get("slots") or {}).items()}
+
+
 def pool_for(led: dict[str, Any] | None, nodes: int, spares: int, least: int = 0) -> Pool:
     """The pool an attempt of the run starts from: the ledger's when it has `nodes` active slots (a run of
     --nodes MIN:MAX: `least` = MIN to `nodes` = MAX), else a fresh one less the quarantined slots (a run
@@ -65,18 +72,25 @@ def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, f
     for node, slot in enumerate(pool.active):
         entry = slots.setdefault(str(slot), {"strikes": 0, "quarantined": False, "attempts": []})
         code = node_codes.get(str(node))
-        if failure is not None and failure.slot == slot:
-            what = {"failure": failure.what or failure.kind, "kind": failure.kind, "strike": True}
+        if failure is not None and failure.slot == slot:      # a strike unless the program's (recovery.program)
+            what = {"failure": failure.what or failure.kind, "kind": failure.kind,
+                    "strike": decision.strikes.get(slot, 0) > entry.get("strikes", 0), **sign(failure)}
         else:
             what = {"failure": "ended with the run" if code in (0, None) else "stopped with the run"}
         entry["attempts"] = [*entry.get("attempts", []), {"attempt": attempt, "node": node, "exit": code, **what}]
-        entry["strikes"] = decision.strikes.get(slot, entry.get("strikes", 0))
-        entry["quarantined"] = slot in decision.pool.quarantined
+    for k, entry in slots.items():      # every slot: the program's failure lifts a quarantine (recovery.program)
+        lifted = entry.get("quarantined") and int(k) not in decision.pool.quarantined
+        entry["strikes"] = decision.strikes.get(int(k), 0 if lifted else entry.get("strikes", 0))
+        entry["quarantined"] = int(k) in decision.pool.quarantined
     led.update(slots=slots, pool=decision.pool.to_dict(),
                decisions=[*(led.get("decisions") or []), {"attempt": attempt, "action": decision.action,
                                                           "why": decision.why, **(times or {})}])
     _write(run_dir, led)
     return led
+
+
+def sign(failure: Failure) -> dict[str, str]:
+    return {"sign": failure.sign} if failure.sign else {}
 
 
 def preflight(run_dir: str, led: dict[str, Any] | None, attempt: int, decision: Decision, bad: dict[int, str],

@@ -10,9 +10,15 @@ the allocation (Slurm). The failure that started the stop of an attempt (status.
 others only stopped with it. A failure *points at the node* when its agent or host died, it went silent or it
 hung, or once its slot has `quarantine_after` strikes (the same node failing again: a lemon). One failing rank
 (a killed worker, a crash) is a strike that alone does not quarantine (with the default of 2 strikes).
+
+A rank's failure that was already seen on another slot (the same exit and words, numbers aside: its `sign`) is the
+program's, not a node's: it gives no strike, the quarantines that failure alone made are lifted (those slots go
+back to the spares), and the run restarts on the same slots until its budget is spent -- a bug on every node stops
+the run with one line that says so instead of quarantining every node in turn.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -109,6 +115,7 @@ class Failure:
     slot: int
     kind: str                       # a key of KINDS
     what: str = ""                  # how it is said (launchers.firstfail.describe)
+    sign: str = ""                  # a rank's own failure without where it happened (sign_of); "" for the others
 
 
 @dataclass(frozen=True)
@@ -129,27 +136,40 @@ def kind_of(ff: dict[str, Any] | None) -> str:
     return "rank" if (ff or {}).get("rank") is not None else "agent"
 
 
+def sign_of(ff: dict[str, Any] | None) -> str:
+    """A rank's own failure as the program made it, wherever it ran: its end (signal or exit code) and its words
+    with every number as '#' (`exit 1: RuntimeError: bad value on rank #`); "" for a failure of another kind."""
+    if kind_of(ff) != "rank":
+        return ""
+    end = f"signal {ff.get('signal')}" if ff.get("signal") else f"exit {ff.get('exit_code')}"
+    return f"{end}: {re.sub(r'[0-9]+', '#', str(ff.get('exception') or ff.get('reason') or ''))[:300]}"
+
+
 def failure_of(ff: dict[str, Any] | None, pool: Pool, what: str = "") -> Failure | None:
     """The first failure of an attempt on its slot (node rank k ran on pool.active[k]); None when it names no
     node of the pool (nothing recorded a failure)."""
     node = (ff or {}).get("node")
     if not isinstance(node, int) or not 0 <= node < len(pool.active):
         return None
-    return Failure(pool.active[node], kind_of(ff), what)
+    return Failure(pool.active[node], kind_of(ff), what, sign_of(ff))
 
 
 def decide(failure: Failure | None, pool: Pool, strikes: dict[int, int], quarantine_after: int,
-           restarts_left: int, bounds: tuple[int, int] | None = None) -> Decision:
+           restarts_left: int, bounds: tuple[int, int] | None = None,
+           signs: dict[int, set[str]] | None = None) -> Decision:
     """What follows a failed attempt. The failing slot gets a strike; at `quarantine_after` strikes it is
     quarantined. A slot that is quarantined or whose failure points at it (agent died, lost, hung) is replaced
     by the first spare: the survivors keep their order (node 0 the first of them) and the spare comes last. No
     spare: the run shrinks to the survivors while they are at least MIN (bounds: --nodes MIN:MAX; a lost slot is
     benched, not quarantined); else a quarantined slot stops the run, another restarts on the same slots. A
-    restart below MAX takes idle (benched) slots back, up to MAX. No restart left: stop."""
+    restart below MAX takes idle (benched) slots back, up to MAX. No restart left: stop. signs: slot -> the signs
+    of the failures that struck it before (the ledger's): the same sign on another slot is the program's (program)."""
     strikes = dict(strikes)
     low, high = bounds or (len(pool.active), len(pool.active))
     if failure is None:
         return _restart_or_stop(pool, strikes, restarts_left, (), "no node named by the failure", high=high)
+    if failure.sign and any(failure.sign in s for k, s in (signs or {}).items() if k != failure.slot):
+        return program(failure, pool, strikes, signs or {}, restarts_left, high)
     slot = failure.slot
     strikes[slot] = strikes.get(slot, 0) + 1
     n = strikes[slot]
@@ -173,6 +193,20 @@ def decide(failure: Failure | None, pool: Pool, strikes: dict[int, int], quarant
         return _restart_or_stop(_swap(pool, slot, bench=True), strikes, restarts_left, (),
                                 f"{struck}: no spare left: {shrink}", "shrink", high, (slot,))
     why = f"{struck}: restart on the same slots" + (" (no spare left)" if points else "")
+    return _restart_or_stop(pool, strikes, restarts_left, (), why, high=high)
+
+
+def program(failure: Failure, pool: Pool, strikes: dict[int, int], signs: dict[int, set[str]],
+            restarts_left: int, high: int) -> Decision:
+    """The same rank failure on another slot: the program's. No strike; a slot quarantined by that failure
+    alone is back among the spares (its strikes gone); a restart on the same slots while the budget lasts."""
+    where = sorted({failure.slot, *(k for k, s in signs.items() if failure.sign in s)})
+    lifted = tuple(k for k in pool.quarantined if signs.get(k) == {failure.sign})
+    for k in lifted:
+        strikes.pop(k, None)
+    pool = replace(pool, spares=pool.spares + lifted, quarantined=tuple(k for k in pool.quarantined if k not in lifted))
+    why = (f"the same failure on slots {_slots(tuple(where))} ({failure.sign}): the program's, not a node's; no "
+           f"strike" + (f"; slot{'s' if len(lifted) > 1 else ''} {_slots(lifted)} out of quarantine" if lifted else ""))
     return _restart_or_stop(pool, strikes, restarts_left, (), why, high=high)
 
 

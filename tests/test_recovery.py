@@ -220,6 +220,34 @@ def test_decisions_never_read_a_reasons_words():
                    (before.action, before.pool, before.quarantined, before.strikes), (ff, text)
 
 
+def test_a_failure_on_every_node_is_the_programs_and_stops_after_the_budget(tmp_path):
+    """Issue 37 item 5: the same rank failure (numbers aside) on a second slot is the program's: no strike, the
+    slot that failure alone quarantined back among the spares, restarts on the same slots while the budget lasts,
+    then one line that says so -- not every spare quarantined in turn. Another failure on a slot stays a node's."""
+    spec = JobSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
+                   run_dir=str(tmp_path / "run"), name="x", spares=2, max_restarts=4)
+    rd = RunDir.create(spec, "x-1", {"hosts": []})
+    led, pool, seen = None, nodeledger.pool_for(None, 2, 2), []
+    for attempt, left in enumerate((4, 3, 2, 1, 0)):
+        ff = {"rank": 1, "node": 1, "exit_code": 1, "exception": f"ValueError: bad batch on rank {attempt + 1}"}
+        fail = recovery.failure_of(ff, pool, f"rank 1 on node 1: attempt {attempt}")
+        d = recovery.decide(fail, pool, nodeledger.strikes(led), 2, left, None, nodeledger.signs(led))
+        led = nodeledger.record(rd.path, led, attempt, pool, fail, {"0": 143, "1": 1}, d, 2)
+        seen.append((d.action, pool.active, d.pool.quarantined, d.why))
+        pool = d.pool
+    sign = "exit 1: ValueError: bad batch on rank #"
+    assert [s[:3] for s in seen] == [("restart", (0, 1), ()), ("replace", (0, 1), (1,)), ("restart", (0, 2), ()),
+                                     ("restart", (0, 2), ()), ("stop", (0, 2), ())]
+    assert seen[2][3] == f"the same failure on slots 1, 2 ({sign}): the program's, not a node's; no strike; " \
+                         "slot 1 out of quarantine"
+    assert seen[4][3] == f"the same failure on slots 1, 2 ({sign}): the program's, not a node's; no strike; " \
+                         "but no restart left (--max-restarts)"
+    assert nodeledger.strikes(led) == {0: 0, 1: 0, 2: 0} and led["pool"]["spares"] == [3, 1], led
+    other = recovery.Failure(2, "rank", "x", "exit 1: OSError: disk")       # another failure: the node's strike
+    d = recovery.decide(other, Pool((0, 2), (3, 1)), {2: 1}, 2, 3, None, nodeledger.signs(led))
+    assert (d.action, d.quarantined, d.pool.active) == ("replace", (2,), (0, 3)), d
+
+
 def opts(spares=0, after=2, restarts=0, nodes=1, low=0, high=0):
     return {"nodes": nodes, "min_nodes": low, "max_nodes": high, "spares": spares, "quarantine_after": after,
             "max_restarts": restarts}
