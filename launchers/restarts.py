@@ -37,8 +37,10 @@ def run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_lef
                       f"{decision.why}", file=sys.stderr)
             break
         restarts_left -= 1
+        wait = backoff_s(rd)
         print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); {decision.why}; restarting from "
-              f"{resume_point(rd)} ({restarts_left} restarts left)", file=sys.stderr)
+              f"{resume_point(rd)} ({restarts_left} restarts left){backoff_said(wait)}", file=sys.stderr)
+        time.sleep(wait)
         record_timeline(rd)                      # before the next attempt's heartbeats replace this one's
         attempt = len(rd.read_run_yaml()["attempts"])
         plan = plan_on(backend, spec, rd.run_id, attempt, decision.pool)
@@ -81,13 +83,34 @@ def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, r
     failure = recovery.failure_of(ff, pool, describe_failure(ff))
     decision = recovery.decide(failure, pool, nodeledger.strikes(led), spec.quarantine_after, restarts_left,
                                (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None, nodeledger.signs(led))
-    times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": time.time()}
+    times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": time.time(), "from": resume_point(rd)}
     try:
         nodeledger.record(rd.path, led, attempt, pool, failure, nodes or rd.read_status().get("nodes") or {}, decision,
                           spec.quarantine_after, times)
     except OSError as e:
         print(f"launch: node ledger not written ({e.strerror or e})", file=sys.stderr)
     return decision
+
+
+BACKOFF_FREE = 2          # restarts from one checkpoint without a wait (a run that makes progress never waits)
+BACKOFF_MAX_S = 30.0
+
+
+def backoff_s(rd: RunDir) -> float:
+    """The wait before the restart just decided: none for the first BACKOFF_FREE restarts in a row from the same
+    checkpoint (the ledger's decisions' `from`), then 1, 2, 4 ... s up to BACKOFF_MAX_S: a fault that comes back
+    before any progress does not hammer the nodes and the storage with starts."""
+    decisions = [d for d in (nodeledger.read(rd.path) or {}).get("decisions") or [] if not d.get("preflight")]
+    run = 0
+    for d in reversed(decisions):
+        if d.get("from") is None or d.get("from") != decisions[-1].get("from") or d.get("action") == "stop":
+            break
+        run += 1
+    return 0.0 if run <= BACKOFF_FREE else min(2.0 ** (run - BACKOFF_FREE - 1), BACKOFF_MAX_S)
+
+
+def backoff_said(wait: float) -> str:
+    return f"; in {wait:g} s (backoff: the same checkpoint again)" if wait else ""
 
 
 def pool_of(spec: JobSpec, led: dict[str, Any] | None, resume: bool = False) -> recovery.Pool:

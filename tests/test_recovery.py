@@ -248,6 +248,22 @@ def test_a_failure_on_every_node_is_the_programs_and_stops_after_the_budget(tmp_
     assert (d.action, d.quarantined, d.pool.active) == ("replace", (2,), (0, 3)), d
 
 
+def test_restarts_from_the_same_checkpoint_back_off(tmp_path):
+    """Issue 37 item 5: a run that makes progress never waits; the third restart in a row from one checkpoint
+    waits 1 s, then 2, 4 ... up to 30 s; a new checkpoint starts the count again."""
+    spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("x.py",), program_args=(),
+                   run_dir=str(tmp_path / "run"), name="x")
+    rd = RunDir.create(spec, "x-1", {"hosts": []})
+    waits = []
+    for point in ["scratch", "step-2", "step-2", "step-2", "step-2", "step-2", *["step-2"] * 6, "step-4"]:
+        led = nodeledger.read(rd.path) or {}
+        decisions = [*(led.get("decisions") or []), {"attempt": len(waits), "action": "restart", "from": point}]
+        Path(rd.path, "nodes.json").write_text(json.dumps(dict(led, decisions=decisions)))
+        waits.append(restarts.backoff_s(rd))
+    assert waits == [0, 0, 0, 1, 2, 4, 8, 16, 30, 30, 30, 30, 0], waits
+    assert restarts.backoff_said(0) == "" and restarts.backoff_said(2.0) == "; in 2 s (backoff: the same checkpoint again)"
+
+
 def opts(spares=0, after=2, restarts=0, nodes=1, low=0, high=0):
     return {"nodes": nodes, "min_nodes": low, "max_nodes": high, "spares": spares, "quarantine_after": after,
             "max_restarts": restarts}

@@ -88,7 +88,7 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
             if d.action == "stop":
                 return None
             return (f"attempt {attempt} failed ({describe(ff)}); {d.why}; restarting in job {env.job_id} on "
-                    + ",".join(allocation[s] for s in d.pool.active))
+                    + ",".join(allocation[s] for s in d.pool.active) + restarts.backoff_said(restarts.backoff_s(rd)))
 
         code = finalize(rd.path, base_attempt, srun_status=status, attempt=attempt, on_failure=on_failure,
                         nodes_run=len(hosts))
@@ -100,6 +100,7 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
             return code
         print(f"launch: {rd.read_status().get('reason')}", file=sys.stderr, flush=True)
         restarts.record_timeline(rd)
+        time.sleep(restarts.backoff_s(rd))
         active = decided[-1].pool.active           # --nodes MIN:MAX: the run's shape is the pool's (run.yaml)
         attempt = rd.add_attempt(spec.replace(nodes=len(active)) if spec.min_nodes else spec,
                                  {"backend": "slurm", "slurm_job_id": env.job_id, "by": timeline.BY_POLICY,
