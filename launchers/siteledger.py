@@ -121,10 +121,12 @@ def parse(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"key {brief(next(k for k in keys if keys.count(k) > 1))} given twice")
-    return dict(pairs)
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key {brief(k)} given twice")
+        out[k] = v
+    return out
 
 
 def _no_constant(name: str) -> Any:
