@@ -89,6 +89,15 @@ def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, f
     return led
 
 
+def program_signs(led: dict[str, Any] | None) -> set[str]:
+    """The signs seen on two slots or more: failures of the program, no node's (launchers.recovery.program)."""
+    seen: dict[str, int] = {}
+    for s in signs(led).values():
+        for x in s:
+            seen[x] = seen.get(x, 0) + 1
+    return {x for x, n in seen.items() if n > 1}
+
+
 def sign(failure: Failure) -> dict[str, str]:
     return {"sign": failure.sign} if failure.sign else {}
 
