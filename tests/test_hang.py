@@ -89,11 +89,14 @@ def test_rank_programs_are_the_wrappers_children_not_the_wrappers(tmp_path):
                               "launchers.rankexec", code], env=dict(os.environ, LAUNCH_RUN_ID=run_id))
     try:
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len(procs.tagged_pids(run_id)) < 3:
+
+        def seen():    # a child between its fork and its exec still has the wrapper's command line (CI, stop 40)
+            pids = procs.tagged_pids(run_id)
+            return pids, [p for p in pids if procs.is_rank_wrapper(p)]
+        while time.monotonic() < deadline and [len(x) for x in seen()] != [3, 1]:
             time.sleep(0.05)
-        pids = procs.tagged_pids(run_id)
+        pids, wrappers = seen()
         assert len(pids) == 3, pids
-        wrappers = [p for p in pids if procs.is_rank_wrapper(p)]
         assert len(wrappers) == 1 and agent.pid not in wrappers
         found = rank_programs(run_id)
         assert list(found) == [0] and found[0][0] not in (agent.pid, wrappers[0]) and found[0][0] in pids
