@@ -163,3 +163,28 @@ def test_node_paused_a_spare_finishes_nothing_it_writes_is_taken(workdir, refere
         said = read_json("runs/cut/nodes.json")["slots"]["1"]["attempts"][0]["failure"]
         assert said.startswith("node 1, lost: paused for ") and said.endswith("(its agent is stopped: SIGSTOP)"), said
         restored_and_fenced("runs/cut", run, row, reference_sha, before)
+
+
+BUG = ('import os, time\n'
+       'if os.environ["RANK"] == "1":\n'
+       '    raise ValueError("bad batch: 7 rows")\n'
+       'time.sleep(120)\n')
+
+
+def test_a_bug_on_every_node_stops_after_the_budget_and_quarantines_nothing(workdir):
+    """Issue 37 item 5, as a user meets it: rank 1 raises in every attempt, on whichever node it runs. Attempts 0
+    and 1 fail on slot 1 (its second strike quarantines it, the spare comes in); attempt 2 fails the same way on
+    slot 2: the program's, so no strike, slot 1 back out of quarantine, a restart; the budget spent, the run stops
+    with one line that says so; no slot is left quarantined or struck."""
+    Path("bug.py").write_text(BUG)
+    p = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--max-restarts", "3",
+                   "--run-dir", "runs/bug", "--", "bug.py", timeout=300)
+    assert p.returncode == 1, p.stderr[-3000:]
+    run = yaml.safe_load(Path("runs/bug/run.yaml").read_text())
+    assert [a["slots"] for a in run["attempts"]] == [[0, 1], [0, 1], [0, 2], [0, 2]], run["attempts"]
+    sign = "exit 1: ValueError: bad batch: # rows"
+    assert (f"not restarted: the same failure on slots 1, 2 ({sign}): the program's, not a node's; no strike; "
+            "but no restart left (--max-restarts)") in p.stderr, p.stderr[-3000:]
+    led = read_json("runs/bug/nodes.json")
+    assert led["pool"]["quarantined"] == [] and {s["strikes"] for s in led["slots"].values()} == {0}, led
+    assert "in 1 s (backoff: the same checkpoint again)" in p.stderr      # the third restart from scratch
