@@ -190,12 +190,22 @@ def ssh(**kw):
     _launch("ssh", kw)
 
 
+def cluster_named(flag: str | None, profile: str | None) -> str | None:
+    """`launch slurm`'s cluster: --cluster NAME (`--cluster ''`: this machine's Slurm), else the profile's
+    `slurm: {cluster: NAME}`, else None. Here, not in launchers.viacluster: a plain submit never imports that."""
+    if flag is not None:
+        return flag or None
+    if not profile:
+        return None
+    from .spec import load_profile
+    return (load_profile(profile).get("slurm") or {}).get("cluster") or None
+
+
 @main.command(cls=Grouped, context_settings=RUN_SETTINGS, epilog=VERB_EXAMPLES["slurm"])
 @job_options("slurm")
 @_errors
 def slurm(**kw):
     """Submit through sbatch (submitit); inside an allocation, start one torchrun per allocated node."""
-    from .viacluster import cluster_named
     cluster = cluster_named(kw["cluster"], kw["profile"])
     if cluster:
         _forward(cluster, kw["profile"])

@@ -44,17 +44,6 @@ PROFILE = ".launch-profile.yaml"       # the profile's copy in the upload
 VALUE_FLAGS = {o.cli_flag for o in (*COMMON, *BACKEND_OPTIONS["slurm"]) if o.cli_flag and o.kind not in ("flag", "switch")}
 
 
-def cluster_named(flag: str | None, profile: str | None) -> str | None:
-    """`launch slurm`'s cluster: --cluster NAME (`--cluster ''`: this machine's Slurm), else the profile's
-    `slurm: {cluster: NAME}`, else None."""
-    if flag is not None:
-        return flag or None
-    if not profile:
-        return None
-    from .spec import load_profile
-    return (load_profile(profile).get("slurm") or {}).get("cluster") or None
-
-
 def forward(verb: str, args: list[str], name: str, profile: str | None = None, out=None) -> int:
     """Run `launch VERB ARGS` (ARGS: as given, --cluster NAME left out) on the cluster; its exit code. out: a file
     for the login node's stdout (the Python API's cluster=: launchers.clusterrun), else this terminal's."""
