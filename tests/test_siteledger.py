@@ -8,6 +8,7 @@ import io
 import json
 import multiprocessing
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -265,7 +266,7 @@ def test_an_ssh_run_does_not_use_a_host_the_ledger_quarantined(workdir):
     hosts = ("sshhost1,sshhost2,sshhost3", "--nodes", "2", "--node-ledger", path, "--run-dir", "runs/avoid")
     dry = launch_on_ssh(*hosts, "--dry-run", "--", "report.py")
     nodes = [ln.split(" on ")[1].split("@")[1].split()[0].rstrip(":") for ln in dry.stdout.splitlines()
-             if ln.startswith("# node ")]
+             if re.match(r"# node \d+ on ", ln)]
     assert dry.returncode == 0 and nodes == ["sshhost1", "sshhost3"], dry.stdout + dry.stderr
     assert f"# node ledger {path}: quarantined, not used: sshhost2" in dry.stdout
     p = launch_on_ssh(*hosts, "--", "report.py")
