@@ -27,6 +27,11 @@ SECRETS = (".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "*.keystore", "
 NOT_SECRETS = re.compile(r"\.(example|sample|template|dist)$")     # .env.example: a template, no secret
 SECRET = "looks like a secret: name it in .launchinclude to take it"
 ALWAYS_IGNORED = ("__pycache__/",)
+# left out unless .launchinclude names them (issue 38): a virtualenv or conda env (a directory holding pyvenv.cfg
+# or conda-meta/) and the output directories of the usual tools (W&B, Hydra, Lightning, MLflow, Jupyter)
+OUTPUTS = ("wandb/", "outputs/", "multirun/", "lightning_logs/", "mlruns/", ".ipynb_checkpoints/")
+OUTPUT = "an output directory, left out by default: .launchinclude takes it"
+VENV = "a virtualenv, left out by default: .launchinclude takes it"
 
 
 def git(root: str, *args: str) -> bytes | None:
@@ -134,19 +139,35 @@ def tree_files(root: str, exclude: tuple[str, ...] = (), left: list | None = Non
     left += [(r, "a run dir") for r in runs if not any(r != o and r.startswith(o) for o in runs)]
     skip += tuple(runs)
     include = patterns_of(root, INCLUDE_FILE)
-    out, said = [], set(left)
+    out, said, envs = [], set(left), {}
     for f in sorted(set(files)):
         if not _file_or_link(os.path.join(root, f)) or any(f.startswith(s) for s in skip):
             continue                                          # a deleted file, a submodule; excluded, a run dir
         store = next((f[:len(f) - len(f"/{f}".split(f"/{s}/", 1)[1])] for s in STORES if f"/{s}/" in f"/{f}"), "")
         why = (_first_dir(f, pats), "always") if ignored_dirs(f, pats) else (store, "launch's store") if store \
-            else (f, "launch's temporary") if launch_temp(f) else (f, SECRET) if secret(f, include) else None
+            else (f, "launch's temporary") if launch_temp(f) else (f, SECRET) if secret(f, include) else \
+            left_by_default(root, f, include, envs)
         if why is None:
             out.append(f)
         elif why not in said:
             said.add(why)
             left.append(why)
     return out
+
+
+def left_by_default(root: str, rel: str, include: list[str], envs: dict[str, bool]) -> tuple[str, str] | None:
+    """(the directory, why) when rel lies in a virtualenv or an output directory (OUTPUTS) that .launchinclude
+    does not name; envs caches each directory's answer."""
+    parts = rel.split("/")
+    for i in range(1, len(parts)):
+        d = "/".join(parts[:i])
+        if d not in envs:
+            envs[d] = os.path.exists(os.path.join(root, d, "pyvenv.cfg")) or \
+                os.path.isdir(os.path.join(root, d, "conda-meta"))
+        why = VENV if envs[d] else OUTPUT if ignored(d, True, OUTPUTS) else None
+        if why and not (ignored(d, True, include) or ignored(rel, False, include)):
+            return d + "/", why
+    return None
 
 
 def _first_dir(rel: str, patterns: tuple[str, ...]) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import rank_lines, run_launch
-from launchers import api, manifest, rankexec, snapshot
+from launchers import api, manifest, rankexec, snapshot, snaptree
 from launchers.errors import LaunchError
 from launchers.spec import JobSpec, build_spec, load_profile
 
@@ -73,6 +73,23 @@ def test_plain_directory_uses_launchignore(tmp_path):
     write(tmp_path, {"a.py": "", "notes.tmp": "", "cache/x.py": "", "sub/cache/y.py": "", "sub/keep.py": "",
                      "sub/gen/z.py": "", "__pycache__/a.pyc": "", ".launchignore": "# c\n*.tmp\ncache/\nsub/gen\n"})
     assert snapshot.scan(str(tmp_path)).files == (".launchignore", "a.py", "sub/keep.py")
+
+
+def test_virtualenvs_and_output_dirs_are_left_out_by_default_and_the_dry_run_says_what_is_copied(tmp_path):
+    """Issue 38: a project without git holding a virtualenv, W&B's and Hydra's output directories: they are left
+    out (said, with why) unless .launchinclude names them; the dry-run's line says the files, the bytes and the
+    largest entries of what is copied."""
+    write(tmp_path, {"train.py": "print(1)\n", "venv/pyvenv.cfg": "home = /usr\n", "venv/lib/big.py": "x" * 5000,
+                     "conda/conda-meta/history": "", "conda/bin/python": "", "wandb/run-1/log": "l",
+                     "outputs/2026-12-06/.hydra/config.yaml": "a: 1\n", "pkg/outputs.py": "Y = 2\n",
+                     "data/d.bin": "d" * 3000})
+    snap = snapshot.scan(str(tmp_path))
+    assert snap.files == ("data/d.bin", "pkg/outputs.py", "train.py"), snap.files
+    assert sorted(snap.left_out) == [("conda/", snaptree.VENV), ("outputs/", snaptree.OUTPUT),
+                                     ("venv/", snaptree.VENV), ("wandb/", snaptree.OUTPUT)]
+    assert snapshot.held(snap) == "3 files, 2.9 KiB; largest: data/ 2.9 KiB, train.py 9 B, pkg/ 6 B"
+    (tmp_path / ".launchinclude").write_text("wandb/\n")
+    assert "wandb/run-1/log" in snapshot.scan(str(tmp_path)).files
 
 
 def test_run_dirs_and_stores_never_belong_to_the_tree_wherever_they_are(tmp_path, monkeypatch):
