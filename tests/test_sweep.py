@@ -207,7 +207,10 @@ def test_dependent_job_starts_only_after_its_parent(workdir):
     pjob = read_json(workdir / "runs/parent/status.json")["slurm_job_id"]
     script = next((workdir / "runs/child/slurm").glob("*_submission.sh")).read_text()
     assert f"#SBATCH --dependency=afterok:{pjob}" in script, script          # the run dir became its job id
-    p, c = job_times(pjob), job_times(read_json(workdir / "runs/child/status.json")["slurm_job_id"])
+    cjob, deadline = read_json(workdir / "runs/child/status.json")["slurm_job_id"], time.monotonic() + 60
+    while (c := job_times(cjob))["JobState"] in ("RUNNING", "COMPLETING") and time.monotonic() < deadline:
+        time.sleep(0.5)       # the run ended (launch wait) while the batch script's teardown still runs (CI, loaded)
+    p = job_times(pjob)
     assert p["JobState"] == "COMPLETED" and c["JobState"] == "COMPLETED", (p, c)
     assert c["StartTime"] >= p["EndTime"], (p, c)                            # ISO times: text order = time order
     assert rank_lines("runs/child", "REPORT ") and read_json(workdir / "runs/parent/status.json")["state"] == "COMPLETED"
