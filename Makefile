@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast pdsh podman registry-up registry-down reliability bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
+.PHONY: venv demo lint test test-fast pdsh podman registry-up registry-down reliability bench slurm-up slurm-down ssh-up ssh-down clusters-up clusters-down clean
 
 # torch is pinned to the CPU build on local disk; never an open range (it would pull a multi-GB CUDA build).
 $(STAMP): requirements.txt requirements-deepspeed.txt requirements-frameworks.txt setup.cfg pyproject.toml
@@ -60,6 +60,12 @@ test: venv $(TEST_PODMAN) $(if $(filter ssh,$(TEST_CLUSTERS)),pdsh)
 # it recorded in a fresh directory (never written by hand); the table is written even when a fault fails.
 # (SUBMAKE, not $(MAKE), in the long line: a line naming $(MAKE) runs even under `make -n`.)
 SUBMAKE := $(MAKE)
+# ruff (pyproject.toml's [tool.ruff]: pyflakes, import order, syntax) over every package, the tests and bench;
+# make test runs the same check (tests/test_lint.py).
+LINTED := launchers workloads nccl_tuning slurm bench tests examples
+lint: venv
+	$(BIN)/ruff check $(LINTED)
+
 reliability: venv
 	$(MAKE) clusters-up
 	out=$$(mktemp -d /tmp/launch-faults.XXXXXX); \

@@ -17,8 +17,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from launchers import procs                          # noqa: E402
-from launchers.hang.sample import rank_programs     # noqa: E402
+from launchers import procs  # noqa: E402
+from launchers.hang.sample import rank_programs  # noqa: E402
 
 LAUNCH = os.path.join(os.path.dirname(sys.executable), "launch")
 

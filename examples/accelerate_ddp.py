@@ -20,10 +20,9 @@ import sys
 import time
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
-
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, set_seed
+from torch.utils.data import DataLoader, TensorDataset
 
 from launchers.ckptptr import commit, read_latest
 

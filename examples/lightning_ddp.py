@@ -32,16 +32,14 @@ import sys
 import threading
 import time
 
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy
+from torch.utils.data import DataLoader, TensorDataset
 
 from launchers import integrations
 from launchers.ckptptr import read_latest, write_latest
-
 
 STOPPED: list[str] = []
 PHASE = ["setup"]                 # setup -> training -> done, or -> stopping once the ranks agreed on a Ctrl-C

@@ -12,11 +12,11 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from . import layout, nodebackend, nodeledger, runindex, timeline
-from .stops import exit_code
 from .errors import LaunchError, RunDirGone, TimedOut
 from .firstfail import describe as describe_failure
 from .restarts import end_line, plan_on, pool_of, run_attempts
 from .rundir import TERMINAL, RunDir, new_run_id
+from .stops import exit_code
 
 if TYPE_CHECKING:      # what only submit and resume need is imported there: `launch status` starts in half the time
     from .backends.base import Backend

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 try:                                    # a dependency (setup.cfg); the import is kept optional so that a broken
-    import xxhash                       # install still reads sha256 manifests and says what is missing
+    import xxhash  # install still reads sha256 manifests and says what is missing
 except ImportError:                     # pragma: no cover
     xxhash = None
 

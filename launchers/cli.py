@@ -195,7 +195,7 @@ def ssh(**kw):
 @_errors
 def slurm(**kw):
     """Submit through sbatch (submitit); inside an allocation, start one torchrun per allocated node."""
-    from .spec import load_profile    # --cluster NAME ('': here), else the profile's slurm.cluster (not viacluster:
+    from .spec import load_profile  # --cluster NAME ('': here), else the profile's slurm.cluster (not viacluster:
     flag, prof = kw["cluster"], kw["profile"]                  # a plain submit never imports that, ~60-90 ms)
     cluster = flag if flag is not None else (load_profile(prof).get("slurm") or {}).get("cluster") if prof else None
     if cluster:

@@ -18,8 +18,8 @@ from typing import Any, Iterator, Literal, Mapping, Sequence, overload
 from . import api, detach, layout, runindex
 from .errors import LaunchError, LaunchWarning, TimedOut, brief
 from .request import JobSpec, SlurmOptions, api_words
-from .runjson import DryRun
 from .rundir import TERMINAL, RunDir, list_runs
+from .runjson import DryRun
 from .spec import JobSpec as RecordedSpec
 from .spec import positive_int
 
@@ -268,7 +268,8 @@ def submit_sweep(spec: JobSpec, axes: Mapping[str, Sequence[Any]], dry_run: bool
     combination of `axes` ({"lr": [1e-3, 3e-4]}: `--lr V` appended to the program's args), under one sweep dir
     (the spec's run dir). Returns once the first run started (Slurm: the array queued); dry_run=True: a DryRun
     of every run's plan."""
-    from .sweeprun import plan_sweep, submit_sweep as sweep_verb
+    from .sweeprun import plan_sweep
+    from .sweeprun import submit_sweep as sweep_verb
     if not isinstance(spec, JobSpec):
         raise TypeError(f"submit_sweep takes a launchers.JobSpec, got {type(spec).__name__} {brief(spec)}")
     if not isinstance(axes, Mapping) or not axes:

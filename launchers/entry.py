@@ -13,7 +13,7 @@ def will_submit_to_slurm(argv: list[str]) -> bool:
     handed, and exits on EOF when the launcher ends without handing it anything)."""
     if len(argv) < 2 or argv[1] != "slurm":
         return False
-    from .backends.slurm.env import SlurmEnv          # only for `launch slurm` (a sixth of `launch status`'s start)
+    from .backends.slurm.env import SlurmEnv  # only for `launch slurm` (a sixth of `launch status`'s start)
     if SlurmEnv.read().in_allocation:
         return False
     opts = argv[2:argv.index("--")] if "--" in argv else argv[2:]

@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from . import ckptptr, extcache, heartbeat, layout, timeline
-from .hang import sample
 from .errors import LaunchError
+from .hang import sample
 from .rundir import RunDir
 
 LOG_TAIL_BYTES = 1 << 20        # NCCL refusals are searched in the last MiB of each rank log
@@ -107,7 +107,7 @@ def last_step(rd: RunDir, attempt: int) -> int | None:
 
 def nccl_refusals(rd: RunDir) -> list[str]:
     """Lines where NCCL refused a setting (the `launch nccl infolog` parser), one per distinct message."""
-    from nccl_tuning.nccltests import parse_info_log    # torch-free
+    from nccl_tuning.nccltests import parse_info_log  # torch-free
     out, seen = [], set()
     for _, rank, log in rd.rank_logs():
         try:            # inside the run dir, a regular file, its tail (layout.open_inside: issue 35)

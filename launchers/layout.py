@@ -87,7 +87,7 @@ def record_problem(data: object) -> str | None:
         return f"cannot be read ({brief(str(data).splitlines()[0] if str(data) else type(data).__name__)})"
     if not isinstance(data, dict):
         return f"is not a mapping (got {type(data).__name__})"
-    from .runopts import BACKENDS              # here: the rank wrapper imports this module, not the option table
+    from .runopts import BACKENDS  # here: the rank wrapper imports this module, not the option table
     spec = data.get("spec")
     if not isinstance(data.get("run_id"), str) or not isinstance(data.get("attempts"), list) or not data["attempts"]:
         return "lacks run_id or attempts"
@@ -327,7 +327,7 @@ def _no_constant(word: str) -> Any:
 
 def load_json(f: Any) -> Any:
     """json.load of a record: NaN/Infinity refused, a nesting too deep for the parser a ValueError (issue 35)."""
-    import json          # here: rank wrappers import this module before their program starts
+    import json  # here: rank wrappers import this module before their program starts
     try:
         return json.load(f, parse_constant=_no_constant)
     except RecursionError:
@@ -374,7 +374,7 @@ def last_step(run_dir: str) -> int | None:
 
 def load_run_yaml(run_dir: str) -> tuple[dict | None, str | None]:
     """(run.yaml's record, None), or (None, why it is not a launcher's record: a short phrase)."""
-    import yaml      # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
+    import yaml  # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
     try:
         with open(path(run_dir, "run_yaml"), encoding="utf-8") as f:
             data = yaml.safe_load(f)

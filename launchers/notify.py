@@ -179,7 +179,7 @@ def command_env(body: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str
 
 def post(url: str, body: Mapping[str, Any]) -> None:
     """One JSON POST; raises OSError (urllib's errors are OSErrors) unless the answer is 2xx."""
-    import urllib.request       # only when sending: every rank wrapper imports this module (through rundir)
+    import urllib.request  # only when sending: every rank wrapper imports this module (through rundir)
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json", "User-Agent": "launchers-notify"})
     with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:

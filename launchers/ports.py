@@ -47,7 +47,7 @@ def window(ephemeral: tuple[int, int] | None = None) -> tuple[int, int]:
 
 def derive_port(key: str) -> int:
     """A port in window() (within [20000, 60000)) that is stable for a given run id (or Slurm job id) on a machine."""
-    import hashlib       # here: the Slurm nodes import this module on their way to torchrun
+    import hashlib  # here: the Slurm nodes import this module on their way to torchrun
     low, high = window()
     h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
     return low + h % (high - low)

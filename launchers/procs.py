@@ -11,7 +11,7 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 TAG = "LAUNCH_RUN_ID"
 AGENT = b"torch.distributed.run"        # in a torchrun agent's command line

@@ -35,7 +35,7 @@ DEFAULT_GRACE_S = 30.0
 
 
 def _die_with_parent() -> None:
-    import ctypes        # in the forked child only
+    import ctypes  # in the forked child only
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -132,7 +132,7 @@ def supervise(pid: int, grace: float, term_as: int = signal.SIGTERM) -> tuple[in
 def bind(env) -> dict:
     """--cpu-bind (LAUNCH_CPU_BIND): this rank's CPU set from its node's plan (launchers.cpubind), applied to the
     wrapper before the program is forked (it inherits it); the record's fields. LaunchError: refused."""
-    from . import cpubind                        # stdlib only, a millisecond
+    from . import cpubind  # stdlib only, a millisecond
     mode = env.get("LAUNCH_CPU_BIND") or "none"
     first, _, every = (env.get("LAUNCH_CPU_BIND_SLOT") or f"0/{env.get('LOCAL_WORLD_SIZE', '1')}").partition("/")
     sets = cpubind.node_plan(mode, int(every), env) if mode != "none" else []     # SLOT: nodes sharing a machine
@@ -221,7 +221,7 @@ def node_manifest(run_dir: str, attempt: int) -> None:
 
 
 def record(run_dir: str, rec: dict) -> None:
-    from .rundir import RunDir                   # only now: nothing but os/signal/sys/time before the program
+    from .rundir import RunDir  # only now: nothing but os/signal/sys/time before the program
     try:
         RunDir(run_dir).write_rank_record(rec)
     except OSError as e:                         # a full disk: say so, keep the program's exit status
@@ -266,7 +266,7 @@ def main(argv: list[str]) -> int:
         os.write(2, f"launch rankexec: rank {rank}: cannot open its log: {e}\n".encode())
         return 2
     base = dict(rank=rank, node=node, attempt=attempt)
-    from .secretenv import unusable              # a secret not given (or ***) is never handed to the program
+    from .secretenv import unusable  # a secret not given (or ***) is never handed to the program
     why = unusable(env)
     try:
         bound, refused, workdir = (bind(env), None, snapshot_dir(env)) if why is None else ({}, why, None)

@@ -19,12 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
-from . import __version__, fence, firstfail, layout, notify, procs, runindex, sweep, trust
+from . import __version__, fence, firstfail, layout, notify, procs, runindex, secretenv, sweep, trust
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
-from .procs import exit_fields      # noqa: F401  (its home: procs; imported from here by the backends)
-from . import secretenv
+from .procs import exit_fields  # noqa: F401  (its home: procs; imported from here by the backends)
 from .secretenv import REDACTED, real_args
 from .stops import ENDINGS, exit_code, stopped_reason
 

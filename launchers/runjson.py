@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterator
 
 from . import layout, runindex, sweep
 from .errors import TimedOut
-from .rundir import RunDir, list_runs as _list
+from .rundir import RunDir
+from .rundir import list_runs as _list
 
 
 def iso(t: float | None) -> str | None:

@@ -16,9 +16,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from . import explain, rundir, show
+from . import explain, rundir, runindex, show
 from .errors import LaunchError
-from . import runindex
 from .rundir import RunDir
 
 MANY = 64                 # more ranks than this: one line per node

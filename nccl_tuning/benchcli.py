@@ -81,7 +81,7 @@ def _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, it
 
 def _check_launch_args(backend, extra):
     """Options we pass on must be `launch BACKEND` options (else it would take them as a program)."""
-    from launchers.runopts import BACKENDS, cli_flags   # the one declaration of every backend's options
+    from launchers.runopts import BACKENDS, cli_flags  # the one declaration of every backend's options
     if backend not in BACKENDS:
         return
     ours = {"--nodes", "--gpus-per-node", "--run-dir", "--nccl-preset", "--dry-run",

@@ -14,8 +14,19 @@ finds no device and NCCL falls back to TCP sockets).
 from __future__ import annotations
 
 from . import cmodel
-from .ncclsrc import (IF_PREFIX_MAX, MAX_IFS, cite, if_auto, if_key, if_parser, if_rules_tag,
-                      max_ib_devs, skips_not_running, vstr)
+from .ncclsrc import (
+    IF_PREFIX_MAX,
+    MAX_IFS,
+    cite,
+    if_auto,
+    if_key,
+    if_parser,
+    if_rules_tag,
+    max_ib_devs,
+    skips_not_running,
+    vstr,
+)
+
 
 def parse_devices(items, with_port: bool) -> list[tuple[str, int]]:
     """'eth0' or, for HCAs, 'mlx5_0:1' (no port: port 1) -> [(name, port)]."""

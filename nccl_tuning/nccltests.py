@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 
 from . import results as R
 from .errors import NcclTuningError
-from .infolog import ALGOS, PROTOS, parse_info_log, summarize_choices  # noqa: F401 (public API)
-from .infolog import failure, nccl_version
+from .infolog import ALGOS, PROTOS, failure, nccl_version, parse_info_log, summarize_choices  # noqa: F401 (public API)
 
 BINARIES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
             "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",

@@ -80,7 +80,7 @@ def _positive(flag, value) -> int:
 
 
 def default_run_dir(name: str) -> str:
-    from launchers.layout import choose_run_dir   # torch-free
+    from launchers.layout import choose_run_dir  # torch-free
     return choose_run_dir(None, name)
 
 

@@ -8,9 +8,22 @@ will use X") or silently does something other than written (says what NCCL will 
 from __future__ import annotations
 
 from . import cmodel
-from .ncclsrc import (DEFAULT_BUFFSIZE, DEFAULT_NET_CHUNK, LEGACY_LEVELS, LL128_NTHREADS,
-                      NCCL_STEPS, NTHREADS, WARP_SIZE, cite, debug_levels, debug_subsys,
-                      maxchannels, path_levels, per_peer_default, vstr)
+from .ncclsrc import (
+    DEFAULT_BUFFSIZE,
+    DEFAULT_NET_CHUNK,
+    LEGACY_LEVELS,
+    LL128_NTHREADS,
+    NCCL_STEPS,
+    NTHREADS,
+    WARP_SIZE,
+    cite,
+    debug_levels,
+    debug_subsys,
+    maxchannels,
+    path_levels,
+    per_peer_default,
+    vstr,
+)
 
 
 def read_int(value: str, default: int, tag) -> tuple[int, list]:

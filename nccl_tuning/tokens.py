@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import cmodel
-from .ncclsrc import (CONDITIONAL, FUNCS, PROTOS, SIMPLE_ONLY, algorithms, cite, coll_algorithms,
-                      vstr)
+from .ncclsrc import CONDITIONAL, FUNCS, PROTOS, SIMPLE_ONLY, algorithms, cite, coll_algorithms, vstr
 
 PRETTY = {"Broadcast": "broadcast", "Reduce": "reduce", "AllGather": "all_gather",
           "ReduceScatter": "reduce_scatter", "AllReduce": "all_reduce"}

@@ -16,10 +16,22 @@ import difflib
 from dataclasses import dataclass
 
 from . import ifcheck, srcchecks, tokens
-from .knowledge import (BUILTIN_NETS, DEBUGGING_CLASS, NAME_SINCE, NAMES, NEWEST, NOT_NCCL,
-                        REMOVED, REPLACEMENTS, SPECS, TORCH_NAMES, parse_int, parse_version, vstr)
+from .knowledge import (
+    BUILTIN_NETS,
+    DEBUGGING_CLASS,
+    NAME_SINCE,
+    NAMES,
+    NEWEST,
+    NOT_NCCL,
+    REMOVED,
+    REPLACEMENTS,
+    SPECS,
+    TORCH_NAMES,
+    parse_int,
+    parse_version,
+    vstr,
+)
 from .ncclsrc import cite, if_rules_tag, rules_tag
-
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, require_cluster
-from launchers import JobSpec, LaunchError, Run, runs, submit
-from launchers import procs
+from launchers import JobSpec, LaunchError, Run, procs, runs, submit
 
 STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH = {"hosts": ["sshhost1", "sshhost2"], "ssh_config": str(STATE / "ssh_config"),

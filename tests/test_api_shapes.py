@@ -12,8 +12,8 @@ import warnings
 
 import pytest
 
-from conftest import DATA, ROOT
 import launchers
+from conftest import DATA, ROOT
 from launchers import DryRun, JobSpec, LaunchError, LaunchWarning, SlurmOptions, submit, submit_sweep
 
 
@@ -116,6 +116,7 @@ def test_cli_args_ask_the_cli_for_the_same_job_as_the_spec(workdir):
     """JobSpec.cli_args() (what submit(cluster=) hands the login node's launch): `launch slurm ARGS --dry-run`
     prints the job the spec's own dry run does, option for option (the script's `produced by` line aside)."""
     import subprocess
+
     from conftest import LAUNCH
     spec = JobSpec(backend="slurm", nodes=2, gpus_per_node=4, run_dir=str(workdir / "runs/rt"), program=(
         "report.py", "--lr", "3e-4"), env={"A": "1 2"}, dist_backend="gloo", stop_grace=12.5, snapshot=False,

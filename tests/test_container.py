@@ -12,8 +12,7 @@ import pytest
 from launchers import container, containeropts
 from launchers.backends.local import LocalBackend
 from launchers.backends.slurm.backend import SlurmBackend
-from launchers.backends.slurm.render import (header_for, node_task_command, render_sbatch, sbatch_parameters,
-                                             srun_argv)
+from launchers.backends.slurm.render import header_for, node_task_command, render_sbatch, sbatch_parameters, srun_argv
 from launchers.backends.ssh import SSHBackend
 from launchers.doctor.checks import Context, container_runtime
 from launchers.errors import LaunchError

@@ -23,8 +23,17 @@ from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_l
 from launchers import container, procs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
-from common import (assert_latest_complete, convnet, kill_orphans, latest_checkpoint, metrics, orphans,  # noqa: E402
-                    proc_env, wait_for, wait_step)
+from common import (  # noqa: E402
+    assert_latest_complete,
+    convnet,
+    kill_orphans,
+    latest_checkpoint,
+    metrics,
+    orphans,
+    proc_env,
+    wait_for,
+    wait_step,
+)
 
 pytestmark = pytest.mark.podman
 IMAGE = os.environ.get("LAUNCH_TEST_IMAGE", "localhost/launch-python:test")

@@ -9,8 +9,17 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, LAUNCH, rank_lines, read_json, run_launch
-from launchers.cpubind import (Topology, check_allowed, format_cpulist, parse_cpulist, parse_gpu_numa, plan,
-                               read_topology, sharing, synthetic)
+from launchers.cpubind import (
+    Topology,
+    check_allowed,
+    format_cpulist,
+    parse_cpulist,
+    parse_gpu_numa,
+    plan,
+    read_topology,
+    sharing,
+    synthetic,
+)
 from launchers.errors import LaunchError
 
 

@@ -51,7 +51,7 @@ def test_a_held_filebaton_is_said_building_and_is_no_hang(tmp_path, monkeypatch)
     extcache.make(spec)
     assert api.format_status(dict(api.status(rd.path), state="RUNNING")).count("building") == 0
     os.makedirs(os.path.join(spec.torch_extensions_dir, "deepspeed_shm_comm"))
-    from torch.utils.file_baton import FileBaton       # here, not at collection: every xdist worker collects
+    from torch.utils.file_baton import FileBaton  # here, not at collection: every xdist worker collects
     baton = FileBaton(os.path.join(spec.torch_extensions_dir, "deepspeed_shm_comm", "lock"))
     assert baton.try_acquire()          # torch's own lock, as cpp_extension._jit_compile takes it
     try:

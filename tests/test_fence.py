@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_json, run_launch
-from launchers import fence, layout
+from launchers import fence
 from launchers.heartbeat import Reporter
 
 

@@ -312,6 +312,7 @@ def test_slurm_gate_one_bad_node_stops_every_node(tmp_path, monkeypatch):
     uses: the faulty ibstat output is placed on this hostname only. As node 1 it writes its bad verdict and
     stops; as node 0 (healthy tools) it reads node 1's verdict and stops too, naming node 1; alone, it passes."""
     import socket
+
     from gpu_standins import per_host_tools, python_with_tools
     from launchers.backends.slurm.gpugate import check_node
     from launchers.errors import LaunchError

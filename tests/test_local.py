@@ -1,6 +1,5 @@
 """The local backend with real torchrun agents and gloo workers (2 nodes x 2 processes)."""
 import json
-import os
 import signal
 import subprocess
 import time

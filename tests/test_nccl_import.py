@@ -14,7 +14,6 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import LAUNCH
-
 from nccl_tuning import nccltests, results
 from nccl_tuning.cli import nccl
 from nccl_tuning.errors import NcclTuningError

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from nccl_tuning import infolog, nccltests, results
-from nccl_tuning.errors import NcclTuningError
 from nccl_tuning.cli import nccl
+from nccl_tuning.errors import NcclTuningError
 
 REAL = Path(__file__).parent / "data" / "nccltests" / "real"
 

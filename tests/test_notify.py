@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, read_json, require_cluster, run_launch
 import launchers
+from conftest import ROOT, read_json, require_cluster, run_launch
 from launchers import notify
 from launchers.errors import LaunchError
 from launchers.spec import build_spec

@@ -8,7 +8,6 @@ record naming this process); one real tiny local run for the refusal while it ru
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -106,7 +105,7 @@ def test_list_shows_unreadable_run_dirs(tmp_path, monkeypatch):
     UNREADABLE with the reason, never PENDING, never dropped."""
     monkeypatch.setenv("LAUNCH_RUNS_ROOT", str(tmp_path / "runs"))
     monkeypatch.setenv("LAUNCH_STATE_DIR", str(tmp_path / "state"))     # the runs index: these runs only
-    good = make_run(tmp_path, "good")
+    make_run(tmp_path, "good")
     bad = {name: make_run(tmp_path, name) for name in ("trunc", "isdir", "nostatus", "badyaml")}
     Path(bad["trunc"].status_path).write_text('{"state": "RUN')
     os.unlink(bad["isdir"].status_path)

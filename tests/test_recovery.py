@@ -409,7 +409,7 @@ def test_lemon_node_is_quarantined_and_a_spare_finishes_bit_exact(workdir, refer
     from checkpoints/latest with the weights of an uninterrupted run of the same world size; no person, no
     process left."""
     with recovery_row("local", "lemon node (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
-                      "restart, then quarantined and replaced by the spare; COMPLETED, exit 0, no command typed") as row:
+                      "restart, then quarantined and replaced by the spare; COMPLETED, exit 0, no command typed"):
         p = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir", "runs/lemon",
                        "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
         assert p.returncode == 0, p.stderr[-3000:]
@@ -558,7 +558,7 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
     uninterrupted run; nothing of the run is left on any host (the root namespace sees every host's processes)."""
     require_ssh()
     with recovery_row("ssh", "lemon host (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
-                      "restart, then quarantined, the spare host in; COMPLETED, exit 0, no command typed") as row:
+                      "restart, then quarantined, the spare host in; COMPLETED, exit 0, no command typed"):
         p = launch_on_ssh("sshhost1,sshhost2,sshhost3", "--nodes", "2", "--spares", "1", "--run-dir", "runs/lemon",
                           "--node-ledger", "site.json", "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
         assert p.returncode == 0, p.stderr[-3000:]
@@ -736,7 +736,7 @@ def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bi
     all in one Slurm job (no requeue, no new submission); bit-exact with the uninterrupted run."""
     require_slurm()
     with recovery_row("slurm", "lemon node (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
-                      "REQUEUED twice in one job (restart, then the spare); COMPLETED, exit 0") as row:
+                      "REQUEUED twice in one job (restart, then the spare); COMPLETED, exit 0"):
         submit_with_a_spare("runs/lemon", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1",
                             flags=("--node-ledger", "site.json"))
         p = run_launch("wait", "runs/lemon", timeout=600)

@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+import test_recovery
 from conftest import LAUNCH, read_json, run_launch
 from launchers import procs
 from launchers.backends.local import PAUSED_S, Paused
 from launchers.remote import node_pids
 from test_recovery import PROGRAM, frozen_records, gone, recovery_row, restored_and_fenced
-from test_recovery import reference_sha  # noqa: F401  (the uninterrupted run's weights: a fixture here too)
+
+reference_sha = test_recovery.reference_sha    # the uninterrupted run's weights: a fixture here too
 from common import kill_orphans, run_id, wait_for  # noqa: E402  (tests/faults: on the path after test_recovery)
 from common import read_json as read_json_or_none  # noqa: E402  (None when missing or not whole yet)
 

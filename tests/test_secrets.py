@@ -266,7 +266,7 @@ def test_known_values_redacted_from_exception_status_and_payload(tmp_path, monke
     monkeypatch.setenv("MY_DB_PASS", "pw-file-3c9")
     monkeypatch.setenv(secretenv.NAMES_ENV, "MY_DB_PASS")
     line = rankcause.exception_line(str(log))
-    assert line == f"RuntimeError: login as *** to https://u:***@h/x with *** failed", line
+    assert line == "RuntimeError: login as *** to https://u:***@h/x with *** failed", line
     rd = RunDir.create(spec(run_dir=str(tmp_path / "r")), "r-1", {})
     st = rd.update_status(state="FAILED", reason="auth pw-file-3c9 refused",
                           first_failure={"rank": 0, "exception": f"KeyError: {BEARER}"})
@@ -337,6 +337,7 @@ def test_cluster_submit_carries_secrets_over_stdin_only(tmp_path, monkeypatch):
     """--cluster: an --env value that is secret and a --secret's value reach the login node's launch through its
     environment (read from the connection's stdin), never on a command line there (its ps) nor in the dry-run."""
     import base64
+
     from launchers import clusters, viacluster
     from launchers.clusterssh import remote_line
     monkeypatch.setenv("MY_DB_PASS", "pw-env-8d1")
@@ -388,6 +389,7 @@ def gone(pid: int) -> bool:
 
 def test_notify_command_that_hangs_is_ended_with_all_it_started(tmp_path, monkeypatch):
     import time
+
     from launchers import notify
     monkeypatch.setattr(notify, "COMMAND_TIMEOUT_S", 1.0)
     pids, body = tmp_path / "pids", {"event": "FAILED", "run_dir": str(tmp_path)}
@@ -424,6 +426,7 @@ def test_local_run_notify_that_hangs_leaves_no_process(tmp_path):
 
 def test_profile_dates_stay_text_and_a_huge_one_is_not_read(tmp_path):
     import time
+
     from launchers.spec import load_profile
     (tmp_path / "p.yaml").write_text("name: 2001-12-14\nenv: {WHEN: '2001-12-14t21:59:43.10-05:00', AT: 2002-12-14 "
                                      "21:59:43.10 -5}\n")

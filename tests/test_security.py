@@ -283,7 +283,8 @@ def test_yaml_only_safe_loaded():
     assert [c for c in loads if c[2] not in ("safe_load", "safe_load_all")] == []
     assert [c for c in calls if c[2] in ("Loader", "FullLoader", "UnsafeLoader", "unsafe_load", "full_load")] == []
     import yaml
-    from launchers import values     # the profile's loader (numbers kept as text, duplicate keys refused)
+
+    from launchers import values  # the profile's loader (numbers kept as text, duplicate keys refused)
     assert issubclass(values.profile_loader(), yaml.SafeLoader)
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import read_json, run_launch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import read_json, run_launch
 from launchers import api, nodeledger, recovery, siteledger
 from launchers.backends.slurm.render import render_sbatch
 from launchers.backends.slurm.status import known_of

@@ -87,6 +87,7 @@ def test_a_node_inside_slurms_oci_container_is_found_by_its_host_name():
     """srun --container (Slurm 22.05): the task sees the step's variables only; SLURM_NODEID/PROCID/SLURMD_NODENAME,
     when present, are the batch step's (srun --export=ALL), so the node is its host's place in the step."""
     import socket
+
     from launchers.backends.slurm.env import SlurmEnv
     me = socket.gethostname().split(".")[0]
     stale = {"SLURM_JOB_ID": "7", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURMD_NODENAME": "other"}

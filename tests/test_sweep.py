@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_json, rank_lines, require_cluster, run_launch
+from conftest import ROOT, rank_lines, read_json, require_cluster, run_launch
 from launchers import sweep
 from launchers.backends.slurm.render import dependency, render_sbatch, split_after
 from launchers.errors import LaunchError
 from test_slurm_render import GOLDEN, HEADER, spec
-
 
 # ------------------------------------------------------------------------------------------ pure
 
@@ -199,8 +198,8 @@ def job_times(job_id):
 @pytest.mark.slurm
 def test_dependent_job_starts_only_after_its_parent(workdir):
     need_slurm()
-    parent = run_launch("slurm", "--time", "5", "--env", "TEST_SLEEP=6", "--run-dir", "runs/parent", "--",
-                        "report.py", check=True)
+    run_launch("slurm", "--time", "5", "--env", "TEST_SLEEP=6", "--run-dir", "runs/parent", "--",
+             "report.py", check=True)
     child = run_launch("slurm", "--time", "5", "--after", "runs/parent", "--run-dir", "runs/child", "--wait", "--",
                        "report.py", check=True, timeout=240)
     assert "COMPLETED" in child.stderr, child.stderr

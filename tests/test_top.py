@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import LAUNCH, ROOT
-from launchers import ckptptr, explain, heartbeat, integrations, top
+from launchers import explain, heartbeat, integrations, top
 from launchers.rundir import RunDir
 from launchers.spec import JobSpec
 

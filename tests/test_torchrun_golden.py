@@ -1,8 +1,8 @@
 """Golden test of the one per-node torchrun command builder (pure)."""
 import pytest
 
-from launchers.spec import JobSpec
 from launchers.ports import derive_port, window
+from launchers.spec import JobSpec
 from launchers.torchrun import node_command
 
 

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 
 from conftest import LAUNCH, ROOT, run_launch
 from launchers import request, values

@@ -8,7 +8,6 @@ with the same param_sha256 as an uninterrupted run. A teardown deadlock shows up
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
 import pickle

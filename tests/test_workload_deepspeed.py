@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, assert_ranks_refused, read_json, run_launch
+import pytest  # noqa: E402
 
+from conftest import ROOT, assert_ranks_refused, read_json, run_launch
 from launchers.ckptptr import write_manifest
 from workloads.common import dsconfig
-import pytest  # noqa: E402
 
 # real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
 pytestmark = pytest.mark.slow

@@ -4,10 +4,10 @@ shape) and continues the uninterrupted 4-rank loss trajectory within tolerance."
 import json
 from pathlib import Path
 
+import pytest  # noqa: E402
 import yaml
 
 from conftest import read_json, run_launch
-import pytest  # noqa: E402
 
 # real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
 pytestmark = pytest.mark.slow

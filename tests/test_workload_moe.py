@@ -5,8 +5,9 @@ import json
 import re
 from pathlib import Path
 
-from conftest import assert_ranks_refused, read_json, rank_lines, run_launch
 import pytest  # noqa: E402
+
+from conftest import assert_ranks_refused, rank_lines, read_json, run_launch
 
 # real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
 pytestmark = pytest.mark.slow

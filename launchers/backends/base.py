@@ -18,10 +18,10 @@ from .. import procs
 from ..container import cleanup_argv, wrap
 from ..containeropts import host_limits
 from ..cpubind import describe
+from ..nodebackend import AUTO, PLANNED, Teller
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
 from ..stops import decide
-from ..nodebackend import AUTO, PLANNED, Teller
 from ..torchrun import NodeCommand, node_command
 
 

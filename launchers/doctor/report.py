@@ -5,8 +5,20 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 
-from .checks import (SLOW, Check, Context, container_runtime, gpus, master_port, nccl_env, reach, resources, shared,
-                     skip, versions)
+from .checks import (
+    SLOW,
+    Check,
+    Context,
+    container_runtime,
+    gpus,
+    master_port,
+    nccl_env,
+    reach,
+    resources,
+    shared,
+    skip,
+    versions,
+)
 from .gpucheck import gpu_health
 from .targets import NodeRun
 

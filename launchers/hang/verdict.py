@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 SURE = ("process stopped", "process gone", "behind")     # stalled for certain, not only a stack outside torch
 
 

@@ -18,9 +18,25 @@ from typing import Callable
 import pytest
 import yaml
 
-from common import (agent_pid, assert_latest_complete, convnet, fault_row, final_sha, first_failure_text,
-                    first_step_time, kill_orphans, latest_checkpoint, orphans, rank_pid, read_json, run_id, seconds,
-                    status, wait_for, wait_step)
+from common import (
+    agent_pid,
+    assert_latest_complete,
+    convnet,
+    fault_row,
+    final_sha,
+    first_failure_text,
+    first_step_time,
+    kill_orphans,
+    latest_checkpoint,
+    orphans,
+    rank_pid,
+    read_json,
+    run_id,
+    seconds,
+    status,
+    wait_for,
+    wait_step,
+)
 from conftest import LAUNCH, once, run_launch
 from launchers import procs
 

@@ -23,8 +23,23 @@ from typing import Callable
 import pytest
 import yaml
 
-from common import (agent_pid, assert_latest_complete, convnet, fault_row, final_sha, first_failure_text,
-                    first_step_time, kill_orphans, metrics, orphans, progress, rank_pid, run_id, seconds, wait_for)
+from common import (
+    agent_pid,
+    assert_latest_complete,
+    convnet,
+    fault_row,
+    final_sha,
+    first_failure_text,
+    first_step_time,
+    kill_orphans,
+    metrics,
+    orphans,
+    progress,
+    rank_pid,
+    run_id,
+    seconds,
+    wait_for,
+)
 from common import status as read_status
 from conftest import LAUNCH, ROOT, once, rank_lines, read_json, require_cluster, run_launch
 
@@ -507,7 +522,7 @@ def own_job_node_killed(ctx: Ctx) -> None:
     slurmd and every process of its namespace): after SlurmdTimeout the job ends NODE_FAIL and Slurm requeues
     it (#SBATCH --requeue); the script runs again on live nodes and continues the run from checkpoints/latest."""
     cluster_idle()
-    job = submit_own(ctx)
+    submit_own(ctx)
     dead = read_json(f"{ctx.run_dir}/status/node1.json")["host"]           # not the batch host (node 0's)
     t = time.time()
     try:

@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, once, read_json, require_cluster, run_launch
-from record import record
 from launchers.sshconn import LOST_S
+from record import record
 
 pytestmark = pytest.mark.ssh
 

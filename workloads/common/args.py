@@ -10,7 +10,6 @@ import sys
 
 from . import data, faults
 
-
 DEFAULT_LR = {"digits": 1e-2, "synthetic": 3e-3, "cifar10": 1e-3}
 
 

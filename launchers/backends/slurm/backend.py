@@ -219,7 +219,7 @@ class SlurmBackend(Backend):
             st = rd.check_launcher()
             if st.get("state") != "PREEMPTED":
                 return st
-            from .inalloc import settle_preempted        # waiting for Slurm's requeue while the job is queued
+            from .inalloc import settle_preempted  # waiting for Slurm's requeue while the job is queued
             return settle_preempted(rd, st, lambda: queue_states(job_id) if job_id else [])
         if not job_id or st.get("state") in TERMINAL:
             return st

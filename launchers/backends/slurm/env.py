@@ -8,7 +8,6 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-
 # what the batch step's loop over attempts (launchers.backends.slurm.steps, --spares) tells each step's nodes
 STEP_HOSTS, STEP_SLOTS, STEP_ATTEMPT = "LAUNCH_STEP_HOSTS", "LAUNCH_STEP_SLOTS", "LAUNCH_STEP_ATTEMPT"
 

@@ -121,6 +121,7 @@ def requeued_run(run_dir: str | None, environ: Mapping[str, str] | None = None) 
     """The verdict on `--run-dir` inside an allocation when that run dir exists and may continue (decide()
     says continue); None otherwise (nothing to continue: the usual path and its refusal)."""
     import os
+
     from ... import layout
     env = SlurmEnv.read(environ)
     if not run_dir or not env.in_allocation or not layout.is_run_dir(os.path.abspath(run_dir)):

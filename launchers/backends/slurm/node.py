@@ -29,11 +29,11 @@ from dataclasses import replace
 from typing import Any
 
 from ... import layout, ports, procs
+from ...container import agent_code, step_cwd, wrap
+from ...containeropts import host_limits
 from ...errors import LaunchError
 from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
-from ...container import agent_code, step_cwd, wrap
-from ...containeropts import host_limits
 from ...stops import decide, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
 from . import gone

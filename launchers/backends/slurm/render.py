@@ -267,7 +267,6 @@ def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple
     a test (tests/test_slurm_render.py). Rendering it here keeps submitit's ~60 ms import off the launcher's
     start-up; submitit itself submits the script (submit.py). array=(runs, at once): a job array of a sweep
     (spec.run_dir is then the sweep dir), in submitit's array layout (`--array=0-N%P`, %A_%a outputs)."""
-    folder = layout.path(spec.run_dir, "slurm")
     params = {k: v for k, v in sbatch_parameters(spec).items() if v is not None}
     params.pop("stderr_to_stdout")                       # our scripts always merge stderr into stdout
     signal_delay_s = params.pop("signal_delay_s")

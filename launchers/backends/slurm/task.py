@@ -36,7 +36,7 @@ def run_dir_of(path: str) -> str:
 
 
 def _node_task_class():
-    from submitit.helpers import Checkpointable        # the launcher pickles it; the nodes never import submitit
+    from submitit.helpers import Checkpointable  # the launcher pickles it; the nodes never import submitit
 
     class NodeTask(Checkpointable):
         """What submitit submits (pickled into the submitit folder); srun's `task` runs the same call without
