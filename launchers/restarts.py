@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import nodeledger, recovery, siteledger, timeline
@@ -30,16 +32,17 @@ def run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_lef
     while backend.owns_restarts and code == 1:
         detected = time.time()                   # the launcher saw the attempt end
         ff = rd.read_status().get("first_failure")
-        decision = decide(spec, rd, plan.attempt, ff, restarts_left, detected)
+        decided = decide(spec, rd, plan.attempt, ff, restarts_left, detected)
+        decision = decided.decision
         if decision.action == "stop":
             if spec.max_restarts:
                 print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); not restarted: "
                       f"{decision.why}", file=sys.stderr)
             break
         restarts_left -= 1
-        wait = backoff_s(rd)
+        wait = backoff_s(decided.decisions)
         print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); {decision.why}; restarting from "
-              f"{resume_point(rd)} ({restarts_left} restarts left){backoff_said(wait)}", file=sys.stderr)
+              f"{decided.resume} ({restarts_left} restarts left){backoff_said(wait)}", file=sys.stderr)
         time.sleep(wait)
         record_timeline(rd)                      # before the next attempt's heartbeats replace this one's
         attempt = len(rd.read_run_yaml()["attempts"])
@@ -74,8 +77,17 @@ def record_timeline(rd: RunDir) -> None:
         print(f"launch: recovery timeline not recorded ({e.strerror or e})", file=sys.stderr)
 
 
+@dataclass(frozen=True)
+class Decided:
+    """decide()'s answer: the policy's decision, the checkpoint the next attempt resumes from (the decision's
+    `from`, resolved once) and the ledger's decisions as nodes.json now holds them (what backoff_s counts)."""
+    decision: recovery.Decision
+    resume: str
+    decisions: tuple[dict[str, Any], ...]
+
+
 def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, restarts_left: int,
-           detected: float | None = None, nodes: dict[str, Any] | None = None) -> recovery.Decision:
+           detected: float | None = None, nodes: dict[str, Any] | None = None) -> Decided:
     """The policy's decision on a failed attempt, written into the node ledger with the times of the fault,
     its detection and the decision (a full disk: said, not fatal). nodes: each node's exit (default: status.json's)."""
     led = nodeledger.read(rd.path)
@@ -83,24 +95,26 @@ def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, r
     failure = recovery.failure_of(ff, pool, describe_failure(ff))
     decision = recovery.decide(failure, pool, nodeledger.strikes(led), spec.quarantine_after, restarts_left,
                                (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None, nodeledger.signs(led))
-    times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": time.time(), "from": resume_point(rd)}
+    resume = resume_point(rd)
+    times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": time.time(), "from": resume}
     try:
-        nodeledger.record(rd.path, led, attempt, pool, failure, nodes or rd.read_status().get("nodes") or {}, decision,
-                          spec.quarantine_after, times)
-    except OSError as e:
+        led = nodeledger.record(rd.path, led, attempt, pool, failure, nodes or rd.read_status().get("nodes") or {},
+                                decision, spec.quarantine_after, times)
+    except OSError as e:                         # the ledger keeps the decisions before this one
         print(f"launch: node ledger not written ({e.strerror or e})", file=sys.stderr)
-    return decision
+    return Decided(decision, resume, tuple((led or {}).get("decisions") or ()))
 
 
 BACKOFF_FREE = 2          # restarts from one checkpoint without a wait (a run that makes progress never waits)
 BACKOFF_MAX_S = 30.0
 
 
-def backoff_s(rd: RunDir) -> float:
-    """The wait before the restart just decided: none for the first BACKOFF_FREE restarts in a row from the same
-    checkpoint (the ledger's decisions' `from`), then 1, 2, 4 ... s up to BACKOFF_MAX_S: a fault that comes back
-    before any progress does not hammer the nodes and the storage with starts."""
-    decisions = [d for d in (nodeledger.read(rd.path) or {}).get("decisions") or [] if not d.get("preflight")]
+def backoff_s(ledger_decisions: Sequence[dict[str, Any]]) -> float:
+    """The wait before the restart just decided (the last of the ledger's decisions: Decided.decisions): none for
+    the first BACKOFF_FREE restarts in a row from the same checkpoint (the decisions' `from`), then 1, 2, 4 ... s
+    up to BACKOFF_MAX_S: a fault that comes back before any progress does not hammer the nodes and the storage
+    with starts."""
+    decisions = [d for d in ledger_decisions if not d.get("preflight")]
     run = 0
     for d in reversed(decisions):
         if d.get("from") is None or d.get("from") != decisions[-1].get("from") or d.get("action") == "stop":

@@ -251,17 +251,25 @@ def test_a_failure_on_every_node_is_the_programs_and_stops_after_the_budget(tmp_
 def test_restarts_from_the_same_checkpoint_back_off(tmp_path):
     """Issue 37 item 5: a run that makes progress never waits; the third restart in a row from one checkpoint
     waits 1 s, then 2, 4 ... up to 30 s; a new checkpoint starts the count again."""
-    spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("x.py",), program_args=(),
-                   run_dir=str(tmp_path / "run"), name="x")
-    rd = RunDir.create(spec, "x-1", {"hosts": []})
-    waits = []
+    decisions, waits = [{"attempt": 0, "preflight": True, "action": "replace"}], []
     for point in ["scratch", "step-2", "step-2", "step-2", "step-2", "step-2", *["step-2"] * 6, "step-4"]:
-        led = nodeledger.read(rd.path) or {}
-        decisions = [*(led.get("decisions") or []), {"attempt": len(waits), "action": "restart", "from": point}]
-        Path(rd.path, "nodes.json").write_text(json.dumps(dict(led, decisions=decisions)))
-        waits.append(restarts.backoff_s(rd))
+        decisions.append({"attempt": len(waits), "action": "restart", "from": point})
+        waits.append(restarts.backoff_s(decisions))
     assert waits == [0, 0, 0, 1, 2, 4, 8, 16, 30, 30, 30, 30, 0], waits
     assert restarts.backoff_said(0) == "" and restarts.backoff_said(2.0) == "; in 2 s (backoff: the same checkpoint again)"
+
+
+def test_decide_returns_what_it_recorded(tmp_path):
+    """restarts.decide resolves the resume point once and hands back the decision, that point (the ledger's `from`)
+    and the ledger's decisions as written: the restart line and backoff_s use them, nodes.json is not read back."""
+    spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("x.py",), program_args=(),
+                   run_dir=str(tmp_path / "run"), name="x", max_restarts=2)
+    rd = RunDir.create(spec, "x-1", {"hosts": []})
+    ff = {"rank": 0, "node": 0, "exit_code": 1, "time": 5.0}
+    done = [restarts.decide(spec, rd, k, ff, 2 - k, 6.0, {"0": 1}) for k in range(2)]
+    assert [(d.decision.action, d.resume) for d in done] == [("restart", "scratch"), ("stop", "scratch")], done
+    assert done[-1].decisions == tuple(nodeledger.read(rd.path)["decisions"]) and len(done[-1].decisions) == 2
+    assert [d["from"] for d in done[-1].decisions] == ["scratch", "scratch"]
 
 
 def opts(spares=0, after=2, restarts=0, nodes=1, low=0, high=0):

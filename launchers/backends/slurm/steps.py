@@ -79,29 +79,32 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
         rd.update_attempt(attempt, {"hosts": hosts, "slots": list(pool.active), "nodes": len(hosts),  # also when
                                     "slurm_job_id": env.job_id}, {"gpus_per_node": spec.gpus_per_node})  # no agent ran
         status = subprocess.call(argv, env=step_env(hosts, pool.active, attempt))
-        decided: list[Any] = []
+        decided: list[restarts.Decided] = []
 
         def on_failure(ff: dict | None, nodes: dict, attempt=attempt) -> str | None:
             left = spec.max_restarts - restarts_used(read_ledger(rd.path))
-            d = restarts.decide(spec, rd, attempt, ff, left, time.time(), nodes)
-            decided.append(d)
+            done = restarts.decide(spec, rd, attempt, ff, left, time.time(), nodes)
+            d = done.decision
+            decided.append(done)
             if d.action == "stop":
                 return None
             return (f"attempt {attempt} failed ({describe(ff)}); {d.why}; restarting in job {env.job_id} on "
-                    + ",".join(allocation[s] for s in d.pool.active) + restarts.backoff_said(restarts.backoff_s(rd)))
+                    + ",".join(allocation[s] for s in d.pool.active)
+                    + restarts.backoff_said(restarts.backoff_s(done.decisions)))
 
         code = finalize(rd.path, base_attempt, srun_status=status, attempt=attempt, on_failure=on_failure,
                         nodes_run=len(hosts))
-        if not decided or decided[-1].action == "stop":
-            if decided:
-                print(f"launch: attempt {attempt} failed; not restarted: {decided[-1].why}", file=sys.stderr)
+        last = decided[-1].decision if decided else None
+        if last is None or last.action == "stop":
+            if last is not None:
+                print(f"launch: attempt {attempt} failed; not restarted: {last.why}", file=sys.stderr)
             restarts.record_timeline(rd)
             restarts.record_site(spec, rd)       # its strikes into the site's node ledger (--node-ledger)
             return code
         print(f"launch: {rd.read_status().get('reason')}", file=sys.stderr, flush=True)
         restarts.record_timeline(rd)
-        time.sleep(restarts.backoff_s(rd))
-        active = decided[-1].pool.active           # --nodes MIN:MAX: the run's shape is the pool's (run.yaml)
+        time.sleep(restarts.backoff_s(decided[-1].decisions))
+        active = last.pool.active           # --nodes MIN:MAX: the run's shape is the pool's (run.yaml)
         attempt = rd.add_attempt(spec.replace(nodes=len(active)) if spec.min_nodes else spec,
                                  {"backend": "slurm", "slurm_job_id": env.job_id, "by": timeline.BY_POLICY,
                                   "hosts": [allocation[s] for s in active]})
