@@ -15,7 +15,8 @@ SIGKILL = 9
 UNLIMITED = 1 << 62             # cgroup v1's "no limit" is a number near 2**63
 # what a collective library says when a peer process went away (the rank failed because another did first): gloo's
 # tcp pair ("Connection closed by peer [ADDR]:PORT", torch adding "This is typically caused by a remote worker
-# crashing"), NCCL's ncclRemoteError (nccl-2.21.5-1/src/init.cc:2265) and socket warning (src/misc/socket.cc:50)
+# crashing"), NCCL's ncclRemoteError (nccl-2.21.5/src/init.cc:2265) and socket warning
+# (nccl-2.21.5/src/misc/socket.cc:50)
 PEER_LOSS = ("connection closed by peer", "connection reset by peer", "remote worker crashing",
              "remote process exited", "connection closed by remote peer")
 # per cgroup version: (its controller field in /proc/self/cgroup, its mount under CGROUP_ROOT, the file holding

@@ -26,8 +26,8 @@ Forms read, as NCCL prints them (cited from the code read at each tag):
   transport/net_ib.cc:538): the HCA ports NCCL's IB transport uses;
 - WARN lines (`host:pid:tid [dev] file.cc:line NCCL WARN ...`, nccl-2.21.5/src/debug.cc:179), each
   message once with its count, and the failures nccl-tests prints (`Test NCCL failure`, `Test CUDA
-  failure`, `Test timeout`: nccl-tests-2.19.6/src/common.h:34,47,61; `NCCL failure FILE:LINE` of
-  nccl-tests before 2.0): each said in one line.
+  failure`: nccl-tests-2.19.6/src/common.h:47,61,34; `Test timeout`: nccl-tests-2.19.6/src/common.cu:523;
+  `NCCL failure FILE:LINE` of nccl-tests before 2.0): each said in one line.
 """
 from __future__ import annotations
 
