@@ -243,8 +243,10 @@ def cancel(path: str) -> str | None:
             and not backend.active(rd):     # nothing starting, running or left over (a dead launcher's: swept)
         return st["state"]
     ssh = data["spec"]["backend"] == "ssh" and trust.ssh_refusal(rd.path, data["spec"].get("options") or {})
-    slurm = data["spec"]["backend"] == "slurm" and not st.get("in_allocation") and st.get("slurm_job_id") \
-        and trust.slurm_refusal(rd.path, st["slurm_job_id"])
+    slurm = None
+    if data["spec"]["backend"] == "slurm" and not st.get("in_allocation") and st.get("slurm_job_id"):
+        from .backends.slurm.status import job_files  # the one owner of `scontrol show job`
+        slurm = trust.slurm_refusal(rd.path, st["slurm_job_id"], job_files)
     if why := trust.cancel_refusal(rd.path, data["run_id"], st) or ssh or slurm:
         raise LaunchError(why)          # a copied or crafted run dir proves nothing (issue 35, docs/SECURITY.md)
     backend.cancel(rd)

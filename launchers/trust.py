@@ -17,8 +17,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
-from typing import Any
+from typing import Any, Callable
 
 from . import layout, procs, sweep
 
@@ -123,25 +122,22 @@ def record_refusal(run_dir: str) -> str | None:
 
 
 JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$")
-_PATHS = re.compile(r"\b(StdOut|StdErr|Command)=(.*?)(?= [A-Za-z]+=|$)")
 
 
-def slurm_refusal(run_dir: str, job_id: Any) -> str | None:
+def slurm_refusal(run_dir: str, job_id: Any, files_of: Callable[[str], list[str] | None]) -> str | None:
     """The one line refusing to scancel the job status.json names unless Slurm says it is this run's (its
     output or batch script inside the run dir, or inside the sweep dir holding it); None when it is, or when
-    Slurm no longer knows it (nothing to cancel)."""
+    Slurm no longer knows it (nothing to cancel). files_of(job): the files Slurm names for the job, None when
+    it does not answer or know it (launchers.backends.slurm.status.job_files: `scontrol show job`'s one owner)."""
     job = str(job_id)
     if not JOB_ID.match(job):
         return f"status.json of {run_dir!r} names Slurm job {job!r}; accepted: a job id (digits); nothing scancelled"
-    try:
-        p = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
+    files = files_of(job)
+    if files is None:
         return None                     # scancel then says what is wrong with Slurm
-    if p.returncode != 0:
-        return None
     parent = os.path.dirname(os.path.realpath(run_dir))
     roots = [os.path.realpath(run_dir)] + ([parent] if sweep.is_sweep_dir(parent) else [])
-    found = [os.path.realpath(v) for _, v in _PATHS.findall(p.stdout) if v.startswith("/")]
+    found = [os.path.realpath(v) for v in files if v.startswith("/")]
     if any(f.startswith(r + os.sep) for f in found for r in roots):
         return None
     return (f"status.json of {run_dir!r} names Slurm job {job}, whose output and script are not in this run dir "

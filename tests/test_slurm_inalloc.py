@@ -133,14 +133,6 @@ def test_preempted_waits_for_the_requeue_while_the_job_is_queued(tmp_path):
     assert out["state"] == "CANCELLED" and out["reason"] == "r; Slurm job 42 ended without a requeue"
 
 
-def test_preempt_time_and_end_time_from_scontrol():
-    line = "JobId=42 JobName=x JobState=RUNNING PreemptTime=2026-01-02T03:04:05 EndTime=2026-01-02T03:09:05 X=1"
-    assert inalloc.parse_preempt_time(line) == "2026-01-02T03:04:05"
-    assert inalloc.parse_end_time(line) - inalloc.parse_end_time(line.replace("T03:09", "T03:08")) == 60
-    assert inalloc.parse_preempt_time("JobId=42 PreemptTime=None EndTime=Unknown") is None
-    assert inalloc.parse_end_time("JobId=42 EndTime=Unknown") is None
-
-
 def test_the_node_of_a_requeued_run_numbers_its_rendezvous_by_the_jobs_run(tmp_path, monkeypatch):
     """In the user's allocation the attempt is the launcher's (the base attempt), and the rendezvous file names
     the job's run: a requeued job numbers its steps from 0 again, and node 1 must never read the address node

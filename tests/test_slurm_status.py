@@ -31,6 +31,31 @@ def test_parsers():
     assert (a.state, a.exit_code) == ("CANCELLED", "0:15")
 
 
+def test_preempt_time_and_end_time_from_scontrol():
+    """(moved from test_slurm_inalloc: inalloc.hold_for_requeue reads them through this module)"""
+    line = "JobId=42 JobName=x JobState=RUNNING PreemptTime=2026-01-02T03:04:05 EndTime=2026-01-02T03:09:05 X=1"
+    assert ss.parse_preempt_time(line) == "2026-01-02T03:04:05"
+    assert ss.parse_end_time(line) - ss.parse_end_time(line.replace("T03:09", "T03:08")) == 60
+    assert ss.parse_preempt_time("JobId=42 PreemptTime=None EndTime=Unknown") is None
+    assert ss.parse_end_time("JobId=42 EndTime=Unknown") is None
+
+
+def test_one_reader_of_scontrol_words_keeps_blanks_in_paths():
+    """job_fields: a value runs to the next KEY= word (paths and job names may hold blanks; TRES keeps its own
+    '='s); the first of a key wins. parse_files: each line's StdOut/StdErr/Command, as written."""
+    line = ("JobId=9 JobName=my job JobState=RUNNING TRES=cpu=2,node=1 Socks/Node=* Command=/r/my run/job.sh "
+            "StdErr=/r/my run/x.err StdIn=/dev/null StdOut=/r/my run/x.out Power= ")
+    f = ss.job_fields(line + "\nJobId=10 JobState=PENDING")
+    assert (f["JobName"], f["JobState"], f["TRES"], f["Socks/Node"], f["Power"]) == ("my job", "RUNNING",
+                                                                                      "cpu=2,node=1", "*", "")
+    assert ss.parse_files(line + "\nJobId=10 StdOut=/s/y.out") == ["/r/my run/job.sh", "/r/my run/x.err",
+                                                                    "/r/my run/x.out", "/s/y.out"]
+    assert ss.parse_scontrol(line, "9").state == "RUNNING"
+    calls = []
+    assert ss.show_job("9", run=lambda argv: calls.append(argv) or (0, line)) == (0, line)
+    assert calls == [["scontrol", "show", "job", "-o", "9"]]
+
+
 def test_states_map():
     req = ss.parse_scontrol(SCONTROL_REQUEUED, "7")
     assert ss.to_run_state(req)[0] == "REQUEUED"          # non-terminal

@@ -41,7 +41,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from . import cmd
 from .env import SlurmEnv
 
 # what a requeued run must give again as it was recorded (run.yaml spec), with the option naming it
@@ -164,39 +163,16 @@ def settle_preempted(rd, st: dict[str, Any], states_of: Callable[[], list[str] |
                                 "ended without a requeue")
 
 
-def parse_preempt_time(scontrol_out: str) -> str | None:
-    """PreemptTime=... from `scontrol show job -o J` (None when unset: 'None', 'Unknown', absent)."""
-    for word in scontrol_out.split():
-        key, _, value = word.partition("=")
-        if key == "PreemptTime":
-            return None if value in ("", "None", "Unknown", "N/A") else value
-    return None
-
-
-def parse_end_time(scontrol_out: str) -> float | None:
-    """EndTime=YYYY-MM-DDTHH:MM:SS (local time) as epoch seconds; None when unset or not parseable."""
-    for word in scontrol_out.split():
-        key, _, value = word.partition("=")
-        if key == "EndTime":
-            try:
-                return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
-            except ValueError:
-                return None
-    return None
-
-
 def hold_for_requeue(job_id: str, sleep=time.sleep) -> None:
     """While Slurm preempts the job (PreemptTime set), keep the batch script until Slurm ends it at the end of
     the grace time and requeues it (it kills this process meanwhile); bounded by the job's end time plus a
     margin. Without a preemption (the time limit's warning, a USR2 by hand) nothing is held."""
-    try:
-        p = cmd.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
-    except (OSError, subprocess.SubprocessError):       # no answer: nothing to hold for
-        return
-    if p.returncode != 0 or parse_preempt_time(p.stdout) is None:
+    from .status import parse_end_time, parse_preempt_time, show_job
+    rc, out = show_job(job_id, timeout=30)
+    if rc != 0 or parse_preempt_time(out) is None:      # no answer, or no preemption: nothing to hold
         return
     now = time.time()
-    end = parse_end_time(p.stdout) or now
-    print(f"launch: Slurm job {job_id} is being preempted (PreemptTime {parse_preempt_time(p.stdout)}): "
+    end = parse_end_time(out) or now
+    print(f"launch: Slurm job {job_id} is being preempted (PreemptTime {parse_preempt_time(out)}): "
           "waiting for Slurm to end and requeue it", file=sys.stderr, flush=True)
     sleep(max(0.0, end - now) + HOLD_MARGIN_S)

@@ -3,12 +3,15 @@
 file in <run dir>/slurm/. A job that none of them knows is GONE; when the controller does not answer at all
 (down, paused, timing out) the job is UNKNOWN -- never a verdict.
 
-Parsing is pure (tested with recorded output); `query()` is the only function that runs commands.
+Parsing is pure (tested with recorded output). This is the one place `scontrol show job` runs (show_job) and
+the one reader of its KEY=VALUE words (job_fields): the job's state here, its preemption times for the batch
+script (inalloc.hold_for_requeue), the files it names for `launch cancel`'s check (trust.slurm_refusal).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -61,14 +64,25 @@ def parse_squeue(out: str, job_id: str) -> SlurmJob | None:
     return None
 
 
+_FIELD = re.compile(r"(?:^|(?<=\s))([A-Za-z][^=\s]*)=(.*?)(?=\s+[A-Za-z][^=\s]*=|\s*$)")
+FILES = ("StdOut", "StdErr", "Command")          # the files Slurm names for a job (values may hold blanks)
+
+
+def job_fields(out: str) -> dict[str, str]:
+    """`scontrol show job -o` output -> {KEY: VALUE}: the one reader of its KEY=VALUE words. A value runs to the
+    next word that is a KEY= (a path or a job name may hold blanks); the first of a key wins, over the lines too
+    (-o: one line per job, so give it one line to read one job)."""
+    fields: dict[str, str] = {}
+    for line in out.splitlines():
+        for m in _FIELD.finditer(line):
+            fields.setdefault(m.group(1), m.group(2))
+    return fields
+
+
 def parse_scontrol(out: str, job_id: str) -> SlurmJob | None:
     """`scontrol show job -o ID` output (one line of KEY=VALUE words)."""
     for line in out.splitlines():
-        fields = {}
-        for word in line.split():
-            k, eq, v = word.partition("=")
-            if eq and k not in fields:
-                fields[k] = v
+        fields = job_fields(line)
         element = f"{fields.get('ArrayJobId')}_{fields.get('ArrayTaskId')}"    # an array task: 123_4
         if job_id in (fields.get("JobId"), element) and "JobState" in fields:
             try:
@@ -80,6 +94,25 @@ def parse_scontrol(out: str, job_id: str) -> SlurmJob | None:
                             nodelist=fields.get("NodeList", ""),
                             facts={k: fields[k] for k in FACTS if k in fields})
     return None
+
+
+def parse_preempt_time(out: str) -> str | None:
+    """PreemptTime=... from `scontrol show job -o J` (None when unset: 'None', 'Unknown', absent)."""
+    value = job_fields(out).get("PreemptTime", "")
+    return None if value in ("", "None", "Unknown", "N/A") else value
+
+
+def parse_end_time(out: str) -> float | None:
+    """EndTime=YYYY-MM-DDTHH:MM:SS (local time) as epoch seconds; None when unset or not parseable."""
+    try:
+        return time.mktime(time.strptime(job_fields(out)["EndTime"], "%Y-%m-%dT%H:%M:%S"))
+    except (KeyError, ValueError):
+        return None
+
+
+def parse_files(out: str) -> list[str]:
+    """The files (FILES) each line of `scontrol show job -o` names, as written (blanks kept)."""
+    return [v for line in out.splitlines() for k, v in job_fields(line).items() if k in FILES]
 
 
 def parse_sacct(out: str, job_id: str) -> SlurmJob | None:
@@ -99,15 +132,28 @@ def parse_sacct(out: str, job_id: str) -> SlurmJob | None:
 Runner = Callable[[list[str]], "tuple[int, str]"]
 
 
-def _run(argv: list[str]) -> tuple[int, str]:
+def _run(argv: list[str], timeout: float = CMD_TIMEOUT_S) -> tuple[int, str]:
     """(exit status, stdout) -- stderr instead of stdout when the command failed; 124 when it timed out."""
     try:
-        p = cmd.run(argv, timeout=CMD_TIMEOUT_S)
+        p = cmd.run(argv, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return 124, f"{argv[0]} did not answer within {CMD_TIMEOUT_S:.0f} s"
+        return 124, f"{argv[0]} did not answer within {timeout:.0f} s"
     except OSError as e:
         return 127, str(e)
     return p.returncode, p.stdout if p.returncode == 0 else (p.stderr or p.stdout)
+
+
+def show_job(job_id: str, run: Runner | None = None, timeout: float = CMD_TIMEOUT_S) -> tuple[int, str]:
+    """`scontrol show job -o ID`, the one place it runs: (exit status, its lines, one per job; or why it failed:
+    124 when it did not answer within timeout, 127 when scontrol cannot run)."""
+    argv = ["scontrol", "show", "job", "-o", job_id]
+    return run(argv) if run is not None else _run(argv, timeout)
+
+
+def job_files(job_id: str, timeout: float = 30.0) -> list[str] | None:
+    """The files Slurm names for the job (parse_files); None when scontrol does not answer or know the job."""
+    rc, out = show_job(job_id, timeout=timeout)
+    return parse_files(out) if rc == 0 else None
 
 
 def known_of(hosts: tuple[str, ...], run: Runner = _run) -> tuple[str, ...]:
@@ -132,7 +178,7 @@ def unanswered(rc: int, out: str) -> bool:
 def ask_slurm(job_id: str, run: Runner = _run, explain: bool = False) -> SlurmJob:
     """scontrol (live and recently ended, with the restart count), then squeue, then sacct -c; GONE if
     none of them knows the job. explain: a pending job's `waiting` too (explain_wait: one or two more calls)."""
-    rc, out = run(["scontrol", "show", "job", "-o", job_id])
+    rc, out = show_job(job_id, run)
     job = parse_scontrol(out, job_id) if rc == 0 else None
     silent = unanswered(rc, out)
     if job is None:
