@@ -20,6 +20,7 @@ from .errors import LaunchError, LaunchWarning, TimedOut, brief
 from .request import JobSpec, SlurmOptions, api_words
 from .rundir import TERMINAL, RunDir, list_runs
 from .runjson import DryRun
+from .secretenv import handover
 from .spec import JobSpec as RecordedSpec
 from .spec import positive_int
 
@@ -234,7 +235,7 @@ def submit(spec: JobSpec | RecordedSpec, dry_run: bool = False, cluster: str | N
             api.submit(resolved, dry_run=True, out=out, plans=plans)
         return DryRun.of(out.getvalue(), plans)
     with _notes(resolved.backend):
-        detach.start({"verb": "submit", "spec": resolved.to_dict()}, resolved.run_dir)
+        detach.start({"verb": "submit", "spec": resolved.to_dict()}, resolved.run_dir, handover(resolved, os.environ))
     return Run(resolved.run_dir)
 
 
@@ -283,7 +284,8 @@ def submit_sweep(spec: JobSpec, axes: Mapping[str, Sequence[Any]], dry_run: bool
             sweep_verb(resolved, items, dry_run=True, out=out)
         return DryRun(out.getvalue(), resolved.run_dir)
     with _notes(resolved.backend):
-        detach.start({"verb": "sweep", "spec": resolved.to_dict(), "items": items}, specs[0].run_dir)
+        detach.start({"verb": "sweep", "spec": resolved.to_dict(), "items": items}, specs[0].run_dir,
+                     handover(resolved, os.environ))
     return Sweep(resolved.run_dir, tuple(s.run_dir for s in specs))
 
 

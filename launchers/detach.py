@@ -30,12 +30,14 @@ from .errors import LaunchError
 ERROR = "launch: error: "
 
 
-def start(request: dict[str, Any], run_dir: str) -> int:
+def start(request: dict[str, Any], run_dir: str, secrets: dict[str, str] | None = None) -> int:
     """Start the launcher for `request` ({"verb": "submit", "spec": {...}} or {"verb": "resume", "path": ...,
-    "changes": {...}, "program_args": [...] | None}); returns its pid once the run at run_dir is started."""
+    "changes": {...}, "program_args": [...] | None}); returns its pid once the run at run_dir is started. A spec
+    holds no secret value (JobSpec.to_dict): `secrets` (secretenv.handover) goes into the launcher's environment,
+    where it takes them back (rundir.spec_from_record)."""
     fd, console = tempfile.mkstemp(prefix="launch-api-", suffix=".log")
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (pkg_parent, os.environ.get("PYTHONPATH")))))
+    env = dict(os.environ, **(secrets or {}), PYTHONPATH=os.pathsep.join(filter(None, (pkg_parent, os.environ.get("PYTHONPATH")))))
     with os.fdopen(fd, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "launchers.detach"], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True, text=True)
@@ -139,7 +141,7 @@ class Console(io.TextIOBase):
 
 def main() -> int:
     from . import api
-    from .spec import JobSpec
+    from .rundir import spec_from_record
     os.umask(os.umask(0o022) | 0o002)      # as the `launch` script: nothing a run writes is world-writable
     req = json.load(sys.stdin)
     console = Console(req["console"], req["run_dir"])
@@ -147,10 +149,10 @@ def main() -> int:
     code = 2
     try:
         if req["verb"] == "submit":
-            code = api.submit(JobSpec.from_dict(req["spec"]))
+            code = api.submit(spec_from_record(req["spec"]))
         elif req["verb"] == "sweep":                # the API's sweep(): runs one after another or one array
             from .sweeprun import submit_sweep
-            code = submit_sweep(JobSpec.from_dict(req["spec"]), req["items"])
+            code = submit_sweep(spec_from_record(req["spec"]), req["items"])
         else:
             code = api.resume(req["path"], req["changes"], req.get("program_args"), adopt=req.get("adopt", False))
     except LaunchError as e:

@@ -135,26 +135,18 @@ def armed(path: str) -> bool:
     return os.path.realpath(path) in _armed
 
 
-_remembered: set[str] = set()         # secret values of the specs this process wrote (remember())
+def known_secrets(held: Iterable[str] = ()) -> list[str]:
+    """The secret values this process knows: `held` (a RunDir's: the values of the spec it wrote) and a rank's own
+    (NAMES_ENV). Kept by their holder, never in this module."""
+    return sorted(set(held) | set(secretenv.rank_known(os.environ)))
 
 
-def remember(env: Mapping[str, str], secrets: Mapping[str, str]) -> None:
-    """The secret values of a spec this process starts (run.yaml keeps them as ***): kept out of its events."""
-    hidden = secretenv.secret_keys({**env, **secrets}, secrets)
-    _remembered.update(v for k, v in {**env, **secrets}.items() if k in hidden and v and v != secretenv.REDACTED)
-
-
-def known_secrets() -> list[str]:
-    """The secret values this process knows: those of the specs it wrote, and a rank's own (NAMES_ENV)."""
-    return sorted(_remembered | set(secretenv.rank_known(os.environ)))
-
-
-def secret_values(record: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:
-    """The values of the run's secrets this process has: those remembered, and its --secret names and the
-    variables run.yaml keeps as *** (secret-named or secret-looking) as `environ` gives them (a Slurm job's)."""
+def secret_values(record: Mapping[str, Any], environ: Mapping[str, str], held: Iterable[str] = ()) -> list[str]:
+    """The values of the run's secrets this process has: `held`, and its --secret names and the variables
+    run.yaml keeps as *** (secret-named or secret-looking) as `environ` gives them (a Slurm job's)."""
     spec = record.get("spec") or {}
     names = [k for k, v in (spec.get("env") or {}).items() if v == secretenv.REDACTED] + list(spec.get("secrets") or ())
-    return sorted(_remembered | {environ[k] for k in names if environ.get(k)})
+    return sorted(set(held) | {environ[k] for k in names if environ.get(k)})
 
 
 def redact(value: Any, secrets: Iterable[str]) -> Any:
@@ -298,7 +290,8 @@ def _drain() -> None:
         send_all(*item)
 
 
-def on_change(path: str, event: str, st: Mapping[str, Any], detail: str | None = None) -> threading.Thread | None:
+def on_change(path: str, event: str, st: Mapping[str, Any], detail: str | None = None,
+              held: Iterable[str] = ()) -> threading.Thread | None:
     """Queue `event` for the run's targets (run.yaml's spec `notify`); sent in order by one thread per process
     (a process that ends waits for it, at most EXIT_WAIT_S). Returns that thread (None: no target). Never raises."""
     global _worker
@@ -311,7 +304,7 @@ def on_change(path: str, event: str, st: Mapping[str, Any], detail: str | None =
             log_line(path, f"notify: {event} not sent: the launcher that owned it is gone (recorded by pid "
                            f"{os.getpid()}, a reader: run.yaml's targets are never run by readers)")
             return None
-        secrets = secret_values(record, os.environ)
+        secrets = secret_values(record, os.environ, held)
         body = redact(payload(event, st, record, path, detail), secrets)
         with _guard:
             _queue.append((path, targets, body, secrets))

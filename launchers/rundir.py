@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import __version__, fence, firstfail, layout, notify, procs, runindex, secretenv, sweep, trust
@@ -24,7 +24,6 @@ from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
 from .procs import exit_fields  # noqa: F401  (its home: procs; imported from here by the backends)
-from .secretenv import REDACTED, real_args
 from .stops import ENDINGS, exit_code, stopped_reason
 
 if TYPE_CHECKING:                    # the spec module only where a spec is made: the rank wrapper imports this one
@@ -47,6 +46,11 @@ class RunDir:
     path: str
     unrecorded: dict[str, Any] | None = None     # the status this process could not write (disk full), if any
     newer: str | None = None                     # opened read-only: the newer launchers version that wrote it
+    held: tuple[str, ...] = field(default=(), repr=False, compare=False)   # its spec's secret values (hold)
+
+    def hold(self, spec: JobSpec) -> None:
+        """Keep the secret values of the spec this process runs out of status.json's reasons and --notify's events."""
+        self.held = tuple(sorted({*self.held, *secretenv.values_of(spec, os.environ)}))
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -73,7 +77,7 @@ class RunDir:
 
     def write_new(self, spec: JobSpec, run_id: str, plan: dict[str, Any]) -> None:
         """The new run dir's layout, status.json and then run.yaml (what makes it a run dir, last)."""
-        notify.remember(dict(spec.env), dict(spec.secrets))        # kept out of --notify's events
+        self.hold(spec)                          # its secret values: kept out of status and --notify's events
         notify.arm(self.path)                    # this launcher's --notify: it alone sends the run's events
         for sub in ("logs", "checkpoints", "records"):
             os.makedirs(layout.own_path(self.path, sub), exist_ok=True)
@@ -137,7 +141,7 @@ class RunDir:
         data["attempts"].append(dict(plan, attempt=attempt, started=now(), nodes=spec.nodes,
                                      gpus_per_node=spec.gpus_per_node))
         data["spec"] = redacted_spec(spec)
-        notify.remember(dict(spec.env), dict(spec.secrets))
+        self.hold(spec)
         notify.arm(self.path)                    # the launcher of this attempt (`launch resume`, a Slurm requeue)
         self.write_run_yaml(data)
         return attempt
@@ -202,7 +206,7 @@ class RunDir:
         with self.lock():
             st = layout.read_json(self.status_path) or {}
             old = dict(st)
-            st.update(secretenv.redact_fields(fields, notify.known_secrets))     # no secret in a reason
+            st.update(secretenv.redact_fields(fields, lambda: notify.known_secrets(self.held)))   # no secret in a reason
             st["updated"] = now()
             try:
                 layout.atomic_write(layout.own_path(self.path, "status"), json.dumps(st, indent=1, sort_keys=True) + "\n")
@@ -214,7 +218,7 @@ class RunDir:
                 print(f"launch: disk full: cannot write {self.status_path} ({e.strerror}); not recorded: "
                       f"state {st.get('state')}", file=sys.stderr, flush=True)
             if event := notify.event_of(old, st):        # --notify: once per change, by whoever recorded it
-                notify.on_change(self.path, event, st, hang_reason(st["hang"]) if event == "HANG" else None)
+                notify.on_change(self.path, event, st, hang_reason(st["hang"]) if event == "HANG" else None, self.held)
             return st
 
     def start_attempt(self, **fields: Any) -> dict[str, Any]:
@@ -373,18 +377,11 @@ def list_runs(root: str | None = None) -> list[RunDir]:
 
 
 def spec_from_record(recorded: dict[str, Any]) -> JobSpec:
-    """A spec as run.yaml records it (secret env values as ***, --secret by name) -> JobSpec, with the secret
-    values taken from the current environment when set there (a resume first refuses when one is not:
-    secretenv.refuse_missing; a Slurm node has them in the job's environment)."""
-    d = dict(recorded)
-    env = dict(d.get("env") or {})
-    for k, v in env.items():
-        if v == REDACTED and k in os.environ:
-            env[k] = os.environ[k]
-    d["env"], d["program_args"] = env, real_args(d.get("program_args") or (), os.environ)
-    d["secrets"] = {k: os.environ.get(k, REDACTED) for k in d.get("secrets") or ()}
+    """A spec as run.yaml records it -> JobSpec, its secret values taken from this process's environment
+    (secretenv.taken_back: a resume first refuses when one is not there; a Slurm job's and the API's detached
+    launcher's have them by secretenv.handover)."""
     from .spec import JobSpec
-    return JobSpec.from_dict(d)
+    return JobSpec.from_dict(secretenv.taken_back(recorded, os.environ))
 
 
 def redacted_spec(spec: JobSpec) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from .errors import LaunchError, brief
 from .values import check_env_value
 
 REDACTED = "***"
+ENV_REF = "env"                      # a --secret's reference: the variable of that name where it is used
 NAMES_ENV = "LAUNCH_PRIVATE_ENV"     # the secrets each rank's wrapper checks before its program starts (their names)
 NAME_MARKERS = ("TOKEN", "KEY", "SECRET", "PASS")          # PASS: PASSWORD, PASSWD, MY_DB_PASS
 URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s/@]+@")
@@ -129,12 +130,18 @@ def rank_known(environ: Mapping[str, str]) -> list[str]:
 ARGS_ENV = "LAUNCH_SECRET_ARGS"      # a Slurm job's environment: the program arguments records keep redacted (JSON)
 
 
+def without_values(d: dict[str, Any], values: Mapping[str, str]) -> dict[str, Any]:
+    """A spec's dict (JobSpec.to_dict) holding no secret value: secret env values as REDACTED, the program's
+    arguments with their credentials and any known secret value (values: the --secret ones) as REDACTED; its
+    `secrets` are references already."""
+    names = list(d.get("secrets") or ())
+    known = known_values({**(d.get("env") or {}), **values}, names)
+    return {**d, "env": redact(d.get("env") or {}, names), "program_args": redact_args(d.get("program_args") or (), known)}
+
+
 def record_spec(d: dict[str, Any]) -> dict[str, Any]:
-    """A spec's to_dict() as records keep it: secret env values as REDACTED, --secret by name, the program's
-    arguments with their credentials as REDACTED (redact_args)."""
-    known = known_values({**d.get("env", {}), **dict(d.get("secrets") or {})}, d.get("secrets") or ())
-    return {**d, "env": redact(d.get("env") or {}), "secrets": list(d.get("secrets") or ()),
-            "program_args": redact_args(d.get("program_args") or (), known)}
+    """A spec's to_dict() (which holds no secret value) as records keep it: --secret by name only."""
+    return {**d, "secrets": list(d.get("secrets") or ())}
 
 
 def real_args(recorded: Iterable[str], environ: Mapping[str, str]) -> list[str]:
@@ -209,8 +216,10 @@ def content_secrets(env: Mapping[str, str]) -> dict[str, str]:
 def parse_secrets(items: Any, environ: Mapping[str, str], env: Mapping[str, str] | None = None,
                   what: str = "--secret") -> dict[str, str]:
     """--secret NAME (the value from the caller's environment) or NAME=@FILE (the file's content, one trailing
-    newline dropped) -> name -> value. A list of such words (CLI, profile `secrets:`, the API's JobSpec.secrets);
-    a name is neither one launch sets (launchers.values.RESERVED_ENV) nor one of the job's env."""
+    newline dropped) -> name -> its reference (ENV_REF, or `@` and the file's absolute path): never the value,
+    which is read here once, to refuse a missing or bad one before anything starts, and again where it is used
+    (resolve). A list of such words (CLI, profile `secrets:`, the API's JobSpec.secrets); a name is neither one
+    launch sets (launchers.values.RESERVED_ENV) nor one of the job's env."""
     if isinstance(items, str) or not isinstance(items, (list, tuple)):
         raise LaunchError(f"{what} {brief(items)} is not accepted; give a list of NAME or NAME=@FILE")
     out: dict[str, str] = {}
@@ -219,13 +228,57 @@ def parse_secrets(items: Any, environ: Mapping[str, str], env: Mapping[str, str]
         if not _NAME.match(name) or (eq and not src.startswith("@")) or (eq and len(src) < 2):
             raise LaunchError(f"{what} {brief(item)} is not accepted; give NAME (its value from your environment) "
                               "or NAME=@FILE (read from FILE), NAME a variable name")
-        out[name] = _read_file(what, name, src[1:]) if eq else _from_env(what, name, environ)
-        if "\0" in out[name]:              # not named with its value: a secret is never printed
+        value = _read_file(what, name, src[1:]) if eq else _from_env(what, name, environ)
+        out[name] = "@" + os.path.abspath(src[1:]) if eq else ENV_REF
+        if "\0" in value:                 # not named with its value: a secret is never printed
             raise LaunchError(f"{what} {name} holds a NUL byte; an environment value cannot hold one")
         check_env_value(what, name, "")
         if name in (env or {}):
             raise LaunchError(f"{what} {name} is also given with --env / profile env; give it once, as {what} {name}")
     return out
+
+
+def resolve(secrets: Iterable[tuple[str, str]], environ: Mapping[str, str]) -> dict[str, str]:
+    """The values of a spec's --secret references (JobSpec.secrets: name -> ENV_REF or `@FILE`): the one place a
+    --secret's value is read. A name the environment lacks (or a file gone since the launch read it) gives
+    REDACTED, which a rank's wrapper refuses in one line naming it (unusable); any other reference is ENV_REF."""
+    out: dict[str, str] = {}
+    for name, ref in secrets:
+        if ref.startswith("@"):
+            try:
+                out[name] = _read_file("--secret", name, ref[1:])
+            except LaunchError:
+                out[name] = REDACTED
+        else:
+            out[name] = environ.get(name, REDACTED)
+    return out
+
+
+def values_of(spec: Any, environ: Mapping[str, str]) -> list[str]:
+    """The secret values of a spec (its secret --env values and its --secrets'), for redacting what is recorded."""
+    return known_values({**dict(spec.env), **resolve(spec.secrets, environ)}, [k for k, _ in spec.secrets])
+
+
+def handover(spec: Any, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment that gives another process every secret of spec that its records hold as *** or by name
+    (a Slurm job: sbatch's environment; the API's detached launcher: its own): the secret --env values, the
+    --secret values (resolve) and the program's arguments (ARGS_ENV when they hold a credential). The receiver
+    takes them back from its environment (launchers.rundir.spec_from_record). The one door out of a process."""
+    env, names = dict(spec.env), [k for k, _ in spec.secrets]
+    given = {k: v for k, v in resolve(spec.secrets, environ).items() if v != REDACTED}
+    return {**{k: v for k, v in env.items() if redact({k: v}, names)[k] != v}, **given,
+            **args_env(spec.program_args)}
+
+
+def taken_back(recorded: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """A spec's dict as records and handover keep it (secret env values as ***, credentials in the program's
+    arguments as ***, --secret by name or reference) with the values environ gives again: the receiving side of
+    handover. Each --secret becomes ENV_REF (its value: resolve, where it is used)."""
+    d = dict(recorded)
+    d["env"] = {k: environ[k] if v == REDACTED and k in environ else v for k, v in (d.get("env") or {}).items()}
+    d["program_args"] = real_args(d.get("program_args") or (), environ)
+    d["secrets"] = {k: ENV_REF for k in d.get("secrets") or ()}
+    return d
 
 
 def _from_env(what: str, name: str, environ: Mapping[str, str]) -> str:

@@ -54,7 +54,7 @@ class JobSpec:
     preflight: tuple[str, ...] = ()             # checks on every node before the start (launchers.doctor.preflight)
     notify: tuple[str, ...] = ()                # --notify URL|COMMAND: told of each change of state (launchers.notify)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
-    secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)   # --secret: name -> value (run.yaml: names)
+    secrets: tuple[tuple[str, str], ...] = ()   # --secret: name -> reference, never a value (secretenv.resolve)
     container_image: str = ""                   # --container-image ("" = no container; launchers.containeropts)
     container_runtime: str = ""                 # resolved: pyxis | oci | podman | apptainer (launchers.container)
     container_mounts: tuple[str, ...] = ()      # SRC:DST[:ro], SRC absolute
@@ -77,6 +77,8 @@ class JobSpec:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data holding no secret value (secretenv.without_values): what records, the dry-run
+        and other processes get; a process that needs the values gets them by secretenv.handover."""
         d = dataclasses.asdict(self)
         d["program"] = list(self.program)
         d["program_args"] = list(self.program_args)
@@ -90,7 +92,7 @@ class JobSpec:
         d["secrets"] = dict(self.secrets)
         d["container_mounts"] = list(self.container_mounts)
         d["avoid_hosts"] = list(self.avoid_hosts)
-        return d
+        return secretenv.without_values(d, secretenv.resolve(self.secrets, os.environ))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "JobSpec":
@@ -106,8 +108,9 @@ class JobSpec:
         d["options"] = _freeze_options(d.get("options") or {})
         for key in ("explicit", "forward_env", "preflight", "notify", "container_mounts", "avoid_hosts"):
             d[key] = tuple(d.get(key) or ())
-        sec = d.get("secrets") or {}         # run.yaml: the names only (their values: secretenv.REDACTED)
-        d["secrets"] = tuple(sec.items()) if isinstance(sec, Mapping) else tuple((k, secretenv.REDACTED) for k in sec)
+        sec = d.get("secrets") or {}         # name -> reference (run.yaml: the names only: each from the environment)
+        refs = sec.items() if isinstance(sec, Mapping) else ((k, secretenv.ENV_REF) for k in sec)
+        d["secrets"] = tuple((k, r if isinstance(r, str) and r.startswith("@") else secretenv.ENV_REF) for k, r in refs)
         return cls(**d)
 
 

@@ -13,7 +13,7 @@ from typing import Mapping
 
 from . import layout
 from .cpubind import ENV as CPU_BIND_ENV
-from .secretenv import NAMES_ENV, known_values, needed, redact_args, secret_keys
+from .secretenv import NAMES_ENV, known_values, needed, redact_args, resolve, secret_keys
 from .snapshot import ENV as SNAPSHOT_ENV
 from .spec import JobSpec, redact_env
 
@@ -95,7 +95,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
     if spec.torch_extensions_dir:                     # built once per environment, shared (launchers.extcache)
         env["TORCH_EXTENSIONS_DIR"] = env["LAUNCH_TORCH_EXTENSIONS_DIR"] = spec.torch_extensions_dir
     env.update(dict(spec.env))           # the user's --env wins over presets and defaults
-    env.update(dict(spec.secrets))       # --secret: in the agent's environment, never on its command line
+    env.update(resolve(spec.secrets, os.environ))    # --secret: in the agent's environment, never on its command line
     env.update({
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),

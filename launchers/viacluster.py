@@ -178,7 +178,7 @@ def carried(args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The submit's options with every secret value taken out: `--secret NAME[=@FILE]` (read here) and an
     `--env NAME=VALUE` whose value is secret (launchers.secretenv: by name or by content) become `--secret NAME`
     there; name -> value, for the login node's stdin (the same door as the local path: its environment)."""
-    from .secretenv import parse_secrets, secret_keys
+    from .secretenv import parse_secrets, resolve, secret_keys
     out, secret, i = [], {}, 0
     while i < len(args) and args[i] != "--" and args[i].startswith("-"):
         flag, eq, val = args[i].partition("=")
@@ -186,7 +186,7 @@ def carried(args: list[str]) -> tuple[list[str], dict[str, str]]:
         word, val, i = args[i:i + n], val if eq else " ".join(args[i + 1:i + n]), i + n
         name, _, value = val.partition("=")
         if flag == "--secret":
-            secret.update(parse_secrets([val], os.environ))
+            secret.update(resolve(parse_secrets([val], os.environ).items(), os.environ))
         elif flag == "--env" and secret_keys({name: value}):
             secret[name] = value
         else:

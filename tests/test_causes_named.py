@@ -214,7 +214,7 @@ def spec_of(**kw) -> JobSpec:
 
 
 def test_node_command_names_the_secrets_each_rank_checks():
-    spec = spec_of(env=(("WANDB_API_KEY", "***"), ("A", "1"), ("DATABASE_URL", "***")), secrets=(("HF_TOKEN", "v"),))
+    spec = spec_of(env=(("WANDB_API_KEY", "***"), ("A", "1"), ("DATABASE_URL", "***")), secrets=(("HF_TOKEN", "env"),))
     nc = node_command(spec, node_rank=0, master_addr="h", master_port=1, run_id="x", attempt=1)
     assert nc.env_dict[secretenv.NAMES_ENV] == "DATABASE_URL,HF_TOKEN,WANDB_API_KEY"       # names only, never values
     assert secretenv.NAMES_ENV in nc.secret_env() and "HF_TOKEN" not in " ".join(nc.argv)   # off command lines

@@ -59,7 +59,10 @@ def test_redact_by_name_value_and_given_names():
 def test_parse_secrets_from_env_and_file_and_bad_words(tmp_path):
     f = tmp_path / "tok"
     f.write_text(TOKEN + "\n")
-    assert secretenv.parse_secrets(["A", f"B=@{f}"], {"A": "va"}) == {"A": "va", "B": TOKEN}
+    refs = secretenv.parse_secrets(["A", f"B=@{f}"], {"A": "va"})
+    assert refs == {"A": "env", "B": f"@{f}"}                       # references: the values are read where used
+    assert secretenv.resolve(refs.items(), {"A": "va"}) == {"A": "va", "B": TOKEN}
+    assert secretenv.resolve(refs.items(), {}) == {"A": "***", "B": TOKEN}      # gone: the rank's wrapper refuses it
     bad = [(["MISSING"], "is not set in your environment"), (["B=value"], "give NAME"), (["B=@"], "give NAME"),
            (["1X"], "give NAME"), ([f"B=@{tmp_path}/none"], "cannot be read"), ("A", "give a list"),
            ([f"B=@{tmp_path}"], "is not a regular file")]
@@ -72,8 +75,40 @@ def test_parse_secrets_from_env_and_file_and_bad_words(tmp_path):
 def spec(**kw) -> JobSpec:
     base = dict(backend="local", nodes=1, gpus_per_node=1, program=("/p.py",), program_args=(), run_dir="/r",
                 name="n", env=(("DATABASE_URL", URL), ("WANDB_API_KEY", WANDB), ("LR", "3e-4")),
-                secrets=(("MY_DB_PASS", "pw-71x"),))
+                secrets=(("MY_DB_PASS", "env"),))
     return JobSpec(**{**base, **kw})
+
+
+@pytest.fixture(autouse=True)
+def _db_pass(monkeypatch):
+    monkeypatch.setenv("MY_DB_PASS", "pw-71x")          # spec()'s --secret MY_DB_PASS, from the environment
+
+
+def test_a_specs_dict_holds_no_secret_value(tmp_path):
+    """JobSpec.to_dict() (what records, the dry-run and other processes get) holds references and ***, never a
+    value: not a --secret's (from the environment or a file), a secret --env's nor a credential in the program's
+    arguments; secretenv.handover gives them to another process, whose spec_from_record takes them back."""
+    key = tmp_path / "key"
+    key.write_text("file-secret-93q\n")
+    s = spec(secrets=(("MY_DB_PASS", "env"), ("KEYFILE", f"@{key}")), program_args=("--token", "tok-55z", TOKEN))
+    d = s.to_dict()
+    text = json.dumps(d)
+    for value in ("pw-71x", "file-secret-93q", URL, WANDB, "tok-55z", TOKEN):
+        assert value not in text, value
+    assert d["secrets"] == {"MY_DB_PASS": "env", "KEYFILE": f"@{key}"} and d["env"]["LR"] == "3e-4"
+    given = secretenv.handover(s, os.environ)
+    assert {k: given[k] for k in ("MY_DB_PASS", "KEYFILE", "DATABASE_URL", "WANDB_API_KEY")} == {
+        "MY_DB_PASS": "pw-71x", "KEYFILE": "file-secret-93q", "DATABASE_URL": URL, "WANDB_API_KEY": WANDB}
+    for k, v in given.items():
+        os.environ[k] = v
+    try:
+        back = spec_from_record(d)
+        nc = node_command(back, node_rank=0, master_addr="a", master_port=1, run_id="r", attempt=0)
+    finally:
+        for k in set(given) - {"MY_DB_PASS"}:
+            del os.environ[k]
+    assert dict(back.env) == dict(s.env) and back.program_args == s.program_args
+    assert nc.env_dict["KEYFILE"] == "file-secret-93q" and nc.env_dict["MY_DB_PASS"] == "pw-71x"
 
 
 def test_record_keeps_names_only_and_resume_needs_them(monkeypatch):
@@ -91,7 +126,9 @@ def test_record_keeps_names_only_and_resume_needs_them(monkeypatch):
         monkeypatch.setenv(k, v)
     back = spec_from_record(rec)
     assert dict(back.env) == {"DATABASE_URL": "u2", "WANDB_API_KEY": "w2", "LR": "3e-4"}
-    assert dict(back.secrets) == {"MY_DB_PASS": "p2"}
+    assert dict(back.secrets) == {"MY_DB_PASS": "env"}
+    assert node_command(back, node_rank=0, master_addr="a", master_port=1, run_id="r", attempt=0).env_dict[
+        "MY_DB_PASS"] == "p2"
 
 
 def test_node_command_secrets_never_on_a_command_line(tmp_path):
@@ -163,6 +200,26 @@ def test_local_run_secret_hidden_given_and_resume_refused(tmp_path):
         "attempt 1")
 
 
+def test_api_submit_hands_secrets_to_its_launcher_not_in_the_spec(tmp_path, monkeypatch):
+    """The API's submit starts a detached launcher with the spec's dict, which holds no secret value: a --secret
+    read from a file and a secret --env value reach the program through that launcher's environment
+    (secretenv.handover), and no file of the run dir holds them."""
+    import launchers
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prog.py").write_text(PROG)
+    (tmp_path / "pw").write_text("pw-file-7k2\n")
+    monkeypatch.setenv("EXPECT", "pw-file-7k2")           # what the program compares with, as the caller's
+    monkeypatch.setenv("EXPECT_URL", URL)
+    monkeypatch.delenv("MY_DB_PASS")
+    run = launchers.submit(launchers.JobSpec(backend="local", program=("prog.py",), run_dir="runs/api",
+                                             secrets=("MY_DB_PASS=@pw",), env={"DATABASE_URL": URL}))
+    assert run.wait(timeout=180).state == "COMPLETED"
+    run_dir = tmp_path / "runs/api"
+    assert "SECRET same same" in (run_dir / "logs/node0/rank0.log").read_text()
+    for v in ("pw-file-7k2", URL):
+        assert [f for f in run_dir.rglob("*") if f.is_file() and v.encode() in f.read_bytes()] == []
+
+
 def test_profile_key_and_api_field_give_secrets(tmp_path, monkeypatch):
     from launchers.request import JobSpec as ApiSpec
     from launchers.spec import build_spec
@@ -172,9 +229,10 @@ def test_profile_key_and_api_field_give_secrets(tmp_path, monkeypatch):
     (tmp_path / "k").write_text("from-file")
     (tmp_path / "prof.yaml").write_text("secrets: [HF_TOKEN, 'DB=@k']\n")
     s = build_spec("local", {"secrets": ("X=@k",)}, ["p.py"], str(tmp_path / "prof.yaml"))
-    assert dict(s.secrets) == {"HF_TOKEN": "hf-value", "DB": "from-file", "X": "from-file"}
+    assert dict(s.secrets) == {"HF_TOKEN": "env", "DB": f"@{tmp_path / 'k'}", "X": f"@{tmp_path / 'k'}"}
+    assert secretenv.resolve(s.secrets, os.environ) == {"HF_TOKEN": "hf-value", "DB": "from-file", "X": "from-file"}
     api = ApiSpec(backend="local", program=("p.py",), secrets=("HF_TOKEN",)).resolve()
-    assert dict(api.secrets) == {"HF_TOKEN": "hf-value"}
+    assert dict(api.secrets) == {"HF_TOKEN": "env"}
     with pytest.raises(TypeError, match="JobSpec.secrets"):
         ApiSpec(backend="local", program=("p.py",), secrets="HF_TOKEN")
     with pytest.raises(LaunchError, match="set by launch"):
@@ -272,7 +330,7 @@ def test_known_values_redacted_from_exception_status_and_payload(tmp_path, monke
                           first_failure={"rank": 0, "exception": f"KeyError: {BEARER}"})
     text = (tmp_path / "r" / "status.json").read_text()
     assert "pw-file-3c9" not in text and "eyJhbGci" not in text and st["reason"] == "auth *** refused"
-    body = notify.redact(notify.payload("FAILED", st, {"spec": {}}, str(tmp_path)), notify.known_secrets())
+    body = notify.redact(notify.payload("FAILED", st, {"spec": {}}, str(tmp_path)), notify.known_secrets(rd.held))
     assert "pw-file-3c9" not in json.dumps(body) and "eyJhbGci" not in json.dumps(body)
 
 
@@ -287,7 +345,7 @@ def test_secret_file_bounded_regular_only(tmp_path):
         assert says in str(e.value) and "\n" not in str(e.value) and "64 KiB" in str(e.value), str(e.value)
     ok = tmp_path / "ok"
     ok.write_bytes(b"y" * secretenv.SECRET_FILE_MAX)
-    assert secretenv.parse_secrets([f"S=@{ok}"], {}) == {"S": "y" * secretenv.SECRET_FILE_MAX}
+    assert secretenv.resolve(secretenv.parse_secrets([f"S=@{ok}"], {}).items(), {}) == {"S": "y" * secretenv.SECRET_FILE_MAX}
     p = run_launch("local", "--secret", f"S=@{big}", "--run-dir", "runs/x", "--", "p.py", cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "64 KiB" in p.stderr, p.stderr
 

@@ -29,8 +29,8 @@ from ... import __version__, layout, procs
 from ...containeropts import check_srun_pyxis
 from ...errors import LaunchError, RunDirGone, need_extra
 from ...rundir import TERMINAL, RunDir
-from ...secretenv import args_env
-from ...spec import JobSpec, redact_env
+from ...secretenv import handover
+from ...spec import JobSpec
 from ...stops import exit_code, wait_s
 from ..base import Backend, Plan
 from . import cmd
@@ -379,9 +379,7 @@ def secret_env(spec: JobSpec) -> dict[str, str]:
     """run.yaml shows secret --env values as *** and --secret by name; the nodes take them from the job's
     environment (sbatch exports the submitter's: slurmctld keeps it in its state dir while the job lives), so
     they are put there for the sbatch call only, never in the script nor on sbatch's command line."""
-    env = {**dict(spec.env), **dict(spec.secrets)}
-    return {**{k: v for k, v in env.items() if redact_env({k: v}, dict(spec.secrets))[k] != v},
-            **args_env(spec.program_args)}         # the program's arguments records keep redacted
+    return handover(spec, os.environ)
 
 
 def check_pyxis(spec: JobSpec) -> None:
