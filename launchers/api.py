@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from . import layout, nodebackend, nodeledger, runindex, timeline
+from . import layout, nodebackend, nodeledger, pipeline, runindex, timeline
 from .errors import LaunchError, RunDirGone, TimedOut
 from .firstfail import describe as describe_failure
 from .restarts import end_line, plan_on, pool_of, run_attempts
@@ -39,65 +39,33 @@ def get_backend(name: str) -> Backend:
 
 def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout, plans: list | None = None) -> int:
     """Start the job; its exit code. A dry run writes what would run to `out` (and its plan to `plans`)."""
-    from . import extcache, manifest, snapshot
-    from .jobenv import resolve_job_env
-    spec = extcache.settle(snapshot.take(resolve_job_env(spec, sys.stderr)))   # --snapshot: named; written below
-    backend = get_backend(spec.backend)
-    run_id = new_run_id(spec)
-    plan = backend.plan(spec, run_id, attempt=0)
-    spec = plan.spec          # a backend may settle the shape (ssh: hosts and slots=)
-    if dry_run:
-        (plans if plans is not None else []).append(plan)
-        out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render() + _test_only(plan))
-        return 0
-    backend.preflight(plan)
-    plan, found = _gpu_preflight(backend, plan, pool_of(spec, None))
-    spec = plan.spec
-    snapshot.commit(spec)
-    extcache.make(spec)
-    rd = RunDir.create(spec, run_id, plan.record())
-    _gpu_record(rd.path, spec, plan.attempt, found)
-    manifest.write_launcher(rd.path, spec, plan)
-    _make_nccl_dirs(spec, plan.dist_backend)
-    print(f"launch: run dir {rd.path}", file=sys.stderr)
-    return run_attempts(backend, spec, rd, plan, spec.max_restarts)
+    return pipeline.run(Submit(), spec, dry_run, out, plans)
 
 
-def _test_only(plan) -> str:
-    """A Slurm dry-run ends with Slurm's own answer to its script (sbatch --test-only: nothing submitted)."""
-    if plan.spec.backend != "slurm":
-        return ""
-    from .backends.slurm.testonly import answer
-    return answer(plan.script)
+class Submit:
+    """submit's verb in the pipeline: attempt 0 of a new run, in a run dir created for it."""
+    backend: Backend
+    run_id: str
 
+    def plan(self, spec: JobSpec) -> list:
+        self.backend, self.run_id = get_backend(spec.backend), new_run_id(spec)
+        return [self.backend.plan(spec, self.run_id, attempt=0)]     # a backend may settle the shape (ssh: hosts)
 
-def _gpu_preflight(backend: Backend, plan, pool) -> tuple[Any, dict[str, Any] | None]:
-    """--preflight gpu before anything starts (launchers.doctor.preflight.gate; --spares: every slot of `pool`)."""
-    if "gpu" not in plan.spec.preflight:
-        return plan, None
-    from .doctor.preflight import gate
-    return gate(backend, plan, pool)
+    def dry_text(self, plans: list) -> str:
+        return pipeline.what_would_run(plans[0])
 
+    def preflight(self, plans: list) -> tuple[list, dict[str, Any] | None]:
+        plan, found = pipeline.preflight(self.backend, plans[0], pool_of(plans[0].spec, None))
+        return [plan], found
 
-def _gpu_record(run_dir: str, spec: JobSpec, attempt: int, found: dict[str, Any] | None) -> None:
-    if found:
-        from .doctor.preflight import record
-        record(run_dir, spec, attempt, found)
+    def open(self, plans: list, record: pipeline.Record) -> list[RunDir]:
+        rd = RunDir.create(plans[0].spec, self.run_id, plans[0].record())
+        record(rd, plans[0])
+        return [rd]
 
-
-def _make_nccl_dirs(spec: JobSpec, dist_backend: str) -> None:
-    """NCCL does not create the directories of its dump/debug files; make those inside the run dir."""
-    if dist_backend == "nccl":
-        os.makedirs(layout.path(spec.run_dir, "nccl"), exist_ok=True)     # the flight recorder's dumps
-    if not spec.nccl_env:
-        return
-    from nccl_tuning.apply import required_dirs
-    for d in required_dirs(dict(spec.nccl_env)):
-        if os.path.abspath(d).startswith(spec.run_dir + os.sep):
-            os.makedirs(d, exist_ok=True)
-
-
-make_nccl_dirs = _make_nccl_dirs          # public: a Slurm sweep's array creates its run dirs itself
+    def start(self, rds: list[RunDir], plans: list) -> int:
+        print(f"launch: run dir {rds[0].path}", file=sys.stderr)
+        return run_attempts(self.backend, plans[0].spec, rds[0], plans[0], plans[0].spec.max_restarts)
 
 
 def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,
@@ -108,53 +76,68 @@ def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | N
     snapshot is kept unless changes["snapshot"] says otherwise (True: a new one of its tree; False: none).
     requeued: the attempt's reason when Slurm requeued the user's job that runs it (continue_requeued: nothing of
     the run's earlier attempts is alive, no busy check). path: a run dir, a run name or a Slurm job id (resolve)."""
-    from . import extcache, manifest, snapshot, trust
-    from .jobenv import resolve_job_env
-    from .secretenv import refuse_missing
-    rd = RunDir.open(runindex.resolve(path))
-    if why := trust.record_refusal(rd.path):        # another's run dir names a program and --notify (issue 35)
-        raise LaunchError(why)
-    data = rd.read_run_yaml()
-    refuse_missing(data["spec"], os.environ, rd.path)        # a secret is never `***` to the program
-    backend, original = get_backend(data["spec"]["backend"]), copy_of(rd, data)
-    if bool(original) != adopt:
-        raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} (run id {data['run_id']}); `launch resume "
-                          f"--adopt {rd.path}` resumes the copy as a run of its own (a new run id)" if original else
-                          f"--adopt is only for a copy of another run dir; {rd.path!r} is not one: resume it without")
-    if not adopt and not requeued:                # an adopted copy's recorded state is the original's
-        _refuse_busy(backend, rd)
-    changes = dict(changes, **({"min_nodes": 0, "max_nodes": 0} if changes.get("nodes") else {}))   # N: fixed
-    store = snapshot.store_for(rd.path, os.path.dirname(rd.path))      # a run that had none: beside it
-    spec = snapshot.for_resume(rd.spec(), changes.pop("snapshot", None), store)
-    spec = spec.replace(run_dir=rd.path, **{k: v for k, v in changes.items() if v is not None})
-    if program_args is not None:
-        spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
-    spec = extcache.settle(snapshot.take(resolve_job_env(spec, sys.stderr)))
-    layout.check_own_dirs(rd.path)                # nothing is written through a symlink out of the run dir
-    run_id = new_run_id(spec) if adopt else data["run_id"]
-    pool = pool_of(spec, nodeledger.read(rd.path), resume=True)    # quarantined: left out; MIN:MAX grows back
-    plan = plan_on(backend, spec, run_id, len(data["attempts"]), pool)
-    spec = plan.spec
-    if dry_run:
-        (plans if plans is not None else []).append(plan)
-        out.write(snapshot.dry_run_line(spec) + extcache.dry_run_line(spec) + plan.render() + _test_only(plan))
-        return 0
-    backend.preflight(plan)
-    plan, found = _gpu_preflight(backend, plan, pool)
-    spec = plan.spec
-    snapshot.commit(spec)
-    extcache.make(spec)
-    if adopt:
-        rd.write_run_yaml(dict(data, run_id=run_id, adopted_from={"run_id": data["run_id"],
-                                                                   "run_dir": data["spec"]["run_dir"]}))
-    if data["spec"]["run_dir"] != rd.path:        # moved or adopted: `launch list` finds it where it is now
-        runindex.note(rd.path)
-    rd.claim_attempt(spec, dict(plan.record(), by=requeued or "launch resume"), plan.attempt,    # under the lock
-                     (lambda st: None) if adopt or requeued else (lambda st: _busy_line(backend, rd, st)))
-    _gpu_record(rd.path, spec, plan.attempt, found)
-    manifest.write_launcher(rd.path, spec, plan)
-    _make_nccl_dirs(spec, plan.dist_backend)
-    return run_attempts(backend, spec, rd, plan, spec.max_restarts)
+    verb = Resume(RunDir.open(runindex.resolve(path)), adopt, requeued)
+    return pipeline.run(verb, verb.spec_of(changes, program_args), dry_run, out, plans)
+
+
+class Resume:
+    """resume's verb in the pipeline: the next attempt of a recorded run, claimed in its run dir."""
+
+    def __init__(self, rd: RunDir, adopt: bool, requeued: str | None) -> None:
+        from . import trust
+        from .secretenv import refuse_missing
+        if why := trust.record_refusal(rd.path):        # another's run dir names a program and --notify (issue 35)
+            raise LaunchError(why)
+        self.rd, self.adopt, self.requeued, self.data = rd, adopt, requeued, rd.read_run_yaml()
+        refuse_missing(self.data["spec"], os.environ, rd.path)        # a secret is never `***` to the program
+        self.backend, original = get_backend(self.data["spec"]["backend"]), copy_of(rd, self.data)
+        if bool(original) != adopt:
+            raise LaunchError(f"run dir {rd.path!r} is a copy of {original!r} (run id {self.data['run_id']}); `launch "
+                              f"resume --adopt {rd.path}` resumes the copy as a run of its own (a new run id)"
+                              if original else f"--adopt is only for a copy of another run dir; {rd.path!r} is not "
+                              "one: resume it without")
+        if not adopt and not requeued:                # an adopted copy's recorded state is the original's
+            _refuse_busy(self.backend, rd)
+
+    def spec_of(self, changes: dict[str, Any], program_args: tuple[str, ...] | None) -> JobSpec:
+        """The recorded spec with the changes asked for, run where the run dir is now."""
+        from . import snapshot
+        changes = dict(changes, **({"min_nodes": 0, "max_nodes": 0} if changes.get("nodes") else {}))  # N: fixed
+        store = snapshot.store_for(self.rd.path, os.path.dirname(self.rd.path))   # a run that had none: beside it
+        spec = snapshot.for_resume(self.rd.spec(), changes.pop("snapshot", None), store)
+        spec = spec.replace(run_dir=self.rd.path, **{k: v for k, v in changes.items() if v is not None})
+        if program_args is not None:
+            spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
+        return spec
+
+    def plan(self, spec: JobSpec) -> list:
+        layout.check_own_dirs(self.rd.path)        # nothing is written through a symlink out of the run dir
+        self.run_id = new_run_id(spec) if self.adopt else self.data["run_id"]
+        self.pool = pool_of(spec, nodeledger.read(self.rd.path), resume=True)  # quarantined: left out; MIN:MAX back
+        return [plan_on(self.backend, spec, self.run_id, len(self.data["attempts"]), self.pool)]
+
+    def dry_text(self, plans: list) -> str:
+        return pipeline.what_would_run(plans[0])
+
+    def preflight(self, plans: list) -> tuple[list, dict[str, Any] | None]:
+        plan, found = pipeline.preflight(self.backend, plans[0], self.pool)
+        return [plan], found
+
+    def open(self, plans: list, record: pipeline.Record) -> list[RunDir]:
+        rd, data, plan = self.rd, self.data, plans[0]
+        if self.adopt:
+            rd.write_run_yaml(dict(data, run_id=self.run_id, adopted_from={"run_id": data["run_id"],
+                                                                           "run_dir": data["spec"]["run_dir"]}))
+        if data["spec"]["run_dir"] != rd.path:        # moved or adopted: `launch list` finds it where it is now
+            runindex.note(rd.path)
+        rd.claim_attempt(plan.spec, dict(plan.record(), by=self.requeued or "launch resume"), plan.attempt,
+                         (lambda st: None) if self.adopt or self.requeued else
+                         (lambda st: _busy_line(self.backend, rd, st)))      # under the lock
+        record(rd, plan)
+        return [rd]
+
+    def start(self, rds: list[RunDir], plans: list) -> int:
+        return run_attempts(self.backend, plans[0].spec, rds[0], plans[0], plans[0].spec.max_restarts)
 
 
 def requeued(backend: str, run_dir: str | None):

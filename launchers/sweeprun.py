@@ -6,6 +6,7 @@ its own run dir (api.submit); an interrupted run ends the sweep. The expansion a
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import shlex
@@ -13,9 +14,8 @@ import sys
 import time
 from typing import Iterable, TextIO
 
-from . import api, extcache, snapshot, sweep
+from . import api, pipeline, sweep
 from .errors import LaunchError
-from .jobenv import resolve_job_env
 from .spec import JobSpec, positive_int
 
 
@@ -39,14 +39,43 @@ def submit_sweep(spec: JobSpec, items: Iterable[str], dry_run: bool = False, out
     if spec.backend == "slurm":
         from .backends.slurm.env import SlurmEnv
         if not SlurmEnv.read().in_allocation:
-            from .backends.slurm.array import submit_array
-            base = extcache.settle(snapshot.take(resolve_job_env(specs[0], sys.stderr)))  # one for the array
-            specs = [base.replace(run_dir=s.run_dir, program_args=s.program_args) for s in specs]
-            return submit_array(specs, rec, par, dry_run=dry_run, out=out, prepare=api.make_nccl_dirs)
+            return pipeline.run(Array(specs, rec, par), specs[0], dry_run, out)
     if par is not None:
         raise LaunchError(f"--max-parallel {par} applies to a Slurm job array; inside an allocation the runs of "
                           "a sweep go one after another: leave --max-parallel out")
     return one_after_another(specs, rec, dry_run, out)
+
+
+class Array:
+    """A sweep on Slurm as the pipeline's verb: the first run's spec settled once for all (one snapshot, one
+    extension dir), a plan per run and one script, sbatch --test-only of the array, every run dir created
+    together (none stays if one fails), one sbatch (launchers.backends.slurm.array)."""
+
+    def __init__(self, specs: list[JobSpec], rec: dict, max_parallel: int | None) -> None:
+        self.specs, self.rec, self.max_parallel = specs, rec, max_parallel
+
+    def plan(self, base: JobSpec) -> list:
+        from .backends.slurm.array import plan_array
+        specs = [base.replace(run_dir=s.run_dir, program_args=s.program_args) for s in self.specs]
+        self.backend, plans, self.script = plan_array(specs, self.rec, self.max_parallel)
+        return plans
+
+    def dry_text(self, plans: list) -> str:
+        from .backends.slurm.array import render_dry_run
+        return (pipeline.launch_lines(plans[0].spec) + render_dry_run(self.script, plans, self.rec)
+                + pipeline.test_only(self.script))
+
+    def preflight(self, plans: list) -> tuple[list, None]:
+        self.backend.preflight(dataclasses.replace(plans[0], script=self.script))    # sbatch --test-only
+        return plans, None
+
+    def open(self, plans: list, record: pipeline.Record) -> list:
+        from .backends.slurm.array import create_runs
+        return create_runs(plans, self.rec, record)
+
+    def start(self, rds: list, plans: list) -> int:
+        from .backends.slurm.array import submit_array
+        return submit_array(self.backend, plans, rds, self.script, self.rec)
 
 
 def one_after_another(specs: list[JobSpec], rec: dict, dry_run: bool, out: TextIO) -> int:

@@ -122,7 +122,7 @@ def test_profile_names_the_cluster_only_the_cli_follows_it(tmp_path, monkeypatch
     api_spec = launchers.JobSpec(backend="slurm", program=("t.py",), profile="p.yaml", snapshot=False)
     resolved = api_spec.resolve()
     for refused in (lambda: launchers.submit(api_spec, dry_run=True), lambda: api.submit(resolved),
-                    lambda: array.submit_array([spec], {"sweep_dir": str(tmp_path / "sw")}, None)):
+                    lambda: array.plan_array([spec], {"sweep_dir": str(tmp_path / "sw")}, None)):
         with pytest.raises(LaunchError) as e:
             refused()
         assert str(e.value) == said

@@ -25,7 +25,7 @@ LAYERS = {
     2: ("launchers.backends",),
     3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
         "launchers.client", "launchers.top",
-        "launchers.detach", "launchers.sweeprun", "launchers.viacluster", "launchers.clusterrun"),
+        "launchers.detach", "launchers.sweeprun", "launchers.viacluster", "launchers.clusterrun", "launchers.pipeline"),
     4: ("launchers.cli", "launchers.clihelp", "launchers.entry", "launchers.slurmnode", "launchers.nodescli"),
 }
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API

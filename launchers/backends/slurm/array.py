@@ -14,9 +14,9 @@ import os
 import shlex
 import shutil
 import sys
-from typing import Callable, TextIO
+from typing import Callable
 
-from ... import __version__, extcache, layout, manifest, snapshot, sweep
+from ... import __version__, layout, sweep
 from ...errors import LaunchError
 from ...rundir import RunDir, new_run_id
 from ...spec import JobSpec
@@ -24,7 +24,6 @@ from ..base import Plan
 from .backend import SlurmBackend, SubmitFailed, submit_script
 from .nodespec import write_node_spec
 from .render import header_for, render_sbatch
-from .testonly import answer
 
 
 def array_script(first: JobSpec, sweep_dir: str, runs: int, max_parallel: int | None) -> str:
@@ -42,19 +41,39 @@ def render_dry_run(script: str, plans: list[Plan], rec: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def submit_array(specs: list[JobSpec], rec: dict, max_parallel: int | None, dry_run: bool = False,
-                 out: TextIO = sys.stdout, prepare: Callable[[JobSpec, str], None] | None = None) -> int:
-    """Plan every run, then (not a dry-run) create the sweep dir and each run dir, and submit one job array."""
-    backend, sweep_dir = SlurmBackend(), rec["sweep_dir"]
+def plan_array(specs: list[JobSpec], rec: dict, max_parallel: int | None) -> tuple[SlurmBackend, list[Plan], str]:
+    """Every run's plan and the array's script (the pipeline's plan stage of a sweep on Slurm)."""
+    backend = SlurmBackend()
     plans = [backend.plan(s, new_run_id(s), attempt=0) for s in specs]
-    script = array_script(plans[0].spec, sweep_dir, len(plans), max_parallel)
-    if dry_run:
-        out.write(render_dry_run(script, plans, rec) + answer(script))
-        return 0
-    backend.preflight(dataclasses.replace(plans[0], script=script))    # sbatch --test-only of the array
-    snapshot.commit(plans[0].spec)                                     # --snapshot: every run's (one) snapshot
-    extcache.make(plans[0].spec)                                       # their torch extensions' directory
-    rds = create_runs(plans, rec, prepare)
+    return backend, plans, array_script(plans[0].spec, rec["sweep_dir"], len(plans), max_parallel)
+
+
+def create_runs(plans: list[Plan], rec: dict, record: Callable[[RunDir, Plan], None]) -> list[RunDir]:
+    """The sweep dir, its record and one PENDING run dir per plan, each recorded as the pipeline records a run
+    (record); on any failure none of them stays."""
+    sweep_dir = rec["sweep_dir"]
+    try:
+        os.makedirs(sweep_dir)
+    except OSError as e:
+        raise LaunchError(f"sweep dir {sweep_dir!r} cannot be created ({e.strerror}); give another --run-dir") from None
+    try:
+        sweep.write_record(sweep_dir, rec)
+        rds = []
+        for plan in plans:
+            rd = RunDir.create(plan.spec, plan.run_id, plan.record())
+            record(rd, plan)
+            rd.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None, reason=None)
+            write_node_spec(rd, plan.spec, plan.run_id, 0)
+            rds.append(rd)
+        return rds
+    except BaseException:
+        shutil.rmtree(sweep_dir, ignore_errors=True)
+        raise
+
+
+def submit_array(backend: SlurmBackend, plans: list[Plan], rds: list[RunDir], script: str, rec: dict) -> int:
+    """One sbatch of the array for the created run dirs; each run records its task's job id (`<job>_<k>`)."""
+    sweep_dir = rec["sweep_dir"]
     try:
         job = submit_script(plans[0].spec.replace(run_dir=sweep_dir), script, sweep_dir, 0)
     except SubmitFailed as e:
@@ -68,30 +87,6 @@ def submit_array(specs: list[JobSpec], rec: dict, max_parallel: int | None, dry_
     print(f"slurm array job {job} queued: {len(rds)} runs (tasks 0-{len(rds) - 1}); sweep dir {sweep_dir}",
           flush=True)
     return follow_all(backend, rds) if plans[0].spec.opts.get("wait") else 0
-
-
-def create_runs(plans: list[Plan], rec: dict, prepare: Callable[[JobSpec, str], None] | None) -> list[RunDir]:
-    """The sweep dir, its record and one PENDING run dir per plan; on any failure none of them stays."""
-    sweep_dir = rec["sweep_dir"]
-    try:
-        os.makedirs(sweep_dir)
-    except OSError as e:
-        raise LaunchError(f"sweep dir {sweep_dir!r} cannot be created ({e.strerror}); give another --run-dir") from None
-    try:
-        sweep.write_record(sweep_dir, rec)
-        rds = []
-        for plan in plans:
-            rd = RunDir.create(plan.spec, plan.run_id, plan.record())
-            manifest.write_launcher(rd.path, plan.spec, plan)
-            rd.update_status(state="PENDING", attempt=0, nodes={}, first_failure=None, reason=None)
-            write_node_spec(rd, plan.spec, plan.run_id, 0)
-            if prepare is not None:
-                prepare(plan.spec, plan.dist_backend)
-            rds.append(rd)
-        return rds
-    except BaseException:
-        shutil.rmtree(sweep_dir, ignore_errors=True)
-        raise
 
 
 def follow_all(backend: SlurmBackend, rds: list[RunDir]) -> int:
