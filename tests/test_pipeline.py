@@ -1,0 +1,79 @@
+"""The one submission pipeline (launchers/pipeline.py): its stages run in order for any verb, a dry run stops
+after the plan, and each per-run concern is called from the pipeline only."""
+from __future__ import annotations
+
+import ast
+import io
+from pathlib import Path
+
+from conftest import ROOT
+from launchers import pipeline
+from launchers.spec import JobSpec
+
+# a per-run concern -> the one module that may call it (its stage)
+CONCERNS = {("snapshot", "take"), ("snapshot", "commit"), ("extcache", "settle"), ("extcache", "make"),
+            ("manifest", "write_launcher"), (None, "resolve_job_env"), (None, "gate")}
+
+
+class Plan:
+    def __init__(self, spec):
+        self.spec, self.attempt, self.dist_backend, self.script = spec, 0, "gloo", None
+
+
+class Recorder:
+    """A verb that records which stage ran; its run dir is a stand-in the pipeline only hands to record()."""
+
+    def __init__(self):
+        self.calls = []
+
+    def plan(self, spec):
+        self.calls.append("plan")
+        return [Plan(spec)]
+
+    def dry_text(self, plans):
+        self.calls.append("dry_text")
+        return "would run\n"
+
+    def preflight(self, plans):
+        self.calls.append("preflight")
+        return plans, None
+
+    def open(self, plans, record):
+        self.calls.append("open")
+        self.record = record
+        return ["rd"]
+
+    def start(self, rds, plans):
+        self.calls.append(("start", rds))
+        return 7
+
+
+def spec(tmp_path) -> JobSpec:
+    return JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("p.py",), program_args=(),
+                   run_dir=str(tmp_path / "r"), name="r")
+
+
+def test_a_dry_run_stops_after_the_plan_and_a_launch_runs_every_stage_in_order(tmp_path):
+    v, out, plans = Recorder(), io.StringIO(), []
+    assert pipeline.run(v, spec(tmp_path), dry_run=True, out=out, plans=plans) == 0
+    assert v.calls == ["plan", "dry_text"] and out.getvalue() == "would run\n" and len(plans) == 1
+    v = Recorder()
+    assert pipeline.run(v, spec(tmp_path)) == 7
+    assert v.calls == ["plan", "preflight", "open", ("start", ["rd"])]
+    assert not (tmp_path / "r").exists()            # nothing of the run written by the pipeline itself
+
+
+def test_each_per_run_concern_is_called_from_the_pipeline_only():
+    """snapshot, extension cache, job env, GPU gate and manifest: one stage each, nowhere else in launchers."""
+    found = []
+    for path in sorted((ROOT / "launchers").rglob("*.py")):
+        if path.name == "pipeline.py" or path.parent.name == "doctor" and path.name == "preflight.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                f = node.func
+                key = ((f.value.id if isinstance(f.value, ast.Name) else "?", f.attr) if isinstance(f, ast.Attribute)
+                       else (None, f.id) if isinstance(f, ast.Name) else None)
+                if key in CONCERNS:
+                    found.append(f"{Path(path).relative_to(ROOT)}:{node.lineno} {key}")
+    assert found == [], found
