@@ -10,7 +10,9 @@ resume and array task with that content -- only while it is the user's, writable
 hashes to its name (verify(): else made again, or refused in one line when it is someone else's or a symlink).
 The ranks run in their run's own work/ (launchers.rankexec.work_dir), never in the store. The store is
 `<runs root>/.snapshots` for a run dir inside the runs root, else `.snapshots` beside the run dir (on the storage
-the run dir is on: shared where the nodes see it). Stdlib only; the dry-run hashes (reads) but writes nothing.
+the run dir is on: shared where the nodes see it). A file whose stat key is unchanged since it was hashed is not
+read again, by scan() nor verify() (launchers.statcache, saved by commit()); a snapshot directory write() makes is
+known to it as written. Stdlib only; the dry-run hashes (reads) but writes nothing.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ import hashlib
 import os
 import shutil
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from . import statcache
 from .errors import LaunchError, brief
 from .snaptree import IGNORE_FILE, SECRET, STORE, STORES, git, tree_files  # noqa: F401  (re-exported)
 
@@ -35,6 +38,8 @@ class Snapshot:
     digest: str                     # sha256 of the content (see the module's doc)
     size: int                       # bytes of the files
     left_out: tuple[tuple[str, str], ...] = ()      # (path, why): what the tree holds that the snapshot does not
+    sizes: tuple[int, ...] = ()     # each file's bytes (lstat), in the order of files
+    read: int = field(default=0, compare=False)     # files whose content was read: 0 for a tree the cache knows
 
     def dir(self, store: str) -> str:
         return os.path.join(store, self.digest)
@@ -63,33 +68,63 @@ def _entry(root: str, rel: str, freeze: bool = True) -> tuple[str, bytes]:
         return ("x" if st.st_mode & 0o111 else "f"), f.read()
 
 
-def _line(rel: str, kind: str, data: bytes) -> bytes:
-    return f"{rel}\0{kind}\0{hashlib.sha256(data).hexdigest()}\n".encode("utf-8", "surrogateescape")
+def _line(rel: str, kind: str, sha: str) -> bytes:
+    return f"{rel}\0{kind}\0{sha}\n".encode("utf-8", "surrogateescape")
+
+
+def _hashed(root: str, rel: str, st: os.stat_result, cache: statcache.Hashes | None,
+            freeze: bool = True) -> tuple[str, str]:
+    """(kind, content sha256) of root/rel (st: its lstat), as _entry() reads it; a regular file's hash comes from
+    the stat cache while its stat key is unchanged (launchers.statcache)."""
+    if cache is None or not stat.S_ISREG(st.st_mode):
+        kind, data = _entry(root, rel, freeze)
+        return kind, hashlib.sha256(data).hexdigest()
+    return ("x" if st.st_mode & 0o111 else "f"), cache.sha(rel, st, lambda: _read(os.path.join(root, rel)))
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def scan(root: str, exclude: tuple[str, ...] = ()) -> Snapshot:
-    """The tree's files and content hash (reads every file, writes nothing)."""
+    """The tree's files and content hash (reads the files the stat cache does not know unchanged, writes
+    nothing: commit() saves the cache)."""
     root = os.path.abspath(root)
     left: list[tuple[str, str]] = []
     files = tree_files(root, exclude, left)
-    size = sum(os.lstat(os.path.join(root, f)).st_size for f in files)
+    stats = [_lstat(root, rel) for rel in files]
+    size = sum(st.st_size for st in stats)
     if size > MAX_BYTES or len(files) > MAX_FILES:
         raise LaunchError(f"the program's tree {brief(root)} has {len(files)} files, {size >> 20} MiB: too big to "
                           f"snapshot (accepted: up to {MAX_FILES} files, {MAX_BYTES >> 20} MiB); leave data out "
                           f"with {IGNORE_FILE} (or .gitignore), or give --no-snapshot")
-    h = hashlib.sha256()
-    for rel in files:
+    h, cache = hashlib.sha256(), statcache.hashes(root)
+    read = cache.read if cache else 0
+    for rel, st in zip(files, stats):
         try:
-            kind, data = _entry(root, rel)
-            h.update(_line(rel, kind, data))
+            kind, sha = _hashed(root, rel, st, cache)
+            h.update(_line(rel, kind, sha))
             out = kind == "l" and os.path.commonpath([os.path.realpath(root), os.path.realpath(
                 os.path.join(root, rel))]) != os.path.realpath(root)
             left += [(rel, "a link out of the tree, kept as a link: what it points to is not frozen")] if out else []
         except OSError as e:
-            raise LaunchError(f"{brief(os.path.join(root, rel))} of the program's tree cannot be read for its "
-                              f"snapshot ({e.strerror}); accepted: readable files (leave it out with {IGNORE_FILE} "
-                              "or .gitignore), or --no-snapshot") from None
-    return Snapshot(root=root, files=tuple(files), digest=h.hexdigest(), size=size, left_out=tuple(left))
+            raise _unreadable(root, rel, e) from None
+    return Snapshot(root=root, files=tuple(files), digest=h.hexdigest(), size=size, left_out=tuple(left),
+                    sizes=tuple(st.st_size for st in stats), read=cache.read - read if cache else len(files))
+
+
+def _lstat(root: str, rel: str) -> os.stat_result:
+    try:
+        return os.lstat(os.path.join(root, rel))
+    except OSError as e:
+        raise _unreadable(root, rel, e) from None
+
+
+def _unreadable(root: str, rel: str, e: OSError) -> LaunchError:
+    return LaunchError(f"{brief(os.path.join(root, rel))} of the program's tree cannot be read for its snapshot "
+                       f"({e.strerror}); accepted: readable files (leave it out with {IGNORE_FILE} or .gitignore), "
+                       "or --no-snapshot")
 
 
 def write(snap: Snapshot, store: str) -> str:
@@ -107,11 +142,12 @@ def write(snap: Snapshot, store: str) -> str:
         raise LaunchError(f"snapshot store {brief(store)} cannot be written ({e.strerror}); accepted: a runs root "
                           "you can write, or --no-snapshot") from None
     try:
-        h = hashlib.sha256()
+        h, made = hashlib.sha256(), []
         for rel in snap.files:
             kind, data = _entry(snap.root, rel)
-            h.update(_line(rel, kind, data))
-            _put(os.path.join(tmp, rel), kind, data)
+            sha = hashlib.sha256(data).hexdigest()
+            h.update(_line(rel, kind, sha))
+            made.append((rel, _put(os.path.join(tmp, rel), kind, data), sha))
         final = os.path.join(store, h.hexdigest())
         _modes(tmp, 0o555)
         if os.path.lexists(final) and not usable(final):
@@ -121,6 +157,8 @@ def write(snap: Snapshot, store: str) -> str:
         except OSError:                      # made meanwhile by another launch: the same content
             if not os.path.isdir(final):
                 raise
+            return final
+        _seed(final, made)
         return final
     except OSError as e:
         raise LaunchError(f"snapshot {brief(snap.dir(store))} cannot be written ({e.strerror}); accepted: a runs "
@@ -142,14 +180,26 @@ def _remove(d: str) -> None:
     shutil.rmtree(d)
 
 
-def _put(path: str, kind: str, data: bytes) -> None:
+def _put(path: str, kind: str, data: bytes) -> os.stat_result | None:
+    """Write one entry of a new snapshot directory; the file's stat once written (None for a link)."""
     os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
     if kind == "l":
         os.symlink(os.fsdecode(data), path)
-        return
+        return None
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o555 if kind == "x" else 0o444)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+        f.flush()
+        return os.fstat(f.fileno())
+
+
+def _seed(d: str, made: list[tuple[str, os.stat_result | None, str]]) -> None:
+    """The stat cache of a snapshot directory just made (renamed into place: its files' stat keys are as
+    written), so the next launch's verify() of it reads nothing."""
+    cache = statcache.hashes(d)
+    for rel, st, sha in made if cache else ():
+        if st is not None:
+            cache.put(rel, st, sha)
 
 
 def verify(d: str) -> str | None:
@@ -166,7 +216,7 @@ def _verify(d: str) -> str | None:
     me, st = os.getuid(), os.lstat(d)
     if not stat.S_ISDIR(st.st_mode):
         return "is a symlink, not a directory" if stat.S_ISLNK(st.st_mode) else "is not a directory"
-    lines, parents, dirs = [], set(), set()
+    lines, parents, dirs, cache = [], set(), set(), statcache.hashes(d)
     for here, subdirs, files in os.walk(d):
         base = os.path.relpath(here, d).replace(os.sep, "/")
         pyc = os.path.basename(here) == "__pycache__"
@@ -180,7 +230,7 @@ def _verify(d: str) -> str | None:
                 return f"is writable by others ({brief(p)}: mode {est.st_mode & 0o777:o})"
             if n is not None and not (pyc and n.endswith(".pyc") and stat.S_ISREG(est.st_mode)):
                 rel = n if base == "." else f"{base}/{n}"
-                lines.append(_line(rel, *_entry(d, rel, freeze=False)))
+                lines.append(_line(rel, *_hashed(d, rel, est, cache, freeze=False)))
                 parts = rel.split("/")
                 parents.update("/".join(parts[:i]) for i in range(1, len(parts)))
         if base != "." and not pyc:
@@ -247,11 +297,14 @@ def commit(spec) -> None:
     since take() is refused in one line (the plan names the snapshot by the content take() saw)."""
     if not spec.snapshot_dir or os.path.isdir(spec.snapshot_dir) and spec.snapshot_dir not in _scanned \
             and usable(spec.snapshot_dir):          # a resume keeping its snapshot: take() verified it
+        statcache.flush()
         return
     snap = _scanned.get(spec.snapshot_dir) or scan(spec.snapshot_from)
     if write(snap, os.path.dirname(spec.snapshot_dir)) != spec.snapshot_dir:
+        statcache.forget(snap.root)          # or its stat cache named a hash the content did not have
         raise LaunchError(f"the program's tree {brief(spec.snapshot_from)} changed while its snapshot was taken; "
                           "accepted: a tree that stays as it is during the launch (launch again)")
+    statcache.flush()
 
 
 def for_resume(spec, given: bool | None, store: str):
@@ -284,12 +337,9 @@ def dry_run_line(spec) -> str:
 def held(snap: Snapshot, shown: int = 3) -> str:
     """`57 files, 1.2 MiB; largest: workloads/ 600 KiB, launchers/ 500 KiB, README.md 12 KiB`: what is copied."""
     by: dict[str, int] = {}
-    for rel in snap.files:
+    for rel, size in zip(snap.files, snap.sizes):       # as scan() saw them: no file is looked at again
         top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
-        try:
-            by[top] = by.get(top, 0) + os.lstat(os.path.join(snap.root, rel)).st_size
-        except OSError:
-            continue
+        by[top] = by.get(top, 0) + size
     big = sorted(by.items(), key=lambda kv: (-kv[1], kv[0]))[:shown]
     n = len(snap.files)
     return f"{n} file{'' if n == 1 else 's'}, {size_of(snap.size)}; largest: " + ", ".join(f"{k} {size_of(v)}" for k, v in big)

@@ -9,6 +9,7 @@ written (a name it writes + .tmp.<a live pid>; a user's `x.tmp.12` stays), nor f
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import subprocess
@@ -63,14 +64,18 @@ def ignore_patterns(root: str) -> list[str]:
 
 def ignored(rel: str, is_dir: bool, patterns: list[str] | tuple[str, ...]) -> bool:
     """Whether rel (a '/'-separated path below the root) matches a pattern: one with a '/' inside matches the
-    path from the root, one without matches the last name; a trailing '/' matches only a directory."""
-    for pat in patterns:
-        if pat.endswith("/") and not is_dir:
-            continue
-        p = pat.strip("/")
-        if fnmatch.fnmatchcase(rel if "/" in p else rel.rsplit("/", 1)[-1], p):
-            return True
-    return False
+    path from the root, one without matches the last name; a trailing '/' matches only a directory (fnmatchcase,
+    every pattern of a kind in one compiled expression)."""
+    by_name, by_path = _matchers(tuple(patterns), is_dir)
+    return bool(by_name and by_name.match(rel.rsplit("/", 1)[-1]) or by_path and by_path.match(rel))
+
+
+@functools.lru_cache(maxsize=256)
+def _matchers(patterns: tuple[str, ...], is_dir: bool) -> tuple[re.Pattern | None, re.Pattern | None]:
+    """(one expression for the patterns matching the last name, one for those matching the path)."""
+    ps = [p.strip("/") for p in patterns if is_dir or not p.endswith("/")]
+    one = (lambda xs: re.compile("|".join(f"(?:{fnmatch.translate(x)})" for x in xs)) if xs else None)
+    return one([p for p in ps if "/" not in p]), one([p for p in ps if "/" in p])
 
 
 def walk_files(root: str, patterns: list[str], skip: tuple[str, ...] = (),

@@ -23,6 +23,7 @@ FIGURE = re.compile(r"^(?P<name>.+?) +ours=.* ref=.* ratio=.*?  goal (?P<goal>.+
 CASES = [
     ("launch_overhead", "launch_overhead.py", {}, [], []),
     ("log_flood", "log_flood.py", {}, [], []),
+    ("snapshot_key", "snapshot_key.py", {}, [], []),
     ("hang_detection-local", "hang_detection.py", {"BENCH_BACKENDS": "local"}, [], [pytest.mark.slow]),
     ("workloads_checkpoint", "workloads_checkpoint.py", {}, [], [pytest.mark.slow]),     # ~20 s on 2 cores
     ("chaos", "chaos.py", {}, ["3", "10"], [pytest.mark.slow]),      # two short convnet runs, one kill: ~30-80 s
