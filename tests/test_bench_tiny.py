@@ -25,6 +25,7 @@ CASES = [
     ("log_flood", "log_flood.py", {}, [], []),
     ("snapshot_key", "snapshot_key.py", {}, [], []),
     ("hang_detection-local", "hang_detection.py", {"BENCH_BACKENDS": "local"}, [], [pytest.mark.slow]),
+    ("detection-local", "detection.py", {"BENCH_BACKENDS": "local"}, [], [pytest.mark.slow]),   # 2 launches: ~25 s
     ("workloads_checkpoint", "workloads_checkpoint.py", {}, [], [pytest.mark.slow]),     # ~20 s on 2 cores
     ("chaos", "chaos.py", {}, ["3", "10"], [pytest.mark.slow]),      # two short convnet runs, one kill: ~30-80 s
     ("hang_detection-ssh", "hang_detection.py", {"BENCH_BACKENDS": "ssh"}, [], [pytest.mark.ssh]),

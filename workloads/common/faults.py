@@ -14,7 +14,8 @@ import os
 import sys
 import time
 
-PHASES = ("mid", "pre_save", "save", "after_save", "hang")     # hang: at "mid", stuck for good instead of exiting
+PHASES = ("mid", "pre_save", "save", "after_save", "hang", "load")   # hang: at "mid", stuck for good instead of
+# exiting; load: while the attempt loads the checkpoint of step --crash-at-step (a resumed attempt: --crash-attempt)
 
 
 class FaultInjector:

@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from launchers import heartbeat
+from launchers.ckptptr import step_of
 from launchers.layout import stamp
 
 from .checkpoint import Checkpointer, ModelOptimState, PickledState, seed_all
@@ -164,6 +165,7 @@ class Training:
         if not name:
             return
         t0, W, log = time.perf_counter(), self.env.world_size, self.log
+        self.fault.maybe(step_of(name) or 0, "load")        # --crash-phase load: the others are loading it
         progress, rng_restored = self.ckpt.load(name, self.states)
         self.step, self.epoch, self.offset = progress["step"], progress["epoch"], progress["epoch_offset"]
         self.last_loss = progress.get("last_loss")
