@@ -5,8 +5,8 @@ inside the runs root, like the snapshot store: launchers.snapshot.store_for), so
 run is loaded by every node and every later run instead of being compiled again (DeepSpeed's CPU comm op: a minute
 or two). The key is a short hash of the environment, read without importing torch: the job's interpreter path,
 this Python's version, torch's version and the CUDA it was built for (importlib.metadata, launchers.manifest's
-readers) -- or, for a container job, the image reference (with its digest when it pins one) and the image's
-interpreter. The user's TORCH_EXTENSIONS_DIR (--env, --forward-env, or set in the launching shell) wins: launch
+readers; once per environment: torch_build() keeps them in the user's stat cache, launchers.statcache) -- or, for a
+container job, the image reference (with its digest when it pins one) and the image's interpreter. The user's TORCH_EXTENSIONS_DIR (--env, --forward-env, or set in the launching shell) wins: launch
 then sets nothing. The directory is made (mode 0o755 under the umask, like the snapshot store) before the ranks
 start; a container job has it mounted at the same path (launchers.container.mounts).
 
@@ -25,7 +25,7 @@ import stat
 import sys
 import time
 
-from . import heartbeat
+from . import heartbeat, statcache
 from .errors import LaunchError
 from .layout import runs_root
 from .manifest import torch_cuda, version
@@ -43,9 +43,58 @@ def key(python: str, image: str = "", container_python: str = "") -> str:
     if image:
         parts = ["image", image, container_python]
     else:
-        parts = ["python", os.path.realpath(python), sys.version.split()[0], version("torch") or "-",
-                 torch_cuda() or "cpu"]
+        torch, cuda = torch_build()
+        parts = ["python", os.path.realpath(python), sys.version.split()[0], torch or "-", cuda or "cpu"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+_pending: dict[str, dict] = {}      # cache file -> what torch_build() learned (make() saves it: never a dry-run)
+
+
+def torch_build() -> tuple[str | None, str | None]:
+    """torch's version and its CUDA (None, None without torch), as launchers.manifest reads them (importlib.metadata:
+    15-30 ms a launch) -- remembered per environment (this interpreter, its sys.path) in the user's stat cache
+    (launchers.statcache, its checks) while every sys.path directory (pip adds and removes packages there) and
+    torch's version.py keep their stat (mtime, ctime, inode, device)."""
+    name = "torch\0" + "\0".join([sys.executable, *sys.path])
+    path = statcache.path_for(name)
+    data, _ = statcache.read_json(path)
+    if _fits(data, name) and data["stamps"] == _stamps([s[0] for s in data["stamps"]]):
+        return data["torch"][0], data["torch"][1]
+    stamps = _stamps([*(os.path.abspath(p) for p in sys.path), *filter(None, [_version_file()])])    # before reading
+    build = (version("torch"), torch_cuda())
+    _pending[path] = {"format": 1, "root": name, "stamps": stamps, "torch": list(build)}
+    return build
+
+
+def _fits(data, name: str) -> bool:
+    """The exact shape torch_build() writes, for this environment."""
+    if not isinstance(data, dict) or set(data) != {"format", "root", "stamps", "torch"} or data["format"] != 1 \
+            or data["root"] != name or not isinstance(data["stamps"], list) or not isinstance(data["torch"], list):
+        return False
+    paths = [os.path.abspath(p) for p in sys.path]
+    return len(data["torch"]) == 2 and all(v is None or isinstance(v, str) for v in data["torch"]) and all(
+        isinstance(s, list) and len(s) == 5 and isinstance(s[0], str) and all(type(v) is int for v in s[1:])
+        for s in data["stamps"]) and [s[0] for s in data["stamps"][:len(paths)]] == paths
+
+
+def _stamps(paths: list[str]) -> list[list]:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append([p, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev])
+        except OSError:
+            out.append([p, 0, 0, 0, 0])
+    return out
+
+
+def _version_file() -> str | None:
+    from importlib import metadata
+    try:
+        return str(metadata.distribution("torch").locate_file("torch/version.py"))
+    except (metadata.PackageNotFoundError, OSError, ValueError):
+        return None
 
 
 def users(spec, environ) -> str | None:
@@ -78,6 +127,8 @@ def make(spec) -> None:
     before any rank loads what it holds; the builds torch made in it under a group-writable umask are made the
     user's alone."""
     d = spec.torch_extensions_dir
+    while _pending:
+        statcache.write_json(*_pending.popitem())
     if not d:
         return
     os.makedirs(os.path.dirname(d), exist_ok=True)

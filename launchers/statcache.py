@@ -86,37 +86,49 @@ class Hashes:
         if not self.seen or self.seen == self.entries:
             _touch(self.path)                         # still used: not pruned
             return
-        body = json.dumps({"format": FORMAT, "root": self.root, "entries": self.seen}, separators=(",", ":"))
-        tmp = f"{self.path}.tmp.{os.getpid()}.{os.urandom(3).hex()}"
-        try:
-            os.makedirs(cache_dir(), mode=0o700, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="ascii") as f:
-                f.write(body)
-            os.replace(tmp, self.path)
+        if write_json(self.path, {"format": FORMAT, "root": self.root, "entries": self.seen}):
             self.entries, self.stamp = dict(self.seen), _stamp(self.path)
-        except (OSError, ValueError):
-            _unlink(tmp)
-            return
-        prune()
 
 
 def load(path: str, root: str) -> tuple[dict[str, list], tuple | None]:
     """(entries, the file's stamp) of a cache file that passes every check, else ({}, its stamp)."""
+    data, stamp = read_json(path)
+    return (data["entries"] if valid(data, root) else {}), stamp
+
+
+def read_json(path: str) -> tuple[object, tuple | None]:
+    """(the JSON value, the file's stamp) of a file that is regular (opened O_NOFOLLOW, fstat), the user's,
+    writable by no one else and at most MAX_BYTES; (None, its stamp) for any other (ignored: never trusted)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return {}, None
+        return None, None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022 or st.st_size > MAX_BYTES:
-            return {}, stamp
+            return None, stamp
         try:
-            data = json.loads(f.read(MAX_BYTES + 1))
+            return json.loads(f.read(MAX_BYTES + 1)), stamp
         except (OSError, ValueError):
-            return {}, stamp
-    return (data["entries"] if valid(data, root) else {}), stamp
+            return None, stamp
+
+
+def write_json(path: str, data: object) -> bool:
+    """Write a cache file atomically (a temporary file 0600, renamed over it; links are replaced, never
+    followed), then prune(); False when it cannot be written (the cache is a convenience)."""
+    tmp = f"{path}.tmp.{os.getpid()}.{os.urandom(3).hex()}"
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(json.dumps(data, separators=(",", ":")))
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        _unlink(tmp)
+        return False
+    prune()
+    return True
 
 
 def valid(data: object, root: str) -> bool:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from launchers import api, snapshot, statcache
+from launchers import api, extcache, snapshot, statcache
 from launchers.errors import LaunchError
 from launchers.spec import JobSpec
 
@@ -146,3 +147,27 @@ def test_a_second_launch_reads_and_copies_nothing_and_the_dry_run_writes_no_cach
     snap = snapshot.scan(str(tree))
     os.unlink(tree / "data/d.bin")                          # the dry-run's sizes are scan()'s: nothing looked up
     assert snapshot.held(snap) == "3 files, 2.9 KiB; largest: data/ 2.9 KiB, train.py 14 B, lib/ 6 B"
+
+
+def test_the_extension_cache_key_is_read_once_per_environment(tree, monkeypatch):
+    """torch's version and CUDA (importlib.metadata: 15-30 ms a launch) are remembered while no sys.path directory
+    (where pip installs) changed; a remembered answer others could have written is not used."""
+    site = tree.parent / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    real, calls = extcache.version, []
+    monkeypatch.setattr(extcache, "version", lambda name: calls.append(name) or real(name))
+    want = extcache.key(sys.executable)
+    assert calls == ["torch"] and not os.path.exists(statcache.cache_dir())     # saved by make(), never a dry-run
+    extcache.make(spec_for(tree))
+    assert extcache.key(sys.executable) == want and calls == ["torch"]
+    time.sleep(0.05)
+    (site / "torch-0.0.dist-info").mkdir()                   # another torch installed first on sys.path
+    now = extcache.key(sys.executable)
+    assert now != want and calls == ["torch", "torch"]
+    extcache.make(spec_for(tree))
+    path = next(p for p in Path(statcache.cache_dir()).iterdir())
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "torch": ["9.9", "99.9"]}))
+    os.chmod(path, 0o666)
+    assert extcache.key(sys.executable) == now and len(calls) == 3
