@@ -11,12 +11,14 @@ An entry is `rel path -> [size, mtime_ns, ctime_ns, inode, dev, mode, sha256]` f
 used only while all six stat values are unchanged (an edit moves ctime, which no utime() can set back; the
 mode carries the kind, file or executable). Links are never cached (readlink is cheap; a link frozen as its
 target is read each time). A file changed less than RACY_NS before it was hashed is not remembered (an edit in
-the same clock tick would keep every stat value: git's "racily clean" case). Issue 35's rule: a file others can
-write is data, never trusted -- the cache is read only when it is a regular file (opened O_NOFOLLOW, fstat), the
-user's, writable by no one else, at most MAX_BYTES and valid JSON of the exact shape naming the same directory;
-else it is ignored (everything hashed again) and replaced at the next save. Anyone who can write it as the user
-can as well edit the tree it describes. It is written atomically (temporary file 0600, rename), only when it
-changed; files of the user's not used for KEEP_S are removed then. Stdlib only.
+the same clock tick would keep every stat value: git's "racily clean" case), nor one whose times read 0 (a
+filesystem that keeps none). Issue 35's rule: a file others can write is data, never trusted -- a cache file is
+read only when it is a regular file (opened O_NOFOLLOW, fstat), the user's, writable by no one else, at most
+MAX_BYTES and valid JSON of the exact shape naming the same directory; else it is ignored (everything hashed
+again) and replaced at the next save. Anyone who can write it as the user can as well edit the tree it
+describes. It is written atomically (temporary file 0600, rename), only when it changed; the user's files not
+used for KEEP_S are removed then. read_json/write_json are those checks and that write, for launchers.extcache's
+answer per environment too. Stdlib only.
 """
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ class Hashes:
             return e[6]
         sha = hashlib.sha256(read()).hexdigest()
         self.read += 1
-        if max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - RACY_NS:
+        if st.st_mtime_ns and st.st_ctime_ns and max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - RACY_NS:
             self.seen[rel] = [*k, sha]
         else:
             self.seen.pop(rel, None)
