@@ -32,7 +32,7 @@ import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import clusters, layout, snapshot
+from . import clusters, layout, snapshot, statcache
 from .clusters import Cluster
 from .clusterssh import CONNECT_S, Session, Unreachable, remote_line, shell_line, ssh_argv
 from .errors import LaunchError
@@ -167,6 +167,7 @@ def submit(c: Cluster, args: list[str], profile: str | None, out=None) -> int:
               f"{snap.size} bytes{', and the profile' if prof else ''}) -> {up} unless there\n"
               f"# ssh: {shlex.join(ssh_argv(c, line))}\n# on the login node: {line}")
         return 0
+    statcache.flush()                     # the tree's stat cache: the next submit of an unchanged tree reads nothing
     with ended_by_sigterm(), Session(c) as s:
         s.open(open_timeout(c))
         if subprocess.run(s.argv(shell_line(f"test -d {shlex.quote(up)}")), stdin=subprocess.DEVNULL).returncode:
