@@ -9,6 +9,7 @@ it started (preflight()); `launch status` shows it as a short block.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from . import layout
@@ -17,11 +18,47 @@ from .recovery import Decision, Failure, Pool
 NAME = "node_ledger"               # its key in layout.FILES
 
 
+_told: set[str] = set()             # the damaged ledgers this process has warned of (once each)
+
+
 def read(run_dir: str, attempts: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """nodes.json; with run.yaml's attempts, each slot also names its `host` (the SSH host, the Slurm node it last
     ran on: with_hosts)."""
-    led = layout.read_json(layout.path(run_dir, NAME))
+    path = layout.path(run_dir, NAME)
+    led = layout.read_json(path)
+    if led is not None and (why := problem(led)):        # the run dir is data: a damaged file is no traceback
+        if path not in _told:
+            _told.add(path)
+            print(f"launch: warning: {path} is ignored: {why} (not as launch writes it)", file=sys.stderr, flush=True)
+        return None
     return with_hosts(led, attempts) if led and attempts else led
+
+
+def _count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def problem(led: Any) -> str | None:
+    """Why nodes.json is not a ledger as launch writes it (None: it is one), checked before anything reads it."""
+    if not isinstance(led, dict):
+        return "not a JSON object"
+    pool, slots, decisions = led.get("pool") or {}, led.get("slots") or {}, led.get("decisions") or []
+    if not isinstance(pool, dict) or not all(isinstance(pool.get(k) or [], list) and all(map(_count, pool.get(k) or []))
+                                             for k in ("active", "spares", "quarantined")):
+        return "its pool is not lists of slot numbers"
+    if not isinstance(slots, dict) or not all(str(k).isdigit() and isinstance(v, dict) for k, v in slots.items()):
+        return "its slots are not slot numbers with their records"
+    for v in slots.values():
+        tried = v.get("attempts") or []
+        if not isinstance(tried, list) or not all(isinstance(a, dict) and _count(a.get("attempt", 0)) and
+                                                  _count(a.get("node", 0)) and isinstance(a.get("sign", ""), str)
+                                                  for a in tried):
+            return "a slot's attempts are not records with attempt and node numbers"
+        if not _count(v.get("strikes", 0)) or not isinstance(v.get("quarantined", False), bool):
+            return "a slot's strikes are not a count or its quarantine not true/false"
+    if not isinstance(decisions, list) or not all(isinstance(d, dict) for d in decisions):
+        return "its decisions are not a list of records"
+    return None
 
 
 def with_hosts(led: dict[str, Any], attempts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """A run dir is only itself (issue 21, item 1): a copied run dir resumes into itself and leaves the original
 untouched; nothing the launcher writes goes through a symlink out of the run dir."""
 import hashlib
+import json
 import os
 import shutil
 
@@ -112,3 +113,34 @@ def test_a_copy_is_told_from_a_moved_run_dir_and_adopt_is_only_for_a_copy(tmp_pa
         api.resume(made, {}, adopt=True)
     os.rename(made, tmp_path / "gone")                   # moved away: the copy is the run now, not a copy
     assert api.copy_of(copy, copy.read_run_yaml()) is None
+
+
+BAD_LEDGERS = {
+    "pool of words": {"pool": {"active": ["zero"], "spares": [], "quarantined": []}},
+    "slot not a number": {"slots": {"x": {}}},
+    "attempts not records": {"slots": {"0": {"attempts": ["boom"]}}},
+    "node a word": {"slots": {"0": {"attempts": [{"attempt": 1, "node": "n"}]}}},
+    "strikes a word": {"slots": {"0": {"strikes": "many"}}},
+    "decisions a dict": {"decisions": {"a": 1}},
+}
+
+
+def test_a_damaged_node_ledger_is_ignored_with_one_line_never_a_traceback(tmp_path):
+    """nodes.json is data: a shape launch never writes is left out of status, --ranks, --json and a resume's pool
+    with one warning line naming the file, and nothing tracebacks (it did: status --ranks on a slot's word node)."""
+    from launchers import nodeledger
+    spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("t.py",), program_args=(),
+                   run_dir=str(tmp_path / "r"), name="r")
+    rd = RunDir.create(spec, "r-1", {})
+    rd.update_status(state="FAILED", attempt=0)
+    path = tmp_path / "r" / "nodes.json"
+    for name, led in BAD_LEDGERS.items():
+        path.write_text(json.dumps(led))
+        assert nodeledger.problem(led), name
+        for args in (["status", str(tmp_path / "r")], ["status", "--ranks", str(tmp_path / "r")],
+                     ["status", "--json", str(tmp_path / "r")]):
+            p = run_launch(*args)
+            assert p.returncode == 0 and "Traceback" not in p.stderr, (name, args, p.stderr)
+            assert p.stderr.count(f"{path} is ignored") == 1, (name, args, p.stderr)
+    path.write_text(json.dumps({"pool": {"active": [0], "spares": [], "quarantined": []}, "slots": {}}))
+    assert nodeledger.problem(json.loads(path.read_text())) is None and nodeledger.read(rd.path)["pool"]["active"] == [0]
