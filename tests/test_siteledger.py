@@ -312,3 +312,24 @@ def test_the_programs_failure_on_every_node_is_no_hosts_strike(tmp_path):
     attempts = [{"hosts": ["sshhost1", "sshhost2"]}, {"hosts": ["sshhost1", "sshhost2"]},
                 {"hosts": ["sshhost1", "sshhost3"]}]
     assert siteledger.run_strikes(led, attempts, "bug-1", "bob", NOW) == {}
+
+
+@pytest.mark.slurm
+@pytest.mark.exclusive
+def test_launch_nodes_drain_drains_the_slurm_node_with_its_evidence(tmp_path):
+    """The admin's hook for real (it was only ever dry-run): lnode4 quarantined by alice's run is drained in the
+    dev cluster with the ledger's newest strike as Slurm's reason, then put back (exclusive: no job meanwhile)."""
+    from test_recovery import require_slurm
+    require_slurm()
+    path = quarantine_by_alice(tmp_path / "site.json", "lnode4")
+    try:
+        out = CliRunner().invoke(main, ["nodes", "--node-ledger", path, "--drain", "lnode4"])
+        assert out.exit_code == 0, out.output
+        sinfo = subprocess.run(["sinfo", "-h", "-N", "-n", "lnode4", "-o", "%T|%E"], capture_output=True, text=True)
+        state, reason = sinfo.stdout.strip().split("|", 1)
+        assert state.startswith("drain") and reason.startswith("launch node ledger: run "), sinfo.stdout
+        assert "alice" in reason, sinfo.stdout
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=lnode4", "state=resume"], capture_output=True)
+    back = subprocess.run(["sinfo", "-h", "-N", "-n", "lnode4", "-o", "%T"], capture_output=True, text=True).stdout
+    assert not back.strip().startswith("drain"), back
