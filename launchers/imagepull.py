@@ -14,10 +14,10 @@ A failure is one line naming the node, its host and the cause (CAUSES: podman's 
 TIMEOUT_S: the registry must have answered (auth and the manifest read: podman says "Getting image source
 signatures") within TIMEOUT_S; the download itself may then take up to PULL_S. Nothing is started anywhere.
 
-The node side is a stdlib fragment (PULL, `python -c PULL JSON`, like launchers.nodecheck's CHECK) answering one
-line `IMAGE {host, pulled, digest | error}`: the local backend runs it here (ensure_here); the SSH preflight runs
-the same line (shell()) on the first node of each host (per_host; backends.sshcheck.check_image); judge() reads
-every answer the same way.
+The node side is the stdlib module launchers.nodeside.pull (PULL, its source: `python -c PULL JSON`, like
+launchers.nodecheck's CHECK: a container job's host needs no torch) answering one line `IMAGE {host, pulled,
+digest | error}`: the local backend runs it here (ensure_here); the SSH preflight runs the same line (shell()) on
+the first node of each host (per_host; backends.sshcheck.check_image); judge() reads every answer the same way.
 """
 from __future__ import annotations
 
@@ -29,48 +29,14 @@ import sys
 from typing import Mapping, Sequence
 
 from .errors import LaunchError
+from .nodeside import source
 
 TIMEOUT_S = 30           # the registry's answer (credentials, the image's manifest), from the pull's start
 PULL_S = 1800            # the whole download, once the registry answered
 PULLS = ("podman",)      # the runtimes with a per-host image store the launcher fills (apptainer: a SIF path or
                          # a URI it fetches itself; pyxis, oci: Slurm steps)
 
-PULL = r'''
-import json, socket, subprocess, sys, threading, time
-a = json.loads(sys.argv[1]); img = a["image"]; r = {"host": socket.gethostname(), "pulled": False}
-def run(*w):
-    return subprocess.run(["podman", *w], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=a["answer_s"])
-try:
-    if run("image", "exists", img).returncode != 0:
-        t0, lines, answered = time.time(), [], threading.Event()
-        p = subprocess.Popen(["podman", "pull", img], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
-        def read():
-            for ln in p.stderr:
-                lines.append(ln.strip())
-                if ln.startswith(("Getting image source signatures", "Copying ")):
-                    answered.set()
-            answered.set()
-        reader = threading.Thread(target=read, daemon=True); reader.start()
-        if not answered.wait(a["answer_s"]):
-            p.kill(); r["error"] = "timeout: no answer from the registry in %d s" % a["answer_s"]
-        else:
-            try:
-                code = p.wait(a["pull_s"])
-            except subprocess.TimeoutExpired:
-                p.kill(); code = None; r["error"] = "timeout: the download took over %d s" % a["pull_s"]
-            reader.join(5)
-            if code:
-                errs = [ln for ln in lines if ln.startswith("Error:")] or lines or ["exit code %d" % code]
-                r["error"] = errs[-1]
-        r["pulled"], r["pull_s"] = "error" not in r, round(time.time() - t0, 3)
-    if "error" not in r:
-        d = run("image", "inspect", "--format", "{{.Id}}", img)
-        r["digest"] = "sha256:" + d.stdout.strip() if d.returncode == 0 and d.stdout.strip() else None
-except (OSError, subprocess.TimeoutExpired) as e:
-    r["error"] = "podman: %s" % e
-print("IMAGE " + json.dumps(r), flush=True)
-'''
+PULL = source("pull")
 
 # what podman's error says -> the cause, in words a user acts on (first match wins; HOST: the registry)
 CAUSES = (

@@ -3,8 +3,9 @@ each host's connection; local: once here, in the nodes' environment): the workin
 launchers importable (importlib.util.find_spec: found, nothing imported), the program present, the node log
 directory creatable, and on the master the first free port of the candidates. Stdlib only.
 
-The check is sent inline (`python -c CHECK JSON`: it works before `launchers` is importable there) and answers
-one line, `CHECK {host, errors[, port]}`; answer() reads it, and says why when the python gave none.
+The check is the stdlib module launchers.nodeside.check, sent inline (`python -c CHECK JSON`: it works before
+`launchers` is importable there) and answers one line, `CHECK {host, errors[, port]}`; answer() reads it, and says
+why when the python gave none.
 """
 from __future__ import annotations
 
@@ -13,51 +14,9 @@ import shlex
 import subprocess
 from typing import Mapping, Sequence
 
-CHECK = r'''
-import importlib.util, json, os, shutil, socket, sys, time
-a = json.loads(sys.argv[1]); r = {"host": socket.gethostname(), "errors": []}
-cwd = a["cwd"]
-if os.path.isdir(cwd):
-    os.chdir(cwd); sys.path.insert(0, cwd)
-else:
-    r["errors"].append("working directory %s does not exist there" % cwd)
-for m in a.get("modules", ("torch", "launchers")):
-    try:
-        ok = importlib.util.find_spec(m) is not None
-    except Exception:
-        ok = False
-    if not ok:
-        r["errors"].append("python %s cannot import %s (give --python an interpreter that can)" % (sys.executable, m))
-bins = a.get("binaries") or []
-if bins and not any(shutil.which(b) for b in bins):
-    r["errors"].append("container runtime %s is not on PATH there" % " or ".join(bins))
-prog = a["program"]
-if prog and prog[0] == "-m":
-    try:
-        ok = importlib.util.find_spec(prog[1]) is not None
-    except Exception:
-        ok = False
-    if not ok:
-        r["errors"].append("program module %s cannot be found (cwd %s)" % (prog[1], cwd))
-elif prog and not os.path.isfile(prog[0]):
-    r["errors"].append("program file %s does not exist there" % prog[0])
-for d in a.get("dirs", []):
-    p = d
-    while not os.path.exists(p) and os.path.dirname(p) != p:
-        p = os.path.dirname(p)
-    if not os.access(p, os.W_OK | os.X_OK):
-        r["errors"].append("cannot create %s (%s is not writable)" % (d, p))
-if a.get("ports"):
-    for p in a["ports"]:
-        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("", p)); r["port"] = p; break
-        except OSError:
-            pass
-        finally:
-            s.close()
-print("CHECK " + json.dumps(r), flush=True)
-'''
+from .nodeside import source
+
+CHECK = source("check")
 TIMEOUT_S = 60
 
 

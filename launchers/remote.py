@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import socket
 import stat
@@ -37,56 +38,12 @@ HEARTBEAT = "@@launch-alive@@"   # `run` prints this line every HEARTBEAT_S to t
 HEARTBEAT_S = 1.0
 AGENT_ENDED = "@@launch-agent-ended@@"   # `run` prints "AGENT_ENDED <time>" (never shown)
 
-# Rendezvous reachability: the master listens on the chosen port and hands a token to every other host.
-REACH = r'''
-import json, socket, sys, threading, time
-a = json.loads(sys.argv[1]); deadline = time.time() + a["timeout"]; tok = a["token"].encode()
-def read(c, n):
-    got = b""
-    while len(got) < n:
-        part = c.recv(n - len(got))
-        if not part:
-            break
-        got += part
-    return got
-if a["role"] == "master":
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("", a["port"])); s.listen(128); print("LISTENING", flush=True)
-    acked, lock = set(), threading.Lock()
-    def serve(c):
-        try:
-            c.settimeout(10); who = read(c, 8); c.sendall(tok)
-            if read(c, 3) == b"ACK":
-                with lock:
-                    acked.add(who)
-        except OSError:
-            pass
-        finally:
-            c.close()
-    while len(acked) < a["clients"] and time.time() < deadline:
-        s.settimeout(max(0.05, min(0.5, deadline - time.time())))
-        try:
-            c, _ = s.accept()
-        except socket.timeout:
-            continue
-        except OSError:
-            break
-        threading.Thread(target=serve, args=(c,), daemon=True).start()
-    print("SERVED %d" % len(acked), flush=True)
-else:
-    err = "no answer"
-    while time.time() < deadline:
-        try:
-            c = socket.create_connection((a["addr"], a["port"]), timeout=max(0.1, deadline - time.time()))
-            c.settimeout(10); c.sendall(b"%08d" % a["id"]); got = read(c, len(tok))
-            if got == tok:
-                c.sendall(b"ACK"); c.close(); print("REACHED", flush=True); sys.exit(0)
-            c.close(); err = "something else answers there"
-        except OSError as e:
-            err = e.strerror or str(e)
-        time.sleep(0.1)
-    print("UNREACHABLE " + err, flush=True); sys.exit(1)
-'''
+
+def reach_line(python: str, cwd: str, arg: dict) -> str:
+    """The shell line of the SSH preflight's reachability check (launchers.nodeside.reach) on a host: run as a
+    module in the job's working directory, where the host check (launchers.nodecheck) found launchers importable."""
+    words = [python, "-m", "launchers.nodeside.reach", json.dumps(arg)]
+    return f"cd {shlex.quote(cwd)} 2>/dev/null; " + " ".join(shlex.quote(w) for w in words)
 
 
 def node_pids(run_id: str, node: int, attempt: int | None = None, run_dir: str | None = None) -> list[int]:

@@ -14,7 +14,7 @@ LAYERS = {
         "launchers.ckptptr", "launchers.heartbeat", "launchers.request", "launchers.cpubind", "launchers.values",
         "launchers.secretenv", "launchers.notify", "launchers.containeropts",
         "launchers.snapshot", "launchers.stops", "launchers.recovery", "launchers.nodeledger",
-        "launchers.timeline", "launchers.fence", "launchers.sbatchopts", "launchers.siteledger"),
+        "launchers.timeline", "launchers.fence", "launchers.sbatchopts", "launchers.siteledger", "launchers.nodeside"),
     1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
         "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
         "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",

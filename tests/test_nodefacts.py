@@ -10,9 +10,9 @@ import pytest
 
 from conftest import run_launch
 from launchers import nodefacts
-from launchers.doctor.probe import NET
 from launchers.errors import LaunchError
-from launchers.gpuhealth.tools import GPU_TOOLS
+from launchers.nodeside.gputools import ib_sysfs
+from launchers.nodeside.probe import net_sysfs
 from nccl_tuning.validate import validate
 
 IB_PORT = {"state": "4: ACTIVE\n", "phys_state": "5: LinkUp\n", "rate": "400 Gb/sec (4X NDR)\n",
@@ -27,10 +27,8 @@ def write_tree(root, files: dict) -> None:
 
 
 def readers() -> dict:
-    """The probe's own reader functions (the fragment the nodes run), here."""
-    space: dict = {}
-    exec(compile("import os, shutil, subprocess\n" + GPU_TOOLS + NET, "probe", "exec"), space)  # noqa: S102
-    return space
+    """The probe's own reader functions (the node-side modules the nodes run), here."""
+    return {"net_sysfs": net_sysfs, "ib_sysfs": ib_sysfs}
 
 
 def test_the_probe_reads_interfaces_and_hca_ports_from_sysfs(tmp_path):

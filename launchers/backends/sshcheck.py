@@ -1,21 +1,19 @@
 """The SSH backend's preflight, before the run dir exists, over connections already open (verified host keys):
 every host checked in parallel with the job's python (launchers.nodecheck: working directory, torch and
 launchers importable, the program, the node log directory, a free master port on the master), then the master
-reachable at MASTER_ADDR:port from every other host (remote.REACH); with a podman image, the image on each host
+reachable at MASTER_ADDR:port from every other host (remote.reach_line); with a podman image, the image on each host
 (launchers.imagepull: pulled once per host when missing). Errors: one line naming each node and host.
 """
 from __future__ import annotations
 
 import io
-import json
 import secrets
-import shlex
 import sys
 import threading
 
 from .. import container, imagepull, layout, nodecheck, ports
 from ..errors import LaunchError
-from ..remote import REACH
+from ..remote import reach_line
 from ..show import counted
 from ..sshconn import describe, run_all
 
@@ -91,13 +89,13 @@ def check_reach(plan, conns) -> None:
     the clients had given up: Connection refused); the master serves until each distinct host acknowledged (or the
     timeout) -- not a count of connections: a client that retried after a slow read was counted twice and the master
     stopped listening before the hosts still to come."""
-    py = shlex.quote(plan.spec.python)
     token = secrets.token_hex(8)
     t = max(plan.settings.timeout_for(h) for h in plan.rhosts)
     base = {"port": plan.master_port, "token": token, "addr": plan.master_addr}
-    cmds = [f"{py} -c {shlex.quote(REACH)} " + shlex.quote(json.dumps(
-        dict(base, role="master" if k == 0 else "client", clients=len(conns) - 1, id=k,
-             timeout=t + MASTER_EXTRA_S if k == 0 else t))) for k in range(len(conns))]
+    cmds = [reach_line(plan.spec.python, plan.cwd, dict(base, role="master" if k == 0 else "client",
+                                                        clients=len(conns) - 1, id=k,
+                                                        timeout=t + MASTER_EXTRA_S if k == 0 else t))
+            for k in range(len(conns))]
     say = counted("reach", len(conns), terminal_only=True)     # a failure stays one line in a log
     master = _Master(conns[0], cmds[0], t + MASTER_EXTRA_S + 30)
     master.listening.wait(MASTER_EXTRA_S)
