@@ -1,5 +1,6 @@
 """The architecture, checked: every module's imports (also those inside functions) follow the layer rule and
-make no cycle, and modules and functions stay small (docs/ARCHITECTURE.md)."""
+make no cycle, and modules and functions of every package stay small (docs/ARCHITECTURE.md; its tables are
+checked against this file by tests/test_architecture_doc.py)."""
 from __future__ import annotations
 
 import ast
@@ -8,26 +9,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("launchers", "nccl_tuning", "workloads")
 
-# errors, layout, spec  <-  torchrun, rundir, procs  <-  backends  <-  api  <-  cli
+# Layers 0 and 1 are ordered sub-layers (0a < 0b < ... < 1a < ... < 1e), derived from the real import graph (each
+# module one above the highest module of its own layer it imports): a module in a sub-layer imports only from
+# sub-layers below its own, never a module of its own sub-layer. Layers 2, 3 and 4 are whole: a module there may
+# import its own layer too (still no cycle). "P.*" is package P and every module under it; any other name is the
+# one module (a new module of launchers/ gets no layer until it is added here and to docs/ARCHITECTURE.md).
+L = "launchers."
 LAYERS = {
-    0: ("launchers", "launchers.errors", "launchers.layout", "launchers.spec", "launchers.runopts",
-        "launchers.ckptptr", "launchers.heartbeat", "launchers.request", "launchers.cpubind", "launchers.values",
-        "launchers.secretenv", "launchers.notify", "launchers.containeropts",
-        "launchers.snapshot", "launchers.stops", "launchers.recovery", "launchers.nodeledger",
-        "launchers.timeline", "launchers.fence", "launchers.sbatchopts", "launchers.siteledger", "launchers.nodeside"),
-    1: ("launchers.torchrun", "launchers.rundir", "launchers.procs", "launchers.ports", "launchers.follow",
-        "launchers.hostfile", "launchers.sshconn", "launchers.rankexec", "launchers.remote", "launchers.hang",
-        "launchers.rankcause", "launchers.firstfail", "launchers.container", "launchers.manifest",
-        "launchers.nodecheck", "launchers.integrations", "launchers.restarts", "launchers.imagepull",
-        "launchers.show", "launchers.runindex", "launchers.sweep", "launchers.gpuhealth", "launchers.clusters",
-        "launchers.nodefacts", "launchers.clusterssh", "launchers.extcache", "launchers.trust",
-        "launchers.nodebackend", "launchers.runjson"),
-    2: ("launchers.backends",),
-    3: ("launchers.api", "launchers.jobenv", "launchers.explain", "launchers.doctor",
-        "launchers.client", "launchers.top",
-        "launchers.detach", "launchers.sweeprun", "launchers.viacluster", "launchers.clusterrun", "launchers.pipeline"),
-    4: ("launchers.cli", "launchers.clihelp", "launchers.entry", "launchers.slurmnode", "launchers.nodescli"),
+    "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "nodeside", L + "nodeside.check",
+           L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach"),
+    "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
+    "0c": (L + "runopts", L + "secretenv", L + "recovery"),
+    "0d": (L + "layout",),
+    "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree"),
+    "0f": (L + "ckptptr", L + "siteledger", L + "snapshot", L + "timeline"),
+    "0g": (L + "heartbeat", L + "spec"),
+    "0h": (L + "request",),
+    "1a": (L + "torchrun", L + "procs", L + "ports", L + "hostfile", L + "imagepull", L + "integrations",
+           L + "manifest", L + "nodecheck", L + "rankcause", L + "sweep", L + "gpuhealth", L + "gpuhealth.finding",
+           L + "gpuhealth.tools", L + "hang", L + "hang.verdict"),
+    "1b": (L + "clusters", L + "container", L + "extcache", L + "firstfail", L + "runindex", L + "sshconn",
+           L + "trust", L + "gpuhealth.ib", L + "gpuhealth.nvlink", L + "gpuhealth.smi", L + "gpuhealth.topo",
+           L + "gpuhealth.xid", L + "hang.sample"),
+    "1c": (L + "rundir", L + "show", L + "clusterssh", L + "nodebackend", L + "nodefacts", L + "gpuhealth.verdict",
+           L + "hang.stacks"),
+    "1d": (L + "follow", L + "rankexec", L + "restarts", L + "runjson", L + "hang.watch"),
+    "1e": (L + "remote",),
+    "2": (L + "backends.*",),
+    "3": (L + "api", L + "jobenv", L + "explain", L + "doctor.*", L + "client", L + "top", L + "detach",
+          L + "sweeprun", L + "viacluster", L + "clusterrun", L + "pipeline"),
+    "4": (L + "cli", L + "clihelp", L + "entry", L + "slurmnode", L + "nodescli"),
 }
+ORDER = list(LAYERS)
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API
 OPEN_TO_OTHERS = ("launchers", "launchers.errors", "launchers.layout", "launchers.ckptptr", "launchers.rundir",
                   "launchers.runopts", "launchers.spec", "launchers.api", "launchers.heartbeat", "launchers.fence",
@@ -35,13 +48,17 @@ OPEN_TO_OTHERS = ("launchers", "launchers.errors", "launchers.layout", "launcher
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 
 
-def layer_of(module: str) -> int | None:
-    best = None
+def layer_of(module: str) -> str | None:
     for layer, names in LAYERS.items():
         for n in names:
-            if (module == n or module.startswith(n + ".")) and (best is None or len(n) > len(best[1])):
-                best = (layer, n)
-    return best[0] if best else None
+            if module == n.removesuffix(".*") or (n.endswith(".*") and module.startswith(n[:-1])):
+                return layer
+    return None
+
+
+def strict(layer: str) -> bool:
+    """A sub-layer (0a, 1c): its modules import only from below it."""
+    return not layer.isdigit()
 
 
 def modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
@@ -99,9 +116,11 @@ def rule_violations(root: Path, packages=PACKAGES) -> list[str]:
                 mine, theirs = layer_of(name), layer_of(mod)
                 if mine is None or theirs is None:
                     bad.append(f"{where}: {name if mine is None else mod} has no layer in tests/test_layers.py")
-                elif theirs > mine:
+                elif ORDER.index(theirs) > ORDER.index(mine):
                     bad.append(f"{where}: {name} (layer {mine}) imports {mod} (layer {theirs}): a back-edge")
-            elif name.startswith("launchers") and top == "nccl_tuning" and (layer_of(name) or 0) < 3:
+                elif theirs == mine and strict(mine) and mod != name:
+                    bad.append(f"{where}: {name} imports {mod}, both in sub-layer {mine}: it must sit above it")
+            elif name.startswith("launchers") and top == "nccl_tuning" and ORDER.index(layer_of(name) or "0a") < ORDER.index("3"):
                 bad.append(f"{where}: {name} imports {mod}; only the API (and above) may use nccl_tuning")
             elif not name.startswith("launchers") and top == "launchers" and mod not in OPEN_TO_OTHERS:
                 bad.append(f"{where}: {name} imports {mod}; outside the launcher only {', '.join(OPEN_TO_OTHERS)}")
@@ -140,7 +159,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def size_violations(root: Path, packages=("launchers", "workloads")) -> list[str]:
+def size_violations(root: Path, packages=PACKAGES) -> list[str]:
     bad = []
     for name, path in modules(root, packages).items():
         text = path.read_text()
@@ -184,13 +203,17 @@ def test_a_back_edge_a_cycle_and_a_forbidden_import_are_caught(tmp_path):
     write(tmp_path, "launchers/errors.py", "def f():\n    from .cli import main\n    return main\n")
     write(tmp_path, "launchers/cli.py", "from .errors import f\nmain = f\n")
     write(tmp_path, "launchers/api.py", "X = 1\n")
+    write(tmp_path, "launchers/stops.py", "from . import errors\n")
+    write(tmp_path, "launchers/newmod.py", "from . import errors\n")
     write(tmp_path, "launchers/backends/local.py", "from .. import api\nfrom ..errors import _hidden\n")
     write(tmp_path, "nccl_tuning/runner.py", "def g():\n    from launchers.backends.local import api\n")
     write(tmp_path, "workloads/train.py", "import launchers.cli\nfrom launchers import layout\n")
     bad = "\n".join(rule_violations(tmp_path))
-    assert "launchers.errors (layer 0) imports launchers.cli (layer 4): a back-edge" in bad
+    assert "launchers.errors (layer 0a) imports launchers.cli (layer 4): a back-edge" in bad
     assert "import cycle: launchers.cli -> launchers.errors -> launchers.cli" in bad
     assert "launchers.backends.local (layer 2) imports launchers.api (layer 3)" in bad
+    assert "launchers.stops imports launchers.errors, both in sub-layer 0a: it must sit above it" in bad
+    assert "launchers.newmod has no layer in tests/test_layers.py" in bad
     assert "nccl_tuning.runner imports launchers.backends.local" in bad
     assert "workloads.train imports launchers.cli" in bad
     assert "launchers.layout" not in bad.replace("only launchers, launchers.errors, launchers.layout", "")
@@ -200,6 +223,8 @@ def test_a_back_edge_a_cycle_and_a_forbidden_import_are_caught(tmp_path):
 def test_a_long_function_and_a_long_module_are_caught(tmp_path):
     write(tmp_path, "launchers/__init__.py", "")
     write(tmp_path, "workloads/__init__.py", "")
+    write(tmp_path, "nccl_tuning/wide.py", "x = 1\n" * 401)
     write(tmp_path, "launchers/long.py", "def f():\n" + "    x = 1\n" * 60 + "\n" * 400)
     bad = "\n".join(size_violations(tmp_path))
     assert "f() has 61 lines" in bad and "launchers/long.py: 461 lines" in bad
+    assert "nccl_tuning/wide.py: 401 lines" in bad
