@@ -97,6 +97,11 @@ def private_imports(path: Path) -> list[str]:
             for a in n.names if a.name.startswith("_") and not a.name.startswith("__")]
 
 
+# node-side programs that import torch: they run on a node in a process of their own (`python -c` of their text,
+# launchers.nodeside.source); no module of the launcher may import them
+NODE_PROGRAMS = ("launchers.nodeside.probe",)
+
+
 def rule_violations(root: Path, packages=PACKAGES) -> list[str]:
     """Imports against the layer rule, and import cycles between modules."""
     known = modules(root, packages)
@@ -106,8 +111,11 @@ def rule_violations(root: Path, packages=PACKAGES) -> list[str]:
         for mod, line in imports(name, path, known):
             where = f"{path.relative_to(root)}:{line}"
             top = mod.split(".")[0]
-            if name.startswith("launchers") and top in ("torch", "workloads"):
+            if name.startswith("launchers") and top == "workloads" or top == "torch" and name.startswith(
+                    "launchers") and name not in NODE_PROGRAMS:
                 bad.append(f"{where}: the launcher imports {mod}")
+            if mod in NODE_PROGRAMS and name != mod:
+                bad.append(f"{where}: {mod} is a node's program, shipped as text, never imported")
             if top not in PACKAGES:
                 continue
             if mod in known and mod != name:

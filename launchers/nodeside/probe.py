@@ -2,7 +2,6 @@
 `python -c` with gputools ahead of it (launchers.nodeside.source: `launchers` may not even be importable on a
 node). One JSON argument; `DOCTOR-T <epoch>` first, then the record as `DOCTOR+ <json string>` lines, `DOCTOR-END`.
 """
-import importlib
 import json
 import os
 import resource
@@ -15,8 +14,8 @@ import time
 
 from launchers.nodeside.gputools import gpu_tools, ib_sysfs
 
-# A: the argument, R: the record, T0: the start (set below, when run). torch is imported by name (importlib):
-# this runs on the node, in its own process; the launcher itself never imports torch (tests/test_layers.py).
+# A: the argument, R: the record, T0: the start (set below, when run). It imports torch: it runs on the node, in
+# its own process, never imported by the launcher (tests/test_layers.py: NODE_PROGRAMS).
 
 
 # the node's network interfaces from /sys/class/net (a missing tree: none); flags bit 0x8 is IFF_LOOPBACK
@@ -60,7 +59,7 @@ def facts():
     except Exception as e:
         R["launchers_error"] = "%s: %s" % (type(e).__name__, first_line(e))
     try:
-        torch = importlib.import_module("torch")      # the node's torch, in this process on the node
+        import torch  # the node's torch, in this process on the node
         R["torch"] = torch.__version__; R["cuda"] = bool(torch.cuda.is_available())
         R["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if R["cuda"] else None
     except Exception as e:
@@ -247,7 +246,9 @@ def client_side():
 
 def collective(master, port):
     import datetime
-    torch, dist = importlib.import_module("torch"), importlib.import_module("torch.distributed")
+
+    import torch
+    import torch.distributed as dist
     n, rank, iters = A["nnodes"], A["node"], A.get("iters", 5)
     dev = torch.device("cuda", 0) if R.get("cuda") else torch.device("cpu")
     dist.init_process_group("nccl" if R.get("cuda") else "gloo", init_method="tcp://%s:%d" % (master, port),
