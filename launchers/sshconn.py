@@ -1,8 +1,8 @@
-"""Fabric connections with verified host keys, opened in parallel, and one-line errors naming the host.
+"""SSH connections (paramiko) with verified host keys, opened in parallel, and one-line errors naming the host.
 
-Fabric 3 sets paramiko's AutoAddPolicy and loads no known_hosts: every Connection here gets RejectPolicy
-and the known_hosts file loaded read-only (never written back). One fabric Config per Connection (a
-shared one accumulates IdentityFile entries). Fabric int()s connect_timeout, so it is set afterwards.
+Every Connection gets RejectPolicy and the known_hosts file loaded read-only (never written back). Not Fabric:
+its Connection set paramiko's AutoAddPolicy, and importing it (invoke: unittest.mock, yaml, asyncio) cost ~90 ms
+of a 4-host fan-out's ~480 ms process (bench/ssh_fanout.py); Connection below is the part launch used.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .errors import LaunchError, need_extra
-from .hostfile import ResolvedHost, load_ssh_config
+from .hostfile import ResolvedHost, paramiko_module
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -56,33 +56,142 @@ def jump_hops(h: ResolvedHost, s: SSHSettings, check_first: bool = True) -> list
     return hops
 
 
-def make_connection(h: ResolvedHost, s: SSHSettings, gateway=None):
-    """A Connection to h (gateway: the verified Connection of the hop before it, for a jump host; none given: the
-    ssh config's ProxyJump hops, each verified: jump_hops)."""
-    need_extra("fabric", "ssh", "SSH to the hosts")
-    import fabric
-    import paramiko
-
+def make_connection(h: ResolvedHost, s: SSHSettings, gateway: "Connection | None" = None) -> "Connection":
+    """A Connection to h, not opened yet (gateway: the verified Connection of the hop before it, for a jump host;
+    none given: the ssh config's ProxyJump hops, each verified: jump_hops)."""
+    need_extra("paramiko", "ssh", "SSH to the hosts")
     if gateway is None:
         for hop in jump_hops(h, s):
             gateway = make_connection(hop, s, gateway=gateway)
-    t = s.timeout_for(h)
-    kw = {"banner_timeout": t, "auth_timeout": t}
-    if s.identity:
-        kw.update(key_filename=[s.identity], look_for_keys=False, allow_agent=False)
-    c = fabric.Connection(h.entry.name, user=h.user, port=h.port, connect_kwargs=kw, gateway=gateway,
-                          config=fabric.Config(ssh_config=load_ssh_config(s.ssh_config), lazy=True))
-    c.connect_timeout = t
-    c.client.set_missing_host_key_policy(paramiko.RejectPolicy())   # never auto-add
-    for f in s.known_hosts_for(h):
-        if os.path.isfile(f):
-            c.client.load_system_host_keys(f)                         # read-only
-    return c
+    return Connection(h, s, gateway)
+
+
+class CommandTimedOut(Exception):
+    pass
+
+
+@dataclass
+class Result:
+    exited: int
+    stdout: str
+    stderr: str
+
+
+class Connection:
+    """What launch uses of a Fabric Connection (open, run, sftp, close), on paramiko alone: importing Fabric (and
+    invoke, which imports unittest.mock, yaml, asyncio) was a third of a 4-host fan-out's whole process. Host keys
+    from our known_hosts files only (read-only), RejectPolicy: an unknown or changed key is refused, never added.
+    The host's address, port, user, IdentityFile and ConnectTimeout come from the ssh config already (hostfile's
+    resolve); its ProxyCommand is honoured (as Fabric did), its ProxyJump hops are the gateway chain."""
+
+    def __init__(self, h: ResolvedHost, s: SSHSettings, gateway: "Connection | None" = None) -> None:
+        paramiko = paramiko_module()
+
+        self.resolved, self.settings, self.gateway = h, s, gateway
+        self.host, self.port, self.user = h.hostname, h.port, h.user
+        self.client, self._sftp = paramiko.SSHClient(), None
+        self.client.set_missing_host_key_policy(paramiko.RejectPolicy())   # never auto-add
+        for f in s.known_hosts_for(h):
+            if os.path.isfile(f):
+                self.client.load_system_host_keys(f)                         # read-only
+
+    @property
+    def transport(self):
+        return self.client.get_transport()
+
+    @property
+    def is_connected(self) -> bool:
+        t = self.transport
+        return t is not None and t.is_active()
+
+    def open(self) -> None:
+        if self.is_connected:
+            return
+        paramiko = paramiko_module()
+
+        h, s = self.resolved, self.settings
+        t, sock = s.timeout_for(h), None
+        if self.gateway is not None:
+            self.gateway.open()
+            sock = self.gateway.transport.open_channel("direct-tcpip", (self.host, self.port), ("", 0), timeout=t)
+        elif str(h.ssh_options.get("proxycommand", "none")).strip().lower() != "none":
+            sock = paramiko.ProxyCommand(h.ssh_options["proxycommand"])
+        keys = [s.identity] if s.identity else list(h.identity_files)
+        self.client.connect(self.host, port=self.port, username=self.user, key_filename=keys or None,
+                            look_for_keys=not s.identity, allow_agent=not s.identity, timeout=t, banner_timeout=t,
+                            auth_timeout=t, sock=sock)
+
+    def run(self, command: str, hide: bool = False, warn: bool = True, in_stream: Any = False, out_stream=None,
+            err_stream=None, pty: bool = False, timeout: float | None = None) -> Result:
+        """command on the host (pty: stderr comes on stdout, as on a terminal); its output decoded as UTF-8 and kept,
+        also written to out_stream/err_stream when given (else to ours, unless hide). The exit status (-1: the
+        connection ended without one); CommandTimedOut (the channel closed) past timeout s."""
+        import shutil
+        import sys
+
+        self.open()
+        ch = self.transport.open_session(timeout=self.settings.timeout_for(self.resolved))
+        try:
+            if pty:
+                cols, rows = shutil.get_terminal_size((80, 24))
+                ch.get_pty(width=cols, height=rows)
+            ch.exec_command(command)
+            out = out_stream if out_stream is not None else (None if hide else sys.stdout)
+            err = err_stream if err_stream is not None else (None if hide else sys.stderr)
+            errs: list[str] = []
+            reader = None if pty else threading.Thread(target=_drain, args=(ch.recv_stderr, err, errs), daemon=True)
+            if reader:
+                reader.start()
+            outs = _drain(ch.recv, out, [], ch, None if timeout is None else time.monotonic() + timeout)
+            if outs is None:
+                raise CommandTimedOut(f"command did not end within {timeout:g} s")
+            if reader:
+                reader.join()
+            return Result(ch.recv_exit_status(), "".join(outs), "".join(errs))
+        finally:
+            ch.close()
+
+    def sftp(self):
+        if self._sftp is None:
+            self.open()
+            self._sftp = self.client.open_sftp()
+        return self._sftp
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.close()
+        self.client.close()
+        if self.gateway is not None:
+            self.gateway.close()
+
+
+def _drain(recv, sink, kept: list, ch=None, deadline: float | None = None) -> list | None:
+    """Read a channel's stream to its end (whole characters: an incremental decoder), each piece kept and written to
+    sink; with ch and a deadline, None once the deadline passed."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")("replace")
+    while True:
+        if ch is not None:
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            ch.settimeout(None if deadline is None else max(0.01, min(1.0, deadline - time.monotonic())))
+        try:
+            data = recv(32768)
+        except socket.timeout:
+            continue
+        text = dec.decode(data, final=not data)
+        if text:
+            kept.append(text)
+            if sink is not None:
+                sink.write(text)
+        if not data:
+            return kept
 
 
 def describe(e: BaseException, h: ResolvedHost, s: SSHSettings) -> str:
     """One line naming the host and what went wrong."""
-    import paramiko
+    paramiko = paramiko_module()
 
     kh = " or ".join(s.known_hosts_for(h))
     if isinstance(e, paramiko.BadHostKeyException):

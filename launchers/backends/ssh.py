@@ -1,4 +1,4 @@
-"""SSH hosts without a scheduler, through Fabric: one Connection and one thread per host.
+"""SSH hosts without a scheduler, over paramiko (launchers.sshconn): one Connection and one thread per host.
 
 plan (no network; that is --dry-run; --spares: the hosts of the pool slots it is given) -> preflight (of the
 attempt's hosts only: connect all in parallel with verified host keys; on every host python/torch/launchers/program
