@@ -1,10 +1,12 @@
 """SSH fan-out: connect to the test hosts and start a trivial command (`true`) on each, side by side:
-`launch ssh`'s fan-out (launchers.sshconn.fanout: one Fabric Connection per host, threads, host keys
-verified) vs pdsh (Debian package) vs a serial `ssh` loop. Whole-process wall time (like pdsh's) and
-our fan-out alone (timed inside one process, after imports). Interleaved rounds, medians.
+`launch ssh`'s fan-out (launchers.sshconn.fanout: one paramiko Connection per host, threads, host keys
+verified) vs pdsh (Debian package) vs a serial `ssh` loop. Whole-process wall time (like pdsh's), our fan-out
+alone (timed inside one process, after imports) and the process's start-up alone (interpreter, imports, the hosts
+resolved through the ssh config; no network): where the whole process's time goes. Interleaved rounds, medians.
 First on the 4 hosts of `make ssh-up`, then on 16 (`LAUNCH_SSH_HOSTS_N=16 clusters/ssh-hosts.sh up`),
 after which the hosts are put back to 4, as `make ssh-up` leaves them (not in the tiny form, BENCH_TINY=1).
 Goals (issue 38): <= 0.9x pdsh on 4 hosts, ahead of pdsh on 16, and 16 hosts in < 2x the 4-host time.
+`python bench/ssh_fanout.py 4`: the 4 hosts only (the test hosts left as they are, as other work shares them).
 Needs the SSH test hosts (`make ssh-up`); fails clearly when they are not up."""
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ s = SSHSettings(ssh_config={cfg!r}, known_hosts={kh!r})
 codes = fanout(resolve(parse_hosts_option({hosts!r}), {cfg!r}), s, "true")
 sys.exit(0 if codes == [0] * {n} else 1)
 """
+STARTUP = ONE.split("codes =")[0] + "hosts = resolve(parse_hosts_option({hosts!r}), {cfg!r})\n"
 
 
 def need_hosts() -> None:
@@ -64,6 +67,7 @@ def measure(n: int) -> dict[str, float]:
     settings = SSHSettings(ssh_config=CFG, known_hosts=KH)
     rhosts = resolve(parse_hosts_option(",".join(hosts)), CFG)
     one = ONE.format(cfg=CFG, kh=KH, hosts=",".join(hosts), n=n)
+    startup = STARTUP.format(cfg=CFG, kh=KH, hosts=",".join(hosts))
 
     def inproc() -> float:
         t0 = time.perf_counter()
@@ -75,6 +79,7 @@ def measure(n: int) -> dict[str, float]:
     cases = {
         "ours_process": lambda: wall([sys.executable, "-c", one]),
         "ours_fanout": inproc,
+        "ours_startup": lambda: wall([sys.executable, "-c", startup]),
         "pdsh": lambda: wall(["pdsh", "-R", "ssh", "-w", ",".join(hosts), "true"], pdsh_env),
         "serial": lambda: wall(["bash", "-c", serial]),
     }
@@ -93,8 +98,8 @@ def main() -> None:
     compile_project()
     need_hosts()
     small = measure(BASE_N)
-    if TINY:                          # the tiny form leaves the shared test hosts as they are (4)
-        print(f"ssh fan-out {BIG_N} hosts: not in the tiny form (it would re-create the test hosts)", flush=True)
+    if TINY or sys.argv[1:] == [str(BASE_N)]:     # these leave the shared test hosts as they are (4)
+        print(f"ssh fan-out {BIG_N} hosts: not measured (it would re-create the test hosts)", flush=True)
         return
     try:
         hosts_up(BIG_N)
