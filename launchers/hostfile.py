@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .errors import LaunchError, brief, need_extra
+from .sshimport import paramiko_module
 from .values import INT_TEXT
 
 _NAME = re.compile(r"^[A-Za-z0-9_.%+-]+$")
@@ -145,33 +146,6 @@ def _no_duplicates(entries: list[HostEntry], source: str) -> None:
             at = f" (lines {first.line} and {e.line})" if e.line else ""
             raise LaunchError(f"{source}: host {e.word!r} is listed twice{at}; each host is one node")
         seen[key] = e
-
-
-class _InvokeOnUse:
-    """paramiko.config's `invoke`, imported only when an ssh config's `Match exec` runs (paramiko_module)."""
-
-    @staticmethod
-    def run(*args, **kwargs):
-        import invoke
-
-        return invoke.run(*args, **kwargs)
-
-
-def paramiko_module():
-    """paramiko, imported without invoke: paramiko.config imports it at once only for `Match exec` (unittest.mock,
-    yaml, asyncio: ~60 ms of a 4-host SSH fan-out's whole process); it is imported when a Match exec runs."""
-    import sys
-
-    if "paramiko" not in sys.modules and "invoke" not in sys.modules:
-        sys.modules["invoke"] = None           # paramiko.config: `import invoke` -> ImportError, invoke = None
-        try:
-            import paramiko.config
-        finally:
-            del sys.modules["invoke"]
-        paramiko.config.invoke = _InvokeOnUse()
-    import paramiko
-
-    return paramiko
 
 
 def load_ssh_config(path: str | None):

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .errors import LaunchError, need_extra
-from .hostfile import ResolvedHost, paramiko_module
+from .hostfile import ResolvedHost
+from .sshimport import paramiko_module
 
 DEFAULT_TIMEOUT = 10.0
 

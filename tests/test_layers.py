@@ -16,7 +16,7 @@ PACKAGES = ("launchers", "nccl_tuning", "workloads")
 # one module (a new module of launchers/ gets no layer until it is added here and to docs/ARCHITECTURE.md).
 L = "launchers."
 LAYERS = {
-    "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "nodeside", L + "nodeside.check",
+    "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "sshimport", L + "nodeside", L + "nodeside.check",
            L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach"),
     "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
     "0c": (L + "runopts", L + "secretenv", L + "recovery"),
