@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,35 +27,56 @@ Backend = Any      # launchers.backends.base.Backend (a layer above: the backend
 
 def run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:
     """Start the plan's attempt and, while the launcher owns restarts and an attempt failed, what the policy
-    decides; the end line once the run ended. Returns the last attempt's exit code."""
-    code = backend.start(plan, rd)
-    while backend.owns_restarts and code == 1:
+    decides (attempt_loop); the end line once the run ended. Returns the last attempt's exit code."""
+    left, plans = [restarts_left], {plan.attempt: plan}
+
+    def run(attempt: int) -> tuple[int, Decided | None]:
+        code = backend.start(plans[attempt], rd)
+        if not backend.owns_restarts or code != 1:
+            return code, None
         detected = time.time()                   # the launcher saw the attempt end
         ff = rd.read_status().get("first_failure")
-        decided = decide(spec, rd, plan.attempt, ff, restarts_left, detected)
-        decision = decided.decision
-        if decision.action == "stop":
+        decided = restart_decision(spec, rd, attempt, ff, left[0], detected)
+        if decided.decision.action == "stop":
             if spec.max_restarts:
-                print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); not restarted: "
-                      f"{decision.why}", file=sys.stderr)
-            break
-        restarts_left -= 1
-        wait = backoff_s(decided.decisions)
-        print(f"launch: attempt {plan.attempt} failed ({describe_failure(ff)}); {decision.why}; restarting from "
-              f"{decided.resume} ({restarts_left} restarts left){backoff_said(wait)}", file=sys.stderr)
-        time.sleep(wait)
-        record_timeline(rd)                      # before the next attempt's heartbeats replace this one's
-        attempt = len(rd.read_run_yaml()["attempts"])
-        plan = plan_on(backend, spec, rd.run_id, attempt, decision.pool)
-        rd.add_attempt(plan.spec, dict(plan.record(), by=timeline.BY_POLICY))     # its nodes: the pool's
-        code = backend.start(plan, rd)
-    record_timeline(rd)
+                print(f"launch: attempt {attempt} failed ({describe_failure(ff)}); not restarted: "
+                      f"{decided.decision.why}", file=sys.stderr)
+            return code, decided
+        left[0] -= 1
+        print(f"launch: attempt {attempt} failed ({describe_failure(ff)}); {decided.decision.why}; restarting from "
+              f"{decided.resume} ({left[0]} restarts left){backoff_said(backoff_s(decided.decisions))}",
+              file=sys.stderr)
+        return code, decided
+
+    def restart(attempt: int, decided: Decided) -> int:
+        nxt = len(rd.read_run_yaml()["attempts"])
+        plans[nxt] = plan_on(backend, spec, rd.run_id, nxt, decided.decision.pool)
+        rd.add_attempt(plans[nxt].spec, dict(plans[nxt].record(), by=timeline.BY_POLICY))     # its nodes: the pool's
+        return nxt
+
+    code = attempt_loop(rd, plan.attempt, run, restart)
     if backend.owns_restarts:                  # Slurm's batch step records its own (backends.slurm.steps)
         record_site(spec, rd)
     st = rd.unrecorded or rd.read_status()     # the verdict, also when a full disk kept it from status.json
     if backend.owns_restarts or st.get("state") in TERMINAL:
         print(end_line(st), file=sys.stderr, flush=True)
     return code
+
+
+def attempt_loop(rd: RunDir, attempt: int, run: Callable[[int], tuple[int, Decided | None]],
+                 restart: Callable[[int, Decided], int]) -> int:
+    """The one loop over a run's attempts, the launcher's (run_attempts: local, SSH) and Slurm's in-job steps
+    (backends.slurm.steps): run(attempt) runs the attempt and, when it failed, has the policy decide
+    (restart_decision) and says it -> (its exit code, the decision; None: nothing to decide). No decision or a
+    stop ends the run with that code; else the restart is carried out: the recovery timeline recorded, the
+    backoff waited, restart(attempt, decided) records the next attempt on the decision's pool -> its number."""
+    while True:
+        code, decided = run(attempt)
+        record_timeline(rd)                      # before the next attempt's heartbeats replace this one's
+        if decided is None or decided.decision.action == "stop":
+            return code
+        time.sleep(backoff_s(decided.decisions))
+        attempt = restart(attempt, decided)
 
 
 def record_site(spec: JobSpec, rd: RunDir) -> None:
@@ -79,15 +100,15 @@ def record_timeline(rd: RunDir) -> None:
 
 @dataclass(frozen=True)
 class Decided:
-    """decide()'s answer: the policy's decision, the checkpoint the next attempt resumes from (the decision's
+    """restart_decision's answer: the policy's decision, the checkpoint the next attempt resumes from (the decision's
     `from`, resolved once) and the ledger's decisions as nodes.json now holds them (what backoff_s counts)."""
     decision: recovery.Decision
     resume: str
     decisions: tuple[dict[str, Any], ...]
 
 
-def decide(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, restarts_left: int,
-           detected: float | None = None, nodes: dict[str, Any] | None = None) -> Decided:
+def restart_decision(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, restarts_left: int,
+                     detected: float | None = None, nodes: dict[str, Any] | None = None) -> Decided:
     """The policy's decision on a failed attempt, written into the node ledger with the times of the fault,
     its detection and the decision (a full disk: said, not fatal). nodes: each node's exit (default: status.json's)."""
     led = nodeledger.read(rd.path)
@@ -135,13 +156,13 @@ def pool_of(spec: JobSpec, led: dict[str, Any] | None, resume: bool = False) -> 
 
 
 def plan_on(backend: Backend, spec: JobSpec, run_id: str, attempt: int, pool: recovery.Pool):
-    """An attempt's plan; a backend that takes --spares or --nodes MIN:MAX (local, ssh) gets the pool's active
-    slots, in node order; with MIN:MAX the world is that many nodes (NNODES, WORLD_SIZE; the workloads reshard)."""
+    """An attempt's plan (Backend.plan, every backend); with --spares or --nodes MIN:MAX it gets the pool's
+    active slots, in node order (Slurm's steps loop places them itself); with MIN:MAX the world is that many
+    nodes (NNODES, WORLD_SIZE; the workloads reshard)."""
     if spec.min_nodes:
         spec = spec.replace(nodes=len(pool.active))
-    if spec.spares or spec.min_nodes:
-        return backend.plan(spec, run_id, attempt=attempt, slots=list(pool.active))
-    return backend.plan(spec, run_id, attempt=attempt)
+    slots = list(pool.active) if spec.spares or spec.min_nodes else None
+    return backend.plan(spec, run_id, attempt=attempt, slots=slots)
 
 
 def resume_point(rd: RunDir) -> str:

@@ -220,6 +220,64 @@ def test_decisions_never_read_a_reasons_words():
                    (before.action, before.pool, before.quarantined, before.strikes), (ff, text)
 
 
+STEP_ENDS = [  # (facts, the decision)
+    (dict(failed=True, usr2=True), "requeue"),                              # a submitted job's USR2
+    (dict(failed=False, usr2=True), "record"),                              # ... after every node ended 0
+    (dict(failed=True, usr2=True, in_allocation=True, signals=("SIGUSR2",)), "preempted"),   # never requeued
+    (dict(failed=True, in_allocation=True, signals=("SIGTERM",)), "preempted"),
+    (dict(failed=True, in_allocation=True, cancelled=True, signals=("SIGTERM",)), "record"),  # launch's own stop
+    (dict(failed=True, in_job=True), "recover"),                            # the steps loop: the policy decides
+    (dict(failed=True, in_job=True, cancelled=True), "record"),             # launch cancel: no restart
+    (dict(failed=False, in_job=True), "record"),
+    (dict(failed=True), "record")]
+MINE = dict(in_allocation=True, job_id="7", restart_count=1, attempts=2, started_in_allocation=True, started_by="7",
+            recorded_restart=0, state="PREEMPTED")
+CONTINUES = [  # (facts changed from MINE, the rule that refuses; "": continue)
+    ({}, ""), (dict(recorded_restart=None, state="CANCELLED"), ""),
+    (dict(in_allocation=False), "allocation"), (dict(attempts=0), "run dir"), (dict(started_by="8"), "job"),
+    (dict(started_in_allocation=False), "job"), (dict(restart_count=0), "requeue"),
+    (dict(recorded_restart=1), "restart"), (dict(state="COMPLETED"), "completed"),
+    (dict(cancel_requested=True), "cancelled"), (dict(differs="--nodes: recorded 2, given 1"), "differs"),
+    (dict(restart_count=0, differs="x"), "requeue")]                        # the first rule that refuses says why
+
+
+def test_requeue_continue_and_step_end_decisions_from_facts():
+    """Issue 34: Slurm's decisions are the policy's (launchers.recovery), each from the typed facts the backend
+    gathers: a step's end, requeue or fail, continue a requeued job's run dir or refuse."""
+    assert [recovery.step_end_decision(recovery.StepEnd(**f)) for f, _ in STEP_ENDS] == [d for _, d in STEP_ENDS]
+    assert recovery.requeue_decision(recovery.Requeue(0, 2)) == recovery.RequeueDecision(
+        "requeue", "SIGUSR2 (preemption or time limit): requeued (1 of 2)")
+    assert recovery.requeue_decision(recovery.Requeue(2, 2)) == recovery.RequeueDecision(
+        "fail", "stopped by SIGUSR2 (preemption or time limit) after 2 requeues; --max-requeues 2 is used up")
+    assert recovery.requeue_decision(recovery.Requeue(0, 0)).action == "fail"             # --max-requeues 0
+    for change, rule in CONTINUES:
+        d = recovery.continue_decision(recovery.Requeued(**dict(MINE, **change)))
+        assert (d.action, d.rule) == ("refuse" if rule else "continue", rule), change
+        assert (d.attempt, d.restart, d.why) == ((2, 1, "requeued by Slurm (restart 1)") if not rule else
+                                                (None, 0, d.why)), change
+
+
+def test_requeued_job_decisions_never_read_words(tmp_path):
+    """Issue 34: every text a Slurm decision's facts come with reworded -- status.json's reason, the difference
+    the command line makes, the nodes' errors -- and the decisions stay the same (pure; the facts as
+    launchers.backends.slurm.inalloc gathers them)."""
+    from launchers.backends.slurm import inalloc
+    from launchers.backends.slurm.env import SlurmEnv
+    env = SlurmEnv.read({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1", "SLURM_NNODES": "2"})
+    data = {"attempts": [{}, {}], "spec": {"backend": "slurm", "program": "/w/t.py", "nodes": 2}}
+    for st in ({"in_allocation": True, "slurm_job_id": "7", "slurm_restart": 0, "state": "PREEMPTED"},
+               {"in_allocation": True, "slurm_job_id": "7", "slurm_restart": 1, "state": "FAILED"}):
+        before = recovery.continue_decision(inalloc.requeued_facts(env, st, data))
+        for words in ("requeued by Slurm (restart 9)", "the run is COMPLETED", "stopped by launch cancel", ""):
+            after = recovery.continue_decision(inalloc.requeued_facts(env, dict(st, reason=words), data))
+            assert (after.action, after.rule, after.attempt) == (before.action, before.rule, before.attempt)
+            differs = recovery.continue_decision(inalloc.requeued_facts(env, st, data, words[::-1] or "x"))
+            assert (differs.action, differs.rule) == ("refuse", before.rule or "differs")
+    for f, d in STEP_ENDS:
+        assert recovery.step_end_decision(recovery.StepEnd(**dict(f, signals=tuple(  # which signal: not read
+            "SIGKILL" for _ in f.get("signals", ()))))) == d
+
+
 def test_a_failure_on_every_node_is_the_programs_and_stops_after_the_budget(tmp_path):
     """Issue 37 item 5: the same rank failure (numbers aside) on a second slot is the program's: no strike, the
     slot that failure alone quarantined back among the spares, restarts on the same slots while the budget lasts,
@@ -260,13 +318,13 @@ def test_restarts_from_the_same_checkpoint_back_off(tmp_path):
 
 
 def test_decide_returns_what_it_recorded(tmp_path):
-    """restarts.decide resolves the resume point once and hands back the decision, that point (the ledger's `from`)
+    """restarts.restart_decision resolves the resume point once and hands back the decision, that point (the ledger's `from`)
     and the ledger's decisions as written: the restart line and backoff_s use them, nodes.json is not read back."""
     spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("x.py",), program_args=(),
                    run_dir=str(tmp_path / "run"), name="x", max_restarts=2)
     rd = RunDir.create(spec, "x-1", {"hosts": []})
     ff = {"rank": 0, "node": 0, "exit_code": 1, "time": 5.0}
-    done = [restarts.decide(spec, rd, k, ff, 2 - k, 6.0, {"0": 1}) for k in range(2)]
+    done = [restarts.restart_decision(spec, rd, k, ff, 2 - k, 6.0, {"0": 1}) for k in range(2)]
     assert [(d.decision.action, d.resume) for d in done] == [("restart", "scratch"), ("stop", "scratch")], done
     assert done[-1].decisions == tuple(nodeledger.read(rd.path)["decisions"]) and len(done[-1].decisions) == 2
     assert [d["from"] for d in done[-1].decisions] == ["scratch", "scratch"]

@@ -93,9 +93,10 @@ class Backend:
     name = "base"
     owns_restarts = True      # the launcher loops over attempts (local, ssh); Slurm requeues instead
 
-    def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
-        """The attempt's plan. A backend that takes --spares also takes slots=[...]: node k runs on that slot of
-        the run's pool (launchers.recovery), node 0 the rendezvous host."""
+    def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
+        """The attempt's plan. slots: the run's pool's active slots, in node order (--spares, --nodes MIN:MAX:
+        launchers.recovery; restarts.plan_on): node k runs on slots[k], node 0 the rendezvous host; None: the
+        backend's first nodes. Slurm's in-job loop picks a step's hosts itself (backends.slurm.steps)."""
         raise NotImplementedError
 
     def preflight(self, plan: Plan) -> None:

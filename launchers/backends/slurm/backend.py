@@ -57,7 +57,7 @@ class SlurmBackend(Backend):
     owns_restarts = False        # Slurm requeues; the launcher does not loop over attempts
 
     # ------------------------------------------------------------------ plan (= dry-run)
-    def plan(self, spec: JobSpec, run_id: str, attempt: int) -> Plan:
+    def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
         if spec.opts.get("max_parallel") is not None:
             raise LaunchError(f"--max-parallel {spec.opts['max_parallel']} applies to a --sweep only (the runs of "
                               "its job array at once); accepted: --max-parallel N together with --sweep KEY=V1,V2")

@@ -5,7 +5,8 @@ backend's in-allocation path). When Slurm requeues the job -- a preemption with 
 failure with the script's `#SBATCH --requeue`, `scontrol requeue` -- the script runs again, the same job id,
 SLURM_RESTART_COUNT one higher, and gives the same `--run-dir X` again.
 
-Continue or refuse (decide, differs, verdict: pure). The run continues -- a new attempt past every attempt in
+Continue or refuse (the policy: launchers.recovery.continue_decision on the facts requeued_facts gathers; differs,
+verdict: pure). The run continues -- a new attempt past every attempt in
 run.yaml, resumed from checkpoints/latest exactly as `launch resume` would (launchers.api.resume, the one owner:
 the recorded spec, its snapshot, the node ledger's pool) -- only when all of these hold:
   * inside an allocation, and X is a run dir of the slurm backend;
@@ -38,9 +39,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
+from ...recovery import ContinueDecision, Requeued, continue_decision
 from .env import SlurmEnv
 
 # what a requeued run must give again as it was recorded (run.yaml spec), with the option naming it
@@ -49,36 +51,21 @@ SAME = (("program", "program"), ("program_args", "program args"), ("nodes", "--n
 HOLD_MARGIN_S = 60.0       # past the preempted job's end time: Slurm's KillWait, the requeue itself
 
 
-@dataclass(frozen=True)
-class Verdict:
-    action: str            # "continue" or "refuse"
-    why: str               # continue: the new attempt's reason; refuse: why not (the user sees the usual line)
-    attempt: int | None = None
-    restart: int = 0
-    line: str | None = None   # a refusal of its own (the spec differs); None: the usual "already exists" line
+Verdict = ContinueDecision   # recovery.continue_decision's answer
 
 
-def decide(env: SlurmEnv, status: Mapping[str, Any] | None, run_yaml: Mapping[str, Any] | None) -> Verdict:
-    """Continue the run dir's run after a requeue of this job, or refuse (see the module's rules)."""
+def requeued_facts(env: SlurmEnv, status: Mapping[str, Any] | None, run_yaml: Mapping[str, Any] | None,
+                   differs: str | None = None) -> Requeued:
+    """What this job (env) and the run dir (status.json, run.yaml) say, for recovery.continue_decision."""
     st, data = status or {}, run_yaml or {}
-    spec = data.get("spec") or {}
-    if not env.in_allocation:
-        return Verdict("refuse", "not inside an allocation")
-    if not data.get("attempts") or spec.get("backend") != "slurm":
-        return Verdict("refuse", "not a run dir of the slurm backend")
-    if not st.get("in_allocation") or str(st.get("slurm_job_id") or "") != env.job_id:
-        return Verdict("refuse", f"started by another job ({st.get('slurm_job_id') or 'not in an allocation'})")
-    if env.restart_count <= 0:
-        return Verdict("refuse", "not a requeue (SLURM_RESTART_COUNT 0)")
+    slurm_run = bool(data.get("attempts")) and (data.get("spec") or {}).get("backend") == "slurm"
     recorded = st.get("slurm_restart")
-    if isinstance(recorded, int) and recorded >= env.restart_count:
-        return Verdict("refuse", f"started by this run of the job (restart {recorded})")
-    if st.get("state") == "COMPLETED":
-        return Verdict("refuse", "the run is COMPLETED")
-    if st.get("cancel_requested"):
-        return Verdict("refuse", "stopped by launch cancel")
-    n = env.restart_count
-    return Verdict("continue", f"requeued by Slurm (restart {n})", attempt=len(data["attempts"]), restart=n)
+    return Requeued(env.in_allocation, env.job_id, env.restart_count,
+                    attempts=len(data["attempts"]) if slurm_run else 0,
+                    started_in_allocation=bool(st.get("in_allocation")),
+                    started_by=str(st.get("slurm_job_id") or ""),
+                    recorded_restart=recorded if isinstance(recorded, int) else None, state=st.get("state"),
+                    cancel_requested=bool(st.get("cancel_requested")), differs=differs)
 
 
 def differs(recorded: Mapping[str, Any], given: Mapping[str, Any]) -> str | None:
@@ -98,14 +85,13 @@ def show(value: Any) -> str:
 
 def verdict(env: SlurmEnv, status: Mapping[str, Any] | None, run_yaml: Mapping[str, Any] | None,
             given: Mapping[str, Any], run_dir: str) -> Verdict:
-    """decide(), then the command line given again (a spec's dict) against the recorded spec."""
-    v = decide(env, status, run_yaml)
-    if v.action != "continue":
-        return v
+    """recovery.continue_decision on this job, the run dir and the command line given again (a spec's dict)
+    against the recorded spec; a refusal for a difference has its own line."""
     diff = differs((run_yaml or {}).get("spec") or {}, given)
-    if diff is None:
+    v = continue_decision(requeued_facts(env, status, run_yaml, diff))
+    if v.rule != "differs":
         return v
-    return Verdict("refuse", f"the command line differs ({diff})", line=(
+    return replace(v, line=(
         f"run dir {run_dir!r} of Slurm job {env.job_id} is not continued after its requeue: the command line "
         f"differs from the recorded run ({diff}); accepted: the recorded one (run.yaml), or another --run-dir"))
 
@@ -117,8 +103,8 @@ def continuing_line(v: Verdict, env: SlurmEnv, run_dir: str, resume_from: str) -
 
 
 def requeued_run(run_dir: str | None, environ: Mapping[str, str] | None = None) -> Verdict | None:
-    """The verdict on `--run-dir` inside an allocation when that run dir exists and may continue (decide()
-    says continue); None otherwise (nothing to continue: the usual path and its refusal)."""
+    """The verdict on `--run-dir` inside an allocation when that run dir exists and may continue
+    (recovery.continue_decision says continue); None otherwise (nothing to continue: the usual path and its refusal)."""
     import os
 
     from ... import layout
@@ -128,7 +114,7 @@ def requeued_run(run_dir: str | None, environ: Mapping[str, str] | None = None) 
     path = os.path.abspath(run_dir)
     data, why = layout.load_run_yaml(path)
     status = layout.read_json(layout.path(path, "status"))
-    v = decide(env, status, None if why else data)
+    v = continue_decision(requeued_facts(env, status, None if why else data))
     return v if v.action == "continue" else None
 
 

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from ...hang.verdict import hang_failure
+from ...recovery import Requeue, StepEnd, requeue_decision, step_end_decision
 from ...rundir import RunDir
 from ...spec import JobSpec
 from . import cmd
@@ -50,18 +51,18 @@ def after_stop(rd: RunDir, spec: JobSpec, attempt: int, restart: int, job_id: st
 
 def requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_requeues: int,
                     nodes: dict[str, Any], steps: bool = False) -> None:
-    """After a USR2 stopped the attempt: `scontrol requeue`, or FAILED once the requeues are used up. A run of
+    """After a USR2 stopped the attempt: `scontrol requeue`, or FAILED once the requeues are used up
+    (recovery.requeue_decision). A run of
     the loop over steps (--spares, --nodes MIN:MAX) has its quarantined slots' hosts excluded from the next
     allocation first (ExcNodeList)."""
     if steps:
         exclude_quarantined(rd, job_id)
+    decided = requeue_decision(Requeue(restart, max_requeues))
     with rd.lock():
-        if restart >= max_requeues:
-            rd.update_status(state="FAILED", attempt=attempt, nodes=nodes, reason=f"stopped by SIGUSR2 (preemption "
-                             f"or time limit) after {restart} requeues; --max-requeues {max_requeues} is used up")
+        if decided.action == "fail":
+            rd.update_status(state="FAILED", attempt=attempt, nodes=nodes, reason=decided.why)
             return
-        rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, reason=f"SIGUSR2 (preemption or time "
-                         f"limit): requeued ({restart + 1} of {max_requeues})")
+        rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, reason=decided.why)
         p = cmd.run(["scontrol", "requeue", job_id], timeout=60)
         if p.returncode != 0:
             msg = (p.stderr or p.stdout).strip().splitlines()
@@ -91,7 +92,8 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
     follows in the same job -- the line why, written as REQUEUED instead of FAILED (never FAILED meanwhile).
     nodes_run: the step's node count when the loop ran it on fewer than --nodes (a shrunk run, MIN:MAX).
     In the user's allocation: stopped_by, the signal the launcher itself got (CANCELLED by it); steps stopped by
-    Slurm's signal while the launcher was not (a preemption's notice, the --signal warning) are PREEMPTED."""
+    Slurm's signal while the launcher was not (a preemption's notice, the --signal warning) are PREEMPTED. Which of
+    these the step's end is: recovery.step_end_decision, on the facts gathered here."""
     rd = RunDir(run_dir)
     env = SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
@@ -106,8 +108,16 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
             return 0 if st["state"] == "COMPLETED" else 1
         usr2 = not st.get("cancel_requested") and srun_status == 128 + signal.SIGUSR2 or any("SIGUSR2" in r.get("stop_signals", ()) for r in recs.values())
         missing = [k for k in range(n) if recs.get(k, {}).get("state") != "EXITED"]
-        if usr2 and not in_allocation and (missing or any(c != 0 for c in nodes.values())):
+        cancelled = "SIGTERM" if st.get("cancel_requested") else stopped_by     # launch cancel: not a failure
+        signals = sorted({s for r in recs.values() for s in r.get("stop_signals", ())})
+        end = step_end_decision(StepEnd(bool(missing) or any(c != 0 for c in nodes.values()), usr2, in_allocation,
+                                        bool(cancelled), tuple(signals), on_failure is not None))
+        if end == "requeue":
             requeue_or_fail(rd, attempt, restart, env.job_id, ns.max_requeues, nodes, step_loop(ns.spec))
+            return 1
+        if end == "preempted":
+            rd.update_status(state="PREEMPTED", attempt=attempt, nodes=nodes, first_failure=None,
+                             stopped_by=signals[0], reason=preempted_reason(signals, env.job_id, rd.path))
             return 1
         failures = [{"node": k, "exit_code": r.get("exit_code"), "signal": r.get("signal"), "time": r.get("time"),
                      "host": r.get("host"), "reason": r.get("error"), "kind": r.get("kind")}
@@ -115,13 +125,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         reason = f"node(s) {', '.join(map(str, missing))} recorded no exit" if missing else None
         if missing and not failures:
             failures = [{"node": k, "time": time.time(), "reason": reason} for k in missing]
-        cancelled = "SIGTERM" if st.get("cancel_requested") else stopped_by     # launch cancel: not a failure
-        if in_allocation and not cancelled and (missing or any(c != 0 for c in nodes.values())) \
-                and (signals := sorted({s for r in recs.values() for s in r.get("stop_signals", ())})):
-            rd.update_status(state="PREEMPTED", attempt=attempt, nodes=nodes, first_failure=None,
-                             stopped_by=signals[0], reason=preempted_reason(signals, env.job_id, rd.path))
-            return 1
-        if on_failure and not cancelled and (failures or any(c != 0 for c in nodes.values())):
+        if end == "recover":
             hang = st.get("hang") or {}
             ff = (hang_failure(hang) if hang.get("attempt") == attempt and hang.get("stalled_ranks")
                   else lost_node(missing, recs, down_hosts) or rd.decide_first_failure(attempt, failures))

@@ -5,10 +5,12 @@ attempt is one srun step on the pool's active slots (slot k = the k-th host of t
 last: slot_hosts; the spares idle),
 the step's hosts given in node-rank order (LAUNCH_STEP_HOSTS: its first host is node 0, the master) with the
 attempt's number (LAUNCH_STEP_ATTEMPT). When a step fails -- not stopped: a cancel, a USR2 (preemption, the time
-limit: Slurm requeues the job as before) -- the one policy decides (launchers.recovery through
-launchers.restarts.decide: restart on the same slots, replace the failed slot by a spare, or stop; the node
-ledger keeps the strikes and quarantines), and the next attempt of the run starts in the same job, from
+limit: Slurm requeues the job as before) -- the one policy decides (launchers.recovery
+through launchers.restarts.restart_decision: restart on the same slots, replace the failed slot by a spare, or
+stop; the node ledger keeps the strikes and quarantines), and the next attempt of the run starts in the same job, from
 checkpoints/latest: a new step without the lost node, node 0 chosen anew when it was node 0 that was lost.
+The loop is the launcher's own (launchers.restarts.attempt_loop); what differs is one attempt (run_step): an
+srun step, and the decision made inside finalize, under the run's lock, as the step's outcome is recorded.
 
     python -m launchers.backends.slurm.task steps RUN_DIR --base-attempt A      (the batch script's command)
 """
@@ -58,8 +60,43 @@ def step_env(hosts: list[str], slots: tuple[int, ...], attempt: int) -> dict[str
             STEP_ATTEMPT: str(attempt)}
 
 
+def run_step(rd: RunDir, spec: JobSpec, env: SlurmEnv, allocation: list[str], base_attempt: int,
+             attempt: int) -> tuple[int, restarts.Decided | None]:
+    """One attempt: an srun step on the pool's active slots; a failed one -- the policy's decision (in finalize's
+    on_failure, under the run's lock), said in one line -> (its exit code, the decision; None: none made)."""
+    from ...nodeledger import read as read_ledger
+    pool = restarts.pool_of(spec, read_ledger(rd.path))
+    hosts = [allocation[s] for s in pool.active]
+    argv = step_srun_argv(spec, hosts, node_task_command(step_python(spec), rd.path, base_attempt))
+    print(f"launch: attempt {attempt} on {','.join(hosts)}: {shlex.join(argv)}", flush=True)
+    rd.update_attempt(attempt, {"hosts": hosts, "slots": list(pool.active), "nodes": len(hosts),  # also when
+                                "slurm_job_id": env.job_id}, {"gpus_per_node": spec.gpus_per_node})  # no agent ran
+    status = subprocess.call(argv, env=step_env(hosts, pool.active, attempt))
+    decided: list[restarts.Decided] = []
+
+    def on_failure(ff: dict | None, nodes: dict) -> str | None:
+        left = spec.max_restarts - restarts_used(read_ledger(rd.path))
+        decided.append(restarts.restart_decision(spec, rd, attempt, ff, left, time.time(), nodes))
+        d = decided[-1].decision
+        if d.action == "stop":
+            return None
+        return (f"attempt {attempt} failed ({describe(ff)}); {d.why}; restarting in job {env.job_id} on "
+                + ",".join(allocation[s] for s in d.pool.active)
+                + restarts.backoff_said(restarts.backoff_s(decided[-1].decisions)))
+
+    code = finalize(rd.path, base_attempt, srun_status=status, attempt=attempt, on_failure=on_failure,
+                    nodes_run=len(hosts))
+    last = decided[-1] if decided else None
+    if last is not None and last.decision.action == "stop":
+        print(f"launch: attempt {attempt} failed; not restarted: {last.decision.why}", file=sys.stderr)
+    elif last is not None:
+        print(f"launch: {rd.read_status().get('reason')}", file=sys.stderr, flush=True)
+    return code, last
+
+
 def run_steps(run_dir: str, base_attempt: int) -> int:
-    """Attempts of the run inside this allocation until one ends without a restart; its exit code."""
+    """Attempts of the run inside this allocation until one ends without a restart (restarts.attempt_loop, the
+    launcher's own loop); its exit code."""
     from ...nodeledger import read as read_ledger
     rd, env = RunDir(run_dir), SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
@@ -71,40 +108,16 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
         from ...recovery import Pool
         new_allocation(rd.path, read_ledger(rd.path), Pool.fresh(spec.nodes, spec.spares))
         rd.add_attempt(spec, {"backend": "slurm", "slurm_job_id": env.job_id, "reason": "requeued by Slurm"})
-    while True:
-        pool = restarts.pool_of(spec, read_ledger(rd.path))
-        hosts = [allocation[s] for s in pool.active]
-        argv = step_srun_argv(spec, hosts, node_task_command(step_python(spec), rd.path, base_attempt))
-        print(f"launch: attempt {attempt} on {','.join(hosts)}: {shlex.join(argv)}", flush=True)
-        rd.update_attempt(attempt, {"hosts": hosts, "slots": list(pool.active), "nodes": len(hosts),  # also when
-                                    "slurm_job_id": env.job_id}, {"gpus_per_node": spec.gpus_per_node})  # no agent ran
-        status = subprocess.call(argv, env=step_env(hosts, pool.active, attempt))
-        decided: list[restarts.Decided] = []
 
-        def on_failure(ff: dict | None, nodes: dict, attempt=attempt) -> str | None:
-            left = spec.max_restarts - restarts_used(read_ledger(rd.path))
-            done = restarts.decide(spec, rd, attempt, ff, left, time.time(), nodes)
-            d = done.decision
-            decided.append(done)
-            if d.action == "stop":
-                return None
-            return (f"attempt {attempt} failed ({describe(ff)}); {d.why}; restarting in job {env.job_id} on "
-                    + ",".join(allocation[s] for s in d.pool.active)
-                    + restarts.backoff_said(restarts.backoff_s(done.decisions)))
+    def restart(attempt: int, decided: restarts.Decided) -> int:
+        active = decided.decision.pool.active        # --nodes MIN:MAX: the run's shape is the pool's (run.yaml)
+        return rd.add_attempt(spec.replace(nodes=len(active)) if spec.min_nodes else spec,
+                              {"backend": "slurm", "slurm_job_id": env.job_id, "by": timeline.BY_POLICY,
+                               "hosts": [allocation[s] for s in active]})
 
-        code = finalize(rd.path, base_attempt, srun_status=status, attempt=attempt, on_failure=on_failure,
-                        nodes_run=len(hosts))
-        last = decided[-1].decision if decided else None
-        if last is None or last.action == "stop":
-            if last is not None:
-                print(f"launch: attempt {attempt} failed; not restarted: {last.why}", file=sys.stderr)
-            restarts.record_timeline(rd)
-            restarts.record_site(spec, rd)       # its strikes into the site's node ledger (--node-ledger)
-            return code
-        print(f"launch: {rd.read_status().get('reason')}", file=sys.stderr, flush=True)
-        restarts.record_timeline(rd)
-        time.sleep(restarts.backoff_s(decided[-1].decisions))
-        active = last.pool.active           # --nodes MIN:MAX: the run's shape is the pool's (run.yaml)
-        attempt = rd.add_attempt(spec.replace(nodes=len(active)) if spec.min_nodes else spec,
-                                 {"backend": "slurm", "slurm_job_id": env.job_id, "by": timeline.BY_POLICY,
-                                  "hosts": [allocation[s] for s in active]})
+    def run(attempt: int) -> tuple[int, restarts.Decided | None]:
+        return run_step(rd, spec, env, allocation, base_attempt, attempt)
+
+    code = restarts.attempt_loop(rd, attempt, run, restart)
+    restarts.record_site(spec, rd)               # its strikes into the site's node ledger (--node-ledger)
+    return code
