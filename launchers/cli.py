@@ -186,7 +186,7 @@ def local(**kw):
 @job_options("ssh")
 @_errors
 def ssh(**kw):
-    """Run on SSH-reachable hosts without a scheduler (Fabric)."""
+    """Run on SSH-reachable hosts without a scheduler (SSH through paramiko, verified host keys)."""
     _launch("ssh", kw)
 
 

@@ -1,5 +1,5 @@
-"""Where `launch doctor` runs its probe: this machine (local), SSH hosts (Fabric, verified host keys, each
-host on its own: an unreachable one is a row, not the end), or Slurm nodes (one srun step, a task per node).
+"""Where `launch doctor` runs its probe: this machine (local), SSH hosts (launchers.sshconn on paramiko, verified
+host keys, each host on its own: an unreachable one is a row, not the end), or Slurm nodes (one srun step, a task per node).
 
 Every target returns one NodeRun per node: the probe's result, or why there is none, and the arrival time
 of its first line (clock skew). The submitting side's own facts come from the same probe, run here with
