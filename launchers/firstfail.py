@@ -37,8 +37,8 @@ def earliest(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def decide(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
-           hosts: list[str] | None = None) -> dict[str, Any] | None:
+def first_failure(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
+                  hosts: list[str] | None = None) -> dict[str, Any] | None:
     """The earliest in time among the first failing rank record (failed(): a rank that ended on a stop is none)
     and `node_failures` ({node, exit_code, signal, time, reason[, host]}) of nodes that left no failing rank
     record; named with its host where known.

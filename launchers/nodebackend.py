@@ -5,7 +5,7 @@ The node command carries LAUNCH_DIST_BACKEND=auto; on each node the rank wrapper
 before the program starts: local rank 0 counts the GPUs the node's ranks can use (the driver's own tool,
 `nvidia-smi -q -x`, narrowed by CUDA_VISIBLE_DEVICES as Slurm's GPU binding sets it) and records the node's answer
 (status/backend-a<attempt>-node<K>.json); every rank then waits for every node's record and applies one pure rule
-(decide()), so all nodes reach the same verdict:
+(dist_backend_decision()), so all nodes reach the same verdict:
   - no node has a GPU: gloo, said in one line (`no GPU on any node: gloo on CPU`);
   - every node has a GPU for each of its ranks: nccl;
   - else the job stops before training: a node short of GPUs while another has them fails with one line naming
@@ -105,7 +105,7 @@ def _name(rec: dict[str, Any]) -> str:
     return f"node {rec['node']} ({rec.get('host')})"
 
 
-def decide(recs: dict[int, dict[str, Any]]) -> Verdict:
+def dist_backend_decision(recs: dict[int, dict[str, Any]]) -> Verdict:
     """Every node's record -> the job's verdict, the same on every node (pure)."""
     if not any(r["gpus"] for r in recs.values()):
         return Verdict("gloo", NO_GPU)
@@ -134,7 +134,7 @@ def settle(run_dir: str, env, node: int, attempt: int, nodes: int, local_rank: i
     while True:
         recs = collect(run_dir, attempt, nodes)
         if len(recs) == nodes:
-            return decide(recs)
+            return dist_backend_decision(recs)
         if time.monotonic() >= deadline:
             missing = ", ".join(str(k) for k in range(nodes) if k not in recs)
             line = f"--dist-backend auto: no answer from node(s) {missing} within {timeout:g} s"
@@ -149,7 +149,7 @@ def summary(run_dir: str, attempt: int, nodes: int) -> dict[str, Any] | None:
     recs = collect(run_dir, attempt, nodes)
     if not recs:
         return None
-    v = decide(recs) if len(recs) == nodes else Verdict(None, f"waiting for {nodes - len(recs)} node(s)")
+    v = dist_backend_decision(recs) if len(recs) == nodes else Verdict(None, f"waiting for {nodes - len(recs)} node(s)")
     keep = ("node", "host", "gpus", "ranks", "backend", "why")
     return {"backend": v.backend, "verdict": v.line, "complete": len(recs) == nodes,
             "nodes": [{k: r.get(k) for k in keep} for _, r in sorted(recs.items())]}
@@ -206,7 +206,7 @@ def from_probes(answers: list[str | None], hosts: list[str], ranks: int) -> Verd
         got = next((json.loads(ln[5:]) for ln in (out or "").splitlines() if ln.startswith("GPUS ")), None)
         gpus, why = (got["gpus"], got["why"]) if isinstance(got, dict) else (0, "no answer from its GPU probe")
         recs[k] = {"node": k, "host": host, "gpus": gpus, "ranks": ranks, "why": why}
-    return decide(recs)
+    return dist_backend_decision(recs)
 
 
 if __name__ == "__main__":

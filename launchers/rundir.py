@@ -335,7 +335,7 @@ class RunDir:
 
     def decide_first_failure(self, attempt: int, node_failures: list[dict[str, Any]] = (),
                              hosts: list[str] | None = None) -> dict[str, Any] | None:
-        return firstfail.decide(self.rank_exits(attempt), node_failures, hosts)
+        return firstfail.first_failure(self.rank_exits(attempt), node_failures, hosts)
 
     # ------------------------------------------------------------------ what the job wrote
     def log_dir(self, node: int) -> str:

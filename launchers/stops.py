@@ -36,7 +36,7 @@ class Stop:
     wait_s: float             # how long the stopper waits for the node's processes before the SIGKILL sweep
 
 
-def decide(why: str, grace: float, got: int | None = None) -> Stop:
+def stop_decision(why: str, grace: float, got: int | None = None) -> Stop:
     """The stop for `why` (a key of WHY); got: the signal the launcher got (for "signal"). Every stop but an
     urgent one (a second Ctrl-C) waits the run's grace and the margin."""
     if why not in WHY:
@@ -45,6 +45,9 @@ def decide(why: str, grace: float, got: int | None = None) -> Stop:
     if sig == signal.SIGHUP:                  # a dropped terminal or session: a stop like any other
         sig = signal.SIGTERM
     return Stop(sig, 0.0 if sig == signal.SIGKILL else wait_s(grace))
+
+
+decide = stop_decision      # the name backends/ssh.py still imports (its start-up imports are another change's)
 
 
 def wait_s(grace: float) -> float:

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, rank_lines, read_json, require_cluster, run_launch
 from launchers import nodebackend, recovery
-from launchers.nodebackend import Verdict, decide, visible
+from launchers.nodebackend import Verdict, dist_backend_decision, visible
 
 SSH_STATE = Path("/run/launch-ssh-hosts")
 BACKENDS = {
@@ -33,16 +33,16 @@ def rec(node, gpus, ranks=1, host=None, why="w"):
 
 
 def test_the_rule_one_verdict_for_every_node():
-    assert decide({0: rec(0, 0), 1: rec(1, 0)}) == Verdict("gloo", "no GPU on any node: gloo on CPU")
-    assert decide({0: rec(0, 8, 8), 1: rec(1, 9, 8)}).backend == "nccl"
-    mixed = decide({0: rec(0, 8, 8), 1: rec(1, 0, 8, why="no nvidia-smi on PATH"), 2: rec(2, 8, 8)})
+    assert dist_backend_decision({0: rec(0, 0), 1: rec(1, 0)}) == Verdict("gloo", "no GPU on any node: gloo on CPU")
+    assert dist_backend_decision({0: rec(0, 8, 8), 1: rec(1, 9, 8)}).backend == "nccl"
+    mixed = dist_backend_decision({0: rec(0, 8, 8), 1: rec(1, 0, 8, why="no nvidia-smi on PATH"), 2: rec(2, 8, 8)})
     assert (mixed.backend, list(mixed.failed), mixed.kind) == (None, [1], "gpus")
     assert mixed.failed[1].startswith("node 1 (h1) has 0 usable GPU(s) for 8 rank(s) (no nvidia-smi on PATH) "
                                       "while node 0 (h0) has 8; accepted"), mixed.failed
     assert mixed.line == "the job stops before training: " + mixed.failed[1]
-    short = decide({0: rec(0, 8, 8), 1: rec(1, 4, 8)})           # GPUs, but fewer than its ranks
+    short = dist_backend_decision({0: rec(0, 8, 8), 1: rec(1, 4, 8)})           # GPUs, but fewer than its ranks
     assert (list(short.failed), short.kind) == ([1], "gpus")
-    every = decide({0: rec(0, 4, 8), 1: rec(1, 4, 8)})           # every node short: no one node's fault
+    every = dist_backend_decision({0: rec(0, 4, 8), 1: rec(1, 4, 8)})           # every node short: no one node's fault
     assert (sorted(every.failed), every.kind) == ([0, 1], None) and "and 1 more node(s)" in every.line
     # the policy decides on the recorded kind, never on the words of the reason
     assert recovery.kind_of({"node": 1, "rank": 1, "kind": "gpus", "reason": "reworded, hang, lost"}) == "gpus"

@@ -15,7 +15,7 @@ from conftest import ROOT, read_json, require_cluster, run_launch
 from launchers import heartbeat, procs
 from launchers.hang.stacks import classify, main_thread
 from launchers.hang.verdict import hung_ranks
-from launchers.hang.watch import decide
+from launchers.hang.watch import hang_decision
 
 TIMEOUT = 10
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
@@ -45,11 +45,11 @@ def test_stack_rules():
 
 def test_decide_behind_in_steps_and_all_waiting():
     w = {"class": "waiting", "why": "in all_reduce", "node": 0}
-    v = decide({0: dict(w, step=7), 1: dict(w, step=6), 2: dict(w, step=7)}, 3, 1.0, 5, "/d", 0)
+    v = hang_decision({0: dict(w, step=7), 1: dict(w, step=6), 2: dict(w, step=7)}, 3, 1.0, 5, "/d", 0)
     assert v["stalled_ranks"] == [1] and v["waiting_ranks"] == [0, 2] and "behind" in v["ranks"]["1"]["why"]
-    v = decide({0: dict(w, step=7), 1: dict(w, step=7)}, 2, 1.0, 5, "/d", 0)
+    v = hang_decision({0: dict(w, step=7), 1: dict(w, step=7)}, 2, 1.0, 5, "/d", 0)
     assert v["stalled_ranks"] == [0, 1] and "mismatched collectives" in v["ranks"]["0"]["why"]
-    v = decide({0: dict(w, step=None)}, 2, 1.0, 5, "/d", 0)
+    v = hang_decision({0: dict(w, step=None)}, 2, 1.0, 5, "/d", 0)
     assert v["stalled_ranks"] == [1] and v["ranks"]["1"]["why"] == "no answer from its node"
 
 

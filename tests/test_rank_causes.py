@@ -110,7 +110,7 @@ def test_first_failure_carries_the_cause_and_the_end_line_shows_it():
             {"node": 1, "rank": 1, "exit_code": 1, "signal": None, "time": 2.0, "exception": "RuntimeError: boom",
              "pid": 7, "cpus": "0-3"},
             {"node": 0, "rank": 2, "exit_code": None, "signal": "SIGKILL", "time": 3.0, "reason": "out of memory"}]
-    ff = firstfail.decide(recs, [{"node": 2, "exit_code": 255, "time": 5.0, "reason": "connection lost"}])
+    ff = firstfail.first_failure(recs, [{"node": 2, "exit_code": 255, "time": 5.0, "reason": "connection lost"}])
     assert ff == {"node": 1, "rank": 1, "exit_code": 1, "signal": None, "time": 2.0, "exception": "RuntimeError: boom"}
     assert firstfail.earliest(recs) == ff
     assert api.end_line(st(ff)) == "launch: run FAILED (rank 1 on node 1, exit code 1: RuntimeError: boom)"
@@ -118,7 +118,7 @@ def test_first_failure_carries_the_cause_and_the_end_line_shows_it():
     assert api.end_line(st(oom)) == "launch: run FAILED (rank 2 on node 0, signal SIGKILL: out of memory)"
     assert api.end_line(st(firstfail.earliest(recs[:1] + [dict(recs[1], exception=None)]))) == \
         "launch: run FAILED (rank 1 on node 1, exit code 1)"
-    node = firstfail.decide([], [{"node": 2, "exit_code": 255, "time": 5.0, "reason": "connection lost"}])
+    node = firstfail.first_failure([], [{"node": 2, "exit_code": 255, "time": 5.0, "reason": "connection lost"}])
     assert api.end_line(st(node)) == "launch: run FAILED (node 2, exit code 255)"     # its reason: the status's
     hang = {"node": 0, "rank": 3, "exit_code": None, "signal": None, "time": 1.0, "reason": "hang: process stopped"}
     assert api.end_line(st(hang)) == "launch: run FAILED (rank 3 on node 0, hang: process stopped)"
@@ -140,7 +140,7 @@ NCCL = "torch.distributed.DistBackendError: NCCL error: remote process exited or
 def test_a_rank_that_lost_its_peer_gives_way_to_a_node_killed_by_a_signal(exception, node, heard, want):
     recs = [{"node": 0, "rank": 0, "exit_code": 1, "signal": None, "time": 2.0, "exception": exception}]
     recs += [{"node": k, "rank": 1, "exit_code": 0, "signal": None, "time": 1.0} for k in heard]
-    ff = firstfail.decide(recs, [dict({"exit_code": None, "signal": None}, node=1, time=3.0, **node)], ["h0", "h1"])
+    ff = firstfail.first_failure(recs, [dict({"exit_code": None, "signal": None}, node=1, time=3.0, **node)], ["h0", "h1"])
     assert (ff["node"], ff["rank"], ff["signal"]) == want and ff["host"] == f"h{want[0]}", ff
     assert rankcause.peer_lost(exception) == (exception in (GLOO, NCCL))
 
@@ -155,7 +155,7 @@ def test_a_rank_that_lost_its_peer_gives_way_to_a_rank_that_failed_on_its_own_re
     own record: the crash is the first failure, not the peer's loss of it."""
     recs = [{"node": 0, "rank": 0, "exit_code": 1, "signal": None, "time": 2.000, "exception": GLOO},
             dict({"node": 1, "rank": 1, "exit_code": 1, "signal": None, "time": 2.003}, **crashed)]
-    ff = firstfail.decide(recs, [{"node": 0, "exit_code": 143, "signal": None, "time": 2.5}], ["h0", "h1"])
+    ff = firstfail.first_failure(recs, [{"node": 0, "exit_code": 143, "signal": None, "time": 2.5}], ["h0", "h1"])
     assert (ff["node"], ff["rank"]) == want and ff["host"] == f"h{want[0]}", ff
 
 
@@ -198,7 +198,7 @@ def test_a_rank_that_ended_on_a_stop_is_not_a_first_failure(recs, nodes, want):
     """Its wrapper gave it a stop (`stopped_by`) before it ended: however it ended then (killed after the grace, by
     the sweep, an exception in its cleanup), the failure that made the stop is named -- here a node's own."""
     recs = sorted(recs, key=lambda r: r["time"])
-    ff = firstfail.decide(recs, nodes, ["sshhost1", "sshhost2"])
+    ff = firstfail.first_failure(recs, nodes, ["sshhost1", "sshhost2"])
     assert (ff and (ff["node"], ff["rank"], ff["signal"])) == (want or None), ff
     mine = [r for r in recs if r["exit_code"] != 0 and not r.get("stopped_by")]
     assert firstfail.earliest(recs) == (firstfail.of_rank(mine[0]) if mine else None)

@@ -266,7 +266,7 @@ def test_the_rank_record_names_the_stop_its_program_ended_on(tmp_path, how, sig,
     proc.communicate(timeout=60)
     rec = read_json(run_dir / "status/rank0.json")
     assert {k: rec.get(k) for k in want} == want and ("stopped_by" in want) == ("stopped_by" in rec), rec
-    mine = firstfail.decide([rec], [])
+    mine = firstfail.first_failure([rec], [])
     assert (mine is not None) == (how in ("crash", "sleep") and "stopped_by" not in rec), mine
 
 

@@ -17,12 +17,12 @@ from launchers.rundir import TERMINAL
     ("peer failure", None, signal.SIGTERM, 17.0), ("hang", None, signal.SIGTERM, 17.0),
     ("lost node", None, signal.SIGTERM, 17.0), ("urgent", None, signal.SIGKILL, 0.0)])
 def test_every_stop_but_an_urgent_one_waits_the_grace(why, got, sig, wait):
-    assert stops.decide(why, 2, got) == stops.Stop(sig, wait)
+    assert stops.stop_decision(why, 2, got) == stops.Stop(sig, wait)
 
 
 def test_an_unknown_reason_is_refused_naming_the_known_ones():
     with pytest.raises(ValueError, match="unknown stop reason 'bored'; known: ctrl-c, cancel"):
-        stops.decide("bored", 2)
+        stops.stop_decision("bored", 2)
 
 
 def test_the_launcher_stops_for_a_hang_or_a_peer_as_for_its_own_signal():

@@ -21,7 +21,7 @@ from ..cpubind import describe
 from ..nodebackend import AUTO, PLANNED, Teller
 from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
-from ..stops import decide
+from ..stops import stop_decision
 from ..torchrun import NodeCommand, node_command
 
 
@@ -197,11 +197,11 @@ class Interrupts:
         return len(self.got) >= 2
 
     def stop(self, why: str, grace: float):
-        """The stop to carry out (launchers.stops.decide): the signal we got, or `why`'s (a hang, a peer's
+        """The stop to carry out (launchers.stops.stop_decision): the signal we got, or `why`'s (a hang, a peer's
         failure) when we got none; a second Ctrl-C: kill now."""
         if self.urgent():
-            return decide("urgent", grace)
-        return decide("signal", grace, self.signal) if self.got else decide(why, grace)
+            return stop_decision("urgent", grace)
+        return stop_decision("signal", grace, self.signal) if self.got else stop_decision(why, grace)
 
 
 def node_code_fields(code: int | None) -> dict[str, Any]:

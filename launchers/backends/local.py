@@ -19,7 +19,7 @@ from ..ports import choose_port
 from ..remote import node_pids
 from ..rundir import TERMINAL, RunDir, exit_fields
 from ..spec import JobSpec
-from ..stops import decide, wait_s
+from ..stops import stop_decision, wait_s
 from ..torchrun import node_environ
 from .base import Backend, Interrupts, Plan, node_commands, node_exit, remove_containers
 
@@ -78,7 +78,7 @@ class LocalBackend(Backend):
                     paused.end(plan.run_id, attempt)
                     if why == "hung":         # the hung ranks first: a collective waiting on them fails at once
                         end_hung(rd.path, plan.run_id, attempt)
-                    how = decide("run dir gone", 0) if why == "gone" else intr.stop(      # launchers.stops
+                    how = stop_decision("run dir gone", 0) if why == "gone" else intr.stop(      # launchers.stops
                         {"hung": "hang", "lost": "lost node"}.get(why or "", "peer failure"), spec.stop_grace)
                     procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],      # not a reaped pid
                                    how.signal, how.wait_s, intr.urgent)
@@ -147,7 +147,7 @@ class LocalBackend(Backend):
             deadline = time.monotonic() + wait_s(grace) + 15
             while procs.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-        stop = decide("cancel", grace)
+        stop = stop_decision("cancel", grace)
         procs.stop_run(rd.run_id, procs.agent_pids(rd.run_id), stop.signal, stop.wait_s)
         remove_containers(rd.spec(), rd.run_id, range(rd.spec().nodes))
         with rd.lock():

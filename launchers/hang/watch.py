@@ -126,7 +126,7 @@ class Coordinator:
         if any(a is None for a in answers) and now - self.requested < ANSWER_WAIT_S:
             return None
         found = {int(r): v for a in answers if a for r, v in a["ranks"].items()}
-        self.verdict = decide(found, self.world, self.since, self.timeout, self.path("hang"), self.attempt)
+        self.verdict = hang_decision(found, self.world, self.since, self.timeout, self.path("hang"), self.attempt)
         write(self.path("hang_stop"), {"attempt": self.attempt, "reason": "hang", "time": round(now, 3),
                                        "hung_ranks": hung_ranks(self.verdict)})     # before anyone acts on it
         write(self.path("hang_verdict"), self.verdict)
@@ -134,7 +134,7 @@ class Coordinator:
         return self.verdict
 
 
-def decide(found: dict[int, dict], world: int, since: float, timeout: float, where: str, attempt: int) -> dict:
+def hang_decision(found: dict[int, dict], world: int, since: float, timeout: float, where: str, attempt: int) -> dict:
     """Stalled: stopped, stack elsewhere, or behind in steps; waiting: in torch.distributed and not behind.
     When every rank waits (and none is behind) they are all named stalled: a mismatch of collectives."""
     steps = [v["step"] for v in found.values() if v.get("step") is not None]

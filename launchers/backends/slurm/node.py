@@ -34,7 +34,7 @@ from ...containeropts import host_limits
 from ...errors import LaunchError
 from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
-from ...stops import decide, wait_s
+from ...stops import stop_decision, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
 from . import gone
 from .env import NodelistError, SlurmEnv
@@ -237,7 +237,7 @@ class NodeRun:
 
         def stop(verdict: dict) -> None:          # the ranks waiting on the hung one get the stop and the grace
             print(f"launch: node {self.node}: {hang_reason(verdict)}; stopping this node", file=sys.stderr, flush=True)
-            how = decide("hang", spec.stop_grace)
+            how = stop_decision("hang", spec.stop_grace)
             stop_node(self.ns.run_id, self.node, sig=how.signal, wait_s=how.wait_s, agent_pid=agent_pid)
 
         NodeMonitor(self.rd.path, self.ns.run_id, self.attempt, nodes=[self.node], on_verdict=stop).start()
@@ -276,7 +276,7 @@ class NodeRun:
         if gone.watch(self.here.gone, lambda: agent.poll() is not None):
             from ...remote import stop_node
             self.dir_gone = True
-            how = decide("run dir gone", 0)
+            how = stop_decision("run dir gone", 0)
             stop_node(self.ns.run_id, self.node, sig=how.signal, wait_s=how.wait_s, agent_pid=agent.pid)
 
     def end_gone(self) -> int:
