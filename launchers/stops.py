@@ -47,9 +47,6 @@ def stop_decision(why: str, grace: float, got: int | None = None) -> Stop:
     return Stop(sig, 0.0 if sig == signal.SIGKILL else wait_s(grace))
 
 
-decide = stop_decision      # the name backends/ssh.py still imports (its start-up imports are another change's)
-
-
 def wait_s(grace: float) -> float:
     """How long a stopped node may take: the programs' stop grace, the agent's margin and some slack."""
     return float(grace) + MARGIN_S

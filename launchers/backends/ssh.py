@@ -33,7 +33,7 @@ from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import JobSpec, redact_env
 from ..sshconn import Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, put_private
-from ..stops import Stop, decide, wait_s
+from ..stops import Stop, stop_decision, wait_s
 from . import sshcheck
 from .base import Backend, Interrupts, Plan, node_code_fields, node_commands
 
@@ -202,8 +202,8 @@ class SSHBackend(Backend):
                     if not intr.got:                   # a stop was already announced by Interrupts
                         print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
                     hung = watch is not None and watch.coord.verdict is not None
-                    self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],     # stops.decide
-                                       decide("run dir gone", 0) if here.gone() else
+                    self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],
+                                       stop_decision("run dir gone", 0) if here.gone() else
                                        intr.stop("hang" if hung else "peer failure", spec.stop_grace))
                 self._stop(plan, conns, [k for k in range(n) if k not in silence.lost], signal.SIGKILL, final=True)
                 for k in sorted(silence.lost):
