@@ -179,11 +179,11 @@ def produced_failures() -> list[tuple[dict, str]]:
             "ranks": {"1": {"node": 1, "class": "stalled", "why": "process stopped (state T)"}}}
 
     def node(**kw):
-        return firstfail.decide([], [dict({"node": 1, "time": 2.0}, **kw)])
-    return [(firstfail.decide([{"rank": 1, "node": 1, "exit_code": 1, "time": 1.0}]), "rank"),
-            (firstfail.decide([{"rank": 1, "node": 1, "signal": "SIGKILL", "reason": "out of memory", "time": 1.0}]),
+        return firstfail.first_failure([], [dict({"node": 1, "time": 2.0}, **kw)])
+    return [(firstfail.first_failure([{"rank": 1, "node": 1, "exit_code": 1, "time": 1.0}]), "rank"),
+            (firstfail.first_failure([{"rank": 1, "node": 1, "signal": "SIGKILL", "reason": "out of memory", "time": 1.0}]),
              "rank"),
-            (firstfail.decide([{"rank": 1, "node": 1, "exit_code": 1, "time": 1.0, "kind": "gpus",
+            (firstfail.first_failure([{"rank": 1, "node": 1, "exit_code": 1, "time": 1.0, "kind": "gpus",
                                 "reason": "node 1 has 0 of the 2 GPUs its ranks need"}]), "gpus"),
             (hang_failure(hang), "hang"),
             (lost_node([1], {1: {"host": "lnode2"}}), "lost"),
