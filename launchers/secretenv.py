@@ -265,9 +265,9 @@ def handover(spec: Any, environ: Mapping[str, str]) -> dict[str, str]:
     --secret values (resolve) and the program's arguments (ARGS_ENV when they hold a credential). The receiver
     takes them back from its environment (launchers.rundir.spec_from_record). The one door out of a process."""
     env, names = dict(spec.env), [k for k, _ in spec.secrets]
+    hidden = secret_keys(env, names)
     given = {k: v for k, v in resolve(spec.secrets, environ).items() if v != REDACTED}
-    return {**{k: v for k, v in env.items() if redact({k: v}, names)[k] != v}, **given,
-            **args_env(spec.program_args)}
+    return {**{k: v for k, v in env.items() if k in hidden and v != REDACTED}, **given, **args_env(spec.program_args)}
 
 
 def taken_back(recorded: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
