@@ -1,6 +1,8 @@
 """Slurm submit -> all ranks running, on the dev cluster (`make slurm-up`): `launch slurm` vs a hand-written
 sbatch script running the same torchrun line (srun, one task per node, node rank from SLURM_NODEID).
 
+`launch slurm` runs as a user's second and later submits do: handed to the warm launcher (launchers.warmstart) the
+first one left behind; the same without it (LAUNCH_WARM=0) is printed alongside.
 The program only writes a marker file per rank (named by RANK) and exits, so the figure is the time from
 starting the submit command until every rank's program has started. Interleaved rounds, medians; after each
 job the cluster is drained before the next one. Fails clearly when the cluster is not up.
@@ -58,6 +60,31 @@ def drain(deadline_s: float = 120) -> None:
     time.sleep(0.5)          # the last job's processes finish exiting before the next one is timed
 
 
+def prime(env: dict[str, str], cwd: str, deadline_s: float = 60) -> None:
+    """Leave the warm launcher behind (what a user's first submit does) and wait until it listens (its socket is
+    bound once it has imported everything)."""
+    subprocess.run([os.path.join(BIN, "launch"), "slurm", "--nodes", "abc", "--", "x.py"], cwd=cwd, env=env,
+                   capture_output=True)
+    warm = os.path.join(env["LAUNCH_STATE_DIR"], "warm")
+    end = time.monotonic() + deadline_s
+    while not (os.path.isdir(warm) and any(f.endswith(".sock") for f in os.listdir(warm))):
+        if time.monotonic() > end:
+            sys.exit("bench slurm_submit: no warm launcher listened within 60 s")
+        time.sleep(0.1)
+
+
+def stop_servers(state: str) -> None:
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b"launchers.warmstart" in cmd and state.encode() in cmd:
+                os.kill(int(d), 15)
+
+
 def until_ranks(markers: str, t0: float, timeout: float = 180) -> float:
     world = NODES * PER_NODE
     while len(os.listdir(markers)) < world:
@@ -75,7 +102,7 @@ def main() -> None:
     with open(os.path.join(tmp, "marker.py"), "w") as f:
         f.write(MARKER)
     n = [0]
-    returned: dict[str, list[float]] = {"launch": [], "hand": []}   # until the submit command returned
+    returned: dict[str, list[float]] = {"launch": [], "cold": [], "hand": []}   # until the submit command returned
 
     def fresh() -> str:
         n[0] += 1
@@ -83,16 +110,26 @@ def main() -> None:
         os.mkdir(d)
         return d
 
-    def ours() -> float:
+    def submit(env: dict[str, str], into: str) -> float:
         drain()
         markers = fresh()
         t0 = time.perf_counter()
         subprocess.run([os.path.join(BIN, "launch"), "slurm", "--nodes", str(NODES), "--gpus-per-node",
                         str(PER_NODE), "--time", "5", "--master-port", str(PORT), "--run-dir",
                         os.path.join(tmp, "runs", f"r{n[0]}"), "--", os.path.join(tmp, "marker.py"), markers],
-                       cwd=tmp, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        returned["launch"].append(ms_since(t0))
+                       cwd=tmp, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        returned[into].append(ms_since(t0))
         return until_ranks(markers, t0)
+
+    warm_env = {**os.environ, "LAUNCH_WARM": "1", "LAUNCH_STATE_DIR": os.path.join(tmp, "state")}
+    cold_env = {**os.environ, "LAUNCH_WARM": "0"}
+    prime(warm_env, tmp)
+
+    def ours() -> float:
+        return submit(warm_env, "launch")
+
+    def cold() -> float:
+        return submit(cold_env, "cold")
 
     def hand() -> float:
         drain()
@@ -106,12 +143,15 @@ def main() -> None:
         returned["hand"].append(ms_since(t0))
         return until_ranks(markers, t0)
 
-    res = interleaved({"launch": ours, "hand": hand}, rounds=ROUNDS)
+    res = interleaved({"launch": ours, "hand": hand, "cold": cold}, rounds=ROUNDS)
     drain()
+    stop_servers(os.path.join(tmp, "state"))
     print(f"  launch slurm: {[round(x) for x in res['launch']]} ms; hand-written sbatch: "
           f"{[round(x) for x in res['hand']]} ms", flush=True)
     print(f"  submit command returned after (median): launch slurm {median(returned['launch']):.0f} ms, "
           f"sbatch {median(returned['hand']):.0f} ms", flush=True)
+    print(f"  without the warm launcher (LAUNCH_WARM=0): submit -> ranks {median(res['cold']):.0f} ms, the command "
+          f"returned after {median(returned['cold']):.0f} ms (medians)", flush=True)
     print(f"  medians: launch slurm {median(res['launch']):.0f} ms, hand-written sbatch {median(res['hand']):.0f} ms "
           f"(ratio {median(res['launch']) / median(res['hand']):.2f})", flush=True)
     figure(f"slurm submit -> {NODES}x{PER_NODE} ranks running", trimmed_mean(res["launch"]), trimmed_mean(res["hand"]),

@@ -1,6 +1,8 @@
-"""The `launch` console script. For a `launch slurm` that will submit, the warm submitter
-(backends/slurm/submit.py) is forked first, before click and the rest are imported, so submitit's import
-overlaps all of that; then the click CLI (launchers.cli) takes over."""
+"""The `launch` console script. A `launch slurm` that will submit is first handed to a warm launcher, when this
+user has one for this code (launchers.warmstart: the command runs in a fork of a process that imported everything
+already), and leaves one behind when it had none. Run here, the warm submitter (backends/slurm/submit.py) is forked
+first, before click and the rest are imported, so submitit's import overlaps all of that; then the click CLI
+(launchers.cli) takes over."""
 from __future__ import annotations
 
 import sys
@@ -24,6 +26,13 @@ def main() -> None:
     import os
     os.umask(os.umask(0o022) | 0o002)      # the user's umask, but nothing a run writes is ever world-writable
     warm = will_submit_to_slurm(sys.argv)
+    served = warm and "--wait" not in sys.argv[:sys.argv.index("--") if "--" in sys.argv else None]
+    if served:
+        from . import warmstart
+        served = warmstart.enabled()
+        code = warmstart.run(sys.argv) if served else None
+        if code is not None:
+            sys.exit(code)
     if warm:
         from .backends.slurm import submit as slurm_submit
         slurm_submit.prestart()
@@ -33,3 +42,5 @@ def main() -> None:
     finally:
         if warm:
             slurm_submit.discard()
+        if served:
+            warmstart.spawn()

@@ -16,16 +16,9 @@ import time
 from typing import Iterator
 
 from . import layout, sweep
+from .statcache import state_dir
 
 INDEX = "runs.jsonl"
-
-
-def state_dir() -> str:
-    d = os.environ.get("LAUNCH_STATE_DIR")
-    if d:
-        return os.path.abspath(d)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "launchers")
 
 
 def index_path() -> str:

@@ -38,11 +38,16 @@ ENABLED = True                  # bench/snapshot_key.py turns it off to time the
 SHA = re.compile(r"[0-9a-f]{64}\Z")
 
 
-def cache_dir() -> str:
+def state_dir() -> str:
+    """The user's state directory of launch: $LAUNCH_STATE_DIR, else $XDG_STATE_HOME/launchers
+    (~/.local/state/launchers). The runs index, this cache and the warm launcher's socket live there."""
     d = os.environ.get("LAUNCH_STATE_DIR")
-    base = os.path.abspath(d) if d else os.path.join(
+    return os.path.abspath(d) if d else os.path.join(
         os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state"), "launchers")
-    return os.path.join(base, "statcache")
+
+
+def cache_dir() -> str:
+    return os.path.join(state_dir(), "statcache")
 
 
 def path_for(root: str) -> str:

@@ -1,0 +1,321 @@
+"""A warm `launch slurm`: a resident copy of the launcher, its modules imported, that runs a submit in a fresh fork.
+
+What a `launch slurm` submit spends before `sbatch` is mostly the interpreter importing the launcher, click, yaml
+and submitit (~130 ms, against ~40 ms of work and ~10 ms of sbatch). So after a submit run in-process, the launcher
+leaves a *warm server* behind (a detached process, this module's `serve`): it imports all of that once and waits on
+a Unix socket; the next `launch slurm` (entry.main, before it imports anything else) hands it the command (argv,
+working directory, environment, umask and its stdin/stdout/stderr, passed as file descriptors), and the server
+forks a worker that runs the command exactly as the launcher would in-process. The client forwards Ctrl-C and
+other signals to the worker and exits with its exit status.
+
+What keeps it honest:
+  * one server per user, host and code: the socket lies in the user's state dir (`warm/`, 0700, the user's), named
+    by the host and a fingerprint of the interpreter, sys.path, the launcher's source files (sizes, mtimes), the
+    site directories' mtimes (a package installed or upgraded), the user's groups, the PYTHON*/locale
+    environment, the process's namespaces (a client in a container is never served outside it) and limits. A server whose files changed on disk exits; the client of other code finds no socket.
+  * each command runs in a fork of a server that never ran one itself: no state of one launch reaches another.
+  * the client uses only a socket in a directory that is its own and private, and the server serves only its own
+    user (SO_PEERCRED); a client whose request was refused or never answered runs the command in-process.
+    Nothing runs twice: the worker starts only after the client holds its pid.
+  * it idles out after IDLE_S seconds; LAUNCH_WARM=0 neither uses nor leaves one (the tests' default).
+Stdlib only until the server imports the launcher.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import resource
+import signal
+import socket
+import stat
+import struct
+import sys
+
+from .statcache import state_dir
+
+IDLE_S = 600
+CHECK_S = 5.0                 # how often an idle server looks whether its code changed
+MAX_REQUEST = 4 << 20
+MAX_PATH = 104                # sun_path is 108 bytes with its NUL; a longer socket path: no warm server
+NAMESPACES = ("mnt", "pid", "net", "uts", "user", "ipc")     # a client in a container is not served outside it
+LIMITS = (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CORE,
+          resource.RLIMIT_STACK)
+PRELOAD = ("launchers.cli", "launchers.api", "launchers.pipeline", "launchers.backends.slurm.backend",
+           "launchers.backends.slurm.submit", "launchers.backends.slurm.task", "submitit.slurm.slurm")
+
+
+def enabled() -> bool:
+    return os.environ.get("LAUNCH_WARM", "1") != "0"
+
+
+def fingerprint() -> str:
+    """What a server's imported code and interpreter state depend on (see the module doc)."""
+    h = hashlib.sha256()
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_")) or k == "LANG")
+    h.update(repr((sys.executable, sys.path, os.getuid(), os.getgid(), sorted(os.getgroups()), env,
+                   [_readlink(f"/proc/self/ns/{n}") for n in NAMESPACES],
+                   [resource.getrlimit(r) for r in LIMITS])).encode())
+    for p in sys.path:                    # a package installed, upgraded or removed changes its site dir
+        if os.path.basename(p) in ("site-packages", "dist-packages"):
+            with contextlib.suppress(OSError):
+                h.update(f"{p}:{os.stat(p).st_mtime_ns}".encode())
+    stack = [os.path.dirname(os.path.abspath(__file__))]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in sorted(it, key=lambda e: e.name):
+                if e.name.endswith(".py") and e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    h.update(f"{e.path}:{st.st_size}:{st.st_mtime_ns}".encode())
+                elif e.is_dir(follow_symlinks=False) and e.name != "__pycache__":
+                    stack.append(e.path)
+    return h.hexdigest()[:20]
+
+
+def _readlink(p: str) -> str:
+    try:
+        return os.readlink(p)
+    except OSError:
+        return ""
+
+
+def socket_path(fp: str | None = None) -> str | None:
+    p = os.path.join(state_dir(), "warm", f"{socket.gethostname()}-{fp or fingerprint()}.sock")
+    return p if len(os.fsencode(p)) <= MAX_PATH else None
+
+
+def private_dir(d: str) -> bool:
+    """d is a real directory (not a link) of this user's that no one else may enter."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+# ---- the client (entry.main, before anything else is imported) ----
+
+def run(argv: list[str]) -> int | None:
+    """Run `argv` in the warm server: its exit status; None when there is none to use or it refused the command
+    (nothing ran: run it in-process)."""
+    path = socket_path()
+    if path is None or not private_dir(os.path.dirname(path)):
+        return None
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+            return None
+        s.connect(path)
+        mask = os.umask(0)
+        os.umask(mask)
+        body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": mask}).encode()
+        data = struct.pack("!I", len(body)) + body
+        sent = socket.send_fds(s, [data], [0, 1, 2])
+        s.sendall(data[sent:])
+        f = s.makefile("rb")
+        first = f.readline().split()
+    except OSError:
+        s.close()
+        return None
+    if first[:1] != [b"pid"]:
+        s.close()
+        return None
+    return _wait(s, f, int(first[1]))
+
+
+def _wait(s: socket.socket, f, pid: int) -> int:
+    """Forward signals to the worker until it ends; its exit status."""
+    def forward(sig, _frame):
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, forward)
+    try:
+        last = f.readline().split()
+    except OSError:
+        last = []
+    s.close()
+    if last[:1] == [b"exit"]:
+        return int(last[1])
+    print(f"launch: error: the warm launcher's worker (pid {pid}) ended without an exit status; see `launch list` "
+          f"for what it submitted", file=sys.stderr)
+    return 1
+
+
+def spawn() -> None:
+    """Leave a warm server behind (detached, its own session); silent when it cannot."""
+    import subprocess
+    path = socket_path()
+    if path is None:
+        return
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if private_dir(os.path.dirname(path)):
+            subprocess.Popen([sys.executable, "-m", "launchers.warmstart", path, json.dumps(sys.path)], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                             close_fds=True, cwd="/")
+
+
+# ---- the server (`python -m launchers.warmstart SOCKET`, started by spawn()) ----
+
+def serve(path: str) -> None:
+    import importlib
+    import time
+    fp = fingerprint()
+    if path != socket_path(fp) or not private_dir(os.path.dirname(path)):
+        return
+    for name in PRELOAD:
+        importlib.import_module(name)
+    sock = _bind(path)
+    if sock is None:
+        return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))      # the socket file goes with the server
+    ino = os.stat(path).st_ino
+    idle_since = time.monotonic()
+    try:
+        while True:
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            try:
+                conn, _ = sock.accept()
+            except socket.timeout:
+                if time.monotonic() - idle_since > IDLE_S or fingerprint() != fp or not os.path.exists(path):
+                    return
+                continue
+            idle_since = time.monotonic()
+            with conn:
+                _accept(sock, conn)
+    finally:
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino == ino:       # still this server's socket file (not a newer server's)
+                os.unlink(path)
+        sock.close()
+
+
+def _bind(path: str) -> socket.socket | None:
+    """Listen on path; None when another live server holds it. A socket file no server answers is replaced."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return None                       # a live server: it serves
+    except FileNotFoundError:
+        pass
+    except ConnectionRefusedError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    try:
+        sock.bind(path)
+        sock.listen(16)
+    except OSError:
+        sock.close()
+        return None
+    sock.settimeout(CHECK_S)
+    return sock
+
+
+def _accept(sock: socket.socket, conn: socket.socket) -> None:
+    """Read one request (only from this user) and fork its session; a bad one is answered `no`."""
+    conn.settimeout(10)
+    try:
+        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
+        if uid != os.getuid() or len(fds) != 3 or len(data) < 4:
+            raise ValueError("refused")
+        size = struct.unpack("!I", data[:4])[0]
+        if size > MAX_REQUEST:
+            raise ValueError("too large")
+        body = data[4:]
+        while len(body) < size:
+            chunk = conn.recv(size - len(body))
+            if not chunk:
+                raise ValueError("short")
+            body += chunk
+        req = json.loads(body)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            conn.sendall(b"no\n")
+        for fd in locals().get("fds", []):
+            os.close(fd)
+        return
+    conn.settimeout(None)
+    if os.fork() == 0:                    # the session: it forks the worker, hands over its pid, reports its end
+        code = 0
+        try:
+            sock.close()
+            _session(conn, req, fds)
+        except BaseException:  # noqa: BLE001 (a session never returns into the server's loop)
+            code = 1
+        finally:
+            os._exit(code)
+    for fd in fds:
+        os.close(fd)
+
+
+def _session(conn: socket.socket, req: dict, fds: list[int]) -> None:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        conn.close()
+        _worker(req, fds, r)              # never returns
+    os.close(r)
+    for fd in fds:
+        os.close(fd)
+    try:
+        conn.sendall(f"pid {pid}\n".encode())
+        os.write(w, b"g")
+    finally:
+        os.close(w)                       # without the go the worker exits having run nothing
+    status = os.waitpid(pid, 0)[1]
+    code = os.waitstatus_to_exitcode(status)
+    conn.sendall(f"exit {code if code >= 0 else 128 - code}\n".encode())
+
+
+def _worker(req: dict, fds: list[int], go: int) -> None:
+    """The command, run as a fresh `launch` would run it in the client's place."""
+    import atexit
+    code = 1
+    try:
+        if os.read(go, 1) != b"g":
+            os._exit(1)
+        os.close(go)
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)
+            os.close(fd)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.umask(int(req["umask"]))
+        sys.argv = list(req["argv"])
+        sys.stdout.reconfigure(line_buffering=os.isatty(1))
+        from .cli import main
+        main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1])
+    except BaseException as e:  # noqa: BLE001 (shown as the interpreter would show it)
+        import traceback
+        traceback.print_exc()
+        code = 130 if isinstance(e, KeyboardInterrupt) else 1
+    finally:
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        for f in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                f.flush()
+        os._exit(code & 0xFF if isinstance(code, int) else 1)
+
+
+if __name__ == "__main__":
+    sys.path[:] = json.loads(sys.argv[2])     # the client's, its script's directory first (part of the fingerprint)
+    serve(sys.argv[1])
