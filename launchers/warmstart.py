@@ -54,7 +54,7 @@ def fingerprint() -> str:
     """What a server's imported code and interpreter state depend on (see the module doc)."""
     h = hashlib.sha256()
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_")) or k == "LANG")
-    h.update(repr((sys.executable, sys.path, os.getuid(), os.getgid(), sorted(os.getgroups()), env,
+    h.update(repr((sys.executable, sys.path, tuple(sys.flags), os.getuid(), os.getgid(), sorted(os.getgroups()), env,
                    [_readlink(f"/proc/self/ns/{n}") for n in NAMESPACES],
                    [resource.getrlimit(r) for r in LIMITS])).encode())
     for p in sys.path:                    # a package installed, upgraded or removed changes its site dir
@@ -291,7 +291,7 @@ def _worker(req: dict, fds: list[int], go: int) -> None:
             os.dup2(fd, i)
             os.close(fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):     # SIGPIPE stays ignored, as Python sets it
             signal.signal(sig, signal.SIG_DFL)
         os.chdir(req["cwd"])
         os.environ.clear()
