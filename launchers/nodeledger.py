@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from . import layout
-from .recovery import Decision, Failure, Pool
+from .recovery import Decision, Failure, Past, Pool
 
 NAME = "node_ledger"               # its key in layout.FILES
 
@@ -79,11 +79,24 @@ def strikes(led: dict[str, Any] | None) -> dict[int, int]:
     return {int(s): int(v.get("strikes", 0)) for s, v in ((led or {}).get("slots") or {}).items()}
 
 
-def signs(led: dict[str, Any] | None) -> dict[int, set[str]]:
-    """slot -> the signs of the rank failures seen on it (launchers.recovery.sign_of): the policy tells the
-    program's failure (the same on several slots) from a node's."""
-    return {int(s): {a["sign"] for a in v.get("attempts") or [] if a.get("sign")}
-            for s, v in ((led or {}).get("slots") or {}).items()}
+def past(led: dict[str, Any] | None) -> tuple[Past, ...]:
+    """The failed attempts on the ledger's slots (the preflight's left out), in attempt order, each with its sign
+    (launchers.recovery.sign_of) and whether it struck: the policy tells the program's failure from a node's
+    (recovery.repeats)."""
+    out = [Past(a["attempt"], int(k), a.get("sign") or "", bool(a.get("strike")))
+           for k, v in ((led or {}).get("slots") or {}).items() for a in v.get("attempts") or []
+           if a.get("kind") and not a.get("preflight")]
+    return tuple(sorted(out, key=lambda p: p.attempt))
+
+
+HOUR_S = 3600.0
+
+
+def restarts_within(led: dict[str, Any] | None, now: float, span: float = HOUR_S) -> int:
+    """The restarts the ledger decided (every decision but a stop; a preflight's is none) in the `span` seconds
+    before `now`, by their `decided` times: what --max-restarts-per-hour counts (a Slurm requeue's ledger too)."""
+    return sum(1 for d in (led or {}).get("decisions") or [] if not d.get("preflight") and d.get("action") != "stop"
+               and isinstance(d.get("decided"), (int, float)) and d["decided"] > now - span)
 
 
 def pool_for(led: dict[str, Any] | None, nodes: int, spares: int, least: int = 0) -> Pool:
@@ -115,7 +128,10 @@ def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, f
         else:
             what = {"failure": "ended with the run" if code in (0, None) else "stopped with the run"}
         entry["attempts"] = [*entry.get("attempts", []), {"attempt": attempt, "node": node, "exit": code, **what}]
+    chain = {*decision.program, attempt} if decision.program else set()
     for k, entry in slots.items():      # every slot: the program's failure lifts a quarantine (recovery.program)
+        entry["attempts"] = [dict(a, strike=False, program=True) if a.get("attempt") in chain and a.get("sign") else a
+                             for a in entry.get("attempts") or []]         # the program's: no node's strike
         lifted = entry.get("quarantined") and int(k) not in decision.pool.quarantined
         entry["strikes"] = decision.strikes.get(int(k), 0 if lifted else entry.get("strikes", 0))
         entry["quarantined"] = int(k) in decision.pool.quarantined
@@ -127,12 +143,9 @@ def record(run_dir: str, led: dict[str, Any] | None, attempt: int, pool: Pool, f
 
 
 def program_signs(led: dict[str, Any] | None) -> set[str]:
-    """The signs seen on two slots or more: failures of the program, no node's (launchers.recovery.program)."""
-    seen: dict[str, int] = {}
-    for s in signs(led).values():
-        for x in s:
-            seen[x] = seen.get(x, 0) + 1
-    return {x for x, n in seen.items() if n > 1}
+    """The signs of the failures the policy found the program's, no node's (launchers.recovery.program)."""
+    return {a["sign"] for v in ((led or {}).get("slots") or {}).values() for a in v.get("attempts") or []
+            if a.get("program") and a.get("sign")}
 
 
 def sign(failure: Failure) -> dict[str, str]:

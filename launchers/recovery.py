@@ -1,32 +1,26 @@
-"""Recovery without a human (issue 23): the one policy that decides what follows a failed attempt -- restart on
-the same node slots, replace a slot by a spare, or stop -- used by every backend that owns its restarts (the
-launcher's loop in launchers.restarts carries it out; the backend only starts the plan it is given).
+"""Recovery without a human (issue 23): the one policy that decides what follows a failed attempt -- restart,
+replace a slot by a spare, shrink, grow or stop -- for every backend that owns its restarts (launchers.restarts
+carries it out). Pure (stdlib only): the node ledger's facts, the first failure and the pool in; a Decision with
+a one-line why out. --nodes, --spares, --quarantine-after and the restart budget are read here too.
 
-Pure (stdlib only): the node ledger's strikes, the failed attempt's first failure and the pool in; a Decision
-out, with a one-line why. The options --spares K and --quarantine-after N are read here too (spec.build_spec).
+A slot is one node of the pool (a simulated node, an SSH host, a node of the Slurm allocation). The first failure
+(status.json) gives its slot one strike. A failure *points at the node* when its agent or host died, it went
+silent or hung, or its slot has `quarantine_after` strikes (a lemon); one failing rank is one strike.
 
-A slot is one node of the pool: a simulated node (local), a host (SSH: the k-th host of the list), later a node of
-the allocation (Slurm). The failure that started the stop of an attempt (status.json `first_failure`) gives its slot one strike; the
-others only stopped with it. A failure *points at the node* when its agent or host died, it went silent or it
-hung, or once its slot has `quarantine_after` strikes (the same node failing again: a lemon). One failing rank
-(a killed worker, a crash) is a strike that alone does not quarantine (with the default of 2 strikes).
-
-A rank's failure that was already seen on another slot (the same exit and words, numbers aside: its `sign`) is the
-program's, not a node's: it gives no strike, the quarantines that failure alone made are lifted (those slots go
-back to the spares), and the run restarts on the same slots until its budget is spent -- a bug on every node stops
-the run with one line that says so instead of quarantining every node in turn.
+A restart storm stops (issue 37 item 5): the same rank failure (its `sign`: typed facts, the exit code or signal,
+never its words) in consecutive attempts on two slots or more follows the ranks: the program's, no strike (those
+it made lifted), restarts until the budget -- --max-restarts, --max-restarts-per-hour -- is spent, then one line:
+`looks like a bug in the program`. With no spare, a rank's failure restarts on the nodes rotated, to tell.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .errors import LaunchError, brief
 from .values import parse_int
 
-MAX_SPARES = 65536
-MAX_NODES = 65536                      # --nodes, the hosts of a hostfile
+MAX_SPARES = MAX_NODES = 65536         # --spares; --nodes, the hosts of a hostfile
 QUARANTINE_AFTER = 2                   # --quarantine-after's default
 SPARES_ON = ("local", "ssh", "slurm")  # the backends that carry out a replacement by a spare
 RANGES_ON = ("local", "ssh", "slurm")  # ... and a shrink (--nodes MIN:MAX)
@@ -44,9 +38,9 @@ AT_ONCE = ("gpu", "gpus")                     # kinds that quarantine their slot
 
 
 def options(backend: str, pick: Callable[..., Any], said: Callable[[str], str]) -> dict[str, Any]:
-    """--nodes, --spares, --quarantine-after and the restart budget, from the flags over the profile
-    (spec.build_spec's pick/said). --spares K or --nodes MIN:MAX without --max-restarts allow K + MAX - MIN + 1
-    restarts; a --max-restarts given wins."""
+    """--nodes, --spares, --quarantine-after and the restart budget (--max-restarts; --max-restarts-per-hour, 0:
+    no hourly limit), from the flags over the profile (spec.build_spec's pick/said). --spares K or --nodes
+    MIN:MAX without --max-restarts allow K + MAX - MIN + 1 restarts; a --max-restarts given wins."""
     low, nodes = node_range(said("nodes"), pick("nodes", 1))
     spares = parse_int(said("spares"), pick("spares", 0), 0, MAX_SPARES)
     after = parse_int(said("quarantine_after"), pick("quarantine_after", QUARANTINE_AFTER), 1, MAX_SPARES)
@@ -61,8 +55,9 @@ def options(backend: str, pick: Callable[..., Any], said: Callable[[str], str]) 
     given, extra = pick("max_restarts"), spares + nodes - low
     restarts = parse_int(said("max_restarts"), given, 0) if given is not None else (extra + 1 if extra else 0)
     ranged = (low, nodes) if low < nodes else (0, 0)
+    per_hour = parse_int(said("max_restarts_per_hour"), pick("max_restarts_per_hour", 0), 0)
     return {"nodes": nodes, "min_nodes": ranged[0], "max_nodes": ranged[1], "spares": spares,
-            "quarantine_after": after, "max_restarts": restarts}
+            "quarantine_after": after, "max_restarts": restarts, "max_restarts_per_hour": per_hour}
 
 
 def node_range(what: str, value: Any) -> tuple[int, int]:
@@ -119,12 +114,21 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Past:                         # a failed attempt before this one, as the node ledger keeps it (nodeledger.past)
+    attempt: int
+    slot: int
+    sign: str = ""
+    strike: bool = False            # it gave its slot a strike
+
+
+@dataclass(frozen=True)
 class Decision:
     action: str                     # restart | replace | shrink | grow | stop
     pool: Pool                      # the slots of the next attempt (stop: the pool as it ends)
     why: str                        # one line
     strikes: dict[int, int] = field(default_factory=dict)     # every slot's strikes after this failure
     quarantined: tuple[int, ...] = ()                         # slots quarantined by this decision
+    program: tuple[int, ...] = ()   # the earlier attempts whose failure this one repeats: the program's (no strike)
 
 
 def kind_of(ff: dict[str, Any] | None) -> str:
@@ -137,12 +141,11 @@ def kind_of(ff: dict[str, Any] | None) -> str:
 
 
 def sign_of(ff: dict[str, Any] | None) -> str:
-    """A rank's own failure as the program made it, wherever it ran: its end (signal or exit code) and its words
-    with every number as '#' (`exit 1: RuntimeError: bad value on rank #`); "" for a failure of another kind."""
-    if kind_of(ff) != "rank":
+    """A rank's own failure as the program made it, wherever it ran, from typed facts only: `exit 1`, `signal
+    SIGSEGV` (never its words); "" for a failure of another kind or without an end."""
+    if kind_of(ff) != "rank" or (not ff.get("signal") and ff.get("exit_code") is None):
         return ""
-    end = f"signal {ff.get('signal')}" if ff.get("signal") else f"exit {ff.get('exit_code')}"
-    return f"{end}: {re.sub(r'[0-9]+', '#', str(ff.get('exception') or ff.get('reason') or ''))[:300]}"
+    return f"signal {ff['signal']}" if ff.get("signal") else f"exit {ff['exit_code']}"
 
 
 def failure_of(ff: dict[str, Any] | None, pool: Pool, what: str = "") -> Failure | None:
@@ -155,21 +158,32 @@ def failure_of(ff: dict[str, Any] | None, pool: Pool, what: str = "") -> Failure
 
 
 def decide(failure: Failure | None, pool: Pool, strikes: dict[int, int], quarantine_after: int,
-           restarts_left: int, bounds: tuple[int, int] | None = None,
-           signs: dict[int, set[str]] | None = None) -> Decision:
-    """What follows a failed attempt. The failing slot gets a strike; at `quarantine_after` strikes it is
-    quarantined. A slot that is quarantined or whose failure points at it (agent died, lost, hung) is replaced
-    by the first spare: the survivors keep their order (node 0 the first of them) and the spare comes last. No
-    spare: the run shrinks to the survivors while they are at least MIN (bounds: --nodes MIN:MAX; a lost slot is
-    benched, not quarantined); else a quarantined slot stops the run, another restarts on the same slots. A
-    restart below MAX takes idle (benched) slots back, up to MAX. No restart left: stop. signs: slot -> the signs
-    of the failures that struck it before (the ledger's): the same sign on another slot is the program's (program)."""
-    strikes = dict(strikes)
+           restarts_left: int, bounds: tuple[int, int] | None = None, past: Sequence[Past] = (),
+           hour: tuple[int, int] = (0, 0)) -> Decision:
+    """What follows a failed attempt (what_follows), within the budget: restarts_left (--max-restarts) and hour
+    (the restarts decided in the last hour, --max-restarts-per-hour; 0: no such limit) -- one spent: stop, the
+    why naming it. past: the failed attempts before this one (the ledger's, in attempt order)."""
+    d = what_follows(failure, pool, dict(strikes), quarantine_after, restarts_left, bounds, past)
+    if d.action != "stop" and 0 < hour[1] <= hour[0]:
+        return replace(d, action="stop", why=f"{d.why}; but {hour[0]} restart{'s' if hour[0] != 1 else ''} in the "
+                       f"last hour (--max-restarts-per-hour {hour[1]})")
+    return d
+
+
+def what_follows(failure: Failure | None, pool: Pool, strikes: dict[int, int], quarantine_after: int,
+                 restarts_left: int, bounds: tuple[int, int] | None, past: Sequence[Past]) -> Decision:
+    """The failing slot gets a strike; at `quarantine_after` it is quarantined. A quarantined slot, or one its
+    failure points at, is replaced by the first spare (last; the survivors keep their order); no spare: a shrink
+    to the survivors while at least MIN (bounds: --nodes MIN:MAX), else a quarantine stops the run and another
+    failure restarts (a rank's: on the nodes rotated, to tell whether it follows its rank). A restart below MAX
+    takes idle slots back (grow). No restart left: stop. The failure of the attempts right before on another slot
+    (repeats): the program's (program)."""
     low, high = bounds or (len(pool.active), len(pool.active))
     if failure is None:
         return _restart_or_stop(pool, strikes, restarts_left, (), "no node named by the failure", high=high)
-    if failure.sign and any(failure.sign in s for k, s in (signs or {}).items() if k != failure.slot):
-        return program(failure, pool, strikes, signs or {}, restarts_left, high)
+    same = repeats(past, failure.sign)
+    if any(p.slot != failure.slot for p in same):
+        return program(failure, pool, strikes, same, restarts_left, high)
     slot = failure.slot
     strikes[slot] = strikes.get(slot, 0) + 1
     n = strikes[slot]
@@ -192,22 +206,38 @@ def decide(failure: Failure | None, pool: Pool, strikes: dict[int, int], quarant
     if points and fewer >= low:
         return _restart_or_stop(_swap(pool, slot, bench=True), strikes, restarts_left, (),
                                 f"{struck}: no spare left: {shrink}", "shrink", high, (slot,))
+    if not points and not pool.spares and fewer and restarts_left > 0:    # else a rank's bug strikes it again
+        return _restart_or_stop(replace(pool, active=pool.active[1:] + pool.active[:1]), strikes, restarts_left, (),
+                                f"{struck}: no spare: restart with the nodes rotated (does it follow its rank?)",
+                                high=high)
     why = f"{struck}: restart on the same slots" + (" (no spare left)" if points else "")
     return _restart_or_stop(pool, strikes, restarts_left, (), why, high=high)
 
 
-def program(failure: Failure, pool: Pool, strikes: dict[int, int], signs: dict[int, set[str]],
-            restarts_left: int, high: int) -> Decision:
-    """The same rank failure on another slot: the program's. No strike; a slot quarantined by that failure
-    alone is back among the spares (its strikes gone); a restart on the same slots while the budget lasts."""
-    where = sorted({failure.slot, *(k for k, s in signs.items() if failure.sign in s)})
-    lifted = tuple(k for k in pool.quarantined if signs.get(k) == {failure.sign})
-    for k in lifted:
-        strikes.pop(k, None)
+def repeats(past: Sequence[Past], sign: str) -> tuple[Past, ...]:
+    """The failures of the attempts right before this one (past, in attempt order) with its sign, in consecutive
+    attempts up to the last one; () without a sign or when the last failure was another."""
+    same: list[Past] = []
+    for p in reversed(past if sign else ()):
+        if p.sign != sign or (same and p.attempt != same[-1].attempt - 1):
+            break
+        same.append(p)
+    return tuple(reversed(same))
+
+
+def program(failure: Failure, pool: Pool, strikes: dict[int, int], same: tuple[Past, ...], restarts_left: int,
+            high: int) -> Decision:
+    """The same rank failure in consecutive attempts on two slots or more: the program's. No strike; those it made
+    lifted (a slot it alone quarantined back among the spares); a restart while the budget lasts, then a stop."""
+    made = {k: sum(1 for p in same if p.slot == k and p.strike) for k in {p.slot for p in same}}
+    lifted = tuple(k for k in pool.quarantined if 0 < strikes.get(k, 0) <= made.get(k, 0))
+    strikes.update({k: max(0, strikes.get(k, 0) - n) for k, n in made.items()})
     pool = replace(pool, spares=pool.spares + lifted, quarantined=tuple(k for k in pool.quarantined if k not in lifted))
-    why = (f"the same failure on slots {_slots(tuple(where))} ({failure.sign}): the program's, not a node's; no "
-           f"strike" + (f"; slot{'s' if len(lifted) > 1 else ''} {_slots(lifted)} out of quarantine" if lifted else ""))
-    return _restart_or_stop(pool, strikes, restarts_left, (), why, high=high)
+    why = (f"looks like a bug in the program: the same failure ({failure.sign}) in {len(same) + 1} attempts in a "
+           f"row, on slots {_slots(tuple(sorted({failure.slot, *made})))}: it follows the ranks, not a node; no strike"
+           + (f"; slot{'s' if len(lifted) > 1 else ''} {_slots(lifted)} out of quarantine" if lifted else ""))
+    return replace(_restart_or_stop(pool, strikes, restarts_left, (), why, high=high),
+                   program=tuple(p.attempt for p in same))
 
 
 def preflight_start(pool: Pool, bad: dict[int, str], bounds: tuple[int, int] | None = None) -> Decision:
@@ -270,9 +300,8 @@ def _swap(pool: Pool, slot: int, bench: bool = False) -> Pool:
 
 
 # ---------------------------------------------------------------- Slurm: a step's end, a requeue, a requeued job
-# The backend gathers the facts (its records, SLURM_* variables, scontrol) and carries the decision out
-# (launchers.backends.slurm.requeue, .inalloc, .steps); the decision is made here, on typed facts only.
-
+# The backend (slurm.requeue, .inalloc, .steps) gathers the facts (its records, SLURM_*, scontrol) and carries
+# the decision out; the decision is made here, on typed facts only.
 @dataclass(frozen=True)
 class StepEnd:
     """What the batch side of a Slurm job saw as a step ended (requeue.finalize)."""
@@ -367,5 +396,5 @@ def continue_decision(f: Requeued) -> ContinueDecision:
     rule, why = next(((r, w) for r, (bad, w) in refuse if bad), ("", ""))
     if rule:
         return ContinueDecision("refuse", why, rule=rule)
-    n = f.restart_count
-    return ContinueDecision("continue", f"requeued by Slurm (restart {n})", attempt=f.attempts, restart=n)
+    return ContinueDecision("continue", f"requeued by Slurm (restart {f.restart_count})", attempt=f.attempts,
+                            restart=f.restart_count)

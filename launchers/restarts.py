@@ -113,11 +113,12 @@ def restart_decision(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any]
     its detection and the decision (a full disk: said, not fatal). nodes: each node's exit (default: status.json's)."""
     led = nodeledger.read(rd.path)
     pool = pool_of(spec, led)
-    failure = recovery.failure_of(ff, pool, describe_failure(ff))
+    failure, now = recovery.failure_of(ff, pool, describe_failure(ff)), time.time()
     decision = recovery.decide(failure, pool, nodeledger.strikes(led), spec.quarantine_after, restarts_left,
-                               (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None, nodeledger.signs(led))
+                               (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None, nodeledger.past(led),
+                               (nodeledger.restarts_within(led, now), spec.max_restarts_per_hour))
     resume = resume_point(rd)
-    times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": time.time(), "from": resume}
+    times = {"fault": (ff or {}).get("time"), "detected": detected, "decided": now, "from": resume}
     try:
         led = nodeledger.record(rd.path, led, attempt, pool, failure, nodes or rd.read_status().get("nodes") or {},
                                 decision, spec.quarantine_after, times)
@@ -156,12 +157,12 @@ def pool_of(spec: JobSpec, led: dict[str, Any] | None, resume: bool = False) -> 
 
 
 def plan_on(backend: Backend, spec: JobSpec, run_id: str, attempt: int, pool: recovery.Pool):
-    """An attempt's plan (Backend.plan, every backend); with --spares or --nodes MIN:MAX it gets the pool's
-    active slots, in node order (Slurm's steps loop places them itself); with MIN:MAX the world is that many
-    nodes (NNODES, WORLD_SIZE; the workloads reshard)."""
+    """An attempt's plan (Backend.plan, every backend); with --spares or --nodes MIN:MAX (or nodes the policy
+    rotated) it gets the pool's active slots, in node order (Slurm's steps loop places them itself); with MIN:MAX
+    the world is that many nodes (NNODES, WORLD_SIZE; the workloads reshard)."""
     if spec.min_nodes:
         spec = spec.replace(nodes=len(pool.active))
-    slots = list(pool.active) if spec.spares or spec.min_nodes else None
+    slots = list(pool.active) if spec.spares or spec.min_nodes or list(pool.active) != sorted(pool.active) else None
     return backend.plan(spec, run_id, attempt=attempt, slots=slots)
 
 

@@ -98,6 +98,8 @@ COMMON: tuple[Opt, ...] = (
         "checkpoints/latest, in the same run (default 0; Slurm: in the same job, the allocation holds them)."),
     Opt("quarantine_after", I, "Strikes (failures that stopped an attempt) that quarantine a node: never used "
         "again in the run (default 2)."),
+    Opt("max_restarts_per_hour", I, "At most N restarts in any hour (counted from nodes.json's decisions; default "
+        "0: no hourly limit, only --max-restarts): a restart storm stops with one line naming it and what failed."),
     Opt("node_ledger", S, "The site's node ledger, a JSON file on shared storage (docs/RECOVERY.md): read at the "
         "start (its quarantined hosts are not used: SSH leaves them out, Slurm --exclude), the run's strikes merged in "
         "at its end; `launch nodes` shows it (default: none)."),
@@ -204,6 +206,7 @@ LOOK: dict[str, tuple[str, str | tuple[str, ...], str]] = {
     "stop_signal": ("Run", ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"), ""), "stop_grace": ("Run", _SEC, ""),
     "dry_run": ("Run", "", ""), "json": ("Run", "", ""), "sweep": ("Run", "KEY=V1,V2", ""),
     "max_restarts": ("Recovery", _N, ""), "spares": ("Recovery", _N, ""), "quarantine_after": ("Recovery", _N, ""),
+    "max_restarts_per_hour": ("Recovery", _N, ""),
     "node_ledger": ("Recovery", "FILE", "file"),
     "container_image": ("Container", "IMAGE", ""), "container_mounts": ("Container", "SRC:DST[:ro]", ""),
     "container_runtime": ("Container", ("auto", "pyxis", "apptainer", "podman", "oci"), ""),

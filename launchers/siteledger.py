@@ -238,13 +238,12 @@ def run_strikes(led: dict[str, Any] | None, attempts: list[dict[str, Any]], run_
     """A run's nodes.json -> its strikes per host (each slot's failed attempts on the host that attempt ran it
     on; a Slurm requeue's earlier allocations too). A slot never run (a preflight's) names no host: left out."""
     times = {d.get("attempt"): d.get("decided") or d.get("fault") for d in (led or {}).get("decisions") or []}
-    program = nodeledger.program_signs(led)         # the program's failures, seen on several slots: no host's fault
     out: dict[str, list[dict[str, Any]]] = {}
     blocks = [(led or {}).get("slots") or {}, *((e or {}).get("slots") or {} for e in (led or {}).get("earlier") or [])]
     for slots in blocks:
         for entry in slots.values():
             struck = [a for a in entry.get("attempts") or [] if a.get("strike") and isinstance(a.get("node"), int)
-                      and a.get("sign") not in program]
+                      and not a.get("program")]    # the program's failure (recovery.program): no host's fault
             for i, a in enumerate(struck):
                 n, k = a.get("attempt"), a["node"]
                 hosts = attempts[n].get("hosts") or [] if isinstance(n, int) and 0 <= n < len(attempts) else []

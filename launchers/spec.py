@@ -37,6 +37,7 @@ class JobSpec:
     nccl_env: tuple[tuple[str, str], ...] = ()
     master_port: int | None = None
     max_restarts: int = 0
+    max_restarts_per_hour: int = 0              # --max-restarts-per-hour (0: no hourly limit; launchers.recovery)
     spares: int = 0                             # --spares: idle node slots a failed node is replaced by (recovery)
     min_nodes: int = 0                          # --nodes MIN:MAX: the run may shrink to MIN nodes (0: no range)
     max_nodes: int = 0                          # ... and grows back to MAX (nodes: this attempt's count)
@@ -85,13 +86,9 @@ class JobSpec:
         d["env"] = dict(self.env)
         d["nccl_env"] = dict(self.nccl_env)
         d["options"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options}
-        d["explicit"] = list(self.explicit)
-        d["forward_env"] = list(self.forward_env)
-        d["preflight"] = list(self.preflight)
-        d["notify"] = list(self.notify)
+        for key in ("explicit", "forward_env", "preflight", "notify", "container_mounts", "avoid_hosts"):
+            d[key] = list(getattr(self, key))
         d["secrets"] = dict(self.secrets)
-        d["container_mounts"] = list(self.container_mounts)
-        d["avoid_hosts"] = list(self.avoid_hosts)
         return secretenv.without_values(d, secretenv.resolve(self.secrets, os.environ))
 
     @classmethod

@@ -200,7 +200,9 @@ def produced_failures() -> list[tuple[dict, str]]:
 def test_first_failure_kinds_and_slots():
     assert [recovery.kind_of(ff) for ff, _ in produced_failures()] == [k for _, k in produced_failures()]
     pool = Pool((1, 2), (0,))
-    assert recovery.failure_of({"rank": 3, "node": 0}, pool, "x") == Failure(1, "rank", "x", "exit None: ")  # slot 1
+    assert recovery.failure_of({"rank": 3, "node": 0}, pool, "x") == Failure(1, "rank", "x", "")   # slot 1, no end
+    assert recovery.failure_of({"rank": 3, "node": 1, "exit_code": 1, "exception": "E: 7"}, pool).sign == "exit 1"
+    assert recovery.failure_of({"rank": 3, "node": 1, "signal": "SIGSEGV"}, pool).sign == "signal SIGSEGV"
     assert recovery.failure_of({"rank": None, "node": 2}, pool) is None        # not a node of the attempt
     assert recovery.failure_of(None, pool) is None
 
@@ -211,11 +213,12 @@ def test_decisions_never_read_a_reasons_words():
     pool = Pool((0, 1), (2,))
     words = ["hang: x", "lost: y", "connection lost", "did not finish", "--preflight gpu: z", "out of memory", ""]
     for ff, kind in produced_failures():
-        before = recovery.decide(recovery.failure_of(ff, pool, "w"), pool, {1: 1}, 2, 3)
+        past = (recovery.Past(4, 0, recovery.sign_of(ff), True),)     # the attempt before: another slot, same sign
+        before = recovery.decide(recovery.failure_of(ff, pool, "w"), pool, {1: 1}, 2, 3, past=past)
         for i, text in enumerate(words + [str(ff.get("reason"))[::-1]]):
             reworded = dict(ff, **{k: text for k in ("reason", "exception") if k in ff})
             assert recovery.kind_of(reworded) == kind, (ff, text)
-            after = recovery.decide(recovery.failure_of(reworded, pool, "w"), pool, {1: 1}, 2, 3)
+            after = recovery.decide(recovery.failure_of(reworded, pool, "w"), pool, {1: 1}, 2, 3, past=past)
             assert (after.action, after.pool, after.quarantined, after.strikes) == \
                    (before.action, before.pool, before.quarantined, before.strikes), (ff, text)
 
@@ -278,32 +281,106 @@ def test_requeued_job_decisions_never_read_words(tmp_path):
             "SIGKILL" for _ in f.get("signals", ()))))) == d
 
 
-def test_a_failure_on_every_node_is_the_programs_and_stops_after_the_budget(tmp_path):
-    """Issue 37 item 5: the same rank failure (numbers aside) on a second slot is the program's: no strike, the
-    slot that failure alone quarantined back among the spares, restarts on the same slots while the budget lasts,
-    then one line that says so -- not every spare quarantined in turn. Another failure on a slot stays a node's."""
-    spec = JobSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
-                   run_dir=str(tmp_path / "run"), name="x", spares=2, max_restarts=4)
-    rd = RunDir.create(spec, "x-1", {"hosts": []})
-    led, pool, seen = None, nodeledger.pool_for(None, 2, 2), []
-    for attempt, left in enumerate((4, 3, 2, 1, 0)):
-        ff = {"rank": 1, "node": 1, "exit_code": 1, "exception": f"ValueError: bad batch on rank {attempt + 1}"}
-        fail = recovery.failure_of(ff, pool, f"rank 1 on node 1: attempt {attempt}")
-        d = recovery.decide(fail, pool, nodeledger.strikes(led), 2, left, None, nodeledger.signs(led))
-        led = nodeledger.record(rd.path, led, attempt, pool, fail, {"0": 143, "1": 1}, d, 2)
+def failing(tmp_path, ffs, nodes=2, spares=2, left=4, after=2):
+    """The policy and the node ledger over attempts that each fail with ffs(attempt, pool) (a first failure;
+    node k ran on pool.active[k]), as restarts.restart_decision runs them, until a stop or the ffs run out
+    -> (each decision's (action, its attempt's active slots, quarantined after it, why), the ledger)."""
+    led, pool, seen = None, nodeledger.pool_for(None, nodes, spares), []
+    for attempt in range(left + 1):
+        ff = ffs(attempt, pool)
+        fail = recovery.failure_of(ff, pool, f"rank {ff['rank']} on node {ff['node']}: attempt {attempt}")
+        d = recovery.decide(fail, pool, nodeledger.strikes(led), after, left - attempt, None, nodeledger.past(led))
+        led = nodeledger.record(str(tmp_path), led, attempt, pool, fail, {"0": 143, "1": 1}, d, after)
         seen.append((d.action, pool.active, d.pool.quarantined, d.why))
         pool = d.pool
-    sign = "exit 1: ValueError: bad batch on rank #"
+        if d.action == "stop":
+            break
+    return seen, led
+
+
+def rank1_raises(attempt, pool):             # a bug of the program on rank 1 (node 1): other words each attempt
+    return {"rank": 1, "node": 1, "exit_code": 1, "exception": ["ValueError: bad", "KeyError: 'lr'"][attempt % 2]}
+
+
+def test_a_failure_on_every_node_is_the_programs_and_stops_after_the_budget(tmp_path):
+    """Issue 37 item 5: the same rank failure (typed: its exit code or signal, never its words) in consecutive
+    attempts on a second slot is the program's: no strike, the slot it alone quarantined back among the spares,
+    restarts while the budget lasts, then one line that says so -- not every spare quarantined in turn; no
+    host's strike in the site's ledger. Another failure on a slot stays a node's."""
+    seen, led = failing(tmp_path, rank1_raises)
     assert [s[:3] for s in seen] == [("restart", (0, 1), ()), ("replace", (0, 1), (1,)), ("restart", (0, 2), ()),
                                      ("restart", (0, 2), ()), ("stop", (0, 2), ())]
-    assert seen[2][3] == f"the same failure on slots 1, 2 ({sign}): the program's, not a node's; no strike; " \
-                         "slot 1 out of quarantine"
-    assert seen[4][3] == f"the same failure on slots 1, 2 ({sign}): the program's, not a node's; no strike; " \
-                         "but no restart left (--max-restarts)"
+    bug = "looks like a bug in the program: the same failure (exit 1) in {} attempts in a row, on slots 1, 2: it " \
+          "follows the ranks, not a node; no strike"
+    assert seen[2][3] == bug.format(3) + "; slot 1 out of quarantine"
+    assert seen[4][3] == bug.format(5) + "; but no restart left (--max-restarts)"
     assert nodeledger.strikes(led) == {0: 0, 1: 0, 2: 0} and led["pool"]["spares"] == [3, 1], led
-    other = recovery.Failure(2, "rank", "x", "exit 1: OSError: disk")       # another failure: the node's strike
-    d = recovery.decide(other, Pool((0, 2), (3, 1)), {2: 1}, 2, 3, None, nodeledger.signs(led))
+    assert nodeledger.program_signs(led) == {"exit 1"} and nodeledger.lines(led) == [], led
+    attempts = [{"hosts": ["h1", "h2" if a < 2 else "h3"]} for a in range(5)]
+    assert siteledger.run_strikes(led, attempts, "bug-1", "bob", time.time()) == {}
+    other = recovery.Failure(2, "rank", "x", "exit 3")          # another exit code: the node's strike
+    d = recovery.decide(other, Pool((0, 2), (3, 1)), {2: 1}, 2, 3, None, nodeledger.past(led))
     assert (d.action, d.quarantined, d.pool.active) == ("replace", (2,), (0, 3)), d
+
+
+def test_without_a_spare_the_nodes_rotate_to_tell_a_bug_from_a_lemon(tmp_path):
+    """The gap a fixed rank's bug left with no spare: it failed on the same node every attempt and struck it
+    until quarantined. Now a rank's failure with no spare restarts on the nodes rotated: a bug of rank 1 then
+    fails on slot 0 -- it follows the rank: the program's, slot 1's strike lifted, nothing quarantined; a lemon
+    slot 1 fails again as node 0 -- it stays on the slot: quarantined at its second strike, as before."""
+    seen, led = failing(tmp_path, rank1_raises, spares=0, left=3)
+    assert [s[:3] for s in seen] == [("restart", (0, 1), ()), ("restart", (1, 0), ()), ("restart", (1, 0), ()),
+                                     ("stop", (1, 0), ())]
+    assert "strike 1 of 2: no spare: restart with the nodes rotated" in seen[0][3]
+    assert seen[3][3].startswith("looks like a bug in the program: the same failure (exit 1) in 4 attempts in a "
+                                 "row, on slots 0, 1"), seen
+    assert seen[3][3].endswith("; no strike; but no restart left (--max-restarts)"), seen
+    assert nodeledger.strikes(led) == {0: 0, 1: 0} and not led["pool"]["quarantined"], led
+
+    def lemon(attempt, pool):                # slot 1 fails whichever node (and rank) it runs
+        return {"rank": pool.active.index(1), "node": pool.active.index(1), "exit_code": 1}
+    (tmp_path / "lemon").mkdir()
+    seen, led = failing(tmp_path / "lemon", lemon, spares=0, left=3)
+    assert [s[:3] for s in seen] == [("restart", (0, 1), ()), ("stop", (1, 0), (1,))], seen
+    assert seen[1][3] == "slot 1: a rank failed, strike 2 of 2: quarantined, and no spare left", seen
+
+
+def test_only_consecutive_attempts_make_a_repeat():
+    """The program's only when the same failure came in the attempts right before: one on another slot with
+    another failure in between, or with an attempt missing, is a strike as before."""
+    P_ = recovery.Past
+    fail, pool = Failure(1, "rank", "x", "exit 1"), Pool((0, 1), (2,))
+    for past in [(P_(0, 0, "exit 1", True), P_(1, 0, "signal SIGKILL", True)),   # another failure in between
+                 (P_(0, 0, "exit 1", True), P_(2, 1, "exit 1", True)),           # attempt 1 missing: only slot 1's
+                 (P_(0, 0, "", True),)]:                                         # no sign (a lost node)
+        assert recovery.decide(fail, pool, {}, 2, 3, past=past).strikes[1] == 1, past
+    d = recovery.decide(fail, pool, {}, 2, 3, past=(P_(0, 1, "exit 1", True), P_(1, 0, "exit 1", True)))
+    assert (d.action, d.strikes, d.program) == ("restart", {1: 0, 0: 0}, (0, 1)), d
+
+
+def test_the_hourly_budget_stops_a_restart_storm():
+    """--max-restarts-per-hour N: the restarts the ledger decided in the last 3600 s (stops and the preflight's
+    not counted) -- N of them: the next decision is a stop, its why naming the budget after what it would have
+    done; 0: no hourly limit. The option is read with the others (recovery.options)."""
+    now = 10_000.0
+    led = {"decisions": [{"action": "restart", "decided": now - 4000}, {"action": "replace", "decided": now - 3000},
+                         {"action": "stop", "decided": now - 20}, {"action": "replace", "preflight": True,
+                                                                   "decided": now - 10},
+                         {"action": "restart", "decided": now - 5}, {"action": "shrink"}]}
+    assert nodeledger.restarts_within(led, now) == 2 and nodeledger.restarts_within(led, now, 5000) == 3
+    fail, pool = Failure(1, "rank", "x", "exit 1"), Pool((0, 1), (2,))
+    assert recovery.decide(fail, pool, {}, 2, 9, hour=(1, 2)).action == "restart"
+    assert recovery.decide(fail, pool, {}, 2, 9, hour=(7, 0)).action == "restart"          # 0: no hourly limit
+    d = recovery.decide(fail, pool, {1: 1}, 2, 9, hour=(2, 2))
+    assert (d.action, d.quarantined) == ("stop", (1,)) and d.why == (
+        "slot 1: a rank failed, strike 2 of 2: quarantined; replaced by spare slot 2; but 2 restarts in the last "
+        "hour (--max-restarts-per-hour 2)"), d
+
+    def said(k):
+        return "--" + k.replace("_", "-")
+    assert recovery.options("local", {"max_restarts_per_hour": "3"}.get, said)["max_restarts_per_hour"] == 3
+    with pytest.raises(LaunchError, match="--max-restarts-per-hour '-1' is out of range"):
+        recovery.options("local", {"max_restarts_per_hour": "-1"}.get, said)
 
 
 def test_restarts_from_the_same_checkpoint_back_off(tmp_path):
@@ -332,7 +409,7 @@ def test_decide_returns_what_it_recorded(tmp_path):
 
 def opts(spares=0, after=2, restarts=0, nodes=1, low=0, high=0):
     return {"nodes": nodes, "min_nodes": low, "max_nodes": high, "spares": spares, "quarantine_after": after,
-            "max_restarts": restarts}
+            "max_restarts": restarts, "max_restarts_per_hour": 0}
 
 
 OPTIONS = [("local", {}, opts()),
@@ -488,15 +565,15 @@ def test_lemon_node_is_quarantined_and_a_spare_finishes_bit_exact(workdir, refer
 
 @pytest.mark.slow
 def test_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_reference):
-    """--nodes 1:2 --spares 0: slot 1's rank crashes at step 14 in every attempt; attempt 0 fails (strike 1:
-    restart on both slots), attempt 1 fails (strike 2: quarantined, no spare left: shrink to 1 node), attempt 2
-    runs on slot 0 alone (world size 1) from checkpoints/latest (step 12, resharded by DCP: RNG re-seeded) and
-    completes at step 36. Before the crash the losses are the uninterrupted 2-node run's, bit for bit. After
-    the shrink each rank keeps its --batch-size, so the global batch halves (16 samples, not 32) and single
-    steps are noisy (measured: up to 2x the reference's loss at one step); the trajectory is compared where it
-    is stable: the first loss after the shrink is far below a fresh start's (the checkpoint carried), the mean
-    loss of steps 16-36 within 30% of the reference's (measured 12%), the final test loss within 30% (measured
-    11%) and the accuracy within 0.08 (measured 0.033). No process of the run left."""
+    """--nodes 1:2 --spares 0: slot 1's rank crashes at step 14 in every attempt; attempt 0 fails (strike 1: restart on
+    both slots, rotated: slot 1 is node 0), attempt 1 fails (strike 2: quarantined, no spare left: shrink to 1
+    node), attempt 2 runs on slot 0 alone (world size 1) from checkpoints/latest (step 12, resharded by DCP: RNG
+    re-seeded) and completes at step 36. Before the crash the losses are the uninterrupted 2-node run's, bit for
+    bit. After the shrink each rank keeps its --batch-size, so the global batch halves (16 samples, not 32) and
+    single steps are noisy (measured: up to 2x the reference's loss at one step); the trajectory is compared where
+    it is stable: the first loss after the shrink is far below a fresh start's (the checkpoint carried), the mean
+    loss of steps 16-36 within 30% of the reference's (measured 12%), the final test loss within 30% (measured 11%)
+    and the accuracy within 0.08 (measured 0.033). No process of the run left."""
     with recovery_row("local", "no spare left, --nodes 1:2 (a lemon at step 14)", "runs/shrink",
                       "restart, then quarantined and shrunk to 1 node; COMPLETED, loss within the bound",
                       bitexact=False):
@@ -510,7 +587,7 @@ def check_shrink(run_dir: str, shrink_reference: Path) -> dict:
     """A shrink run's outcome on any backend (the local test's docstring says what and why); returns run.yaml."""
     run, st = yaml.safe_load(Path(run_dir, "run.yaml").read_text()), read_json(Path(run_dir, "status.json"))
     assert st["state"] == "COMPLETED" and st["attempt"] == 2
-    assert [(a["slots"], a.get("nodes")) for a in run["attempts"]][1:] == [([0, 1], 2), ([0], 1)]
+    assert [(a["slots"], a.get("nodes")) for a in run["attempts"]][1:] == [([1, 0], 2), ([0], 1)]   # rotated
     led = read_json(Path(run_dir, "nodes.json"))
     assert led["pool"] == {"active": [0], "spares": [], "quarantined": [1]}
     assert (led["slots"]["1"]["strikes"], led["slots"]["1"]["quarantined"]) == (2, True)
@@ -747,8 +824,8 @@ def test_ssh_host_cut_and_sigstopped_then_restored_a_spare_finishes_nothing_it_w
 @pytest.mark.slow
 def test_ssh_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_reference):
     """The shrink on SSH: sshhost1 and sshhost2, --nodes 1:2 --spares 0; slot 1 (sshhost2) crashes at step 14 in
-    every attempt: restart, then quarantined with no spare left: attempt 2 runs on sshhost1 alone, resharded from
-    step 12, and completes within the local test's bounds."""
+    every attempt: restart (on the hosts rotated), then quarantined with no spare left: attempt 2 runs on
+    sshhost1 alone, resharded from step 12, and completes within the local test's bounds."""
     require_ssh()
     with recovery_row("ssh", "no spare left, --nodes 1:2 (a lemon host at step 14)", "runs/shrink",
                       "restart, then quarantined and shrunk to 1 host; COMPLETED, loss within the bound",
@@ -757,14 +834,15 @@ def test_ssh_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_referenc
                           "--", *SHRINK, "--crash-at-step", "14", "--crash-slot", "1")
         assert p.returncode == 0, p.stderr[-3000:]
         run = check_shrink("runs/shrink", shrink_reference)
-        assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"]] * 2 + [["sshhost1"]]
+        assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"], ["sshhost2", "sshhost1"],
+                                                         ["sshhost1"]]     # attempt 1 rotated: sshhost2 is node 0
 
 
 @pytest.mark.slurm
 def test_slurm_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_reference):
     """The shrink on Slurm: --nodes 1:2 and no spare is a 2-node allocation (--no-kill) whose attempts are srun
     steps of the batch step's loop (launchers.backends.slurm.steps); slot 1 crashes at step 14 in every attempt:
-    a restart on both nodes, then quarantined with no spare left: attempt 2 is a step on the one node left,
+    a restart on both nodes (rotated), then quarantined with no spare left: attempt 2 is a step on the one node left,
     resharded from step 12, and completes within the local test's bounds -- all in one Slurm job."""
     require_slurm()
     with recovery_row("slurm", "no spare left, --nodes 1:2 (a lemon node at step 14)", "runs/shrink",
@@ -776,7 +854,7 @@ def test_slurm_no_spare_left_shrinks_to_min_and_completes(workdir, shrink_refere
         assert p.returncode == 0, p.stderr[-3000:]
         run = check_shrink("runs/shrink", shrink_reference)
         hosts = [a["hosts"] for a in run["attempts"]]
-        assert len(hosts[0]) == 2 and hosts[1] == hosts[0] and hosts[2] == hosts[0][:1], hosts
+        assert len(hosts[0]) == 2 and hosts[1] == hosts[0][::-1] and hosts[2] == hosts[0][:1], hosts   # rotated
         assert len({a["slurm_job_id"] for a in run["attempts"]}) == 1, run["attempts"]
 
 
