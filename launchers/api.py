@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from . import layout, nodebackend, nodeledger, pipeline, runindex, timeline
+from . import layout, memstore, nodebackend, nodeledger, pipeline, runindex, timeline
 from .errors import LaunchError, RunDirGone, TimedOut
 from .firstfail import describe as describe_failure
 from .restarts import end_line, plan_on, pool_of, run_attempts
@@ -65,7 +65,17 @@ class Submit:
 
     def start(self, rds: list[RunDir], plans: list) -> int:
         print(f"launch: run dir {rds[0].path}", file=sys.stderr)
-        return run_attempts(self.backend, plans[0].spec, rds[0], plans[0], plans[0].spec.max_restarts)
+        return attempts(self.backend, plans[0], rds[0])
+
+
+def attempts(backend, plan, rd: RunDir) -> int:
+    """restarts.run_attempts; then a local run's in-memory checkpoints go (--memory-checkpoint: launchers.memstore;
+    each rank of a completed run removes its own files, on every backend)."""
+    try:
+        return run_attempts(backend, plan.spec, rd, plan, plan.spec.max_restarts)
+    finally:
+        if plan.spec.memory_checkpoint and backend.name == "local":
+            memstore.forget_run(plan.run_id)
 
 
 def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,
@@ -137,7 +147,7 @@ class Resume:
         return [rd]
 
     def start(self, rds: list[RunDir], plans: list) -> int:
-        return run_attempts(self.backend, plans[0].spec, rds[0], plans[0], plans[0].spec.max_restarts)
+        return attempts(self.backend, plans[0], rds[0])
 
 
 def requeued(backend: str, run_dir: str | None):

@@ -27,7 +27,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {   # optional fields: accepte
     "runs_root": (_STR, "a path"), "profile": (_STR, "a path"), "python": (_STR, "a path or command"),
     "dist_backend": ((str,), "a str"), "nccl_preset": ((str,), "a str"), "cpu_bind": ((str,), "a str"),
     "container_image": ((str,), "a str"), "container_runtime": ((str,), "a str"), "container_python": ((str,), "a str"),
-    "node_ledger": (_STR, "a path"),
+    "node_ledger": (_STR, "a path"), "memory_checkpoint_every": (_INT, "an int"),
 }
 NOT_IN_API = {"wait": "submit never blocks; use run.wait()"}     # backend options the API refuses
 
@@ -63,6 +63,8 @@ class JobSpec:
     container_mounts: Sequence[str] = ()      # ("/data:/data:ro",): --container-mount
     container_runtime: str | None = None      # "auto" (None: the default), "pyxis", "apptainer", "podman", "oci"
     container_python: str | None = None       # the image's interpreter (None: python3)
+    memory_checkpoint: bool | None = None     # --memory-checkpoint: state in host memory too, copied to a peer node
+    memory_checkpoint_every: int | None = None   # --memory-checkpoint-every M (default 1; implies it)
     snapshot: bool | None = None      # --snapshot / --no-snapshot (None: on for slurm, off for local and ssh)
     profile: str | os.PathLike | None = None
     local: Mapping[str, Any] | None = None
@@ -76,8 +78,9 @@ class JobSpec:
         specmod.check_choice("JobSpec.backend", self.backend, BACKENDS)
         for name, (types, said) in _TYPES.items():
             _check_type(name, getattr(self, name), types, said)
-        if self.snapshot is not None and not isinstance(self.snapshot, bool):
-            raise TypeError(f"JobSpec.snapshot must be a bool (or None), got {_what(self.snapshot)}")
+        for name in ("snapshot", "memory_checkpoint"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise TypeError(f"JobSpec.{name} must be a bool (or None), got {_what(getattr(self, name))}")
         object.__setattr__(self, "program", _words("program", self.program))
         object.__setattr__(self, "forward_env", _words("forward_env", self.forward_env))
         object.__setattr__(self, "secrets", _words("secrets", self.secrets))
@@ -108,7 +111,8 @@ class JobSpec:
                                for k, v in ((n, getattr(self, n)) for n in _TYPES) if k != "profile"}
         out.update(env=self.env or {}, forward_env=self.forward_env, secrets=self.secrets, options=self.options,
                    preflight=list(self.preflight) or None, notify=self.notify,
-                   container_mounts=self.container_mounts, snapshot=self.snapshot)
+                   container_mounts=self.container_mounts, snapshot=self.snapshot,
+                   memory_checkpoint=self.memory_checkpoint)
         return out
 
     def cli_args(self) -> list[str]:

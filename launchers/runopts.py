@@ -103,6 +103,11 @@ COMMON: tuple[Opt, ...] = (
     Opt("node_ledger", S, "The site's node ledger, a JSON file on shared storage (docs/RECOVERY.md): read at the "
         "start (its quarantined hosts are not used: SSH leaves them out, Slurm --exclude), the run's strikes merged in "
         "at its end; `launch nodes` shows it (default: none)."),
+    Opt("memory_checkpoint", B, "Also keep every rank's state in host memory (/dev/shm) every M steps, copied "
+        "to the next node (node k -> k+1) in the background: a lost node's ranks resume from its peer's copy, the "
+        "others from their own, storage only when both are gone (docs/RECOVERY.md).", kind="flag"),
+    Opt("memory_checkpoint_every", I, "M for --memory-checkpoint (default 1: every step the program reports; "
+        "implies --memory-checkpoint).", kind="int"),
     Opt("stop_grace", (int, float), "Seconds a program has to end after a stop (Ctrl-C, launch cancel, a peer's "
         "failure, a hang) before it is killed (default 30, like torchrun)."),
     Opt("stop_signal", S, "What each program gets on `launch cancel` / SIGTERM to the launcher / scancel: SIGTERM "
@@ -208,6 +213,7 @@ LOOK: dict[str, tuple[str, str | tuple[str, ...], str]] = {
     "max_restarts": ("Recovery", _N, ""), "spares": ("Recovery", _N, ""), "quarantine_after": ("Recovery", _N, ""),
     "max_restarts_per_hour": ("Recovery", _N, ""),
     "node_ledger": ("Recovery", "FILE", "file"),
+    "memory_checkpoint": ("Recovery", "", ""), "memory_checkpoint_every": ("Recovery", _N, ""),
     "container_image": ("Container", "IMAGE", ""), "container_mounts": ("Container", "SRC:DST[:ro]", ""),
     "container_runtime": ("Container", ("auto", "pyxis", "apptainer", "podman", "oci"), ""),
     "container_python": ("Container", "PATH", ""),

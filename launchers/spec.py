@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from . import containeropts, cpubind, layout, notify, recovery, sbatchopts, secretenv, siteledger, snapshot, values
 from .errors import LaunchError, brief
+from .memstore import fields as memory_fields
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")
@@ -65,6 +66,7 @@ class JobSpec:
     snapshot_dir: str = ""                      # the snapshot the ranks run from (launchers.snapshot.take)
     snapshot_from: str = ""                     # the tree it was taken from (a program file's path maps into it)
     torch_extensions_dir: str = ""              # every rank's TORCH_EXTENSIONS_DIR (launchers.extcache; "": theirs)
+    memory_checkpoint: int = 0                  # --memory-checkpoint: every M steps in host memory (0: off; memstore)
 
     @property
     def world_size(self) -> int:
@@ -337,8 +339,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     restarts = recovery.options(backend, pick, said)      # nodes (a range), max_restarts, spares, quarantine_after
     gpn = positive_int(said("gpus_per_node"), pick("gpus_per_node", 1), maximum=MAX_PER_NODE)
     dist = check_choice(said("dist_backend"), str(pick("dist_backend", "auto")), DIST_BACKENDS)
-    port = pick("master_port")
-    port = parse_port(port, said("master_port")) if port is not None else None
+    port = parse_port(p, said("master_port")) if (p := pick("master_port")) is not None else None
     hang = pick("hang_timeout")
     hang = parse_seconds(said("hang_timeout"), hang) if hang is not None else None
     grace = parse_seconds(said("stop_grace"), pick("stop_grace", 30))
@@ -371,7 +372,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         python=check_python(pick("python", sys.executable), backend), options=_freeze_options(opts),
         explicit=tuple(k for k in ("nodes", "gpus_per_node") if flags.get(k) is not None or k in prof),
         forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,
-        preflight=preflight, secrets=tuple(secrets.items()), snapshot=snap,
+        preflight=preflight, secrets=tuple(secrets.items()), snapshot=snap, **memory_fields(pick, said),
         **siteledger.fields(backend, pick("node_ledger"), said("node_ledger")),
         notify=notify.parse_targets([*notify.parse_targets(prof.get("notify") or (), f"profile {profile!r}: notify"),
                                      *(flags.get("notify") or ())]),

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Mapping
 
-from . import layout
+from . import layout, memstore
 from .cpubind import ENV as CPU_BIND_ENV
 from .secretenv import NAMES_ENV, known_values, needed, redact_args, resolve, secret_keys
 from .snapshot import ENV as SNAPSHOT_ENV
@@ -119,6 +119,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
         env[NAMES_ENV] = ",".join(names)
     if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
         env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
+    env.update(memstore.worker_env(spec.memory_checkpoint, run_id, slot, one_machine))   # --memory-checkpoint
     if spec.snapshot_dir:                             # the rank wrapper runs the program there (--snapshot)
         env[SNAPSHOT_ENV] = spec.snapshot_dir
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()), secret=tuple(k for k, _ in spec.secrets))

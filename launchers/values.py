@@ -25,6 +25,7 @@ RESERVED_ENV = {
     "MASTER_ADDR": "the first node (--hosts / --hostfile; Slurm: the first allocated node)",
     "MASTER_PORT": "--master-port", "NNODES": "--nodes", "NODE_RANK": "launch (each node's rank)",
     "LAUNCH_NODE_SLOT": "launch (each node's slot: --spares)",
+    "LAUNCH_MEMORY_CHECKPOINT": "--memory-checkpoint-every", "LAUNCH_MEMORY_CHECKPOINT_DIR": "--memory-checkpoint",
     "WORLD_SIZE": "--nodes and --gpus-per-node (torchrun)", "RANK": "--nodes and --gpus-per-node (torchrun)",
     "LOCAL_RANK": "--gpus-per-node (torchrun)", "LOCAL_WORLD_SIZE": "--gpus-per-node (torchrun)",
     "GROUP_RANK": "launch (each node's rank, torchrun)",

@@ -19,7 +19,7 @@ LAYERS = {
     "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "sshimport", L + "nodeside", L + "nodeside.check",
            L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach"),
     "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
-    "0c": (L + "runopts", L + "secretenv", L + "recovery"),
+    "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore"),
     "0d": (L + "layout",),
     "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree"),
     "0f": (L + "ckptptr", L + "siteledger", L + "snapshot", L + "timeline"),

@@ -29,14 +29,14 @@ from common import read_json as read_json_or_none  # noqa: E402  (None when miss
 
 
 @contextlib.contextmanager
-def started_with_a_spare(run_dir: str):
+def started_with_a_spare(run_dir: str, options: tuple[str, ...] = ("--spares", "1"), program: tuple[str, ...] = ()):
     """`launch local` of PROGRAM (a 1 s step delay) on 2 simulated nodes x 1 and one spare, in the background
     (its output in <run_dir>.out/.err); a launcher still running at the end (a failed test) is killed, and
-    everything of its run."""
+    everything of its run. options: launch's instead of the spare; program: more program arguments."""
     Path(run_dir).parent.mkdir(parents=True, exist_ok=True)
     with open(f"{run_dir}.out", "w") as out, open(f"{run_dir}.err", "w") as err:
-        p = subprocess.Popen([LAUNCH, "local", "--nodes", "2", "--gpus-per-node", "1", "--spares", "1", "--run-dir",
-                              run_dir, "--", *PROGRAM, "--step-delay", "1"], stdout=out, stderr=err)
+        p = subprocess.Popen([LAUNCH, "local", "--nodes", "2", "--gpus-per-node", "1", *options, "--run-dir",
+                              run_dir, "--", *PROGRAM, "--step-delay", "1", *program], stdout=out, stderr=err)
     try:
         wait_for(lambda: Path(run_dir, "run.yaml").is_file() or p.poll() is not None, 60, "run.yaml")
         yield p

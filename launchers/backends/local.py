@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from .. import container, extcache, imagepull, nodecheck, procs
+from .. import container, extcache, imagepull, memstore, nodecheck, procs
 from ..cpubind import node_plan
 from ..errors import LaunchError, RunDirGone
 from ..follow import follow_in_thread
@@ -98,6 +98,7 @@ class LocalBackend(Backend):
             raise RunDirGone(here.gone_line())
         now = time.time()    # a node that ended in the stop ended after the one that made us stop
         codes = [container.agent_code(spec, c) for c in codes]      # podman's 128 + N: its agent's signal N
+        lost_memory(plan, codes, paused.lost)
         failures = [dict(node=k, time=exited_at.get(k, now), **exit_fields(c))
                     for k, c in enumerate(codes) if c not in (0, None) and k not in paused.lost]
         failures += [dict(node=k, time=t, exit_code=None, signal=None, reason=reason, kind="lost")      # paused
@@ -188,6 +189,18 @@ class Paused:
         for k in self.lost:
             for pid in node_pids(run_id, k, attempt):
                 procs.kill(pid, signal.SIGKILL)
+
+
+def lost_memory(plan: Plan, codes: list, lost: dict) -> None:
+    """--memory-checkpoint: a simulated node that died (its agent SIGKILLed, or paused and lost) loses its memory,
+    as a real node would: its store is removed (launchers.memstore), the next attempt's ranks there find nothing."""
+    if not plan.spec.memory_checkpoint:
+        return
+    dead = [k for k, c in enumerate(codes) if c == -signal.SIGKILL or k in lost]
+    slots = plan.slots or list(range(len(codes)))
+    for s in memstore.forget_nodes(plan.run_id, [slots[k] for k in dead]):
+        print(f"launch: node {slots.index(s)} (slot {s}) lost: its memory checkpoints are gone with it",
+              file=sys.stderr, flush=True)
 
 
 def reap(agent: subprocess.Popen) -> int | None:

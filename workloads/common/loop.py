@@ -21,6 +21,7 @@ from launchers.layout import stamp
 from .checkpoint import Checkpointer, ModelOptimState, PickledState, seed_all
 from .data import resumable_loader, steps_per_epoch
 from .faults import FaultInjector
+from .memckpt import MemCheckpoints
 from .metrics import Metrics, param_sha256
 from .preempt import HangStop, hang_stop
 from .preempt import agreed as stop_agreed
@@ -157,16 +158,24 @@ class Training:
         self.states = steps.states()
         self.save_periodic = self.ckpt.save_async if getattr(args, "async_checkpoint", False) else self.ckpt.save
         self.metrics = Metrics(env, tensorboard=args.tensorboard)
+        self.mem = MemCheckpoints.from_env(env, log)      # --memory-checkpoint (workloads.common.memckpt)
         self.step, self.epoch, self.offset, self.last_loss = 0, 0, 0, None
 
     def resume(self) -> None:
-        """Continue from `latest` when there is one (collective)."""
+        """Continue from memory (--memory-checkpoint: its newest whole step no older than `latest`), else from
+        `latest` when there is one (collective)."""
         name = self.ckpt.latest_name()
-        if not name:
-            return
         t0, W, log = time.perf_counter(), self.env.world_size, self.log
-        self.fault.maybe(step_of(name) or 0, "load")        # --crash-phase load: the others are loading it
-        progress, rng_restored = self.ckpt.load(name, self.states)
+        if self.mem:
+            self.mem.setup()
+        progress = self.mem.restore(step_of(name) if name else None, self.states) if self.mem else None
+        if progress is not None:
+            name, rng_restored = f"memory step {progress['step']}", True
+        elif not name:
+            return
+        else:
+            self.fault.maybe(step_of(name) or 0, "load")        # --crash-phase load: the others are loading it
+            progress, rng_restored = self.ckpt.load(name, self.states)
         self.step, self.epoch, self.offset = progress["step"], progress["epoch"], progress["epoch_offset"]
         self.last_loss = progress.get("last_loss")
         if not rng_restored:  # world size changed: per-rank streams cannot be mapped; re-seed
@@ -199,6 +208,8 @@ class Training:
         self.steps.train()
         for xb, yb in self.loader:
             self.train_step(xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True))
+            if self.mem and self.mem.due(self.step):
+                self.mem.snapshot(self.step, self.states, self.progress())
             if self.args.checkpoint_every and self.step % self.args.checkpoint_every == 0:
                 self.save_periodic(self.step, self.states, self.progress())
             if stop_agreed(self.device):
@@ -246,6 +257,8 @@ class Training:
         if (always or self.args.checkpoint_every) and self.step > 0 and self.ckpt.last_saved_step != self.step:
             self.ckpt.save(self.step, self.states, self.progress())
         self.ckpt.close()
+        if self.mem:
+            self.mem.close(finished=not always)
 
     def stop(self) -> dict:
         """The agreed stop (preemption): checkpoint this step, leave without evaluating."""
@@ -280,6 +293,7 @@ class Training:
                  "epoch": self.epoch, "total_steps": self.total,
                  "checkpoint_save_s": round(self.ckpt.save_seconds, 3), "wall_s": round(time.time() - self.t_start, 3)}
         final.update(self.extra_log("final"))
+        final.update(self.mem.summary() if self.mem else {})
         self.metrics.final(**final)
         self.metrics.close()
         self.log(f"done: step {self.step} loss {self.last_loss} accuracy {acc:.4f} param_sha256 {sha}")

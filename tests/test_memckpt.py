@@ -1,0 +1,128 @@
+"""--memory-checkpoint (issue 37 item 1): every rank's state kept in host memory every M steps and copied to the
+next node; after a loss the survivors restore from their own copy, the replacement from its peer's copy, storage
+only when both are gone. Pure: the step choice (workloads.common.memckpt.choose), the option -> the ranks'
+environment (each simulated node its own store), a store's copies (newest 2 kept). Real runs (local, 2 simulated
+nodes x 1, --max-restarts 1, a 1 s step delay, storage checkpoints at steps 4 and 8): node 1 killed at step 6
+resumes from memory with at most M = 1 step lost and the uninterrupted run's param_sha256; both nodes killed (the
+node holding node 0's peer copy with it) falls back to storage (step 4), bit-exact too."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+import test_recovery
+from conftest import read_json
+from launchers import memstore, spec, torchrun
+from launchers.errors import LaunchError
+from test_recovery import gone, recovery_row
+from test_recovery_local import ended, signal_node, started_with_a_spare
+from workloads.common.memckpt import KEEP, choose, listing, private_dir, why_storage, write_copy
+
+reference_sha = test_recovery.reference_sha    # the uninterrupted run's weights: a fixture here too
+
+
+def test_the_newest_step_every_rank_can_get_no_older_than_storage():
+    own0, own1, peer0, peer1 = [(0, 5), (0, 6)], [(1, 5), (1, 6)], [(0, 5), (0, 6)], [(1, 5), (1, 6)]
+    # 2 nodes x 1: node 0 holds rank 0's own and rank 1's peer copy, node 1 the reverse
+    assert choose([own0 + peer1, own1 + peer0], 2, 4) == (6, {0: 0, 1: 1})
+    assert choose([own0 + peer1, []], 2, 4) == (6, {0: 0, 1: 0})         # node 1 lost: rank 1 from rank 0
+    assert choose([[], own1 + peer0], 2, None) == (6, {0: 1, 1: 1})      # node 0 lost
+    assert choose([[], []], 2, 4) == (None, {})                          # both lost: storage
+    assert choose([own0 + peer1, own1[:1] + peer0], 2, 4) == (6, {0: 0, 1: 0})   # rank 1 died before its own 6
+    assert choose([[(0, 5)], [(1, 6)]], 2, None) == (None, {})           # no step whole
+    assert choose([own0, own1], 2, 8) == (None, {})                      # storage newer than memory
+    assert choose([own0, own1], 2, 6) == (6, {0: 0, 1: 1})              # as new: memory, storage not read
+    assert why_storage([[], []], 2, 4) == "no memory checkpoint on any node"
+    assert why_storage([own0, own1], 2, 8) == "memory's newest step 6 is older than storage's 8"
+    assert "rank(s) [1] is gone" in why_storage([own0, []], 2, 4)
+
+
+def test_a_store_keeps_the_newest_two_of_each_copy(tmp_path):
+    for step in (1, 2, 3):
+        write_copy(str(tmp_path), 2, 0, step, "own", b"x")
+        write_copy(str(tmp_path), 2, 1, step, "peer", b"y")
+    write_copy(str(tmp_path), 4, 0, 9, "own", b"z")                 # another world size: not this run's shape
+    assert sorted(listing(str(tmp_path), 2)) == [(0, 2, "own"), (0, 3, "own"), (1, 2, "peer"), (1, 3, "peer")]
+    assert KEEP == 2 and not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
+    store = tmp_path / "u" / "run" / "slot0"
+    assert private_dir(str(store)) == "" and oct((tmp_path / "u").stat().st_mode & 0o777) == "0o700"
+    os.chmod(store, 0o777)
+    assert "is not this user's own directory" in private_dir(str(store))
+
+
+def test_the_option_tells_each_node_its_own_store(tmp_path):
+    s = spec.build_spec("local", {"nodes": 2, "memory_checkpoint": True}, ["-m", "workloads.convnet"])
+    assert s.memory_checkpoint == 1
+    env = [dict(torchrun.node_command(s, node_rank=k, master_addr="127.0.0.1", master_port=1, run_id="r1", attempt=0,
+                                      one_machine=True, slot=k).env) for k in (0, 1)]
+    assert [e[memstore.ENV_EVERY] for e in env] == ["1", "1"]
+    assert env[0][memstore.ENV_DIR].endswith("/mem-r1/slot0") and env[1][memstore.ENV_DIR].endswith("/mem-r1/slot1")
+    assert env[0][memstore.ENV_DIR].startswith("/dev/shm/launch-")
+    off = spec.build_spec("local", {"nodes": 2}, ["-m", "workloads.convnet"])
+    assert off.memory_checkpoint == 0 and memstore.ENV_EVERY not in dict(torchrun.node_command(
+        off, node_rank=0, master_addr="x", master_port=1, run_id="r1", attempt=0).env)
+    assert spec.build_spec("local", {"memory_checkpoint_every": "5"}, ["-m", "workloads.convnet"]).memory_checkpoint == 5
+    with pytest.raises(LaunchError, match="--memory-checkpoint-every '0' is out of range"):
+        spec.build_spec("local", {"memory_checkpoint_every": "0"}, ["-m", "workloads.convnet"])
+    store = Path(memstore.node_store("r1", 1, True, str(tmp_path)))
+    store.mkdir(parents=True)
+    assert memstore.forget_nodes("r1", [0, 1], str(tmp_path)) == [1] and not store.exists()
+
+
+MEMORY = ("--memory-checkpoint", "--max-restarts", "1")
+STORAGE_AT_4_AND_8 = ("--checkpoint-every", "4")
+
+
+def started(run_dir: str):
+    """`launch local` of PROGRAM on 2 simulated nodes x 1, --memory-checkpoint --max-restarts 1, in the background."""
+    return started_with_a_spare(run_dir, MEMORY, STORAGE_AT_4_AND_8)
+
+
+def attempt1(run_dir: str) -> str:
+    """Rank 0's log of attempt 1."""
+    return Path(run_dir, "logs/node0/rank0.log").read_text().split("launch attempt 1")[-1]
+
+
+@pytest.mark.slow
+def test_node_killed_between_storage_checkpoints_resumes_from_memory_bit_exact(workdir, reference_sha):
+    """Node 1 (its agent, rank wrapper and program) SIGKILLed once it reported step 6 (storage holds step 4): its
+    memory goes with it; attempt 1 on the same slots restores step >= 5 from memory -- rank 0 from its own copy,
+    rank 1 from the copy node 0 held -- with at most M = 1 step lost, and ends with the uninterrupted weights."""
+    with recovery_row("local", "node killed between storage checkpoints, --memory-checkpoint", "runs/m",
+                      "resumed from memory (at most 1 step lost), storage not read; COMPLETED, exit 0") as row:
+        with started("runs/m") as p:
+            signal_node(p, "runs/m", 1, signal.SIGKILL, step=6)
+            run = ended(p, "runs/m")
+        log, err = attempt1("runs/m"), Path("runs/m.err").read_text()
+        assert "node 1 (slot 1) lost: its memory checkpoints are gone with it" in err, err[-2000:]
+        m = re.search(r"restored step (\d+) from memory \(rank 0: own copy; ranks restored from a peer's copy: "
+                      r"\[1\].*rollback: (\d+) step", log)
+        assert m and int(m.group(1)) >= 5 and int(m.group(2)) <= 1, log[-3000:]
+        assert f"resumed from memory step {m.group(1)}" in log and "resumed from step-" not in log, log[-3000:]
+        row["user_sees"] += f" (restored step {m.group(1)}, {m.group(2)} step(s) lost)"
+        assert Path("runs/m/final.json").is_file()
+        assert read_json("runs/m/final.json")["param_sha256"] == reference_sha
+        row["orphans"] = len(gone(run["run_id"]))
+        assert row["orphans"] == 0 and not Path(memstore.run_store(run["run_id"])).exists()
+
+
+@pytest.mark.slow
+def test_both_copies_gone_falls_back_to_storage_bit_exact(workdir, reference_sha):
+    """Node 1 and node 0 (which held node 1's peer copy, and whose own copy node 1 held) killed together after
+    step 6: no step is whole in memory, storage's step 4 is read, said in one line; bit-exact."""
+    with recovery_row("local", "both nodes killed (a copy and its peer), --memory-checkpoint", "runs/b",
+                      "memory gone on both: resumed from storage (step-00000004); COMPLETED, exit 0") as row:
+        with started("runs/b") as p:
+            signal_node(p, "runs/b", 1, signal.SIGKILL, step=6)
+            signal_node(p, "runs/b", 0, signal.SIGKILL, step=6)
+            run = ended(p, "runs/b")
+        log = attempt1("runs/b")
+        assert "memory checkpoint: storage read: no memory checkpoint on any node" in log, log[-3000:]
+        assert "resumed from step-00000004" in log, log[-3000:]
+        assert read_json("runs/b/final.json")["param_sha256"] == reference_sha
+        row["orphans"] = len(gone(run["run_id"]))
+        assert row["orphans"] == 0

@@ -1,0 +1,350 @@
+"""In-memory checkpoints replicated to a peer node (--memory-checkpoint, issue 37).
+
+Every M steps (LAUNCH_MEMORY_CHECKPOINT) each rank copies its state -- the storage checkpoint's: the Stateful
+objects (model + optimizer, scheduler), progress and this rank's RNG -- to CPU memory on the training thread
+(the only part on the step's critical path), and a background thread serializes it, writes it into its node's
+store (LAUNCH_MEMORY_CHECKPOINT_DIR: tmpfs, host memory, launchers.memstore) and sends it over a dedicated gloo
+group (never the training group) to the same local rank of the next node (node k -> k+1 mod N, another failure
+domain), which writes it into its own node's store as a peer copy. Each store keeps the newest 2 steps of each
+copy; a step waits for the previous copy's transfer only when that is still under way (counted as blocked time).
+Budget: at the first copy every rank checks that its store's file system holds 2 own + 2 peer copies for each
+local rank; when one does not, none keeps memory checkpoints, said in one line (never silently).
+
+Restore (collective, at the start, before storage is read): every rank tells what its node's store holds (own
+copies, peer copies held for others: (owner rank, step)); choose() picks the newest step, no older than storage's
+`latest`, that every rank's state is held for; a rank whose node lost it gets it point to point from the holder.
+When no step is whole, storage is read (one line says why). The same states as the storage checkpoint's, loaded
+the same way, so the resumed run is bit-identical to an uninterrupted one.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+
+ENV_EVERY, ENV_DIR = "LAUNCH_MEMORY_CHECKPOINT", "LAUNCH_MEMORY_CHECKPOINT_DIR"   # launchers.memstore's
+KEEP = 2                       # newest steps kept of each copy (own, peer)
+_FILE = re.compile(r"^w(\d+)-r(\d+)-s(\d+)\.(own|peer)$")
+
+
+def choose(held: list[list[tuple[int, int]]], world: int, storage_step: int | None) -> tuple[int | None, dict]:
+    """Pure: held[q] = the (owner rank, step) copies rank q can read. -> (the newest step, no older than
+    storage_step, for which every owner 0..world-1 is held somewhere; {owner: the rank that reads it}: the owner
+    itself when it holds its own state, else the lowest rank holding it). (None, {}): storage (or a fresh start)."""
+    holders: dict[tuple[int, int], list[int]] = {}
+    for q, pairs in enumerate(held):
+        for owner, step in pairs:
+            holders.setdefault((owner, step), []).append(q)
+    steps = sorted({s for _, s in holders}, reverse=True)
+    for step in steps:
+        if storage_step is not None and step < storage_step:
+            break
+        if all((r, step) in holders for r in range(world)):
+            return step, {r: r if r in holders[(r, step)] else min(holders[(r, step)]) for r in range(world)}
+    return None, {}
+
+
+def why_storage(held: list[list[tuple[int, int]]], world: int, storage_step: int | None) -> str:
+    """One line: why choose() found nothing in memory."""
+    if not any(held):
+        return "no memory checkpoint on any node"
+    newest = max(s for pairs in held for _, s in pairs)
+    if storage_step is not None and newest < storage_step:
+        return f"memory's newest step {newest} is older than storage's {storage_step}"
+    lost = sorted({r for r in range(world) if not any(o == r and s == newest for p in held for o, s in p)})
+    return f"step {newest} of rank(s) {lost} is gone from memory (its node and the peer holding its copy both lost)"
+
+
+def rollback(env, step: int) -> str:
+    """The rollback a restore of `step` makes: the newest step any rank of an earlier attempt reported
+    (launchers.heartbeat's records in the run dir) minus step."""
+    from launchers import heartbeat
+    recs = [heartbeat.read(env.run_dir, r) or {} for r in range(env.world_size)]
+    seen = [rec["step"] for rec in recs if isinstance(rec.get("step"), int) and (rec.get("attempt") or 0) < env.attempt]
+    if not seen:
+        return "rollback: unknown (no earlier step reported)"
+    return f"rollback: {max(seen) - step} step(s) (last step reported before the loss: {max(seen)})"
+
+
+def private_dir(path: str) -> str:
+    """Make path and its missing parents (0700); '' when it is a directory of this user's that no one else may
+    write, else why not (one line)."""
+    missing, p = [], path
+    while p and p != os.path.dirname(p) and not os.path.isdir(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    try:
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, 0o700)
+            except FileExistsError:
+                pass
+        st = os.stat(path)
+    except OSError as e:
+        return f"{path}: {e.strerror or e}"
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return f"{path} is not this user's own directory (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o})"
+    return ""
+
+
+def file_name(world: int, owner: int, step: int, kind: str) -> str:
+    return f"w{world}-r{owner}-s{step:08d}.{kind}"
+
+
+def listing(store: str, world: int) -> list[tuple[int, int, str]]:
+    """(owner rank, step, kind) of the copies of this world size in a store."""
+    try:
+        names = os.listdir(store)
+    except OSError:
+        return []
+    out = []
+    for n in names:
+        m = _FILE.match(n)
+        if m and int(m.group(1)) == world:
+            out.append((int(m.group(2)), int(m.group(3)), m.group(4)))
+    return out
+
+
+def write_copy(store: str, world: int, owner: int, step: int, kind: str, data: bytes) -> None:
+    """Atomically (temp file, rename) -- then the copies of the same owner and kind older than the KEEP newest go."""
+    path = os.path.join(store, file_name(world, owner, step, kind))
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    mine = sorted(s for o, s, k in listing(store, world) if o == owner and k == kind)
+    for s in mine[:-KEEP]:
+        try:
+            os.unlink(os.path.join(store, file_name(world, owner, s, kind)))
+        except FileNotFoundError:
+            pass
+
+
+def cpu_copy(obj):
+    """A deep copy of a state dict with every tensor copied to CPU memory (nothing shared with training)."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(cpu_copy(v) for v in obj)
+    return obj
+
+
+def nbytes(obj) -> int:
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(v) for v in obj)
+    return len(obj) if isinstance(obj, bytes) else 64
+
+
+def to_bytes(payload) -> bytes:
+    import torch
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    return buf.getvalue()
+
+
+def from_bytes(data: bytes):
+    import torch
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+class MemCheckpoints:
+    """One rank's in-memory checkpoints (see the module doc). from_env(): None when --memory-checkpoint is off."""
+
+    def __init__(self, env, every: int, store: str, log=print) -> None:
+        self.env, self.every, self.store, self.log = env, every, store, log
+        self.world, self.rank = env.world_size, env.rank
+        lws = max(env.local_world_size, 1)
+        self.nnodes = max(self.world // lws, 1)
+        self.peer = (self.rank + lws) % self.world if self.nnodes > 1 else None     # node k -> k+1
+        self.source = (self.rank - lws) % self.world if self.nnodes > 1 else None   # whose copy this rank keeps
+        self.group = None
+        self.on = True
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="memckpt")
+        self.pending: Future | None = None
+        self.copies, self.blocked_s, self.copy_s, self.bytes = 0, 0.0, 0.0, 0
+
+    @classmethod
+    def from_env(cls, env, log=print, environ=None) -> "MemCheckpoints | None":
+        environ = os.environ if environ is None else environ
+        every, store = environ.get(ENV_EVERY, ""), environ.get(ENV_DIR, "")
+        if not every or not store:
+            return None
+        return cls(env, int(every), store, log)
+
+    def _agree(self, ok: bool) -> bool:
+        """Collective over the side group: True when every rank says ok."""
+        import torch
+        import torch.distributed as dist
+        t = torch.tensor([1 if ok else 0], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+        return bool(t.item())
+
+    def setup(self) -> None:
+        """The side group (collective: every rank at the same point) and the store (made, 0700, on every rank;
+        one unusable: none keeps memory checkpoints, said in one line)."""
+        import torch.distributed as dist
+        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=300))
+        why = private_dir(self.store)
+        if not self._agree(not why):
+            self._off(why, "another rank's store is unusable")
+            return
+        if self.peer is None:
+            self.log("memory checkpoint: one node, so no peer copy (a copy needs another failure domain)")
+
+    def _off(self, why: str, theirs: str) -> None:
+        """Memory checkpoints off on every rank: one line where it failed (and on rank 0 always)."""
+        self.on = False
+        if why:
+            print(f"memory checkpoint: off (rank {self.rank}: {why}); storage checkpoints only", flush=True)
+        elif self.rank == 0:
+            self.log(f"memory checkpoint: off ({theirs}); storage checkpoints only")
+
+    def restore(self, storage_step: int | None, states: dict) -> dict | None:
+        """Collective, at the start: load the newest whole step of memory (see the module doc) into states and
+        this rank's RNG -> its progress; None: read storage (one line on rank 0 says why)."""
+        import torch.distributed as dist
+        if not self.on:
+            return None
+        t0 = time.perf_counter()
+        mine = listing(self.store, self.world)
+        held: list = [None] * self.world
+        dist.all_gather_object(held, [(o, s) for o, s, _ in mine], group=self.group)
+        step, plan = choose(held, self.world, storage_step)
+        if step is None:
+            if any(held) or storage_step is not None:        # a fresh start has nothing to say
+                self.log(f"memory checkpoint: storage read: {why_storage(held, self.world, storage_step)}")
+            return None
+        data = self._gather_state(step, plan, mine)
+        payload = from_bytes(data)
+        from .checkpoint import set_rng_state
+        for key, st in states.items():
+            st.load_state_dict(payload["states"][key])
+        set_rng_state(payload["rng"])
+        came = "own copy" if plan[self.rank] == self.rank else f"the copy rank {plan[self.rank]} held"
+        from_peer = sorted(r for r, h in plan.items() if h != r)
+        self.log(f"memory checkpoint: restored step {step} from memory (rank 0: {came}; ranks restored from a "
+                 f"peer's copy: {from_peer or 'none'}; {time.perf_counter() - t0:.3f}s); storage not read"
+                 + (f" (its latest: step {storage_step})" if storage_step is not None else "") + "; "
+                 + rollback(self.env, step))
+        return payload["progress"]
+
+    def _gather_state(self, step: int, plan: dict, mine: list) -> bytes:
+        """This rank's state of `step`: read from its node's store, or sent by the rank that holds it (point to
+        point over the side group, in owner order on every rank: no deadlock)."""
+        import torch
+        import torch.distributed as dist
+        kinds = {(o, s): k for o, s, k in mine}
+        out = b""
+        for owner in range(self.world):
+            holder = plan[owner]
+            if self.rank not in (owner, holder):
+                continue
+            if holder == self.rank:
+                with open(os.path.join(self.store, file_name(self.world, owner, step, kinds[(owner, step)])),
+                          "rb") as f:
+                    data = f.read()
+                if owner == self.rank:
+                    out = data
+                    continue
+                dist.send(torch.tensor([len(data)], dtype=torch.int64), owner, group=self.group)
+                dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), owner, group=self.group)
+            else:
+                n = torch.zeros(1, dtype=torch.int64)
+                dist.recv(n, holder, group=self.group)
+                buf = torch.empty(int(n.item()), dtype=torch.uint8)
+                dist.recv(buf, holder, group=self.group)
+                out = buf.numpy().tobytes()
+        return out
+
+    def due(self, step: int) -> bool:
+        return self.on and step % self.every == 0
+
+    def snapshot(self, step: int, states: dict, progress: dict) -> None:
+        """Every rank at the same step: the CPU copy here, the rest in the background (waits for the previous
+        copy's transfer first, when still under way: blocked time)."""
+        from .checkpoint import get_rng_state
+        t0 = time.perf_counter()
+        self.wait()
+        payload = {"states": cpu_copy({k: st.state_dict() for k, st in states.items()}), "rng": get_rng_state(),
+                   "progress": dict(progress, step=step, world_size=self.world), "step": step, "rank": self.rank}
+        if self.copies == 0 and not self._budget(payload):
+            self.blocked_s += time.perf_counter() - t0
+            return
+        self.pending = self.pool.submit(self._store_and_send, step, payload)
+        self.copies += 1
+        self.blocked_s += time.perf_counter() - t0
+
+    def _budget(self, payload) -> bool:
+        """At the first copy (collective): the store's file system holds 2 own + 2 peer copies of every local
+        rank (x1.2 for serialization), on every rank; else off, said in one line."""
+        size = nbytes(payload)
+        need = int(size * 2 * KEEP * max(self.env.local_world_size, 1) * 1.2)
+        free = shutil.disk_usage(self.store).free
+        short = "" if free >= need else (f"{self.store} has {free / 2**20:.1f} MiB free, {need / 2**20:.1f} MiB "
+                                         "needed for 2 own + 2 peer copies")
+        if not self._agree(not short):
+            self._off(short, "another rank's store has too little free memory")
+            return False
+        self.log(f"memory checkpoint: every {self.every} step(s), {size / 2**20:.2f} MiB per copy, up to "
+                 f"{2 * KEEP * size / 2**20:.2f} MiB of host memory per rank (2 own + 2 peer copies; "
+                 f"{free / 2**30:.1f} GiB free in {os.path.dirname(self.store) or self.store})")
+        return True
+
+    def _store_and_send(self, step: int, payload) -> None:
+        """The background part: serialize, write the own copy, swap copies with the peer nodes' ranks."""
+        import torch
+        import torch.distributed as dist
+        t0 = time.perf_counter()
+        data = to_bytes(payload)
+        self.bytes = len(data)
+        write_copy(self.store, self.world, self.rank, step, "own", data)
+        if self.peer is not None:
+            n_in = torch.zeros(1, dtype=torch.int64)
+            reqs = [dist.isend(torch.tensor([len(data)], dtype=torch.int64), self.peer, group=self.group),
+                    dist.irecv(n_in, self.source, group=self.group)]
+            for r in reqs:
+                r.wait()
+            buf = torch.empty(int(n_in.item()), dtype=torch.uint8)
+            reqs = [dist.isend(torch.frombuffer(bytearray(data), dtype=torch.uint8), self.peer, group=self.group),
+                    dist.irecv(buf, self.source, group=self.group)]
+            for r in reqs:
+                r.wait()
+            write_copy(self.store, self.world, self.source, step, "peer", buf.numpy().tobytes())
+        self.copy_s += time.perf_counter() - t0
+
+    def wait(self) -> None:
+        """The previous copy done (its error raised here)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
+
+    def close(self, finished: bool) -> None:
+        """Wait for the last copy; a finished run's copies this rank wrote go (own, and the peer copy it kept)."""
+        t0 = time.perf_counter()
+        self.wait()
+        self.blocked_s += time.perf_counter() - t0
+        self.pool.shutdown(wait=True)
+        if finished and self.on:
+            for o, s, k in listing(self.store, self.world):
+                if o == (self.rank if k == "own" else self.source):
+                    try:
+                        os.unlink(os.path.join(self.store, file_name(self.world, o, s, k)))
+                    except FileNotFoundError:
+                        pass
+
+    def summary(self) -> dict:
+        return {"memory_checkpoint": {"every": self.every, "on": self.on, "copies": self.copies,
+                                      "bytes_per_copy": self.bytes, "blocked_s": round(self.blocked_s, 4),
+                                      "background_s": round(self.copy_s, 4)}}
