@@ -4,25 +4,32 @@ only when both are gone. Pure: the step choice (workloads.common.memckpt.choose)
 environment (each simulated node its own store), a store's copies (newest 2 kept). Real runs (local, 2 simulated
 nodes x 1, --max-restarts 1, a 1 s step delay, storage checkpoints at steps 4 and 8): node 1 killed at step 6
 resumes from memory with at most M = 1 step lost and the uninterrupted run's param_sha256; both nodes killed (the
-node holding node 0's peer copy with it) falls back to storage (step 4), bit-exact too."""
+node holding node 0's peer copy with it) falls back to storage (step 4), bit-exact too. SSH (the test hosts, one
+rank each, --spares 1): sshhost2's agent and rank killed at step 6, the spare host sshhost3 gets rank 1's state from
+the copy sshhost1 held, bit-exact."""
 from __future__ import annotations
 
 import os
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 import test_recovery
-from conftest import read_json
+from conftest import LAUNCH, read_json
 from launchers import memstore, spec, torchrun
 from launchers.errors import LaunchError
-from test_recovery import gone, recovery_row
+from test_recovery import PROGRAM, SSH_STATE, gone, recovery_row, require_ssh
 from test_recovery_local import ended, signal_node, started_with_a_spare
 from workloads.common.memckpt import KEEP, choose, listing, private_dir, why_storage, write_copy
 
 reference_sha = test_recovery.reference_sha    # the uninterrupted run's weights: a fixture here too
+from common import read_json as read_json_or_none  # noqa: E402  (tests/faults: on the path after test_recovery)
+from common import run_id, wait_for  # noqa: E402
+from test_faults_ssh import tagged  # noqa: E402  (every SSH test host's processes of a run)
 
 
 def test_the_newest_step_every_rank_can_get_no_older_than_storage():
@@ -126,3 +133,51 @@ def test_both_copies_gone_falls_back_to_storage_bit_exact(workdir, reference_sha
         assert read_json("runs/b/final.json")["param_sha256"] == reference_sha
         row["orphans"] = len(gone(run["run_id"]))
         assert row["orphans"] == 0
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+def test_ssh_a_killed_node_is_replaced_by_a_spare_host_that_resumes_from_its_peers_copy(workdir, reference_sha):
+    """sshhost1 and sshhost2 train (sshhost3 the spare); sshhost2's agent, rank wrapper and program SIGKILLed once
+    rank 1 reported step 6 (storage holds step 4): the spare host replaces it and has nothing in memory, so rank 1's
+    state comes from the peer copy sshhost1 kept, rank 0's from its own; at most 1 step lost, bit-exact."""
+    require_ssh()
+    with recovery_row("ssh", "one node's agent and rank killed, --memory-checkpoint --spares 1", "runs/ms",
+                      "the spare host resumes rank 1 from the peer's copy in memory; COMPLETED, exit 0") as row:
+        p = subprocess.Popen([LAUNCH, "ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--ssh-config",
+                              str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts"), "--nodes",
+                              "2", "--gpus-per-node", "1", "--spares", "1", *MEMORY, "--run-dir", "runs/ms", "--",
+                              *PROGRAM, "--step-delay", "1", *STORAGE_AT_4_AND_8], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: p.poll() is not None or (read_json_or_none("runs/ms/progress/rank1.json") or {}).get(
+                "step", 0) >= 6, 240, "rank 1 at step 6")
+            for pid, role, _ in tagged(run_id("runs/ms")).get("sshhost2", []):
+                if role != "host-agent":
+                    os.kill(pid, signal.SIGKILL)
+            _, err = p.communicate(timeout=300)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            if Path("runs/ms/run.yaml").is_file():
+                forget_on_hosts(run_id("runs/ms"))
+        assert p.returncode == 0, err[-3000:]
+        run = yaml.safe_load(Path("runs/ms/run.yaml").read_text())
+        assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"], ["sshhost1", "sshhost3"]], run
+        log = attempt1("runs/ms")
+        m = re.search(r"restored step (\d+) from memory \(rank 0: own copy; ranks restored from a peer's copy: "
+                      r"\[1\].*rollback: (\d+) step", log)
+        assert m and int(m.group(1)) >= 5 and int(m.group(2)) <= 1, log[-3000:]
+        row["user_sees"] += f" (restored step {m.group(1)}, {m.group(2)} step(s) lost)"
+        assert read_json("runs/ms/final.json")["param_sha256"] == reference_sha
+        row["orphans"] = len(gone(run["run_id"]))
+        assert row["orphans"] == 0
+
+
+def forget_on_hosts(rid: str) -> None:
+    """The run's stores on the test hosts: the killed node's stays (the SSH launcher does not remove a host's store
+    yet; the ranks of a completed run remove only their own)."""
+    for host in ("sshhost1", "sshhost2", "sshhost3"):
+        subprocess.run(["ssh", "-F", str(SSH_STATE / "ssh_config"), "-o", f"UserKnownHostsFile={SSH_STATE}/known_hosts",
+                        "-o", "BatchMode=yes", "-i", str(SSH_STATE / "client_key"), host,
+                        f"rm -rf {memstore.run_store(rid)}"], capture_output=True, timeout=30)

@@ -343,6 +343,10 @@ class MemCheckpoints:
                         os.unlink(os.path.join(self.store, file_name(self.world, o, s, k)))
                     except FileNotFoundError:
                         pass
+            try:
+                os.rmdir(self.store)       # when this node's ranks are all done (else another local rank does it)
+            except OSError:
+                pass
 
     def summary(self) -> dict:
         return {"memory_checkpoint": {"every": self.every, "on": self.on, "copies": self.copies,
