@@ -24,6 +24,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=${LAUNCH_LOGIN_STATE:-/run/launch-slurm-login}
 LAUNCH_CMD=${LAUNCH_LOGIN_LAUNCH:-$HERE/.venv/bin/launch}
+# (clusters.yaml runs it with LAUNCH_WARM=0: a dev cluster torn down after the tests leaves no warm launcher behind)
 RUNS=${LAUNCH_LOGIN_RUNS:-/var/tmp/launch-cluster-runs}
 N=2
 SIM_BR=lsimbr0
@@ -117,7 +118,7 @@ dev$( ((k > 1)) && echo "$k"):
   jump: [root@$(addr_of bastion)]
   known_hosts: known_hosts
   runs_root: $RUNS
-  launch: $LAUNCH_CMD
+  launch: env LAUNCH_WARM=0 $LAUNCH_CMD
 EOF
     done; } > "$STATE/clusters.yaml"
   install -d -m 0755 "$RUNS"
