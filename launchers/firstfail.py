@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .rankcause import peer_lost
+from .recovery import AT_ONCE
 
 FAILURE_KEYS = ("node", "rank", "exit_code", "signal", "time")
 CAUSE_KEYS = ("exception", "reason", "kind")     # what a rank's wrapper found out (launchers.rankcause; kind: a
@@ -81,10 +82,11 @@ def describe(ff: dict[str, Any] | None) -> str:
 
 def how(ff: dict[str, Any], node_code: int | None = None) -> str | None:
     """How the failure ended and why: `exit code 1: RuntimeError: boom`, `signal SIGKILL: out of memory ...`; a
-    node's failure without a rank record: its reason (a hang, a lost host), else its exit code when given."""
+    node's failure without a rank record: its reason (a hang, a lost host), else its exit code when given -- with
+    its reason for a fault of the hardware (recovery.AT_ONCE: a failed GPU check's line naming the node and fact)."""
     code = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff['exit_code']}" \
         if ff.get("exit_code") is not None else None
-    why = ff.get("exception") or (ff.get("reason") if ff.get("rank") is not None else None)
+    why = ff.get("exception") or (ff.get("reason") if ff.get("rank") is not None or ff.get("kind") in AT_ONCE else None)
     if code and why:
         return f"{code}: {why}"
     return code or ff.get("reason") or (f"exit code {node_code}" if node_code is not None else None)

@@ -86,6 +86,24 @@ def record_site(spec: JobSpec, rd: RunDir) -> None:
             siteledger.record_run(spec.node_ledger, rd.path, rd.run_id, rd.read_run_yaml().get("attempts") or [])
 
 
+def record_end(spec: JobSpec, rd: RunDir, attempt: int, hosts: list[str] | None = None) -> None:
+    """A FAILED attempt of a run with no loop over attempts (a plain Slurm job: its batch side's finalize): with
+    --node-ledger, its first failure decided by the one policy with no restart left (restart_decision: a stop,
+    written into nodes.json as local and SSH write it; the program's failure is no node's strike), then the run's
+    strikes into the site ledger (record_site). Once per attempt: a finalize run again decides nothing twice.
+    hosts: the attempt's nodes, recorded when node 0 named none (it failed before it could: --preflight gpu)."""
+    st = rd.read_status()
+    if not spec.node_ledger or st.get("state") != "FAILED":
+        return
+    led = nodeledger.read(rd.path)
+    if not any(d.get("attempt") == attempt and not d.get("preflight") for d in (led or {}).get("decisions") or []):
+        had = ((rd.read_run_yaml().get("attempts") or [])[attempt:] or [{}])[0].get("hosts") or [None]
+        if hosts and not all(map(siteledger.host_name, had)):       # none, or the plan's `SLURM_NODEID=0 ...`
+            rd.update_attempt(attempt, {"hosts": hosts}, {})
+        restart_decision(spec, rd, attempt, st.get("first_failure"), 0, time.time(), st.get("nodes") or {})
+    record_site(spec, rd)
+
+
 def record_timeline(rd: RunDir) -> None:
     """status.json's `recovery`: every restart's timeline as the run dir tells it now, merged into what was
     recorded (an attempt's heartbeats are gone once the next one runs); nothing written without a restart."""

@@ -361,22 +361,28 @@ def user_name() -> str:
 
 
 def record_run(path: str, run_dir: str, run_id: str, attempts: list[dict[str, Any]], out=None) -> str | None:
-    """At a run's end: its strikes (its nodes.json, mapped to hosts) merged into the site ledger at `path`; the
-    line said on `out` (stderr): what was recorded, or why not. Never raises; nothing without a strike."""
+    """At a run's end: its strikes (its nodes.json, mapped to hosts) merged into the site ledger at `path`
+    (record). Never raises; nothing without a strike."""
     now = time.time()
     try:
         new = run_strikes(nodeledger.read(run_dir), attempts, run_id, user_name(), now)
     except (OSError, ValueError, TypeError, AttributeError, LaunchError) as e:
-        new, line = {}, f"launch: warning: node ledger {path!r} not written: {type(e).__name__}: {e}"
-    else:
-        line = None
-    if new:
-        why = update(path, lambda led: merge(led, new, now))
-        line = f"launch: warning: {why}" if why else (
-            f"launch: node ledger {path}: {sum(map(len, new.values()))} strike(s) recorded on "
-            + ", ".join(sorted(new)))
-    if line:
-        print(line, file=out or sys.stderr, flush=True)
+        return said(f"launch: warning: node ledger {path!r} not written: {type(e).__name__}: {e}", out)
+    return record(path, new, now, out)
+
+
+def record(path: str, new: dict[str, list[dict[str, Any]]], now: float, out=None) -> str | None:
+    """Strikes per host (run_strikes' shape; --preflight gpu's: doctor.preflight) merged into the site ledger at
+    `path`; the line said on `out` (stderr): what was recorded, or why not. Never raises; nothing when no strike."""
+    if not new:
+        return None
+    why = update(path, lambda led: merge(led, new, now))
+    return said(f"launch: warning: {why}" if why else f"launch: node ledger {path}: {sum(map(len, new.values()))} "
+                "strike(s) recorded on " + ", ".join(sorted(new)), out)
+
+
+def said(line: str, out=None) -> str:
+    print(line, file=out or sys.stderr, flush=True)
     return line
 
 

@@ -302,14 +302,16 @@ def test_preflight_gpu_one_bad_node_fails_the_job_before_any_agent(workdir):
     """--preflight gpu on Slurm: each node task runs the GPU check (the code local and SSH nodes run) before its
     agent and waits for every node's verdict. The stand-in tools (tests/gpu_standins.py: real outputs, picked by
     the node's hostname) show a Down InfiniBand port on lnode3 only: no agent starts anywhere, every node's
-    record names lnode3's node and port, and the run is FAILED with that line (`launch status`)."""
+    record names lnode3's node and port, and the run is FAILED with that line (`launch status`). With
+    --node-ledger, lnode3 is quarantined there (issue 37: the batch side's finalize, a strike of kind gpu)."""
     from gpu_standins import per_host_tools, python_with_tools
     bin_dir = per_host_tools(workdir / "gpubin", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
                              {"lnode3": "ibstat/network-operator-issue-249-ib-down.txt"},
                              "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
     py = python_with_tools(workdir / "py-gpu", bin_dir)
     p = run_launch("slurm", "--nodes", "4", "--gpus-per-node", "1", "--time", "10", "--python", py,
-                   "--preflight", "gpu", "--run-dir", "runs/g", "--wait", "--", "report.py")
+                   "--preflight", "gpu", "--node-ledger", "site.json", "--run-dir", "runs/g", "--wait", "--",
+                   "report.py")
     assert p.returncode != 0, p.stdout + p.stderr
     recs = {k: read_json(f"runs/g/status/node{k}.json") for k in range(4)}
     (bad,) = [k for k, r in recs.items() if r["host"] == "lnode3"]
@@ -323,6 +325,10 @@ def test_preflight_gpu_one_bad_node_fails_the_job_before_any_agent(workdir):
     st = status("runs/g")
     assert st["state"] == "FAILED" and line in st["reason"], st
     assert line in run_launch("status", "runs/g", check=True).stdout
+    from launchers.siteledger import load, quarantined
+    led = load(str(Path("site.json").resolve()))[0]
+    assert [(h, [s["kind"] for s in e["strikes"]]) for h, e in led["hosts"].items()] == [("lnode3", ["gpu"])], led
+    assert quarantined(led) == ["lnode3"] and line in led["hosts"]["lnode3"]["strikes"][0]["reason"], led
 
 
 HASHME = ('import hashlib, torch.distributed as dist\ndist.init_process_group("gloo")\n'

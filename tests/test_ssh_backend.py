@@ -178,27 +178,35 @@ def test_preflight_gpu_names_the_one_bad_host_and_starts_nothing(workdir):
     """--preflight gpu over SSH: every host runs the GPU check (the doctor's probe, the code local and Slurm
     nodes run) over its connection before anything starts. The stand-in tools (tests/gpu_standins.py: real
     outputs, picked by hostname; on PATH through a --python wrapper) show a Down InfiniBand port on sshhost2
-    only: one line naming node 1, its host, the port and the fact; no run dir."""
+    only: one line naming node 1, its host, the port and the fact; no run dir. With --node-ledger the host is
+    quarantined there at once (issue 37: a strike of kind gpu, the line its evidence)."""
     from gpu_standins import per_host_tools, python_with_tools
     bin_dir = per_host_tools(workdir / "gpubin", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
                              {"sshhost2": "ibstat/network-operator-issue-249-ib-down.txt"},
                              "ibstat/gpud-ibstat.47.0.h100.all.active.0.txt")
     py = python_with_tools(workdir / "py-gpu", bin_dir)
     p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", *OPTS, "--python", py, "--preflight", "gpu",
-                   "--run-dir", "runs/g", "--", "report.py")
+                   "--node-ledger", "site.json", "--run-dir", "runs/g", "--", "report.py")
     assert p.returncode == 2, (p.stdout, p.stderr)
-    err = [ln for ln in p.stderr.splitlines() if not ln.startswith("launch: preflight gpu: warning: ")]
+    assert f"launch: node ledger {workdir / 'site.json'}: 1 strike(s) recorded on sshhost2\n" in p.stderr
+    err = [ln for ln in p.stderr.splitlines() if not ln.startswith(("launch: preflight gpu: warning: ",
+                                                                      "launch: node ledger "))]
     assert err[0] == "launch: error: --preflight gpu: 1 bad node(s) of 3, nothing started", p.stderr
     (bad,) = err[1:]
     assert bad.startswith("node 1 [sshhost2 (") and bad.endswith("]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"), bad
     assert not (workdir / "runs").exists() and not rank_lines(workdir / "runs/g", "REPORT ")
+    from launchers.siteledger import load, quarantined
+    led = load(str(workdir / "site.json"))[0]
+    assert [(h, [(s["kind"], s["reason"]) for s in e["strikes"]]) for h, e in led["hosts"].items()] == [
+        ("sshhost2", [("gpu", f"--preflight gpu: {bad}")])] and quarantined(led) == ["sshhost2"], led
 
 
 def test_preflight_gpu_with_a_spare_swaps_the_bad_host_of_node_0(workdir):
     """--preflight gpu --nodes 2 --spares 1 over SSH: every host of the pool (sshhost1..3) is checked before
     anything starts; the stand-in ibstat (picked by hostname) shows a Down port on sshhost1 (slot 0, node 0's
     host) only: the policy quarantines slot 0 (kind gpu) and the run starts on sshhost2 (node 0) and sshhost3,
-    world 2, COMPLETED; nothing ran on sshhost1; the ledger says no person was involved."""
+    world 2, COMPLETED; nothing ran on sshhost1; the ledger says no person was involved; the site's node ledger
+    has sshhost1 quarantined (issue 37)."""
     from gpu_standins import check_slot0_swapped, per_host_tools, python_with_tools
     bin_dir = per_host_tools(workdir / "gpubin", "nvidia_smi/netdata-rtx-4090-driver-535.xml",
                              {"sshhost1": "ibstat/network-operator-issue-249-ib-down.txt"},
@@ -206,7 +214,7 @@ def test_preflight_gpu_with_a_spare_swaps_the_bad_host_of_node_0(workdir):
     py = python_with_tools(workdir / "py-gpu", bin_dir)
     p = run_launch("ssh", "--hosts", "sshhost1,sshhost2,sshhost3", "--nodes", "2", "--spares", "1", *OPTS,
                    "--python", py, "--preflight", "gpu", "--dist-backend", "gloo",    # the stand-in GPUs are not real
-                   "--run-dir", "runs/g", "--", "report.py")
+                   "--node-ledger", "site.json", "--run-dir", "runs/g", "--", "report.py")
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert read_json("runs/g/status.json")["state"] == "COMPLETED"
     run = yaml.safe_load(Path("runs/g/run.yaml").read_text())
@@ -216,6 +224,10 @@ def test_preflight_gpu_with_a_spare_swaps_the_bad_host_of_node_0(workdir):
     check_slot0_swapped("runs/g", "sshhost1 (")
     out = run_launch("status", "runs/g", check=True).stdout
     assert "before attempt 0 (--preflight gpu; person: no): replace -- slot 0: failed the GPU check" in out, out
+    from launchers.siteledger import load, quarantined  # issue 37: the quarantine is the site's too
+    led = load(str(workdir / "site.json"))[0]
+    assert [(h, [(s["kind"], s["quarantined"]) for s in e["strikes"]]) for h, e in led["hosts"].items()] == [
+        ("sshhost1", [("gpu", True)])] and quarantined(led) == ["sshhost1"], led
 
 
 def test_failing_rank_stops_every_node(workdir):

@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from .. import layout, nodeledger, ports, recovery
+from .. import layout, nodeledger, ports, recovery, siteledger
 from ..errors import LaunchError
 from ..gpuhealth.verdict import bad_line, node_findings, summary, warnings
 from ..restarts import plan_on
@@ -57,9 +57,9 @@ def verdict(run: NodeRun, gpus_per_node: int | None, out=sys.stderr, what: str =
     return bad_line(found, label)
 
 
-def bad_lines(runs: list[NodeRun], gpus_per_node: int | None, out=sys.stderr) -> list[str]:
-    """One line per node with a fault (or whose probe did not run); warnings go to `out`."""
-    return [line for run in runs if (line := verdict(run, gpus_per_node, out))]
+def bad_nodes(runs: list[NodeRun], gpus_per_node: int | None, out=sys.stderr) -> dict[int, str]:
+    """Node (a slot with --spares) -> the line naming its fault (or that its probe did not run); warnings to `out`."""
+    return {run.node: line for run in runs if (line := verdict(run, gpus_per_node, out))}
 
 
 def _gpus(spec, plan) -> int | None:
@@ -70,9 +70,10 @@ def _gpus(spec, plan) -> int | None:
 def check(spec, plan) -> None:
     """Raise LaunchError (nothing started) when a node shows a fault."""
     runs = probe(spec, plan)
-    bad = bad_lines(runs, _gpus(spec, plan))
+    bad = bad_nodes(runs, _gpus(spec, plan))
     if bad:
-        raise LaunchError(summary(bad, len(runs)) + "\n" + "\n".join(bad))
+        site_strikes(spec, plan, runs, bad, dict(enumerate(plan.hosts or [])), False)
+        raise LaunchError(summary(list(bad.values()), len(runs)) + "\n" + "\n".join(bad.values()))
 
 
 def gate(backend, plan, pool: recovery.Pool) -> tuple[Any, dict[str, Any] | None]:
@@ -84,18 +85,19 @@ def gate(backend, plan, pool: recovery.Pool) -> tuple[Any, dict[str, Any] | None
     return plan, None
 
 
-def probe_slots(backend, plan, slots: list[int]) -> list[NodeRun]:
+def probe_slots(backend, plan, slots: list[int]) -> tuple[list[NodeRun], dict[int, str]]:
     """Every slot of the pool (--spares), at once; NodeRun.node is the slot. local: the GPU tools once per
-    simulated node slot, in its environment; ssh: the probe on each slot's host (a plan on those slots)."""
+    simulated node slot, in its environment; ssh: the probe on each slot's host (a plan on those slots).
+    -> (the runs, each slot's host as run.yaml names it; local: none)."""
     spec = plan.spec
     if spec.backend == "local":
         return run_local_slots(spec.python, _base(spec, 1), slots,
-                               lambda s: dict(os.environ, **{NODE_SLOT_ENV: str(s)}), TIMEOUT + 120)
+                               lambda s: dict(os.environ, **{NODE_SLOT_ENV: str(s)}), TIMEOUT + 120), {}
     wide = backend.plan(spec, plan.run_id, attempt=plan.attempt, slots=slots)
     runs = run_ssh(wide.rhosts, wide.settings, spec.python, _base(spec, len(slots)), TIMEOUT)
     for run, slot in zip(runs, slots):
         run.node = slot
-    return runs
+    return runs, dict(zip(slots, wide.hosts or []))
 
 
 def start_pool(backend, plan, pool: recovery.Pool) -> tuple[Any, dict[str, Any]]:
@@ -103,9 +105,10 @@ def start_pool(backend, plan, pool: recovery.Pool) -> tuple[Any, dict[str, Any]]
     the slots the run starts on -> (the plan on them, the backend's own preflight run again when they changed;
     the verdict for record()). LaunchError, nothing started, when too few slots are good."""
     spec, slots = plan.spec, list(pool.active + pool.spares)
-    runs = probe_slots(backend, plan, slots)
+    runs, hosts = probe_slots(backend, plan, slots)
     bad = {run.node: line for run in runs if (line := verdict(run, _gpus(spec, plan), what="slot"))}
     decision = recovery.preflight_start(pool, bad, (spec.min_nodes, spec.max_nodes) if spec.min_nodes else None)
+    site_strikes(spec, plan, runs, bad, hosts, decision.action != "stop")
     if decision.action == "stop":
         lines = [bad[s] for s in sorted(bad)]
         raise LaunchError(f"{summary(lines, len(runs))} ({decision.why})\n" + "\n".join(lines))
@@ -117,6 +120,26 @@ def start_pool(backend, plan, pool: recovery.Pool) -> tuple[Any, dict[str, Any]]
     if bad:
         print(f"launch: preflight gpu: {decision.action} -- {decision.why}", file=sys.stderr)
     return plan, {"decision": decision, "bad": bad, "decided": time.time()}
+
+
+def site_strikes(spec, plan, runs: list[NodeRun], bad: dict[int, str], hosts: dict[int, str],
+                 quarantined: bool) -> None:
+    """--preflight gpu's bad nodes (bad: node or slot -> its line; hosts: their hosts) into the site's node ledger
+    (--node-ledger) at once: a strike on each host, kind gpu (weight 2: quarantined there) -- lost when its probe
+    did not run (weight 1) -- with the line as its evidence, the run id and attempt it was checked for. Local
+    nodes have no hosts: nothing."""
+    if not spec.node_ledger or spec.backend == "local":
+        return
+    now, user, lim = time.time(), siteledger.user_name(), siteledger.LIMITS
+    new: dict[str, list[dict[str, Any]]] = {}
+    unprobed = {run.node for run in runs if run.result is None}
+    for k, line in sorted(bad.items()):
+        if host := siteledger.host_name(hosts.get(k)):
+            new.setdefault(host, []).append({
+                "time": now, "run": siteledger.clean(plan.run_id, lim["run"]), "user": user, "attempt": plan.attempt,
+                "kind": "lost" if k in unprobed else "gpu", "quarantined": quarantined,
+                "reason": siteledger.clean(f"--preflight gpu: {line}", lim["reason"])})
+    siteledger.record(spec.node_ledger, new, now)
 
 
 def record(run_dir: str, spec, attempt: int, found: dict[str, Any] | None) -> None:

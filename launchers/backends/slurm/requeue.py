@@ -20,7 +20,7 @@ from ...recovery import Requeue, StepEnd, requeue_decision, step_end_decision
 from ...rundir import RunDir
 from ...spec import JobSpec
 from . import cmd
-from .env import SlurmEnv
+from .env import NodelistError, SlurmEnv
 from .inalloc import preempted_reason
 from .nodespec import load_node_spec
 from .render import step_loop
@@ -135,9 +135,26 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
                 return 1
         code = rd.record_outcome(attempt, nodes, node_failures=failures, reason=None if cancelled else reason,
                                  stopped_by=cancelled, stopped_at=st.get("cancel_at"))
+        if on_failure is None and code != 0:     # a plain run's failure: the site's node ledger (--node-ledger)
+            record_end(ns.spec, rd, attempt, None if in_allocation else job_hosts(env, n))
     if cancelled and not in_allocation:
         end_as_cancelled(env.job_id)
     return 0 if code == 0 else 1
+
+
+def record_end(spec: JobSpec, rd: RunDir, attempt: int, hosts: list[str] | None) -> None:
+    """A plain run's FAILED attempt (no loop over steps) into nodes.json and the site's node ledger, once
+    (launchers.restarts.record_end); imported here, off the node task's start-up path."""
+    from ...restarts import record_end as record
+    record(spec, rd, attempt, hosts)
+
+
+def job_hosts(env: SlurmEnv, n: int) -> list[str] | None:
+    """The job's nodes in node order (SLURM_NODEID k: its k-th host); None when its nodelist is not read."""
+    try:
+        return env.hostnames()[:n]
+    except NodelistError:
+        return None
 
 
 def lost_node(missing: list[int], recs: dict[int, dict[str, Any]],
