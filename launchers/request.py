@@ -21,7 +21,7 @@ from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON
 _INT, _NUM, _STR = (int,), (int, float), (str, os.PathLike)
 _TYPES: dict[str, tuple[tuple[type, ...], str]] = {   # optional fields: accepted types, how the message says it
     "nodes": (_INT, "an int"), "gpus_per_node": (_INT, "an int"), "master_port": (_INT, "an int"),
-    "max_restarts": (_INT, "an int"), "spares": (_INT, "an int"), "quarantine_after": (_INT, "an int"),
+    "max_restarts": (_INT, "an int"), "max_restarts_per_hour": (_INT, "an int"), "spares": (_INT, "an int"), "quarantine_after": (_INT, "an int"),
     "stop_grace": (_NUM, "a number of seconds"), "stop_signal": ((str,), "a str"),
     "hang_timeout": (_NUM, "a number of seconds"), "name": ((str,), "a str"), "run_dir": (_STR, "a path"),
     "runs_root": (_STR, "a path"), "profile": (_STR, "a path"), "python": (_STR, "a path or command"),
@@ -49,6 +49,7 @@ class JobSpec:
     notify: Sequence[str] = ()        # ("https://hooks.example/x", "notify-send launch"): --notify URL|COMMAND
     master_port: int | None = None
     max_restarts: int | None = None
+    max_restarts_per_hour: int | None = None   # --max-restarts-per-hour N: at most N restarts in any hour (0: no limit)
     spares: int | None = None         # --spares K (local only for now): idle nodes a failed node is replaced by
     quarantine_after: int | None = None   # --quarantine-after N: strikes that quarantine a node (default 2)
     node_ledger: str | os.PathLike | None = None   # --node-ledger PATH: the site's node ledger (launchers.siteledger)
