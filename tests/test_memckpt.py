@@ -24,7 +24,7 @@ from launchers import memstore, spec, torchrun
 from launchers.errors import LaunchError
 from test_recovery import PROGRAM, SSH_STATE, gone, recovery_row, require_ssh
 from test_recovery_local import ended, signal_node, started_with_a_spare
-from workloads.common.memckpt import KEEP, choose, listing, private_dir, why_storage, write_copy
+from workloads.common.memckpt import KEEP, choose, listing, pack, private_dir, unpack, why_storage, write_copy
 
 reference_sha = test_recovery.reference_sha    # the uninterrupted run's weights: a fixture here too
 from common import read_json as read_json_or_none  # noqa: E402  (tests/faults: on the path after test_recovery)
@@ -46,6 +46,23 @@ def test_the_newest_step_every_rank_can_get_no_older_than_storage():
     assert why_storage([[], []], 2, 4) == "no memory checkpoint on any node"
     assert why_storage([own0, own1], 2, 8) == "memory's newest step 6 is older than storage's 8"
     assert "rank(s) [1] is gone" in why_storage([own0, []], 2, 4)
+
+
+def test_a_packed_state_comes_back_equal_and_shares_nothing():
+    import numpy as np
+    import torch
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    state = {"m": {"w": t, "b": torch.tensor(3.5, dtype=torch.float64), "mask": torch.tensor([True, False, True]),
+                   "e": torch.empty(0, 4), "i": torch.tensor([7], dtype=torch.int64)},
+             "opt": [({"lr": 0.1}, torch.ones(5, dtype=torch.bfloat16))], "rng": np.random.get_state(), "n": 3}
+    data = pack(state)
+    t += 1                                                   # training goes on: the packed copy does not move
+    got = unpack(data)
+    assert torch.equal(got["m"]["w"], t - 1) and got["m"]["b"].dtype == torch.float64 and got["m"]["b"].item() == 3.5
+    assert got["m"]["mask"].tolist() == [True, False, True] and got["m"]["e"].shape == (0, 4)
+    assert got["m"]["i"].tolist() == [7] and got["opt"][0][0] == {"lr": 0.1} and got["n"] == 3
+    assert torch.equal(got["opt"][0][1], torch.ones(5, dtype=torch.bfloat16)) and isinstance(got["opt"], list)
+    assert (got["rng"][1] == state["rng"][1]).all()
 
 
 def test_a_store_keeps_the_newest_two_of_each_copy(tmp_path):
