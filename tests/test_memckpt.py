@@ -22,6 +22,7 @@ import test_recovery
 from conftest import LAUNCH, read_json
 from launchers import memstore, spec, torchrun
 from launchers.errors import LaunchError
+from launchers.request import JobSpec
 from test_recovery import PROGRAM, SSH_STATE, gone, recovery_row, require_ssh
 from test_recovery_local import ended, signal_node, started_with_a_spare
 from workloads.common.memckpt import KEEP, choose, listing, pack, private_dir, unpack, why_storage, write_copy
@@ -92,6 +93,12 @@ def test_the_option_tells_each_node_its_own_store(tmp_path):
     assert spec.build_spec("local", {"memory_checkpoint_every": "5"}, ["-m", "workloads.convnet"]).memory_checkpoint == 5
     with pytest.raises(LaunchError, match="--memory-checkpoint-every '0' is out of range"):
         spec.build_spec("local", {"memory_checkpoint_every": "0"}, ["-m", "workloads.convnet"])
+    api = JobSpec(backend="local", program=("-m", "workloads.convnet"), memory_checkpoint=True, nodes=2)
+    assert spec.build_spec("local", api.flags(), list(api.program)).memory_checkpoint == 1
+    (tmp_path / "p.yaml").write_text("memory_checkpoint_every: 3\n")
+    assert spec.build_spec("local", {}, ["-m", "workloads.convnet"], str(tmp_path / "p.yaml")).memory_checkpoint == 3
+    with pytest.raises(TypeError, match="JobSpec.memory_checkpoint must be a bool"):
+        JobSpec(backend="local", program=("x.py",), memory_checkpoint=1)
     store = Path(memstore.node_store("r1", 1, True, str(tmp_path)))
     store.mkdir(parents=True)
     assert memstore.forget_nodes("r1", [0, 1], str(tmp_path)) == [1] and not store.exists()
