@@ -249,7 +249,8 @@ class MemCheckpoints:
         step, plan = choose(held, self.world, storage_step)
         if step is None:
             if any(held) or storage_step is not None:        # a fresh start has nothing to say
-                self.log(f"memory checkpoint: storage read: {why_storage(held, self.world, storage_step)}")
+                self.log(f"memory checkpoint: storage read: {why_storage(held, self.world, storage_step)}; "
+                         + rollback(self.env, storage_step or 0))
             return None
         data = self._gather_state(step, plan, mine)
         payload = unpack(data)
