@@ -7,16 +7,18 @@
     Session(c)                   a ControlMaster for the command's life (private temp dir, closed at the end):
                                  every remote call of the command goes over this one connection
 
-Every hop (each `jump:` host, first hop first, then the login node) is an `ssh` with the same options, the
-host key verified as `launch ssh` does (launchers.sshconn: never added, the cluster's known_hosts only):
-BatchMode=yes, StrictHostKeyChecking=yes, UpdateHostKeys=no, UserKnownHostsFile + GlobalKnownHostsFile=/dev/null
-when known_hosts is given, -i IDENTITY with IdentitiesOnly, -F SSH_CONFIG, ConnectTimeout and keepalives. The
-hops are nested ProxyCommands (`ssh OPTS -W [%h]:%p HOP`), not ProxyJump: OpenSSH passes none of the -o options
-to a ProxyJump hop, whose key would then be checked against ~/.ssh/known_hosts under the user's defaults.
-Without `jump:`, the ssh config's ProxyJump hops of the login node are taken the same way (sshconn.jump_hops).
+The route is launchers.sshmodel's, the one `launch ssh` takes to a host (model(c)): the cluster's `jump:` hosts
+(else the login node's ProxyJump in the ssh config), first hop first, then the login node, each resolved through
+the same ssh config. Each hop is an `ssh` of its own rendering its Hop (hop_options): BatchMode=yes,
+StrictHostKeyChecking=yes, UpdateHostKeys=no (verified, never asked, never written), UserKnownHostsFile = the
+hop's known_hosts files (the cluster's known_hosts, else the ssh config's, else ~/.ssh/known_hosts) with
+GlobalKnownHostsFile=/dev/null, -i IDENTITY with IdentitiesOnly, -F SSH_CONFIG, ConnectTimeout and keepalives.
+The hops are nested ProxyCommands (`ssh OPTS -W [%h]:%p HOP`), not ProxyJump: OpenSSH passes none of the -o
+options to a ProxyJump hop, whose key would then be checked against ~/.ssh/known_hosts under the user's defaults.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -27,24 +29,42 @@ import time
 
 from .clusters import Cluster
 from .errors import LaunchError
-from .hostfile import HostEntry, ResolvedHost, resolve
-from .sshconn import SSHSettings, jump_hops
+from .hostfile import HostEntry
+from .sshmodel import Hop, Route, SSHSettings, route
 
 CONNECT_S = 10          # each hop's ConnectTimeout
-ALIVE = ("-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2")   # a dead link ends the command in ~10 s
+ALIVE_COUNT = 2         # keepalives unanswered before ssh gives up: a dead link ends the command in ~10 s
+NESTED = ("cluster {name}: jump host {{hop}} has its own ProxyJump in the ssh config; accepted: every hop listed "
+          "in the cluster's jump: (first hop first)")
 
 
-def hop_options(c: Cluster) -> list[str]:
-    """The options every hop's ssh gets (host keys verified, never asked, never written)."""
-    out = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "UpdateHostKeys=no",
-           "-o", f"ConnectTimeout={CONNECT_S}", *ALIVE]
-    if c.known_hosts:      # ssh splits this option's value at spaces: a path with one is double-quoted
-        kh = f'"{c.known_hosts}"' if " " in c.known_hosts else c.known_hosts
-        out += ["-o", f"UserKnownHostsFile={kh}", "-o", "GlobalKnownHostsFile=/dev/null"]
-    if c.identity:
-        out += ["-i", c.identity, "-o", "IdentitiesOnly=yes"]
-    if c.ssh_config:
-        out += ["-F", c.ssh_config]
+def model(c: Cluster) -> Route:
+    """The cluster's route (launchers.sshmodel, as `launch ssh` reads a host): its `jump:` hosts (else the login
+    node's ProxyJump in the ssh config), then the login node, with the cluster's known_hosts, identity, ssh config."""
+    s = SSHSettings(ssh_config=c.ssh_config, known_hosts=c.known_hosts, identity=c.identity, timeout=CONNECT_S)
+    return route(c.login_entry, s, jumps=c.jump, nested=NESTED.format(name=c.name))
+
+
+def files(paths: tuple[str, ...]) -> str:
+    """Paths as one ssh option value: ssh splits it at spaces (a path with one is double-quoted) and expands
+    %-tokens in it (a literal % doubled)."""
+    return " ".join(f'"{p}"' if " " in p else p for p in (p.replace("%", "%%") for p in paths))
+
+
+def hop_options(hop: Hop, r: Route) -> list[str]:
+    """The OpenSSH rendering of one hop of the route (its host key verified, never asked, never written)."""
+    k = r.keys
+    out = ["-o", "BatchMode=" + ("no" if k.ask else "yes"),
+           "-o", "StrictHostKeyChecking=" + ("ask" if k.ask else "yes" if k.verify else "no"),
+           "-o", "UpdateHostKeys=" + ("yes" if k.write else "no"), "-o", f"ConnectTimeout={math.ceil(hop.timeout)}",
+           "-o", f"ServerAliveInterval={r.keepalive}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}",
+           "-o", f"UserKnownHostsFile={files(hop.known_hosts)}", "-o", "GlobalKnownHostsFile=/dev/null"]
+    for key in hop.identities:
+        out += ["-i", key.replace("%", "%%")]
+    if hop.identities_only:
+        out += ["-o", "IdentitiesOnly=yes"]
+    if r.ssh_config:
+        out += ["-F", r.ssh_config]
     return out
 
 
@@ -54,34 +74,24 @@ def target(e: HostEntry) -> list[str]:
 
 def hops(c: Cluster) -> list[HostEntry]:
     """The jump hosts, first hop first: the cluster's `jump:`, else the ssh config's ProxyJump of the login."""
-    found = list(c.jump) or [h.entry for h in jump_hops(route(c)[-1], SSHSettings(ssh_config=c.ssh_config),
-                                                         check_first=False)]
-    first = resolve(found[:1], c.ssh_config)
-    if first and str(first[0].ssh_options.get("proxyjump", "none")).lower() != "none":
-        raise LaunchError(f"cluster {c.name}: jump host {found[0].word} has its own ProxyJump in the ssh config; "
-                          "accepted: every hop listed in the cluster's jump: (first hop first)")
-    return found
+    return [h.entry for h in model(c).jumps]
 
 
-def route(c: Cluster) -> list[ResolvedHost]:
-    """The jump hosts and the login node, resolved through the ssh config (where each really leads)."""
-    return [resolve([e], c.ssh_config)[0] for e in (*c.jump, c.login_entry)]
-
-
-def proxy_command(c: Cluster, through: list[HostEntry]) -> str | None:
+def proxy_command(r: Route, through: tuple[Hop, ...]) -> str | None:
     """The ProxyCommand that reaches the next host through `through` (nested: each level's % escaped once more,
     as each ssh expands the tokens of its own ProxyCommand)."""
     if not through:
         return None
-    inner = proxy_command(c, through[:-1])
+    inner = proxy_command(r, through[:-1])
     pc = ["-o", "ProxyCommand=" + inner.replace("%", "%%")] if inner else []
-    return shlex.join(["ssh", *hop_options(c), *pc, "-T", "-W", "[%h]:%p", *target(through[-1])])
+    return shlex.join(["ssh", *hop_options(through[-1], r), *pc, "-T", "-W", "[%h]:%p", *target(through[-1].entry)])
 
 
 def ssh_argv(c: Cluster, line: str | None = None, control: str | None = None, master: bool = False) -> list[str]:
     """ssh to the login node: run `line`, or (master) hold the connection as the ControlMaster at `control`."""
-    pc = proxy_command(c, hops(c))
-    argv = ["ssh", *hop_options(c), *(["-o", "ProxyCommand=" + pc] if pc else [])]
+    r = model(c)
+    pc = proxy_command(r, r.jumps)
+    argv = ["ssh", *hop_options(r.dest, r), *(["-o", "ProxyCommand=" + pc] if pc else [])]
     if control:
         argv += ["-o", f"ControlPath={control}", "-o", "ControlMaster=" + ("yes" if master else "no")]
     argv += ["-T", *(["-N"] if master else []), *target(c.login_entry)]
@@ -127,19 +137,20 @@ CAUSES = (     # ssh's line -> (the host it names, what to say)
 )
 
 
-def which_hop(c: Cluster, said: str) -> str:
-    """`jump host bastion:2222 (hop 1)` or `login node login1` for ssh's `[127.0.0.1]:2222`, `h port 22`, `h`."""
+def which_hop(c: Cluster, said: str) -> tuple[str, Hop | None]:
+    """(`jump host bastion:2222 (hop 1)` or `login node login1`, its hop) for ssh's `[127.0.0.1]:2222`, `h port 22`,
+    `h`; (`host h`, None) for a host not on the route."""
     m = re.fullmatch(r"\[?([^\]\s]+?)\]?(?::(\d+)| port (\d+))?", said)
     host, port = (m.group(1), m.group(2) or m.group(3)) if m else (said, None)
-    names = [*(f"jump host {j.word} (hop {i + 1})" for i, j in enumerate(c.jump)), f"login node {c.login}"]
     try:
-        where = route(c)
+        r = model(c)
     except LaunchError:
-        where = []
-    for name, h in zip(names, where):
+        return f"host {said}", None
+    names = [*(f"jump host {j.entry.word} (hop {i + 1})" for i, j in enumerate(r.jumps)), f"login node {c.login}"]
+    for name, h in zip(names, r.hops):
         if host in (h.hostname, h.entry.name) and (port is None or int(port) == h.port):
-            return name
-    return f"host {said}"
+            return name, h
+    return f"host {said}", None
 
 
 class Unreachable(LaunchError):
@@ -154,12 +165,13 @@ class Unreachable(LaunchError):
 def explain(c: Cluster, stderr: str) -> Unreachable:
     """ssh's stderr -> the error: the first line of a known kind (CAUSES), naming its hop; else ssh's last line."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    kh = c.known_hosts or "the ssh config's known_hosts"
     for pattern, what in CAUSES:
         for ln in lines:
             m = re.search(pattern, ln)
             if m:
-                return Unreachable(c, f"{which_hop(c, m.group(1))}: {what.format(*m.groups(), kh=kh)}")
+                name, hop = which_hop(c, m.group(1))
+                kh = hop.known_hosts_text if hop else c.known_hosts or "the ssh config's known_hosts"
+                return Unreachable(c, f"{name}: {what.format(*m.groups(), kh=kh)}")
     return Unreachable(c, lines[-1] if lines else "ssh failed without a message")
 
 

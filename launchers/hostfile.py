@@ -169,24 +169,29 @@ def load_ssh_config(path: str | None):
     return cfg
 
 
-def resolve(entries: list[HostEntry], ssh_config_path: str | None) -> list[ResolvedHost]:
-    """Resolve names through the ssh config; refuse two entries that lead to the same address and port."""
+def lookup(cfg, e: HostEntry) -> ResolvedHost:
+    """What the parsed ssh config (load_ssh_config) says of one entry; the word's own user and port come first."""
     import getpass
 
+    o = cfg.lookup(e.name)
+    timeout = o.get("connecttimeout")
+    return ResolvedHost(
+        entry=e, hostname=o.get("hostname", e.name), port=e.port or int(o.get("port", 22)),
+        user=e.user or o.get("user") or getpass.getuser(),
+        identity_files=tuple(os.path.expanduser(p) for p in o.get("identityfile", [])),
+        connect_timeout=float(timeout) if timeout else None,
+        known_hosts_files=tuple(os.path.expanduser(p) for p in o.get("userknownhostsfile", "").split() if p),
+        ssh_options=dict(o),
+    )
+
+
+def resolve(entries: list[HostEntry], ssh_config_path: str | None) -> list[ResolvedHost]:
+    """Resolve names through the ssh config; refuse two entries that lead to the same address and port."""
     cfg = load_ssh_config(ssh_config_path)
     out: list[ResolvedHost] = []
     seen: dict[tuple[str, int], ResolvedHost] = {}
     for e in entries:
-        o = cfg.lookup(e.name)
-        timeout = o.get("connecttimeout")
-        r = ResolvedHost(
-            entry=e, hostname=o.get("hostname", e.name), port=e.port or int(o.get("port", 22)),
-            user=e.user or o.get("user") or getpass.getuser(),
-            identity_files=tuple(os.path.expanduser(p) for p in o.get("identityfile", [])),
-            connect_timeout=float(timeout) if timeout else None,
-            known_hosts_files=tuple(os.path.expanduser(p) for p in o.get("userknownhostsfile", "").split() if p),
-            ssh_options=dict(o),
-        )
+        r = lookup(cfg, e)
         key = (r.hostname.lower(), r.port)
         if key in seen:
             raise LaunchError(f"hosts {seen[key].entry.word!r} and {e.word!r} are the same host "

@@ -1,6 +1,7 @@
 """SSH connections (paramiko) with verified host keys, opened in parallel, and one-line errors naming the host.
 
-Every Connection gets RejectPolicy and the known_hosts file loaded read-only (never written back). Not Fabric:
+A Connection is the paramiko rendering of a launchers.sshmodel Route (the one SSH connection model: hops, keys,
+known_hosts, RejectPolicy; the files loaded read-only, never written back). Not Fabric:
 its Connection set paramiko's AutoAddPolicy, and importing it (invoke: unittest.mock, yaml, asyncio) cost ~90 ms
 of a 4-host fan-out's ~480 ms process (bench/ssh_fanout.py); Connection below is the part launch used.
 """
@@ -17,54 +18,28 @@ from typing import Any, Callable, Sequence
 from .errors import LaunchError, need_extra
 from .hostfile import ResolvedHost
 from .sshimport import paramiko_module
-
-DEFAULT_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True)
-class SSHSettings:
-    ssh_config: str | None = None
-    known_hosts: str | None = None     # None: the host's UserKnownHostsFile, else ~/.ssh/known_hosts
-    identity: str | None = None
-    timeout: float | None = None       # None: ssh config ConnectTimeout, else DEFAULT_TIMEOUT
-
-    def known_hosts_for(self, h: ResolvedHost) -> list[str]:
-        if self.known_hosts:
-            return [self.known_hosts]
-        files = [f for f in h.known_hosts_files if f != "/dev/null"]
-        return files or [os.path.expanduser("~/.ssh/known_hosts")]
-
-    def timeout_for(self, h: ResolvedHost) -> float:
-        return float(self.timeout or h.connect_timeout or DEFAULT_TIMEOUT)
+from .sshmodel import Hop, HostKeys, Route, SSHSettings, route, routes
 
 
-def jump_hops(h: ResolvedHost, s: SSHSettings, check_first: bool = True) -> list[ResolvedHost]:
-    """h's ProxyJump hops from the ssh config, first hop first, each resolved through it. Fabric would open them
-    itself with its AutoAddPolicy (a jump host's key never checked); make_connection opens them as every host,
-    RejectPolicy and our known_hosts. A first hop with a ProxyJump of its own is refused (Fabric again) unless
-    check_first is False (the caller refuses it in its own words)."""
-    proxy = str(h.ssh_options.get("proxyjump", "")).strip()
-    if not proxy or proxy.lower() == "none":
-        return []
-    from .hostfile import HostEntry, parse_host_word, resolve
-    hops = []
-    for word in (w.strip() for w in proxy.split(",")):
-        name, user, port = parse_host_word(word, f"host {h.label}: the ssh config's ProxyJump")
-        hops.append(resolve([HostEntry(word=word, name=name, user=user, port=port)], s.ssh_config)[0])
-    if check_first and str(hops[0].ssh_options.get("proxyjump", "none")).strip().lower() != "none":
-        raise LaunchError(f"host {h.label}: jump host {hops[0].entry.word} has a ProxyJump of its own in the ssh "
-                          "config; accepted: one ProxyJump line listing every hop, first hop first")
-    return hops
-
-
-def make_connection(h: ResolvedHost, s: SSHSettings, gateway: "Connection | None" = None) -> "Connection":
-    """A Connection to h, not opened yet (gateway: the verified Connection of the hop before it, for a jump host;
-    none given: the ssh config's ProxyJump hops, each verified: jump_hops)."""
+def make_connection(h: ResolvedHost, s: SSHSettings) -> "Connection":
+    """A Connection to h, not opened yet: its Route (launchers.sshmodel: the ssh config's ProxyJump hops, each
+    verified as h is) rendered for paramiko."""
     need_extra("paramiko", "ssh", "SSH to the hosts")
-    if gateway is None:
-        for hop in jump_hops(h, s):
-            gateway = make_connection(hop, s, gateway=gateway)
-    return Connection(h, s, gateway)
+    return connection(route(h, s))
+
+
+def connection(r: Route) -> "Connection":
+    """The paramiko rendering of a Route: a Connection per hop, first hop first, each the gateway of the next."""
+    conn = None
+    for hop in r.hops:
+        conn = Connection(hop, r, conn)
+    return conn
+
+
+def key_policy(paramiko, keys: HostKeys):
+    """The route's host-key rule in paramiko's words: verified and never asked is RejectPolicy (paramiko asks no
+    one; it writes a known_hosts file only when told to save, which launch never does)."""
+    return paramiko.RejectPolicy() if keys.verify else paramiko.AutoAddPolicy()
 
 
 class CommandTimedOut(Exception):
@@ -80,19 +55,19 @@ class Result:
 
 class Connection:
     """What launch uses of a Fabric Connection (open, run, sftp, close), on paramiko alone: importing Fabric (and
-    invoke, which imports unittest.mock, yaml, asyncio) was a third of a 4-host fan-out's whole process. Host keys
-    from our known_hosts files only (read-only), RejectPolicy: an unknown or changed key is refused, never added.
-    The host's address, port, user, IdentityFile and ConnectTimeout come from the ssh config already (hostfile's
-    resolve); its ProxyCommand is honoured (as Fabric did), its ProxyJump hops are the gateway chain."""
+    invoke, which imports unittest.mock, yaml, asyncio) was a third of a 4-host fan-out's whole process. One hop
+    of a Route (launchers.sshmodel): its address, port, user, keys, timeout and known_hosts files (read-only,
+    RejectPolicy: an unknown or changed key is refused, never added); the first hop's ProxyCommand is honoured
+    (as Fabric did), a later hop is reached through its gateway, the Connection of the hop before it."""
 
-    def __init__(self, h: ResolvedHost, s: SSHSettings, gateway: "Connection | None" = None) -> None:
+    def __init__(self, hop: Hop, r: Route, gateway: "Connection | None" = None) -> None:
         paramiko = paramiko_module()
 
-        self.resolved, self.settings, self.gateway = h, s, gateway
-        self.host, self.port, self.user = h.hostname, h.port, h.user
+        self.hop, self.route, self.gateway = hop, r, gateway
+        self.host, self.port, self.user = hop.hostname, hop.port, hop.user
         self.client, self._sftp = paramiko.SSHClient(), None
-        self.client.set_missing_host_key_policy(paramiko.RejectPolicy())   # never auto-add
-        for f in s.known_hosts_for(h):
+        self.client.set_missing_host_key_policy(key_policy(paramiko, r.keys))
+        for f in hop.known_hosts:
             if os.path.isfile(f):
                 self.client.load_system_host_keys(f)                         # read-only
 
@@ -110,17 +85,21 @@ class Connection:
             return
         paramiko = paramiko_module()
 
-        h, s = self.resolved, self.settings
-        t, sock = s.timeout_for(h), None
+        sock = None
         if self.gateway is not None:
             self.gateway.open()
-            sock = self.gateway.transport.open_channel("direct-tcpip", (self.host, self.port), ("", 0), timeout=t)
-        elif str(h.ssh_options.get("proxycommand", "none")).strip().lower() != "none":
-            sock = paramiko.ProxyCommand(h.ssh_options["proxycommand"])
-        keys = [s.identity] if s.identity else list(h.identity_files)
-        self.client.connect(self.host, port=self.port, username=self.user, key_filename=keys or None,
-                            look_for_keys=not s.identity, allow_agent=not s.identity, timeout=t, banner_timeout=t,
-                            auth_timeout=t, sock=sock)
+            sock = self.gateway.transport.open_channel("direct-tcpip", (self.host, self.port), ("", 0),
+                                                       timeout=self.hop.timeout)
+        elif self.hop.proxy_command:
+            sock = paramiko.ProxyCommand(self.hop.proxy_command)
+        self.client.connect(self.host, **self.connect_args(), sock=sock)
+
+    def connect_args(self) -> dict[str, Any]:
+        """SSHClient.connect's arguments for this hop (but the socket): its port, user, keys and timeouts."""
+        h, t = self.hop, self.hop.timeout
+        return dict(port=self.port, username=self.user, key_filename=list(h.identities) or None,
+                    look_for_keys=not h.identities_only, allow_agent=not h.identities_only, timeout=t,
+                    banner_timeout=t, auth_timeout=t)
 
     def run(self, command: str, hide: bool = False, warn: bool = True, in_stream: Any = False, out_stream=None,
             err_stream=None, pty: bool = False, timeout: float | None = None) -> Result:
@@ -131,7 +110,7 @@ class Connection:
         import sys
 
         self.open()
-        ch = self.transport.open_session(timeout=self.settings.timeout_for(self.resolved))
+        ch = self.transport.open_session(timeout=self.hop.timeout)
         try:
             if pty:
                 cols, rows = shutil.get_terminal_size((80, 24))
@@ -194,7 +173,8 @@ def describe(e: BaseException, h: ResolvedHost, s: SSHSettings) -> str:
     """One line naming the host and what went wrong."""
     paramiko = paramiko_module()
 
-    kh = " or ".join(s.known_hosts_for(h))
+    hop = s.hop(h)
+    kh = hop.known_hosts_text
     if isinstance(e, paramiko.BadHostKeyException):
         return (f"host {h.label}: host key CHANGED ({e.key.get_name()} {e.key.fingerprint}, expected "
                 f"{e.expected_key.fingerprint} from {kh}); refusing to connect")
@@ -206,7 +186,7 @@ def describe(e: BaseException, h: ResolvedHost, s: SSHSettings) -> str:
     if isinstance(e, socket.gaierror):
         return f"host {h.label}: name does not resolve ({e.strerror})"
     if isinstance(e, (socket.timeout, TimeoutError)):
-        return f"host {h.label}: unreachable, no answer within the {s.timeout_for(h):g} s connect timeout"
+        return f"host {h.label}: unreachable, no answer within the {hop.timeout:g} s connect timeout"
     if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
         return f"host {h.label}: unreachable ({'; '.join(sorted({x.strerror or str(x) for x in e.errors.values()}))})"
     if isinstance(e, OSError):
@@ -217,12 +197,13 @@ def describe(e: BaseException, h: ResolvedHost, s: SSHSettings) -> str:
 
 def connect_all(hosts: Sequence[ResolvedHost], s: SSHSettings) -> list:
     """Open one Connection per host in parallel; any failure closes them all and raises one LaunchError."""
-    conns = [make_connection(h, s) for h in hosts]
+    need_extra("paramiko", "ssh", "SSH to the hosts")
+    conns = [connection(r) for r in routes(hosts, s)]
 
     def one(i: int) -> str | None:
         try:
             conns[i].open()
-            conns[i].transport.set_keepalive(5)
+            conns[i].transport.set_keepalive(conns[i].route.keepalive)
             return None
         except Exception as e:  # noqa: BLE001 - every failure becomes a one-line message naming the host
             return describe(e, hosts[i], s)

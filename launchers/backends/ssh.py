@@ -32,7 +32,9 @@ from ..remote import AGENT_ENDED, HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import JobSpec, redact_env
-from ..sshconn import Prefixed, Silence, SSHSettings, close_all, connect_all, describe, make_connection, put_private
+from ..sshconn import Prefixed, Silence, close_all, connect_all, describe, make_connection, put_private
+from ..sshmodel import SSHSettings
+from ..sshmodel import settings as ssh_settings
 from ..stops import Stop, stop_decision, wait_s
 from . import sshcheck
 from .base import Backend, Interrupts, Plan, node_code_fields, node_commands
@@ -84,17 +86,6 @@ class SSHPlan(Plan):
                     node_dir=self.node_dir, cwd=self.cwd)
 
 
-def _settings(opts: dict[str, Any]) -> SSHSettings:
-    for key, flag in (("known_hosts", "--known-hosts"), ("identity", "--identity")):
-        if opts.get(key) and not os.path.isfile(opts[key]):
-            raise LaunchError(f"{flag} {opts[key]!r} does not exist")
-    t = opts.get("connect_timeout")
-    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 600):
-        raise LaunchError(f"--connect-timeout {t!r} is not accepted; expected seconds in (0, 600]")
-    return SSHSettings(ssh_config=opts.get("ssh_config"), known_hosts=opts.get("known_hosts"),
-                       identity=opts.get("identity"), timeout=float(t) if t else None)
-
-
 class SSHBackend(Backend):
     name = "ssh"
 
@@ -106,7 +97,7 @@ class SSHBackend(Backend):
         """slots: the pool's slots the nodes run on, in node order (--spares, --nodes MIN:MAX: launchers.recovery;
         one node per slot); slot k is the k-th host of MAX + spares, node 0 (the master) the host of slots[0].
         Default: the first hosts, every one when --nodes is not given (less the spares)."""
-        opts, settings = spec.opts, _settings(spec.opts)
+        opts, settings = spec.opts, ssh_settings(spec.opts)
         want = (spec.max_nodes or spec.nodes) if "nodes" in spec.explicit else None    # --nodes MIN:MAX: MAX's hosts
         entries = avoiding(hosts_from_options(opts), spec.avoid_hosts, (want or 1) + spec.spares, spec.node_ledger)
         nodes, pool = pool_hosts(entries, want, spec.spares)

@@ -35,18 +35,11 @@ def target_of(opts: dict) -> str:
 
 def ssh_hosts(opts: dict, nodes: int | None):
     from ..hostfile import hosts_from_options, resolve
-    from ..sshconn import SSHSettings
-    for key in ("known_hosts", "identity"):
-        if opts.get(key) and not os.path.isfile(opts[key]):
-            raise LaunchError(f"--{key.replace('_', '-')} {opts[key]!r} does not exist")
-    t = opts.get("connect_timeout")
-    if t is not None and not 0 < t <= 600:
-        raise LaunchError(f"--connect-timeout {t!r} is not accepted; expected seconds in (0, 600]")
+    from ..sshmodel import settings as ssh_settings
+    settings = ssh_settings(opts)
     entries = hosts_from_options(opts)
     if nodes is not None and nodes > len(entries):
         raise LaunchError(f"--nodes {nodes} is more than the {len(entries)} hosts given")
-    settings = SSHSettings(ssh_config=opts.get("ssh_config"), known_hosts=opts.get("known_hosts"),
-                           identity=opts.get("identity"), timeout=t)
     return resolve(entries[:nodes or len(entries)], settings.ssh_config), settings
 
 
