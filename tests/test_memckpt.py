@@ -77,6 +77,14 @@ def test_a_store_keeps_the_newest_two_of_each_copy(tmp_path):
     assert private_dir(str(store)) == "" and oct((tmp_path / "u").stat().st_mode & 0o777) == "0o700"
     os.chmod(store, 0o777)
     assert "is not this user's own directory" in private_dir(str(store))
+    # what the store holds is unpickled: a directory on the way that others may write (swap the store in) is refused,
+    # also when a planted link leads there
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o700)
+    open_dir.chmod(0o777)
+    assert "may be written by others" in private_dir(str(open_dir / "launch-u" / "mem-r"))
+    (tmp_path / "launch-v").symlink_to(open_dir)
+    assert "may be written by others" in private_dir(str(tmp_path / "launch-v" / "mem-r"))
 
 
 def test_the_option_tells_each_node_its_own_store(tmp_path):

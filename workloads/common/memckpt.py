@@ -23,6 +23,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import struct
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -87,11 +88,29 @@ def private_dir(path: str) -> str:
             except FileExistsError:
                 pass
         st = os.stat(path)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return f"{path} is not this user's own directory (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o})"
+        return unsafe_chain(os.path.realpath(path))
     except OSError as e:
         return f"{path}: {e.strerror or e}"
-    if st.st_uid != os.getuid() or st.st_mode & 0o022:
-        return f"{path} is not this user's own directory (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o})"
-    return ""
+
+
+def unsafe_chain(real: str) -> str:
+    """Why another user could swap a directory on the way to `real` (a resolved path), '' when none can: every
+    directory from / down is root's or this user's, and none may be written by others unless it is root's and
+    sticky (/dev/shm, /tmp). What the store holds is unpickled: a store anyone else can reach is data, never code."""
+    p = real
+    while True:
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode):
+            return f"{p} became a symbolic link while it was checked"
+        if st.st_uid not in (0, os.getuid()):
+            return f"{p} is owned by uid {st.st_uid}, not this user or root"
+        if st.st_mode & 0o022 and not (st.st_uid == 0 and st.st_mode & stat.S_ISVTX):
+            return f"{p} may be written by others (mode {st.st_mode & 0o7777:o})"
+        if os.path.dirname(p) == p:
+            return ""
+        p = os.path.dirname(p)
 
 
 def file_name(world: int, owner: int, step: int, kind: str) -> str:
@@ -222,6 +241,8 @@ class MemCheckpoints:
         import torch.distributed as dist
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=300))
         why = private_dir(self.store)
+        if not why:
+            self.store = os.path.realpath(self.store)    # used from now on: a link swapped later does not move it
         if not self._agree(not why):
             self._off(why, "another rank's store is unusable")
             return
