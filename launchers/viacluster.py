@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import clusters, layout, snapshot, statcache
 from .clusters import Cluster
-from .clusterssh import CONNECT_S, Session, Unreachable, remote_line, shell_line, ssh_argv
+from .clusterssh import CONNECT_S, Session, Unreachable, model, remote_line, shell_line, ssh_argv
 from .errors import LaunchError
 from .runopts import BACKEND_OPTIONS, COMMON
 
@@ -71,7 +71,9 @@ def without_cluster(args: list[str]) -> list[str]:
 
 
 def open_timeout(c: Cluster) -> float:
-    return CONNECT_S * (len(c.jump) + 1) + 5.0
+    """Each hop of the route (the cluster's jump: or the ssh config's ProxyJump hops, then the login node) its
+    connect timeout, and 5 s more."""
+    return CONNECT_S * len(model(c).hops) + 5.0
 
 
 def stream(c: Cluster, argv: list[str], feed: bytes = b"", out=None) -> int:
