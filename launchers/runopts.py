@@ -154,7 +154,7 @@ BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt("hosts", (list, str), "Comma-separated hosts; the first is node 0 and the master.", kind="list"),
         Opt("hostfile", S, "One host per line: `host [slots=N]`, `user@host:port` allowed."),
         Opt("ssh_config", S, "ssh config file used to resolve host names."),
-        Opt("known_hosts", S, "known_hosts file (default ~/.ssh/known_hosts); unknown keys are refused."),
+        Opt("known_hosts", S, "The only known_hosts file (default: the ssh config's UserKnownHostsFile, else ~/.ssh/known_hosts, and /etc/ssh/ssh_known_hosts); unknown keys are refused."),
         Opt("identity", S, "Private key file."),
         Opt("connect_timeout", (int, float), "Seconds to wait for each host (default 10).", kind="float"),
         Opt("shared_storage", B, "Hosts stage logs/checkpoints locally; the launcher collects them over SFTP.",

@@ -10,8 +10,9 @@ The same host gets the same hops, address, port, user, keys, known_hosts and hos
 
 The rules, each in this one place:
 - host keys (HOST_KEYS): verified against the hop's known_hosts files only -- --known-hosts (a cluster's
-  known_hosts), else the ssh config's UserKnownHostsFile less /dev/null, else ~/.ssh/known_hosts; never a global
-  file -- an unknown or changed key refused, never asked, never written. paramiko: RejectPolicy, the files loaded
+  known_hosts) alone, else the ssh config's UserKnownHostsFile less /dev/null, else ~/.ssh/known_hosts, and with
+  either the site's /etc/ssh/ssh_known_hosts (root's: where sites hand out login nodes' keys; OpenSSH reads it too)
+  -- an unknown or changed key refused, never asked, never written. paramiko: RejectPolicy, the files loaded
   read-only; OpenSSH: BatchMode=yes, StrictHostKeyChecking=yes, UpdateHostKeys=no, UserKnownHostsFile=those
   files, GlobalKnownHostsFile=/dev/null.
 - jump hosts: the ones given (a cluster's `jump:`), else the destination's ProxyJump in the ssh config, first hop
@@ -35,6 +36,7 @@ from .hostfile import HostEntry, ResolvedHost, load_ssh_config, lookup, parse_ho
 
 DEFAULT_TIMEOUT = 10.0
 KEEPALIVE_S = 5
+GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts",)     # read with the user's own files unless --known-hosts is given
 NESTED = ("host {dest}: jump host {hop} has a ProxyJump of its own in the ssh config; accepted: one ProxyJump line "
           "listing every hop, first hop first")
 
@@ -104,15 +106,15 @@ class Route:
 @dataclass(frozen=True)
 class SSHSettings:
     ssh_config: str | None = None
-    known_hosts: str | None = None     # None: the host's UserKnownHostsFile, else ~/.ssh/known_hosts
+    known_hosts: str | None = None     # None: the host's UserKnownHostsFile, else ~/.ssh/known_hosts; + the global
     identity: str | None = None        # None: the host's IdentityFile
     timeout: float | None = None       # None: ssh config ConnectTimeout, else DEFAULT_TIMEOUT
 
     def known_hosts_for(self, h: ResolvedHost) -> list[str]:
         if self.known_hosts:
             return [self.known_hosts]
-        files = [f for f in h.known_hosts_files if f != "/dev/null"]
-        return files or [os.path.expanduser("~/.ssh/known_hosts")]
+        files = [f for f in h.known_hosts_files if f != "/dev/null"] or [os.path.expanduser("~/.ssh/known_hosts")]
+        return files + [g for g in GLOBAL_KNOWN_HOSTS if os.path.isfile(g) and g not in files]
 
     def timeout_for(self, h: ResolvedHost) -> float:
         return float(self.timeout or h.connect_timeout or DEFAULT_TIMEOUT)

@@ -122,3 +122,19 @@ def test_paramiko_and_openssh_renderings_agree_hop_by_hop(tmp_path, monkeypatch)
         assert (k == 0) == ("nc %h 2222" in g.get("proxycommand", []))
     assert [words[-1] for words, _ in hops] == ["bastion", "mid", "inner"] and hops[0][0][-5:-1] == [
         "-p", "2222", "-l", "bob"] and argv[-2:] == ["inner", "true"]           # each target as written
+
+
+def test_the_sites_global_known_hosts_is_read_with_the_users_own_unless_one_file_is_given(tmp_path, monkeypatch):
+    """Sites hand out login nodes' keys in /etc/ssh/ssh_known_hosts (OpenSSH reads it): both transports read it
+    after the hop's own files; a --known-hosts (a cluster's known_hosts) is the only file."""
+    s, host, c = setup(tmp_path, monkeypatch)
+    site = tmp_path / "ssh_known_hosts"
+    site.write_text("")
+    monkeypatch.setattr(sshmodel, "GLOBAL_KNOWN_HOSTS", (str(site), str(tmp_path / "absent")))
+    hops = sshmodel.route(host, s).hops
+    assert [h.known_hosts for h in hops] == [(f"{tmp_path}/kh_bastion", str(site)),
+                                             (f"{tmp_path}/.ssh/known_hosts", str(site)),
+                                             (f"{tmp_path}/.ssh/known_hosts", str(site))]
+    assert clusterssh.model(c).hops == hops
+    one = sshmodel.SSHSettings(ssh_config=s.ssh_config, known_hosts=str(tmp_path / "kh"), timeout=s.timeout)
+    assert {h.known_hosts for h in sshmodel.route(host, one).hops} == {(str(tmp_path / "kh"),)}
