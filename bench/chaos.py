@@ -6,7 +6,8 @@ run's, for the same steps: the share of the wall time spent on steps that count)
 steps a restart trained again: the last step an attempt logged minus the step the next one resumed from), each
 phase of recovery (mean seconds since the fault, from status.json's recovery timeline) and whether every restart
 came from the policy (no person). Usage: .venv/bin/python bench/chaos.py [T seconds, default 60] [steps, default
-1200] [local|ssh, default local]. `make bench` runs a short form (bench/run_all.py: 20 s, 300 steps, local); the
+1200] [local|ssh, default local] [storage|memory, default storage: `memory` runs the disturbed run with
+--memory-checkpoint, against the same undisturbed run without it]. `make bench` runs a short form (bench/run_all.py: 20 s, 300 steps, local); the
 long form (60 1200, and 300 for one fault per five minutes) by hand. BENCH_TINY=1 (tests/test_bench_tiny.py): the
 given steps without the per-step delay, and one kill only (after T seconds)."""
 import json
@@ -30,15 +31,16 @@ LAUNCH = os.path.join(os.path.dirname(sys.executable), "launch")
 SSH = ["ssh", "--hosts", "sshhost1,sshhost2,sshhost3,sshhost4", "--ssh-config", "/run/launch-ssh-hosts/ssh_config",
        "--known-hosts", "/run/launch-ssh-hosts/known_hosts"]
 STEP = re.compile(r"^step (\d+)/\d+ ")
-RESUMED = re.compile(r"^resumed from \S+ \(step (\d+),")
+RESUMED = re.compile(r"^resumed from .+? \(step (\d+),")      # a checkpoint's name, or `memory step N`
 HEADER = re.compile(r"^===== launch attempt (\d+) ")
 
 
-def run(d: str, name: str, steps: int, every: float, seed: int, backend: str) -> tuple[float, dict, list[str]]:
+def run(d: str, name: str, steps: int, every: float, seed: int, backend: str,
+        extra: tuple[str, ...] = ()) -> tuple[float, dict, list[str]]:
     run_dir = os.path.join(d, name)
     delay = "0" if os.environ.get("BENCH_TINY") == "1" else "0.1"
     argv = [LAUNCH, *(SSH if backend == "ssh" else ["local"]), "--nodes", "2", "--gpus-per-node", "1", "--spares",
-            "2", "--max-restarts", "1000", "--quarantine-after", "1000", "--run-dir", run_dir, "--", "-m",
+            "2", "--max-restarts", "1000", "--quarantine-after", "1000", *extra, "--run-dir", run_dir, "--", "-m",
             "workloads.convnet", "--dataset", "digits", "--max-steps", str(steps), "--checkpoint-every", "50",
             "--step-delay", delay, "--log-every", "1", "--no-tensorboard"]
     rng, kills, t0 = random.Random(seed), [], time.monotonic()
@@ -101,15 +103,19 @@ def main() -> int:
     backend = sys.argv[3] if len(sys.argv) > 3 else "local"
     if backend not in ("local", "ssh"):
         sys.exit(f"chaos: backend {backend!r} is not accepted; choose local or ssh")
+    mode = sys.argv[4] if len(sys.argv) > 4 else "storage"
+    if mode not in ("storage", "memory"):
+        sys.exit(f"chaos: mode {mode!r} is not accepted; choose storage or memory (--memory-checkpoint)")
+    extra = ("--memory-checkpoint",) if mode == "memory" else ()
     with tempfile.TemporaryDirectory(dir="/tmp") as d:            # /tmp: the SSH test hosts see it
-        ref_wall, ref, _ = run(d, "calm", steps, 0, 0, backend)
-        wall, st, kills = run(d, "chaos", steps, every, 7, backend)
+        ref_wall, ref, _ = run(d, "calm", steps, 0, 0, backend)        # the same program, no memory checkpoints
+        wall, st, kills = run(d, "chaos", steps, every, 7, backend, extra)
         lost = steps_lost(os.path.join(d, "chaos"))
     rec = st.get("recovery") or []
     times = [r["detection_to_first_step_s"] for r in rec if r.get("detection_to_first_step_s") is not None]
     mean = sum(times) / len(times) if times else float("nan")
     people = sum(1 for r in rec if r.get("person") == "yes")
-    print(f"chaos: {backend}, one kill every {every:.0f} s, {steps} steps; undisturbed {ref['state']} in {ref_wall:.0f} s, "
+    print(f"chaos: {backend}, {mode} checkpoints, one kill every {every:.0f} s, {steps} steps; undisturbed {ref['state']} in {ref_wall:.0f} s, "
           f"disturbed {st['state']} in {wall:.0f} s after {len(kills)} kills ({kills.count('worker')} workers, "
           f"{kills.count('agent')} agents), {len(rec)} restarts")
     print(f"chaos: effective training time {ref_wall / wall:.2f} (undisturbed / disturbed wall); mean recovery "
