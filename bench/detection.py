@@ -4,7 +4,8 @@ recovery timeline's fault -> detected), and on to the next attempt's first step,
   - while the attempt loads its checkpoint (the other ranks are inside the collective load),
   - in the first step after that load (the other ranks wait in its first collective),
 per backend: local always, SSH when its dev hosts are up; 2 nodes x 1 rank, workloads.convnet on CPU, one run
-resumed twice (attempt 0 dies at import, 2 in the load, 4 in its first step; 1, 3 and 5 go on). The run must end
+resumed twice (attempt 0 dies at import, 2 in the load, 4 in its first step; 1, 3 and 5 go on; the faults are
+injected, not a node's: --quarantine-after 100 keeps the policy from quarantining the slot they land on twice). The run must end
 COMPLETED with those three restarts recorded, else the script fails. BENCH_BACKENDS=local,ssh: only those;
 BENCH_TINY=1: the tiny form (local, the import and load phases)."""
 from __future__ import annotations
@@ -49,7 +50,8 @@ def one_run(backend: list[str], tmp: str, i: int) -> dict[str, tuple[float, floa
     run_dir, phases = os.path.join(tmp, "runs", f"{backend[0]}{i}"), PHASES[:2] if TINY else PHASES
     for k, (_, words, _) in enumerate(phases):
         prog = ["--", "crash_import.py", "--checkpoint-every", "2", *words]
-        launch([*backend, "--nodes", "2", "--gpus-per-node", "1", "--max-restarts", "6", "--run-dir", run_dir, *prog]
+        launch([*backend, "--nodes", "2", "--gpus-per-node", "1", "--max-restarts", "6", "--quarantine-after", "100",
+                "--run-dir", run_dir, *prog]
                if k == 0 else ["resume", run_dir, *prog], tmp)
     with open(os.path.join(run_dir, "status.json")) as f:
         st = json.load(f)
