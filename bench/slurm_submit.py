@@ -42,7 +42,7 @@ HAND = """#!/bin/bash
 MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 srun bash -c 'exec {python} -m torch.distributed.run --nnodes {nodes} --nproc-per-node {per_node} \\
   --node-rank "$SLURM_NODEID" --master-addr '"$MASTER"' --master-port {port} --max-restarts 0 \\
-  --monitor-interval 0.1 {tmp}/marker.py "$0"' {markers}
+  --monitor-interval 0.1 {tmp}/proj/marker.py "$0"' {markers}
 """
 
 
@@ -99,14 +99,17 @@ def main() -> None:
     if not cluster_up():
         sys.exit("bench slurm_submit: the dev Slurm cluster is not up; run `make slurm-up` first")
     tmp = tempfile.mkdtemp(prefix="bench-slurm-", dir="/tmp")
-    with open(os.path.join(tmp, "marker.py"), "w") as f:
+    proj = os.path.join(tmp, "proj")     # the launch directory holds the program only, as a project would: the run
+    os.makedirs(os.path.join(tmp, "markers"))      # dirs, markers and the state dir lie beside it, not in its snapshot
+    os.makedirs(proj)
+    with open(os.path.join(proj, "marker.py"), "w") as f:
         f.write(MARKER)
     n = [0]
     returned: dict[str, list[float]] = {"launch": [], "cold": [], "hand": []}   # until the submit command returned
 
     def fresh() -> str:
         n[0] += 1
-        d = os.path.join(tmp, f"m{n[0]}")
+        d = os.path.join(tmp, "markers", f"m{n[0]}")
         os.mkdir(d)
         return d
 
@@ -116,14 +119,14 @@ def main() -> None:
         t0 = time.perf_counter()
         subprocess.run([os.path.join(BIN, "launch"), "slurm", "--nodes", str(NODES), "--gpus-per-node",
                         str(PER_NODE), "--time", "5", "--master-port", str(PORT), "--run-dir",
-                        os.path.join(tmp, "runs", f"r{n[0]}"), "--", os.path.join(tmp, "marker.py"), markers],
-                       cwd=tmp, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                        os.path.join(tmp, "runs", f"r{n[0]}"), "--", os.path.join(proj, "marker.py"), markers],
+                       cwd=proj, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         returned[into].append(ms_since(t0))
         return until_ranks(markers, t0)
 
     warm_env = {**os.environ, "LAUNCH_WARM": "1", "LAUNCH_STATE_DIR": os.path.join(tmp, "state")}
     cold_env = {**os.environ, "LAUNCH_WARM": "0"}
-    prime(warm_env, tmp)
+    prime(warm_env, proj)
 
     def ours() -> float:
         return submit(warm_env, "launch")

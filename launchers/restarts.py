@@ -72,7 +72,8 @@ def attempt_loop(rd: RunDir, attempt: int, run: Callable[[int], tuple[int, Decid
     backoff waited, restart(attempt, decided) records the next attempt on the decision's pool -> its number."""
     while True:
         code, decided = run(attempt)
-        record_timeline(rd)                      # before the next attempt's heartbeats replace this one's
+        if decided is not None or attempt:       # a first attempt that decided nothing has no restart to time
+            record_timeline(rd)                  # before the next attempt's heartbeats replace this one's
         if decided is None or decided.decision.action == "stop":
             return code
         time.sleep(backoff_s(decided.decisions))
