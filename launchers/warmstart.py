@@ -38,7 +38,7 @@ from .statcache import state_dir
 IDLE_S = 600
 CHECK_S = 5.0                 # how often an idle server looks whether its code changed
 MAX_REQUEST = 4 << 20
-MAX_PATH = 104                # sun_path is 108 bytes with its NUL; a longer socket path: no warm server
+MAX_PATH = 104                # sun_path is 108 bytes with its NUL; a longer path goes through /proc/self/fd
 NAMESPACES = ("mnt", "pid", "net", "uts", "user", "ipc")     # a client in a container is not served outside it
 LIMITS = (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CORE,
           resource.RLIMIT_STACK)
@@ -82,7 +82,21 @@ def _readlink(p: str) -> str:
 
 def socket_path(fp: str | None = None) -> str | None:
     p = os.path.join(state_dir(), "warm", f"{socket.gethostname()}-{fp or fingerprint()}.sock")
-    return p if len(os.fsencode(p)) <= MAX_PATH else None
+    return p if len(os.fsencode(os.path.basename(p))) <= MAX_PATH - 24 else None
+
+
+@contextlib.contextmanager
+def address(path: str):
+    """path as a socket address that fits sun_path: itself, or, in a deep state dir, the same file reached through
+    /proc/self/fd/N of its directory (open while the caller binds or connects)."""
+    if len(os.fsencode(path)) <= MAX_PATH:
+        yield path
+        return
+    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+    finally:
+        os.close(fd)
 
 
 def private_dir(d: str) -> bool:
@@ -107,7 +121,8 @@ def run(argv: list[str]) -> int | None:
         st = os.lstat(path)
         if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
             return None
-        s.connect(path)
+        with address(path) as addr:
+            s.connect(addr)
         mask = os.umask(0)
         os.umask(mask)
         body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": mask}).encode()
@@ -197,22 +212,28 @@ def serve(path: str) -> None:
 
 def _bind(path: str) -> socket.socket | None:
     """Listen on path; None when another live server holds it. A socket file no server answers is replaced."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with address(path) as addr:
+            return _listen(path, addr)
+    except OSError:
+        return None
+
+
+def _listen(path: str, addr: str) -> socket.socket | None:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        probe.connect(path)
+        probe.connect(addr)
         return None                       # a live server: it serves
     except FileNotFoundError:
         pass
     except ConnectionRefusedError:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-    except OSError:
-        return None
     finally:
         probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.bind(path)
+        sock.bind(addr)
         sock.listen(16)
     except OSError:
         sock.close()

@@ -43,7 +43,7 @@ def servers(state: Path) -> list[int]:
 
 @pytest.fixture
 def warm(tmp_path):
-    state = tmp_path / "state"
+    state = tmp_path / ("deep" * 20) / "state"      # a socket path past sun_path's 108 bytes, as a deep home makes
     env = {**os.environ, "LAUNCH_WARM": "1", "LAUNCH_STATE_DIR": str(state)}
     yield env, state
     for pid in servers(state):
