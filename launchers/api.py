@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from . import layout, memstore, nodebackend, nodeledger, pipeline, runindex, timeline
+from . import layout, nodebackend, nodeledger, pipeline, runindex, timeline
 from .errors import LaunchError, RunDirGone, TimedOut
 from .firstfail import describe as describe_failure
 from .restarts import end_line, plan_on, pool_of, run_attempts
@@ -69,13 +69,13 @@ class Submit:
 
 
 def attempts(backend, plan, rd: RunDir) -> int:
-    """restarts.run_attempts; then a local run's in-memory checkpoints go (--memory-checkpoint: launchers.memstore;
-    each rank of a completed run removes its own files, on every backend)."""
+    """restarts.run_attempts; then the run's in-memory checkpoints go from its nodes (--memory-checkpoint:
+    Backend.forget_memory; each rank of a completed run removes its own files, on every backend)."""
     try:
         return run_attempts(backend, plan.spec, rd, plan, plan.spec.max_restarts)
     finally:
-        if plan.spec.memory_checkpoint and backend.name == "local":
-            memstore.forget_run(plan.run_id)
+        if plan.spec.memory_checkpoint:
+            backend.forget_memory(plan)
 
 
 def resume(path: str, changes: dict[str, Any], program_args: tuple[str, ...] | None = None,

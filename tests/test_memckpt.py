@@ -193,9 +193,9 @@ def test_ssh_a_killed_node_is_replaced_by_a_spare_host_that_resumes_from_its_pee
         finally:
             if p.poll() is None:
                 p.kill()
-            if Path("runs/ms/run.yaml").is_file():
-                forget_on_hosts(run_id("runs/ms"))
+            held = forget_on_hosts(run_id("runs/ms")) if Path("runs/ms/run.yaml").is_file() else []
         assert p.returncode == 0, err[-3000:]
+        assert held == [], f"the run's in-memory checkpoints were left on {held}"
         run = yaml.safe_load(Path("runs/ms/run.yaml").read_text())
         assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"], ["sshhost1", "sshhost3"]], run
         log = attempt1("runs/ms")
@@ -208,10 +208,15 @@ def test_ssh_a_killed_node_is_replaced_by_a_spare_host_that_resumes_from_its_pee
         assert row["orphans"] == 0
 
 
-def forget_on_hosts(rid: str) -> None:
-    """The run's stores on the test hosts: the killed node's stays (the SSH launcher does not remove a host's store
-    yet; the ranks of a completed run remove only their own)."""
+def forget_on_hosts(rid: str) -> list[str]:
+    """The hosts that still hold a store of the run (the launcher removes them from every host of the pool at the
+    run's end: the killed node's too), each then removed so that a failed test leaves none behind."""
+    held = []
     for host in ("sshhost1", "sshhost2", "sshhost3"):
-        subprocess.run(["ssh", "-F", str(SSH_STATE / "ssh_config"), "-o", f"UserKnownHostsFile={SSH_STATE}/known_hosts",
-                        "-o", "BatchMode=yes", "-i", str(SSH_STATE / "client_key"), host,
-                        f"rm -rf {memstore.run_store(rid)}"], capture_output=True, timeout=30)
+        p = subprocess.run(["ssh", "-F", str(SSH_STATE / "ssh_config"), "-o", f"UserKnownHostsFile={SSH_STATE}/known_hosts",
+                            "-o", "BatchMode=yes", "-i", str(SSH_STATE / "client_key"), host,
+                            f"test -e {memstore.run_store(rid)} && echo held; rm -rf {memstore.run_store(rid)}"],
+                           capture_output=True, text=True, timeout=30)
+        if "held" in p.stdout:
+            held.append(host)
+    return held

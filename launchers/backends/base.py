@@ -110,6 +110,10 @@ class Backend:
     def cancel(self, rd: RunDir) -> None:
         raise NotImplementedError
 
+    def forget_memory(self, plan: Plan) -> None:
+        """--memory-checkpoint: the run ended, its in-memory checkpoints go from every node of its pool
+        (launchers.memstore). Default: nothing (Slurm: each node's job ends with its tmpfs files left to the site)."""
+
     def refresh(self, rd: RunDir) -> dict[str, Any]:
         """Current status (backends with a scheduler ask it); default: status.json as written, corrected when
         the launcher that runs it died."""

@@ -155,6 +155,9 @@ class LocalBackend(Backend):
             if rd.read_status().get("state") not in TERMINAL:
                 rd.update_status(state="CANCELLED", reason="by launch cancel", first_failure=None)
 
+    def forget_memory(self, plan: Plan) -> None:
+        memstore.forget_run(plan.run_id)
+
 
 class Paused:
     """A paused simulated node: its torchrun agent stopped (state T: SIGSTOP) for PAUSED_S while another node's

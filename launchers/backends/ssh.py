@@ -22,7 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import container, ports, procs
+from .. import container, memstore, ports, procs
 from ..errors import LaunchError, RunDirGone
 from ..firstfail import node_failed
 from ..hang import watch as hang_watch
@@ -40,11 +40,13 @@ from . import sshcheck
 from .base import Backend, Interrupts, Plan, node_code_fields, node_commands
 
 STAGING_ROOT = "/tmp/launch-staging"
+FORGET_S = 15.0           # how long the end of a --memory-checkpoint run waits for its hosts to drop their stores
 
 
 @dataclass
 class SSHPlan(Plan):
     rhosts: list[ResolvedHost] = field(default_factory=list)
+    rpool: list[ResolvedHost] = field(default_factory=list)      # every host of the pool (nodes, spares)
     settings: SSHSettings = field(default_factory=SSHSettings)
     cwd: str = ""
     node_dir: str = ""        # LAUNCH_RUN_DIR on the hosts: the run dir, or a host-local staging dir
@@ -123,7 +125,7 @@ class SSHBackend(Backend):
         return SSHPlan(spec=spec, run_id=run_id, attempt=attempt, master_addr=master, master_port=port,
                        dist_backend=dist, hosts=[h.entry.word for h in rhosts],
                        nodes=self._commands(spec, node_dir, run_id, attempt, master, port, dist, slots),
-                       rhosts=rhosts, settings=settings, cwd=os.getcwd(), node_dir=node_dir,
+                       rhosts=rhosts, rpool=rpool, settings=settings, cwd=os.getcwd(), node_dir=node_dir,
                        port_fixed=spec.master_port is not None, slots=slots)
 
     @staticmethod
@@ -315,6 +317,19 @@ class SSHBackend(Backend):
                 if err:
                     print(f"launch: could not collect node {k}'s files: {err}", file=sys.stderr, flush=True)
 
+    def forget_memory(self, plan: SSHPlan) -> None:
+        """--memory-checkpoint: the run's stores go from every host of its pool (nodes and spares, a lost node's
+        host too when it answers), in parallel; a host that does not answer within FORGET_S keeps its copy until
+        it reboots (tmpfs). Never fails the run."""
+        line = "rm -rf -- " + shlex.quote(memstore.run_store(plan.run_id))
+        threads = [threading.Thread(target=_forget_on, args=(h, plan.settings, line), daemon=True,
+                                    name="launch-forget-memory") for h in plan.rpool or plan.rhosts]
+        end = time.monotonic() + FORGET_S
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
+
     # ------------------------------------------------------------------ cancel
     def cancel(self, rd: RunDir) -> None:
         """SIGTERM to the launcher, which stops its nodes gracefully and records it; without a live launcher the
@@ -335,6 +350,18 @@ class SSHBackend(Backend):
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
                 rd.update_status(state="CANCELLED", reason="by launch cancel", first_failure=None)
+
+
+def _forget_on(h: ResolvedHost, settings: SSHSettings, line: str) -> None:
+    """One host's part of forget_memory: its own connection, so that a host that is down costs only itself."""
+    try:
+        c = make_connection(h, settings)
+        try:
+            c.run(line, hide=True, warn=True, in_stream=False, timeout=FORGET_S)
+        finally:
+            c.close()
+    except Exception:  # noqa: BLE001 - best effort: the store is tmpfs, gone at the host's next boot
+        pass
 
 
 def agent_ended(out: Prefixed) -> float:
