@@ -12,11 +12,13 @@ What keeps it honest:
   * one server per user, host and code: the socket lies in the user's state dir (`warm/`, 0700, the user's), named
     by the host and a fingerprint of the interpreter, sys.path, the launcher's source files (sizes, mtimes), the
     site directories' mtimes (a package installed or upgraded), the user's groups, the PYTHON*/locale
-    environment, the process's namespaces (a client in a container is never served outside it) and limits. A server whose files changed on disk exits; the client of other code finds no socket.
+    environment, the process's namespaces (a client in a container is never served outside it) and limits. A
+    server whose files changed on disk exits; the client of other code finds no socket.
   * each command runs in a fork of a server that never ran one itself: no state of one launch reaches another.
-  * the client uses only a socket in a directory that is its own and private, and the server serves only its own
-    user (SO_PEERCRED); a client whose request was refused or never answered runs the command in-process.
-    Nothing runs twice: the worker starts only after the client holds its pid.
+  * the client uses only a socket in a directory that is its own and private, served by a process of its own user
+    (SO_PEERCRED, checked before anything is sent), and the server serves only its own user; a client whose
+    request was refused or never answered runs the command in-process. Nothing runs twice: the worker starts
+    only after the client holds its pid.
   * it idles out after IDLE_S seconds; LAUNCH_WARM=0 neither uses nor leaves one (the tests' default).
 Stdlib only until the server imports the launcher.
 """
@@ -123,6 +125,9 @@ def run(argv: list[str]) -> int | None:
             return None
         with address(path) as addr:
             s.connect(addr)
+        if _peer_uid(s) != os.getuid():   # whoever swapped a directory in between gets nothing (env: secrets)
+            s.close()
+            return None
         mask = os.umask(0)
         os.umask(mask)
         body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": mask}).encode()
@@ -138,6 +143,10 @@ def run(argv: list[str]) -> int | None:
         s.close()
         return None
     return _wait(s, f, int(first[1]))
+
+
+def _peer_uid(s: socket.socket) -> int:
+    return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
 
 
 def _wait(s: socket.socket, f, pid: int) -> int:
@@ -168,9 +177,9 @@ def spawn() -> None:
     with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         if private_dir(os.path.dirname(path)):
-            subprocess.Popen([sys.executable, "-m", "launchers.warmstart", path, json.dumps(sys.path)], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                             close_fds=True, cwd="/")
+            subprocess.Popen([sys.executable, "-m", "launchers.warmstart", path, json.dumps(sys.path)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True, close_fds=True, cwd="/")
 
 
 # ---- the server (`python -m launchers.warmstart SOCKET`, started by spawn()) ----
@@ -246,7 +255,7 @@ def _accept(sock: socket.socket, conn: socket.socket) -> None:
     """Read one request (only from this user) and fork its session; a bad one is answered `no`."""
     conn.settimeout(10)
     try:
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        uid = _peer_uid(conn)
         data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
         if uid != os.getuid() or len(fds) != 3 or len(data) < 4:
             raise ValueError("refused")

@@ -99,3 +99,38 @@ def test_a_submit_served_warm_runs_in_the_clients_directory_umask_and_environmen
     while not out.exists() and time.monotonic() < end:
         time.sleep(0.2)
     assert out.read_text() == "from the client"
+
+
+def test_a_socket_another_user_listens_on_is_sent_nothing(tmp_path, monkeypatch):
+    """A directory swapped between the client's checks and its connect can put another user's listener at the
+    socket's path: the client checks the listener's uid (SO_PEERCRED) before it sends anything (its environment
+    holds secrets) and runs the command itself. The listener here drops to uid 65534 before listen()."""
+    from launchers import warmstart
+    monkeypatch.setenv("LAUNCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("LAUNCH_WARM", "1")
+    path = warmstart.socket_path()
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    got_r, got_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                      # the other user's listener
+        import socket
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(path)
+            os.setuid(65534)
+            s.listen(1)
+            s.settimeout(20)
+            conn, _ = s.accept()
+            conn.settimeout(5)
+            data = conn.recv(65536)
+            os.write(got_w, b"sent %d bytes" % len(data))
+        finally:
+            os._exit(0)
+    os.close(got_w)
+    end = time.monotonic() + 10
+    while not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.05)
+    time.sleep(0.2)                                   # listen() after the setuid
+    assert warmstart.run(["launch", "slurm", "--nodes", "abc", "--", "x.py"]) is None
+    os.waitpid(pid, 0)
+    assert os.read(got_r, 100) in (b"", b"sent 0 bytes")
