@@ -61,7 +61,7 @@ class LocalBackend(Backend):
         attempt, spec = plan.attempt, plan.spec
         rd.mark_running(attempt)
         agents: list[subprocess.Popen] = []
-        paused = Paused(agents)
+        paused, swept = Paused(agents), []          # swept: the pids the launcher's own stop had to kill
         watch = LauncherWatch(rd, plan.run_id, attempt, spec.hang_timeout, spec.nodes, spec.world_size,
                               monitor_here=True) if spec.hang_timeout else None
         thread, stop = follow_in_thread(rd.path) if self.stream else (None, None)
@@ -80,8 +80,8 @@ class LocalBackend(Backend):
                         end_hung(rd.path, plan.run_id, attempt)
                     how = stop_decision("run dir gone", 0) if why == "gone" else intr.stop(      # launchers.stops
                         {"hung": "hang", "lost": "lost node"}.get(why or "", "peer failure"), spec.stop_grace)
-                    procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],      # not a reaped pid
-                                   how.signal, how.wait_s, intr.urgent)
+                    swept = procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],  # not reaped
+                                           how.signal, how.wait_s, intr.urgent)
                     codes = [reap(a) for a in agents]
             finally:
                 if watch:
@@ -98,7 +98,7 @@ class LocalBackend(Backend):
             raise RunDirGone(here.gone_line())
         now = time.time()    # a node that ended in the stop ended after the one that made us stop
         codes = [container.agent_code(spec, c) for c in codes]      # podman's 128 + N: its agent's signal N
-        lost_memory(plan, codes, paused.lost)
+        lost_memory(plan, codes, paused.lost, {k for k, a in enumerate(agents) if a.pid in swept})
         failures = [dict(node=k, time=exited_at.get(k, now), **exit_fields(c))
                     for k, c in enumerate(codes) if c not in (0, None) and k not in paused.lost]
         failures += [dict(node=k, time=t, exit_code=None, signal=None, reason=reason, kind="lost")      # paused
@@ -194,12 +194,13 @@ class Paused:
                 procs.kill(pid, signal.SIGKILL)
 
 
-def lost_memory(plan: Plan, codes: list, lost: dict) -> None:
+def lost_memory(plan: Plan, codes: list, lost: dict, swept: set[int]) -> None:
     """--memory-checkpoint: a simulated node that died (its agent SIGKILLed, or paused and lost) loses its memory,
-    as a real node would: its store is removed (launchers.memstore), the next attempt's ranks there find nothing."""
+    as a real node would: its store is removed (launchers.memstore), the next attempt's ranks there find nothing.
+    A node whose agent the launcher's own sweep killed (it outlived the stop grace: a loaded machine) is not lost."""
     if not plan.spec.memory_checkpoint:
         return
-    dead = [k for k, c in enumerate(codes) if c == -signal.SIGKILL or k in lost]
+    dead = [k for k, c in enumerate(codes) if c == -signal.SIGKILL and k not in swept or k in lost]
     slots = plan.slots or list(range(len(codes)))
     for s in memstore.forget_nodes(plan.run_id, [slots[k] for k in dead]):
         print(f"launch: node {slots.index(s)} (slot {s}) lost: its memory checkpoints are gone with it",
