@@ -1,8 +1,10 @@
 """--memory-checkpoint (issue 37): where a node keeps its ranks' in-memory checkpoints, and when they go away.
 
 Each node has one store: a directory in host memory (/dev/shm, tmpfs) per user, per run and per node --
-`/dev/shm/launch-<user>/mem-<run id>` on a host (SSH, Slurm), with `/slot<S>` under it for each simulated node of
-the local backend (they share one machine, so each gets its own "memory"). The ranks write it
+`/dev/shm/launch-<user>/mem-<run id>` on an SSH host, with `/slot<S>` under it for each simulated node of the local
+backend (they share one machine, so each gets its own "memory") and `/<node name>` under it for a Slurm node (a
+site's nodes may share one /dev/shm -- the dev cluster's do -- and a spare that replaces a lost node is another
+name, so it finds nothing of the lost one's; on nodes of their own the name is one more directory). The ranks write it
 (workloads.common.memckpt: their own state every M steps, and the copy a rank of the previous node sends them);
 it outlives a worker's restart and dies with its node. The launcher removes a node's store when it declares the
 node lost (local: what the node's memory going away is there) and every store of the run when the run ends.
@@ -48,17 +50,21 @@ def run_store(run_id: str, root: str = SHM) -> str:
     return os.path.join(root, f"launch-{_user()}", f"mem-{re.sub(r'[^A-Za-z0-9_.-]', '_', run_id)}")
 
 
-def node_store(run_id: str, slot: int | None, one_machine: bool, root: str = SHM) -> str:
-    """A node's store: the host's (one node per host), or the simulated node slot's on the local backend."""
+def node_store(run_id: str, slot: int | None, one_machine: bool, root: str = SHM, host: str | None = None) -> str:
+    """A node's store: the host's (one node per host), the simulated node slot's on the local backend, or the
+    Slurm node's (host: its name in Slurm)."""
     base = run_store(run_id, root)
+    if host:
+        return os.path.join(base, re.sub(r"[^A-Za-z0-9_.-]", "_", host).lstrip(".") or "_")
     return os.path.join(base, f"slot{slot if slot is not None else 0}") if one_machine else base
 
 
-def worker_env(every: int, run_id: str, slot: int | None, one_machine: bool) -> dict[str, str]:
+def worker_env(every: int, run_id: str, slot: int | None, one_machine: bool,
+               host: str | None = None) -> dict[str, str]:
     """What a node's ranks are told (nothing when --memory-checkpoint is off: every == 0)."""
     if not every:
         return {}
-    return {ENV_EVERY: str(every), ENV_DIR: node_store(run_id, slot, one_machine)}
+    return {ENV_EVERY: str(every), ENV_DIR: node_store(run_id, slot, one_machine, host=host)}
 
 
 def forget_nodes(run_id: str, slots, root: str = SHM) -> list[int]:

@@ -6,7 +6,10 @@ nodes x 1, --max-restarts 1, a 1 s step delay, storage checkpoints at steps 4 an
 resumes from memory with at most M = 1 step lost and the uninterrupted run's param_sha256; both nodes killed (the
 node holding node 0's peer copy with it) falls back to storage (step 4), bit-exact too. SSH (the test hosts, one
 rank each, --spares 1): sshhost2's agent and rank killed at step 6, the spare host sshhost3 gets rank 1's state from
-the copy sshhost1 held, bit-exact."""
+the copy sshhost1 held, bit-exact. Slurm (the dev cluster, one rank per node, --spares 1): node 1's agent and rank
+killed at step 6, the spare node of the same job gets rank 1's state from the copy node 0 kept (each node's store
+is its own Slurm node name's: the dev cluster's nodes share one /dev/shm), bit-exact; at the job's end no store of
+the run is left."""
 from __future__ import annotations
 
 import os
@@ -22,8 +25,9 @@ import test_recovery
 from conftest import LAUNCH, read_json
 from launchers import memstore, spec, torchrun
 from launchers.errors import LaunchError
+from launchers.remote import node_pids
 from launchers.request import JobSpec
-from test_recovery import PROGRAM, SSH_STATE, gone, recovery_row, require_ssh
+from test_recovery import PROGRAM, SSH_STATE, gone, recovery_row, require_slurm, require_ssh, submit_with_a_spare
 from test_recovery_local import ended, signal_node, started_with_a_spare
 from workloads.common.memckpt import KEEP, choose, listing, pack, private_dir, unpack, why_storage, write_copy
 
@@ -198,14 +202,20 @@ def test_ssh_a_killed_node_is_replaced_by_a_spare_host_that_resumes_from_its_pee
         assert held == [], f"the run's in-memory checkpoints were left on {held}"
         run = yaml.safe_load(Path("runs/ms/run.yaml").read_text())
         assert [a["hosts"] for a in run["attempts"]] == [["sshhost1", "sshhost2"], ["sshhost1", "sshhost3"]], run
-        log = attempt1("runs/ms")
-        m = re.search(r"restored step (\d+) from memory \(rank 0: own copy; ranks restored from a peer's copy: "
-                      r"\[1\].*rollback: (\d+) step", log)
-        assert m and int(m.group(1)) >= 5 and int(m.group(2)) <= 1, log[-3000:]
-        row["user_sees"] += f" (restored step {m.group(1)}, {m.group(2)} step(s) lost)"
-        assert read_json("runs/ms/final.json")["param_sha256"] == reference_sha
-        row["orphans"] = len(gone(run["run_id"]))
-        assert row["orphans"] == 0
+        from_the_peers_copy("runs/ms", row, reference_sha, run["run_id"])
+
+
+def from_the_peers_copy(run_dir: str, row: dict, reference_sha: str, rid: str) -> None:
+    """Attempt 1 restored rank 0 from its own copy and rank 1 from the copy node 0 held, with at most M = 1 step
+    lost (in the row), and ended with the uninterrupted weights; no process of the run left."""
+    log = attempt1(run_dir)
+    m = re.search(r"restored step (\d+) from memory \(rank 0: own copy; ranks restored from a peer's copy: "
+                  r"\[1\].*rollback: (\d+) step", log)
+    assert m and int(m.group(1)) >= 5 and int(m.group(2)) <= 1, log[-3000:]
+    row["user_sees"] += f" (restored step {m.group(1)}, {m.group(2)} step(s) lost)"
+    assert read_json(Path(run_dir, "final.json"))["param_sha256"] == reference_sha
+    row["orphans"] = len(gone(rid))
+    assert row["orphans"] == 0
 
 
 def forget_on_hosts(rid: str) -> list[str]:
@@ -220,3 +230,31 @@ def forget_on_hosts(rid: str) -> list[str]:
         if "held" in p.stdout:
             held.append(host)
     return held
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_slurm_a_killed_node_is_replaced_by_a_spare_that_resumes_from_its_peers_copy(workdir, reference_sha):
+    """2 nodes x 1 and a spare node in one job: node 1's agent, rank wrapper and program SIGKILLed once rank 1
+    reported step 6 (storage holds step 4); the batch step's loop replaces its node by the spare, whose store (its
+    own node name's) holds nothing, so rank 1's state comes from the peer copy node 0 kept: at most 1 step lost,
+    bit-exact. Once the job has left the queue no node keeps a store of the run."""
+    require_slurm()
+    with recovery_row("slurm", "one node's agent and rank killed, --memory-checkpoint --spares 1", "runs/mslurm",
+                      "the spare node resumes rank 1 from the peer's copy in memory, same job; COMPLETED") as row:
+        submit_with_a_spare("runs/mslurm", *PROGRAM, "--step-delay", "1", *STORAGE_AT_4_AND_8, flags=MEMORY)
+        rid = run_id("runs/mslurm")
+        wait_for(lambda: (read_json_or_none("runs/mslurm/progress/rank1.json") or {}).get("step", 0) >= 6, 300,
+                 "rank 1 at step 6")
+        for pid in node_pids(rid, 1, attempt=0):
+            os.kill(pid, signal.SIGKILL)
+        p = subprocess.run([LAUNCH, "wait", "runs/mslurm"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        job = Path("runs/mslurm/slurm/jobs").read_text().split()[-1]
+        wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip(),
+                 90, f"job {job} out of the queue")
+        assert not Path(memstore.run_store(rid)).exists(), os.listdir(memstore.run_store(rid))
+        run = yaml.safe_load(Path("runs/mslurm/run.yaml").read_text())
+        (a, b), (c, d) = [x["hosts"] for x in run["attempts"]]
+        assert a == c and d not in (a, b) and len({x["slurm_job_id"] for x in run["attempts"]}) == 1, run["attempts"]
+        from_the_peers_copy("runs/mslurm", row, reference_sha, rid)

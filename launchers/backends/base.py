@@ -112,7 +112,7 @@ class Backend:
 
     def forget_memory(self, plan: Plan) -> None:
         """--memory-checkpoint: the run ended, its in-memory checkpoints go from every node of its pool
-        (launchers.memstore). Default: nothing (Slurm: each node's job ends with its tmpfs files left to the site)."""
+        (launchers.memstore). Default: nothing (Slurm: a submitted job removes them at its own end)."""
 
     def refresh(self, rd: RunDir) -> dict[str, Any]:
         """Current status (backends with a scheduler ask it); default: status.json as written, corrected when

@@ -211,6 +211,13 @@ class SlurmBackend(Backend):
             hold_for_requeue(env.job_id)
         return exit_code(st)
 
+    def forget_memory(self, plan: Plan) -> None:
+        """--memory-checkpoint in the user's own allocation: its srun has ended, the stores go from its nodes. A
+        submitted job removes them at its own end (backends.slurm.memory), never while it is queued or runs."""
+        if SlurmEnv.read().in_allocation:
+            from .memory import forget_job
+            forget_job(plan.spec, plan.run_id)
+
     # ------------------------------------------------------------------ watch / cancel
     def refresh(self, rd: RunDir) -> dict[str, Any]:
         st = rd.read_status()

@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ... import layout, ports, procs
+from ... import layout, memstore, ports, procs
 from ...container import agent_code, step_cwd, wrap
 from ...containeropts import host_limits
 from ...errors import LaunchError
@@ -45,6 +45,7 @@ from .requeue import after_stop
 MASTER_WAIT_S = 120.0      # other nodes wait this long for node 0 to publish the master address
 BEACON_WAIT_S = 60.0       # ... and this long for node 0's beacon to answer
 PEER_GRACE_S = 5.0         # a node still running this long after another node failed is stopped (watch_peers)
+NODE_SHOWN = "<its Slurm node name>"     # the dry-run's, in a node's --memory-checkpoint store
 
 
 class NodeError(Exception):
@@ -52,14 +53,25 @@ class NodeError(Exception):
 
 
 def slurm_node_command(spec: JobSpec, node: int, addr: str, port: Any, run_id: str, attempt: int, dist: str,
-                       agent_env: dict[str, str], slot: int | None = None) -> NodeCommand:
+                       agent_env: dict[str, str], slot: int | None = None, host: str | None = None) -> NodeCommand:
     """The builder's command, plus what the agent needs to pass stop signals on (shown in the dry-run), in the
     job's container (launchers.container: a pyxis/OCI step is inside already, podman/apptainer wrap the agent).
-    slot: the node's place in the allocation when the run has spares (LAUNCH_NODE_SLOT)."""
+    slot: the node's place in the allocation when the run has spares (LAUNCH_NODE_SLOT). host: the node's name
+    in Slurm, its in-memory checkpoints' store (--memory-checkpoint; None: the dry-run's placeholder)."""
     nc = node_command(spec, node_rank=node, master_addr=addr, master_port=port, run_id=run_id,
                       attempt=attempt, dist_backend=dist, slot=slot)
-    return wrap(spec, NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=tuple({**dict(nc.env), **agent_env}.items()),
-                                  secret=nc.secret), run_id, limits=host_limits())
+    env = {**dict(nc.env), **memory_env(spec, run_id, host), **agent_env}
+    return wrap(spec, NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=tuple(env.items()), secret=nc.secret),
+                run_id, limits=host_limits())
+
+
+def memory_env(spec: JobSpec, run_id: str, host: str | None) -> dict[str, str]:
+    """--memory-checkpoint: the node's store is its Slurm node name's (launchers.memstore: nodes that share one
+    /dev/shm stay apart, a spare that replaces a lost node finds nothing of the lost one's)."""
+    if host is not None:
+        return memstore.worker_env(spec.memory_checkpoint, run_id, None, False, host=host)
+    env = memstore.worker_env(spec.memory_checkpoint, run_id, None, False)
+    return {**env, memstore.ENV_DIR: os.path.join(env[memstore.ENV_DIR], NODE_SHOWN)} if env else {}
 
 
 # ------------------------------------------------------------------------------------------ master address
@@ -186,11 +198,12 @@ class NodeRun:
         check_reachable(info["addr"], info["beacon"], time.monotonic() + BEACON_WAIT_S, self.stopped)
         return info["addr"], info["port"]
 
-    def command(self, k: int, addr: str, port: Any) -> NodeCommand:
+    def command(self, k: int, addr: str, port: Any, hosts: list[str]) -> NodeCommand:
         ns, slots = self.ns, self.env.step_slots           # --spares: node k's slot in the pool
         slot = slots[k] if k < len(slots) else None
+        host = (self.env.node_name if k == self.node else "") or (hosts[k] if k < len(hosts) else "")
         return slurm_node_command(ns.spec, k, addr, port, ns.run_id, self.attempt, ns.dist_backend, ns.agent_env,
-                                  slot)
+                                  slot, host or socket.gethostname().split(".")[0])
 
     def start(self) -> int:
         """Rendezvous, start the agent, record, wait; the agent's exit code."""
@@ -208,7 +221,7 @@ class NodeRun:
             check_node(self.rd.path, {"job": self.env.job_id, "step": self.env.step_id, "restart": self.restart,
                                       "node": self.node}, self.ns.spec.nodes, gpus, self.stopped)
         addr, port = self.rendezvous(hosts)
-        nc = self.command(self.node, addr, port)
+        nc = self.command(self.node, addr, port, hosts)
         if self.stops:
             raise NodeError(f"stopped by {self.stops[0]} before starting")
         log = self.rd.start_agent_log(self.node, self.attempt, nc.shell(),
@@ -314,7 +327,7 @@ class NodeRun:
         spec = self.ns.spec
         self.rd.update_attempt(self.attempt, {
             "master_addr": addr, "master_port": port, "dist_backend": self.ns.dist_backend, "hosts": hosts,
-            "commands": [self.command(k, addr, port).shell() for k in range(spec.nodes)],
+            "commands": [self.command(k, addr, port, hosts).shell() for k in range(spec.nodes)],
             "slurm_job_id": self.env.job_id, "slurm_restart": self.restart,
         }, {"nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node, "reason": "requeued by Slurm"})
 

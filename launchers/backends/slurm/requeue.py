@@ -22,6 +22,7 @@ from ...spec import JobSpec
 from . import cmd
 from .env import NodelistError, SlurmEnv
 from .inalloc import preempted_reason
+from .memory import forget_job
 from .nodespec import load_node_spec
 from .render import step_loop
 
@@ -138,6 +139,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         if on_failure is None and code != 0:     # a plain run's failure: the site's node ledger (--node-ledger)
             record_end(ns.spec, rd, attempt, None if in_allocation else job_hosts(env, n))
     if cancelled and not in_allocation:
+        forget_job(ns.spec, ns.run_id, env)      # --memory-checkpoint: before the job's scancel ends this script
         end_as_cancelled(env.job_id)
     return 0 if code == 0 else 1
 

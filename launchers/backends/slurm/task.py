@@ -125,10 +125,24 @@ def main(argv: list[str] | None = None) -> int:
         return submitit_task(a["run_dir"], a["base_attempt"])
     if a["what"] == "run":
         return run_node(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"])
-    if a["what"] == "steps":                     # --spares: the batch side's loop over attempts
-        from .steps import run_steps
-        return run_steps(a["run_dir"], a["base_attempt"])
-    return finalize(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"], srun_status=a["srun_status"])
+    try:
+        if a["what"] == "steps":                 # --spares: the batch side's loop over attempts
+            from .steps import run_steps
+            return run_steps(a["run_dir"], a["base_attempt"])
+        return finalize(a["run_dir"], a["base_attempt"], in_allocation=a["in_allocation"],
+                        srun_status=a["srun_status"])
+    finally:                                     # the batch script's end: --memory-checkpoint's stores go
+        if not a["in_allocation"] and layout.is_run_dir(a["run_dir"]):
+            forget_job_of(a["run_dir"], a["base_attempt"])
+
+
+def forget_job_of(run_dir: str, base_attempt: int) -> None:
+    """--memory-checkpoint: the run's in-memory checkpoints go from every node of the job (backends.slurm.memory)."""
+    from ...rundir import RunDir
+    from .memory import forget_job
+    from .nodespec import load_node_spec
+    ns = load_node_spec(RunDir(run_dir), base_attempt)
+    forget_job(ns.spec, ns.run_id)
 
 
 def run_dir_gone(a: dict[str, Any]) -> int:
