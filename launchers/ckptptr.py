@@ -62,9 +62,10 @@ def read_latest(ckpt_dir: str) -> str | None:
 # ------------------------------------------------------------------------------------------ the manifest
 # Written at commit into the step dir, after every rank's files are written and before `latest` moves (commit()):
 # {"version": 1, "files": {relative path: {"size": bytes, <algorithm>: hex}}}, the algorithm xxh3_128 (xxhash,
-# ~10x sha256's speed: the synchronous save waits for it on rank 0) unless LAUNCH_CHECKPOINT_HASH=sha256 asks for
-# sha256, which is always accepted when verifying (manifests written before xxh3_128). `latest` is trusted only when the
-# step it names still matches its manifest; otherwise a resume falls back to the newest complete earlier step
+# ~10x sha256's speed) unless LAUNCH_CHECKPOINT_HASH=sha256 asks for sha256, which is always accepted when verifying
+# (manifests written before xxh3_128). A writer that digested the files as it wrote them hands those digests to
+# commit(known=) (the workloads' DCP writer): only files it did not digest are read back. `latest` is trusted only
+# when the step it names still matches its manifest; otherwise a resume falls back to the newest complete earlier step
 # (resolve()). Checkpoints from before manifests existed load as "unverified". Readers need the step dir on
 # storage every rank shares (as loading it does): rank 0 hashes every file it sees.
 
@@ -84,11 +85,16 @@ def hash_name() -> str:
     return algo
 
 
-def _digest(path: str, algo: str = "sha256") -> str:
+def hasher(algo: str):
+    """A fresh hash object of `algo` (one of HASHES): update(bytes), hexdigest()."""
     if algo == "xxh3_128" and xxhash is None:
         raise ValueError("xxh3_128 checkpoint digests need the xxhash package (pip install xxhash), or "
                          "LAUNCH_CHECKPOINT_HASH=sha256")
-    h = xxhash.xxh3_128() if algo == "xxh3_128" else hashlib.sha256()
+    return xxhash.xxh3_128() if algo == "xxh3_128" else hashlib.sha256()
+
+
+def _digest(path: str, algo: str = "sha256") -> str:
+    h = hasher(algo)
     with open(path, "rb", buffering=0) as f:
         buf = bytearray(_CHUNK)
         view = memoryview(buf)
@@ -116,12 +122,18 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_manifest(step_dir: str, attempt: int | None = None) -> dict:
+def write_manifest(step_dir: str, attempt: int | None = None, known: dict | None = None) -> dict:
     """Hash every file of a finished checkpoint into step_dir/manifest.json (atomic, durable; hash_name()'s
-    digest); returns it. `attempt`: the attempt that wrote it (its generation: launchers.fence), when known."""
-    algo = hash_name()
-    files = {rel: {"size": os.path.getsize(os.path.join(step_dir, rel)), algo: _digest(os.path.join(step_dir, rel), algo)}
-             for rel in _files(step_dir)}
+    digest); returns it. `attempt`: the attempt that wrote it (its generation: launchers.fence), when known.
+    `known`: {relative path: {"size": n, algo: hex}} digested while the files were written (the workloads' DCP
+    writer): such a file, of that size and algorithm, is not read back; every other file is."""
+    algo, known = hash_name(), known or {}
+    files = {}
+    for rel in _files(step_dir):
+        size = os.path.getsize(os.path.join(step_dir, rel))
+        got = known.get(rel) or {}
+        files[rel] = {"size": size, algo: got[algo] if got.get("size") == size and isinstance(got.get(algo), str)
+                      else _digest(os.path.join(step_dir, rel), algo)}
     manifest = {"version": 1, "files": files, **({"attempt": attempt} if attempt is not None else {})}
     tmp = os.path.join(step_dir, f".{MANIFEST}.tmp.{os.getpid()}")
     try:
@@ -138,13 +150,13 @@ def write_manifest(step_dir: str, attempt: int | None = None) -> dict:
     return manifest
 
 
-def commit(ckpt_dir: str, name: str) -> None:
-    """Make checkpoint `name` the latest: its manifest (with the attempt of a `launch` run), then the pointer.
-    Call once every rank's files are written (after the save's barrier), on one rank. From an older attempt than
-    its run's: fence.Fenced, nothing written (launchers.fence)."""
+def commit(ckpt_dir: str, name: str, known: dict | None = None) -> None:
+    """Make checkpoint `name` the latest: its manifest (with the attempt of a `launch` run; `known`: digests taken
+    while writing, write_manifest()), then the pointer. Call once every rank's files are written (after the save's
+    barrier), on one rank. From an older attempt than its run's: fence.Fenced, nothing written (launchers.fence)."""
     _check_name(name)
     attempt = fence.require_env(f"the checkpoint commit of {name}")
-    write_manifest(os.path.join(ckpt_dir, name), attempt)
+    write_manifest(os.path.join(ckpt_dir, name), attempt, known)
     write_latest(ckpt_dir, name)
 
 

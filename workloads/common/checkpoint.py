@@ -9,8 +9,10 @@ One checkpoint = `<checkpoint dir>/step-<N:08d>/` written by torch.distributed.c
     silently keep only one rank's stream). No collective is needed to save them.
 Commit protocol: dcp.save returns on every rank only after the coordinator (rank 0) has collected every
 rank's write result (data files fsynced by DCP, FileSystemWriter sync_files=True) and written .metadata;
-then rank 0 fsyncs the step directory, writes its manifest (every file's size and sha256) and atomically
-rewrites `latest` (launchers.ckptptr.commit), and a barrier ends the save.
+then rank 0 writes the step's manifest (every file's size and digest), fsyncs the step directory and atomically
+rewrites `latest` (launchers.ckptptr.commit), and a barrier ends the save. The digests are taken while the files
+are written, each rank its own (ckptwrite.DigestingWriter, which also starts each file's write-back as it goes):
+nothing is read back at the commit.
 A crash anywhere before the pointer is written leaves `latest` on the previous complete checkpoint.
 A rank of an older attempt than its run's (a paused or partitioned node that came back: launchers.fence) writes
 nothing: the save and the commit raise fence.Fenced in that rank.
@@ -193,9 +195,10 @@ class Checkpointer:
 
     @staticmethod
     def _writer_planner(path: str):
-        import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
-        return (dcp.FileSystemWriter(path, single_file_per_rank=True, sync_files=True),
+
+        from .ckptwrite import DigestingWriter
+        return (DigestingWriter(path, single_file_per_rank=True, sync_files=True),
                 DefaultSavePlanner(enable_plan_caching=True))
 
     def latest_name(self) -> str | None:
@@ -215,22 +218,19 @@ class Checkpointer:
         os.makedirs(path, exist_ok=True)
         return name, path, state
 
-    def _point_latest(self, name: str) -> None:
+    def _point_latest(self, name: str, known: dict) -> None:
         """Rank 0, once its dcp write returned: every rank's files and .metadata are durable. The manifest
-        (sizes and sha256 of every file) is written before the pointer moves (launchers.ckptptr.commit)."""
-        fd = os.open(os.path.join(self.dir, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)            # the directory entries (.metadata's rename) before the pointer
-        finally:
-            os.close(fd)
-        commit(self.dir, name)
+        (sizes and digests of every file; `known`: those the writer took while writing, ckptwrite) is written and
+        the step directory fsynced (its entries: .metadata's rename) before the pointer moves
+        (launchers.ckptptr.commit)."""
+        commit(self.dir, name, known)
 
-    def _commit(self, step: int, name: str, *, point: bool = True) -> None:
+    def _commit(self, step: int, name: str, *, point: bool = True, known: dict | None = None) -> None:
         """After dcp.save returned on this rank (on rank 0 that means on all ranks): pointer, then barrier.
         point=False: rank 0 has moved the pointer already (an async save's completion callback)."""
         self._fault(step, "save")
         if point and self.env.rank == 0:
-            self._point_latest(name)
+            self._point_latest(name, known or {})
         dist.barrier()
         self._fault(step, "after_save")
         self.last_saved_step = step
@@ -248,7 +248,7 @@ class Checkpointer:
             if disk_full(e) or no_space(path):
                 self._disk_full(path)
             raise
-        self._commit(step, name)
+        self._commit(step, name, known=writer.files)
         self.save_seconds += time.perf_counter() - t0
         return name
 
@@ -280,7 +280,7 @@ class Checkpointer:
             def point(fut) -> None:
                 try:
                     if fut.exception() is None:
-                        self._point_latest(name)
+                        self._point_latest(name, writer.files)
                 finally:
                     pointed.set()
             upload.add_done_callback(point)
