@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import os
 import time
-from pathlib import PurePath
 from typing import Any
 
 from .errors import LaunchError, brief
@@ -44,6 +43,7 @@ def choose_run_dir(run_dir: str | None, name: str, root: str | None = None, exis
         return path
     if os.path.lexists(path):
         raise LaunchError(f"run dir {path!r} already exists; use `launch resume {path}` or another --run-dir")
+    from pathlib import PurePath  # here: every rank's wrapper imports this module on its way to the program
     outer = next((str(p) for p in PurePath(path).parents if is_run_dir(str(p))), None)
     if outer is not None:
         raise LaunchError(f"run dir {path!r} is inside the run dir {outer!r} (its files); give a --run-dir outside "

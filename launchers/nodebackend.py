@@ -4,7 +4,8 @@ without a GPU would make every node of a GPU job train on CPUs with gloo, in sil
 The node command carries LAUNCH_DIST_BACKEND=auto; on each node the rank wrapper (launchers.rankexec) settles it
 before the program starts: local rank 0 counts the GPUs the node's ranks can use (the driver's own tool,
 `nvidia-smi -q -x`, narrowed by CUDA_VISIBLE_DEVICES as Slurm's GPU binding sets it) and records the node's answer
-(status/backend-a<attempt>-node<K>.json); every rank then waits for every node's record and applies one pure rule
+(status/backend-a<attempt>-node<K>.json) -- on Slurm the node's task has counted them already, while torchrun
+started (early()), so the ranks find it there; every rank then waits for every node's record and applies one pure rule
 (dist_backend_decision()), so all nodes reach the same verdict:
   - no node has a GPU: gloo, said in one line (`no GPU on any node: gloo on CPU`);
   - every node has a GPU for each of its ranks: nccl;
@@ -17,30 +18,30 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import layout
-from .gpuhealth.smi import parse as parse_smi
 
 AUTO = "auto"
 PLANNED = "auto: decided on each node (nccl where the node has GPUs, else gloo)"    # what a dry-run says
 NO_GPU = "no GPU on any node: gloo on CPU"
 SMI_TIMEOUT_S = 20.0          # a driver that does not answer in this long: the node has no usable GPU
 WAIT_S = 120.0                # how long a rank waits for every node's record (torchrun's rendezvous came first)
+POLL_S = (0.002, 0.1)         # its looks at the records: every 2 ms at first, then less often, at most 0.1 s apart
 
 
 def usable_gpus(env: dict[str, str] | os._Environ, timeout: float = SMI_TIMEOUT_S) -> tuple[int, str]:
     """(how many GPUs this node's ranks can use, why): the GPUs `nvidia-smi -q -x` lists (none when the tool is
     missing, fails or hangs), narrowed by CUDA_VISIBLE_DEVICES when it is set."""
+    import shutil  # here, not at the top: the rank wrapper imports this module on every rank's start-up path
     exe = shutil.which("nvidia-smi", path=env.get("PATH"))
     if not exe:
         return 0, "no nvidia-smi on PATH"
+    import subprocess
+
+    from .gpuhealth.smi import parse as parse_smi
     try:
         p = subprocess.run([exe, "-q", "-x"], capture_output=True, text=True, timeout=timeout,
                            stdin=subprocess.DEVNULL, errors="replace")
@@ -74,30 +75,55 @@ def visible(cvd: str | None, listed: int) -> tuple[int, str]:
 
 
 def record(run_dir: str, env, node: int, attempt: int) -> dict[str, Any]:
-    """Local rank 0: this node's answer, written for every rank of the job (atomic)."""
+    """Local rank 0 (or, earlier, the node's task: early()): this node's answer, written for every rank of the job
+    (atomic)."""
     gpus, why = usable_gpus(env)
-    rec = {"node": node, "host": socket.gethostname(), "attempt": attempt, "gpus": gpus,
+    rec = {"node": node, "host": os.uname().nodename, "attempt": attempt, "gpus": gpus,      # = socket.gethostname()
            "ranks": int(env.get("LOCAL_WORLD_SIZE") or 1), "backend": "nccl" if gpus else "gloo", "why": why,
            "time": time.time()}
     layout.atomic_write(layout.own_path(run_dir, "node_backend", attempt=attempt, node=node), json.dumps(rec))
     return rec
 
 
-def collect(run_dir: str, attempt: int, nodes: int) -> dict[int, dict[str, Any]]:
-    """Every node's record of this attempt that is there now (a record not whole yet is not there)."""
-    got = {}
+def collect(run_dir: str, attempt: int, nodes: int, got: dict[int, dict[str, Any]] | None = None
+            ) -> dict[int, dict[str, Any]]:
+    """Every node's record of this attempt that is there now (a record not whole yet is not there); got: the
+    records found by an earlier look, kept (only the others are read again)."""
+    got = dict(got or {})
     for k in range(nodes):
+        if k in got:
+            continue
         rec = layout.read_json(layout.path(run_dir, "node_backend", attempt=attempt, node=k))
         if isinstance(rec, dict) and isinstance(rec.get("gpus"), int):
             got[k] = rec
     return got
 
 
-@dataclass(frozen=True)
-class Verdict:
+def early(run_dir: str, env, node: int, attempt: int, ranks: int):
+    """The node's task (Slurm), as it starts its agent: this node's record, in a thread, while torchrun imports
+    torch, so that its ranks find it there (local rank 0 records only when it is not: settle()). env: the agent's
+    environment (the ranks inherit it: the same PATH and CUDA_VISIBLE_DEVICES); ranks: its ranks on this node."""
+    import threading
+    try:                                 # an answer left by an earlier task of this attempt is not this node's now
+        os.unlink(layout.path(run_dir, "node_backend", attempt=attempt, node=node))
+    except OSError:
+        pass
+    env = {**env, "LOCAL_WORLD_SIZE": str(ranks)}
+
+    def run() -> None:
+        try:
+            record(run_dir, env, node, attempt)
+        except Exception:  # noqa: BLE001  -- local rank 0 records it then (and says why it cannot)
+            pass
+    t = threading.Thread(target=run, daemon=True, name="launch-node-backend")
+    t.start()
+    return t
+
+
+class Verdict(NamedTuple):
     backend: str | None                 # gloo | nccl, None: the job stops
     line: str                           # one line, said by every rank and by `launch status`
-    failed: dict[int, str] = field(default_factory=dict)     # node -> why it fails (the job stops)
+    failed: dict[int, str] = {}         # node -> why it fails (the job stops); never changed in place
     kind: str | None = None             # "gpus": the failing nodes' own fault (recovery quarantines them)
 
 
@@ -125,22 +151,24 @@ def dist_backend_decision(recs: dict[int, dict[str, Any]]) -> Verdict:
 
 def settle(run_dir: str, env, node: int, attempt: int, nodes: int, local_rank: int, wait, timeout: float = WAIT_S
            ) -> Verdict:
-    """A rank's part: local rank 0 records its node; every rank waits for all `nodes` records (wait(s): sleeps up
-    to s seconds, returns True when a stop came meanwhile -- then the verdict is None with line "stopped") and
-    decides."""
-    if local_rank == 0:
-        record(run_dir, env, node, attempt)
-    deadline = time.monotonic() + timeout
+    """A rank's part: local rank 0 records its node unless the node's task did already (early()); every rank
+    waits for all `nodes` records (wait(s): sleeps up to s seconds, returns True when a stop came meanwhile -- then
+    the verdict is None with line "stopped") and decides."""
+    recs = collect(run_dir, attempt, nodes)
+    if local_rank == 0 and node not in recs:
+        recs[node] = record(run_dir, env, node, attempt)
+    deadline, step = time.monotonic() + timeout, POLL_S[0]
     while True:
-        recs = collect(run_dir, attempt, nodes)
+        recs = collect(run_dir, attempt, nodes, recs)
         if len(recs) == nodes:
             return dist_backend_decision(recs)
         if time.monotonic() >= deadline:
             missing = ", ".join(str(k) for k in range(nodes) if k not in recs)
             line = f"--dist-backend auto: no answer from node(s) {missing} within {timeout:g} s"
             return Verdict(None, line, {node: line})
-        if wait(0.1):
+        if wait(step):
             return Verdict(None, "stopped")
+        step = min(step * 1.5, POLL_S[1])
 
 
 def summary(run_dir: str, attempt: int, nodes: int) -> dict[str, Any] | None:
@@ -196,7 +224,7 @@ def probe_line(line_prefix: str = "GPUS ") -> str:
     """`python -m launchers.nodebackend` on a node (launch ssh --no-shared-storage: the hosts cannot see each
     other's records, so the launcher gathers every host's answer in its preflight and decides): one line."""
     gpus, why = usable_gpus(os.environ)
-    return line_prefix + json.dumps({"host": socket.gethostname(), "gpus": gpus, "why": why})
+    return line_prefix + json.dumps({"host": os.uname().nodename, "gpus": gpus, "why": why})
 
 
 def from_probes(answers: list[str | None], hosts: list[str], ranks: int) -> Verdict:

@@ -169,6 +169,29 @@ def test_without_shared_storage_the_launcher_asks_every_host_before_anything_sta
     assert "no nvidia-smi on PATH" in p.stderr and not Path("runs/n").exists()
 
 
+def test_the_node_task_counts_first_and_its_ranks_read_its_answer(tmp_path):
+    """Slurm: the node task records the node's answer while torchrun starts (nodebackend.early: an answer left for
+    the same attempt goes first); local rank 0 then counts nothing itself. Only where the ranks see the task's
+    environment: a --python wrapper or a container around the agent may change it."""
+    from gpu_standins import per_host_tools
+    from launchers.backends.slurm.node import same_env
+    from launchers.spec import JobSpec
+    from launchers.torchrun import NodeCommand
+    bin_dir = per_host_tools(tmp_path / "bin", "nvidia_smi/netdata-rtx-4090-driver-535.xml", {}, "ibstat/"
+                             "gpud-ibstat.47.0.h100.all.active.0.txt")
+    run = tmp_path / "run"
+    (run / "status").mkdir(parents=True)
+    (run / "status" / "backend-a0-node0.json").write_text(json.dumps(rec(0, 5)))       # an earlier task's
+    nodebackend.early(str(run), {"PATH": str(bin_dir)}, 0, 0, 1).join()
+    v = nodebackend.settle(str(run), {"PATH": str(tmp_path / "none")}, 0, 0, 1, 0, lambda s: False)
+    assert v == Verdict("nccl", "nccl: every node has its GPUs (1 per node)"), v
+    assert read_json(run / "status" / "backend-a0-node0.json")["why"] == "nvidia-smi lists 1"
+    spec = JobSpec(backend="slurm", nodes=1, gpus_per_node=1, program=("/t.py",), program_args=(), run_dir="/r",
+                   name="r")
+    assert same_env(spec, NodeCommand(0, (sys.executable, "-m", "torch.distributed.run"), ()))
+    assert not same_env(spec, NodeCommand(0, (str(tmp_path / "py-wrapper"), "-m", "torch.distributed.run"), ()))
+
+
 def test_a_node_that_never_answers_stops_the_rank_in_one_line(tmp_path):
     """A node whose record never comes (its local rank 0 died first): the rank waits WAIT_S at most, then fails
     with one line naming the missing node; a stop meanwhile ends the wait at once."""

@@ -29,9 +29,10 @@ from dataclasses import replace
 from typing import Any
 
 from ... import layout, memstore, ports, procs
-from ...container import agent_code, step_cwd, wrap
+from ...container import agent_code, in_container, step_cwd, wrap
 from ...containeropts import host_limits
 from ...errors import LaunchError
+from ...nodebackend import early as early_backend
 from ...rundir import RunDir, exit_fields
 from ...spec import JobSpec
 from ...stops import stop_decision, wait_s
@@ -72,6 +73,12 @@ def memory_env(spec: JobSpec, run_id: str, host: str | None) -> dict[str, str]:
         return memstore.worker_env(spec.memory_checkpoint, run_id, None, False, host=host)
     env = memstore.worker_env(spec.memory_checkpoint, run_id, None, False)
     return {**env, memstore.ENV_DIR: os.path.join(env[memstore.ENV_DIR], NODE_SHOWN)} if env else {}
+
+
+def same_env(spec: JobSpec, nc: NodeCommand) -> bool:
+    """Whether the ranks see this task's environment as the agent is given it: no container around the agent, and
+    the agent's python this interpreter itself (a --python wrapper script may change PATH on its way)."""
+    return not in_container(spec) and os.path.realpath(nc.argv[0]) == os.path.realpath(sys.executable)
 
 
 # ------------------------------------------------------------------------------------------ master address
@@ -226,7 +233,10 @@ class NodeRun:
             raise NodeError(f"stopped by {self.stops[0]} before starting")
         log = self.rd.start_agent_log(self.node, self.attempt, nc.shell(),
                                       f"{socket.gethostname()} | slurm job {self.env.job_id}")
-        agent = procs.start_session(nc.argv, node_environ(os.environ, nc), log, cwd=step_cwd(self.ns.spec))
+        env = node_environ(os.environ, nc)
+        if self.ns.dist_backend == "auto" and same_env(self.ns.spec, nc):    # the ranks' answer, while torchrun
+            early_backend(self.rd.path, env, self.node, self.attempt, self.ns.spec.gpus_per_node)   # starts
+        agent = procs.start_session(nc.argv, env, log, cwd=step_cwd(self.ns.spec))
         self.watch_hangs(agent.pid)
         threading.Thread(target=self.watch_peers, args=(agent,), daemon=True, name="launch-peer-watch").start()
         threading.Thread(target=self.watch_gone, args=(agent,), daemon=True, name="launch-gone-watch").start()
