@@ -74,6 +74,7 @@ def attempts(backend, plan, rd: RunDir) -> int:
     try:
         return run_attempts(backend, plan.spec, rd, plan, plan.spec.max_restarts)
     finally:
+        backend.end_run(plan)
         if plan.spec.memory_checkpoint:
             backend.forget_memory(plan)
 

@@ -160,7 +160,23 @@ def rank_wrappers(run_id: str, orphaned: bool = False) -> list[int]:
     """The live rank wrappers (launchers.rankexec) of a run on this machine; orphaned: those whose torchrun agent
     is gone (their parent is another process now)."""
     found = [p for p in tagged_pids(run_id) if is_rank_wrapper(p)]
-    return [p for p in found if not cmdline_has(_parent(p), AGENT)] if orphaned else found
+    return [p for p in found if not is_agent(_parent(p))] if orphaned else found
+
+
+def is_agent(pid: int) -> bool:
+    """A torchrun agent: started cold (its command line), or forked warm (--warm-spares: launchers.warmfork)."""
+    return cmdline_has(pid, AGENT) or forked_as(pid) == "agent"
+
+
+def forked_as(pid: int) -> str | None:
+    """agent | program for a process forked from a node's zygote (--warm-spares), else None."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return None
+    key = b"LAUNCH_WARM_FORKED="            # launchers.warmfork.FORKED_ENV: first in such a process's environment
+    return head[len(key):].split(b"\0", 1)[0].decode() if head.startswith(key) else None
 
 
 def _parent(pid: int) -> int:

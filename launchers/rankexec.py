@@ -42,7 +42,38 @@ def _die_with_parent() -> None:
         pass
 
 
-def _spawn(argv: list[str], fd: int, workdir: tuple[str, str] | None = None) -> int:
+class Cold:
+    """The program as this wrapper's own child: pid, poll() (its exit code or None), kill_wait()."""
+    warm = False
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        done, status = os.waitpid(self.pid, os.WNOHANG)
+        return os.waitstatus_to_exitcode(status) if done else None
+
+    def kill_wait(self) -> int:
+        os.kill(self.pid, signal.SIGKILL)
+        return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+
+
+def _spawn(argv: list[str], fd: int, workdir: tuple[str, str] | None = None):
+    """The program: forked from the node's zygote when the job has one there (--warm-spares: launchers.warmfork;
+    torch already imported), else started cold (_cold)."""
+    if os.environ.get("LAUNCH_WARM_SOCKET"):
+        from .warmfork import Warm
+        env = dict(os.environ)
+        if workdir:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (workdir[0], env.get("PYTHONPATH"))))
+            env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        child = Warm.spawn(argv, fd, env, workdir[1] if workdir else os.getcwd())
+        if child is not None:
+            return child
+    return Cold(_cold(argv, fd, workdir))
+
+
+def _cold(argv: list[str], fd: int, workdir: tuple[str, str] | None = None) -> int:
     """fork + exec of `python -u <argv>` with stdout/stderr on fd, stdin from /dev/null, dying with this
     wrapper; workdir: (the run's snapshot, first on its PYTHONPATH; its cwd, the run's work/). Plain fork/exec rather
     than subprocess: the wrapper sits on every rank's start-up path, and this keeps its imports to
@@ -90,32 +121,29 @@ def stopped(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2:][:1] == b"T"      # the state letter follows "(comm) "
 
 
-def supervise(pid: int, grace: float, term_as: int = signal.SIGTERM) -> tuple[int, float | None, int | None]:
+def supervise(child, grace: float, term_as: int = signal.SIGTERM) -> tuple[int, float | None, int | None]:
     """Wait for the program, passing each kind of stop signal on once (a SIGTERM as `term_as`); (exit code,
     grace if it was killed, the stop signal it was given before it ended: GRACE_STARTERS' first, passed on or
     broadcast to it -- an end that followed a stop is the stop's, not a failure of the rank's own)."""
     waited = {*FORWARDED, signal.SIGCHLD}
     delivered: set[int] = set()
     deadline = stop = None
+    pid = child.pid
     while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status), None, stop
+        if (code := child.poll()) is not None:
+            return code, None, stop
         left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
         info = signal.sigtimedwait(waited, left)
         if info is None:
             if deadline is not None and time.monotonic() >= deadline:
-                os.kill(pid, signal.SIGKILL)
-                _, status = os.waitpid(pid, 0)
-                return os.waitstatus_to_exitcode(status), grace, stop
+                return child.kill_wait(), grace, stop
             continue
         sig = info.si_signo
         if sig == signal.SIGCHLD or sig in delivered:
             continue
         if sig in GRACE_STARTERS and stop is None:
-            done, status = os.waitpid(pid, os.WNOHANG)       # it ended before the stop reached it: its own end
-            if done:
-                return os.waitstatus_to_exitcode(status), None, None
+            if (code := child.poll()) is not None:          # it ended before the stop reached it: its own end
+                return code, None, None
             stop = sig
         delivered.update(GRACE_STARTERS if sig in GRACE_STARTERS else (sig,))     # one stop, whatever its kind
         try:
@@ -285,15 +313,17 @@ def main(argv: list[str]) -> int:
         return refuse(fd, run_dir, dict(base, cpu_bind=env.get("LAUNCH_CPU_BIND"), **extra), refused)
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     oom = rankcause.OomWatch()                   # the cgroup's oom_kill counter before the program runs
-    pid = _spawn(argv, fd, workdir)
+    child = _spawn(argv, fd, workdir)
     os.close(fd)
     if rank == 0:                                # signals stay blocked meanwhile: sigtimedwait takes them after
         node_manifest(run_dir, attempt)
-    code, killed, stop = supervise(pid, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
+    code, killed, stop = supervise(child, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
                                    getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
     ended = time.time()                          # before any import: the records' order is the failures' order
     from .rundir import exit_fields
-    rec = dict(base, time=ended, pid=pid, **exit_fields(code), **bound)
+    rec = dict(base, time=ended, pid=child.pid, **exit_fields(code), **bound)
+    if child.warm:                               # forked from the node's zygote (--warm-spares)
+        rec["warm"] = True
     if stop is not None:                         # ended on a stop (launchers.firstfail: never a first failure)
         rec["stopped_by"] = signal.Signals(stop).name
     rec.update({"killed_after_grace": killed} if killed else rankcause.cause(code, log, start, oom))    # why

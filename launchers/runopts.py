@@ -149,7 +149,11 @@ COMMON: tuple[Opt, ...] = (
 )
 
 BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
-    "local": (),
+    "local": (
+        Opt("warm_spares", B, "Every node slot of the run (the nodes and the --spares) keeps a python with torch "
+            "imported: a restart's torchrun agents and programs are forked from it, not started cold, so taking "
+            "a spare or restarting costs no start-up (docs/RECOVERY.md).", kind="flag"),
+    ),
     "ssh": (
         Opt("hosts", (list, str), "Comma-separated hosts; the first is node 0 and the master.", kind="list"),
         Opt("hostfile", S, "One host per line: `host [slots=N]`, `user@host:port` allowed."),
@@ -213,7 +217,7 @@ LOOK: dict[str, tuple[str, str | tuple[str, ...], str]] = {
     "max_restarts": ("Recovery", _N, ""), "spares": ("Recovery", _N, ""), "quarantine_after": ("Recovery", _N, ""),
     "max_restarts_per_hour": ("Recovery", _N, ""),
     "node_ledger": ("Recovery", "FILE", "file"),
-    "memory_checkpoint": ("Recovery", "", ""), "memory_checkpoint_every": ("Recovery", _N, ""),
+    "memory_checkpoint": ("Recovery", "", ""), "warm_spares": ("Recovery", "", ""), "memory_checkpoint_every": ("Recovery", _N, ""),
     "container_image": ("Container", "IMAGE", ""), "container_mounts": ("Container", "SRC:DST[:ro]", ""),
     "container_runtime": ("Container", ("auto", "pyxis", "apptainer", "podman", "oci"), ""),
     "container_python": ("Container", "PATH", ""),

@@ -16,6 +16,7 @@ from .cpubind import ENV as CPU_BIND_ENV
 from .secretenv import NAMES_ENV, known_values, needed, redact_args, resolve, secret_keys
 from .snapshot import ENV as SNAPSHOT_ENV
 from .spec import JobSpec, redact_env
+from .warmfork import SOCKET_ENV as WARM_SOCKET_ENV
 
 # Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
 AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
@@ -71,10 +72,11 @@ def flight_recorder(run_dir: str) -> dict[str, str]:
 
 def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port: int, run_id: str,
                  attempt: int, dist_backend: str = "gloo", one_machine: bool = False,
-                 slot: int | None = None) -> NodeCommand:
+                 slot: int | None = None, warm: str | None = None) -> NodeCommand:
     """one_machine: every node runs on this machine (the local backend): the CPU plan is made for all the
     machine's ranks and each node's ranks take their slots of it (LAUNCH_CPU_BIND_SLOT: first/all). slot: the
-    node slot of the run's pool it runs on (LAUNCH_NODE_SLOT; stable across attempts, unlike NODE_RANK)."""
+    node slot of the run's pool it runs on (LAUNCH_NODE_SLOT; stable across attempts, unlike NODE_RANK). warm: the
+    node slot's zygote socket (--warm-spares): the agent and the programs are forked from it (launchers.warmfork)."""
     argv = (
         spec.python, "-m", "torch.distributed.run",
         "--nnodes", str(spec.nodes),
@@ -122,6 +124,9 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
     env.update(memstore.worker_env(spec.memory_checkpoint, run_id, slot, one_machine))   # --memory-checkpoint
     if spec.snapshot_dir:                             # the rank wrapper runs the program there (--snapshot)
         env[SNAPSHOT_ENV] = spec.snapshot_dir
+    if warm:
+        argv = (spec.python, "-m", "launchers.warmfork", "--", *argv)
+        env[WARM_SOCKET_ENV] = warm
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()), secret=tuple(k for k, _ in spec.secrets))
 
 

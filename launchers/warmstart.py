@@ -32,14 +32,13 @@ import resource
 import signal
 import socket
 import stat
-import struct
 import sys
 
 from .statcache import state_dir
+from .warmfork import accept, peer_uid, private_dir, send
 
 IDLE_S = 600
 CHECK_S = 5.0                 # how often an idle server looks whether its code changed
-MAX_REQUEST = 4 << 20
 MAX_PATH = 104                # sun_path is 108 bytes with its NUL; a longer path goes through /proc/self/fd
 NAMESPACES = ("mnt", "pid", "net", "uts", "user", "ipc")     # a client in a container is not served outside it
 LIMITS = (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CORE,
@@ -101,15 +100,6 @@ def address(path: str):
         os.close(fd)
 
 
-def private_dir(d: str) -> bool:
-    """d is a real directory (not a link) of this user's that no one else may enter."""
-    try:
-        st = os.lstat(d)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
-
-
 # ---- the client (entry.main, before anything else is imported) ----
 
 def run(argv: list[str]) -> int | None:
@@ -125,15 +115,10 @@ def run(argv: list[str]) -> int | None:
             return None
         with address(path) as addr:
             s.connect(addr)
-        if _peer_uid(s) != os.getuid():   # whoever swapped a directory in between gets nothing (env: secrets)
+        if peer_uid(s) != os.getuid():    # whoever swapped a directory in between gets nothing (env: secrets)
             s.close()
             return None
-        mask = os.umask(0)
-        os.umask(mask)
-        body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": mask}).encode()
-        data = struct.pack("!I", len(body)) + body
-        sent = socket.send_fds(s, [data], [0, 1, 2])
-        s.sendall(data[sent:])
+        send(s, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, [0, 1, 2])
         f = s.makefile("rb")
         first = f.readline().split()
     except OSError:
@@ -143,10 +128,6 @@ def run(argv: list[str]) -> int | None:
         s.close()
         return None
     return _wait(s, f, int(first[1]))
-
-
-def _peer_uid(s: socket.socket) -> int:
-    return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
 
 
 def _wait(s: socket.socket, f, pid: int) -> int:
@@ -253,29 +234,10 @@ def _listen(path: str, addr: str) -> socket.socket | None:
 
 def _accept(sock: socket.socket, conn: socket.socket) -> None:
     """Read one request (only from this user) and fork its session; a bad one is answered `no`."""
-    conn.settimeout(10)
-    try:
-        uid = _peer_uid(conn)
-        data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
-        if uid != os.getuid() or len(fds) != 3 or len(data) < 4:
-            raise ValueError("refused")
-        size = struct.unpack("!I", data[:4])[0]
-        if size > MAX_REQUEST:
-            raise ValueError("too large")
-        body = data[4:]
-        while len(body) < size:
-            chunk = conn.recv(size - len(body))
-            if not chunk:
-                raise ValueError("short")
-            body += chunk
-        req = json.loads(body)
-    except (OSError, ValueError):
-        with contextlib.suppress(OSError):
-            conn.sendall(b"no\n")
-        for fd in locals().get("fds", []):
-            os.close(fd)
+    got = accept(conn, 3)
+    if got is None:
         return
-    conn.settimeout(None)
+    req, fds = got
     if os.fork() == 0:                    # the session: it forks the worker, hands over its pid, reports its end
         code = 0
         try:

@@ -17,8 +17,9 @@ PACKAGES = ("launchers", "nccl_tuning", "workloads")
 L = "launchers."
 LAYERS = {
     "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "sshimport", L + "nodeside", L + "nodeside.check",
-           L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach"),
-    "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
+           L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach", L + "warmfork"),
+    "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe",
+           L + "nodeside.zygote"),
     "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore"),
     "0d": (L + "layout",),
     "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree"),
@@ -99,7 +100,7 @@ def private_imports(path: Path) -> list[str]:
 
 # node-side programs that import torch: they run on a node in a process of their own (`python -c` of their text,
 # launchers.nodeside.source); no module of the launcher may import them
-NODE_PROGRAMS = ("launchers.nodeside.probe",)
+NODE_PROGRAMS = ("launchers.nodeside.probe", "launchers.nodeside.zygote")
 
 
 def rule_violations(root: Path, packages=PACKAGES) -> list[str]:

@@ -18,7 +18,7 @@ import yaml
 
 import test_recovery
 from conftest import LAUNCH, read_json, run_launch
-from launchers import procs
+from launchers import procs, warmfork
 from launchers.backends.local import PAUSED_S, Paused
 from launchers.remote import node_pids
 from test_recovery import PROGRAM, frozen_records, gone, recovery_row, restored_and_fenced
@@ -29,14 +29,16 @@ from common import read_json as read_json_or_none  # noqa: E402  (None when miss
 
 
 @contextlib.contextmanager
-def started_with_a_spare(run_dir: str, options: tuple[str, ...] = ("--spares", "1"), program: tuple[str, ...] = ()):
+def started_with_a_spare(run_dir: str, options: tuple[str, ...] = ("--spares", "1"), program: tuple[str, ...] = (),
+                         base: tuple[str, ...] = tuple(PROGRAM)):
     """`launch local` of PROGRAM (a 1 s step delay) on 2 simulated nodes x 1 and one spare, in the background
     (its output in <run_dir>.out/.err); a launcher still running at the end (a failed test) is killed, and
-    everything of its run. options: launch's instead of the spare; program: more program arguments."""
+    everything of its run. options: launch's instead of the spare; program: more program arguments; base: another
+    program than PROGRAM."""
     Path(run_dir).parent.mkdir(parents=True, exist_ok=True)
     with open(f"{run_dir}.out", "w") as out, open(f"{run_dir}.err", "w") as err:
         p = subprocess.Popen([LAUNCH, "local", "--nodes", "2", "--gpus-per-node", "1", *options, "--run-dir",
-                              run_dir, "--", *PROGRAM, "--step-delay", "1", *program], stdout=out, stderr=err)
+                              run_dir, "--", *base, "--step-delay", "1", *program], stdout=out, stderr=err)
     try:
         wait_for(lambda: Path(run_dir, "run.yaml").is_file() or p.poll() is not None, 60, "run.yaml")
         yield p
@@ -193,3 +195,33 @@ def test_a_bug_on_every_node_stops_after_the_budget_and_quarantines_nothing(work
     led = read_json("runs/bug/nodes.json")
     assert led["pool"]["quarantined"] == [] and {s["strikes"] for s in led["slots"].values()} == {0}, led
     assert "in 1 s (backoff: the same checkpoint again)" in p.stderr      # the third restart from scratch
+
+
+@pytest.mark.slow
+def test_warm_spares_restart_and_replace_by_forking(workdir, reference_sha):
+    """Issue 37 item 2 (--warm-spares): rank 1 crashes at step 3 of attempt 0 (cold); attempt 1 forks the agents
+    and programs from the slots' zygotes (torch imported already); there node 1 is killed outright (its stand-in,
+    agent, rank wrapper and program, found as cold ones are by their environment) and the spare's zygote serves
+    attempt 2. Bit-exact, and nothing of the run is left: no zygote, no socket."""
+    with recovery_row("local", "--warm-spares: a crash, then node 1 killed, --spares 1", "runs/warm",
+                      "attempts 1 and 2 forked warm; COMPLETED, exit 0") as row:
+        with started_with_a_spare("runs/warm", ("--spares", "1", "--max-restarts", "3", "--warm-spares"),
+                                  ("--crash-at-step", "3", "--crash-rank", "1")) as p:
+            def there():
+                assert p.poll() is None, "the run ended before attempt 1 reached step 4"
+                rec = read_json_or_none(Path("runs/warm/progress/rank1.json")) or {}
+                return rec.get("attempt") == 1 and (rec.get("step") or 0) >= 4
+            wait_for(there, 240, "rank 1 at step 4 of attempt 1")
+            pids = node_pids(run_id("runs/warm"), 1, attempt=1)
+            assert [q for q in pids if procs.forked_as(q) == "program"], pids     # the program, forked warm
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            run = ended(p, "runs/warm")
+        assert [a["slots"] for a in run["attempts"]] == [[0, 1], [0, 1], [0, 2]], run["attempts"]
+        assert [read_json(f"runs/warm/status/rank{r}.json").get("warm") for r in (0, 1)] == [True, True]
+        bit_exact_and_nothing_left("runs/warm", run, row, reference_sha)
+        socks = [warmfork.socket_path(run["run_id"], s) for s in range(3)]
+        left = [q for q in map(int, filter(str.isdigit, os.listdir("/proc")))
+                if any(procs.cmdline_has(q, sock.encode()) for sock in socks)]
+        assert not left and not any(map(os.path.exists, socks)), (left, socks)

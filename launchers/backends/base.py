@@ -23,6 +23,7 @@ from ..rundir import TERMINAL, RunDir
 from ..spec import JobSpec
 from ..stops import stop_decision
 from ..torchrun import NodeCommand, node_command
+from ..warmfork import socket_path as warm_socket
 
 
 @dataclass
@@ -114,6 +115,10 @@ class Backend:
         """--memory-checkpoint: the run ended, its in-memory checkpoints go from every node of its pool
         (launchers.memstore). Default: nothing (Slurm: a submitted job removes them at its own end)."""
 
+    def end_run(self, plan: Plan) -> None:
+        """The run's attempts are over: what the backend kept for its restarts goes (local: the --warm-spares
+        zygotes). Default: nothing."""
+
     def refresh(self, rd: RunDir) -> dict[str, Any]:
         """Current status (backends with a scheduler ask it); default: status.json as written, corrected when
         the launcher that runs it died."""
@@ -151,9 +156,12 @@ def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, ma
     slots: node k runs on node slot slots[k] of the run's pool (launchers.recovery), told as LAUNCH_NODE_SLOT;
     a container's resource limits are this host's (an SSH host's may differ: its hard limits must not be lower)."""
     limits = host_limits()
+    slot = [slots[k] if slots else None for k in range(spec.nodes)]
+    warm = [warm_socket(run_id, k if s is None else s) if one_machine and spec.opts.get("warm_spares") else None
+            for k, s in enumerate(slot)]                  # --warm-spares: each slot's zygote (launchers.warmfork)
     return [wrap(spec, node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port,
                                     run_id=run_id, attempt=attempt, dist_backend=dist_backend,
-                                    one_machine=one_machine, slot=slots[k] if slots else None), run_id, limits=limits)
+                                    one_machine=one_machine, slot=slot[k], warm=warm[k]), run_id, limits=limits)
             for k in range(spec.nodes)]
 
 

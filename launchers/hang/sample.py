@@ -43,7 +43,7 @@ def rank_programs(run_id: str, node: int | None = None) -> dict[int, tuple[int, 
     out = {}
     for pid in pids:
         st = proc_stat(pid)
-        if st is None or st[1] not in wrappers:
+        if st is None or st[1] not in wrappers and procs.forked_as(pid) != "program":      # or forked warm
             continue
         env = environ_of(pid)
         try:

@@ -1,0 +1,219 @@
+"""A node slot's zygote for --warm-spares (launchers.warmfork): `python -m launchers.nodeside.zygote SOCKET PARENT`.
+
+It imports torch (and torchrun) once, then listens on SOCKET; each request (only from its own user) is forked
+twice: a session that reports the pid and the end, and the worker, which becomes what a cold start would have
+run -- `python [-u] -m MOD args` or `python [-u] FILE args` -- with the request's fds, environment, cwd and umask.
+It ends with its launcher (PARENT: PR_SET_PDEATHSIG, then a check of its parent), on SIGTERM, or when its socket
+file is gone. A node program: it imports torch, so no module of the launcher imports it (tests/test_layers.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+from ..warmfork import FORKED_ENV, accept, private_dir
+
+PRELOAD = ("torch", "torch.distributed", "torch.distributed.run")
+FIRST = (FORKED_ENV, "LAUNCH_RUN_ID", "NODE_RANK", "LAUNCH_ATTEMPT", "RANK", "LOCAL_RANK", "LAUNCH_RUN_DIR")
+
+
+def main(path: str, parent: int) -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)      # PR_SET_PDEATHSIG: the launcher's end
+    if os.getppid() != parent or not private_dir(os.path.dirname(path)):
+        return
+    import importlib
+    for name in PRELOAD:
+        importlib.import_module(name)
+    base = {"path": list(sys.path), "pp": _entries(os.environ.get("PYTHONPATH"))}
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = f"{path}.{os.getpid()}"
+    sock.bind(tmp)
+    sock.listen(64)
+    os.replace(tmp, path)                     # ready only once torch is in
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    sock.settimeout(1.0)
+    ino = os.stat(path).st_ino
+    try:
+        while os.getppid() == parent:
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            try:
+                conn, _ = sock.accept()
+            except socket.timeout:
+                if not os.path.exists(path):
+                    return
+                continue
+            with conn:
+                _accept(sock, conn, base)
+    finally:
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino == ino:
+                os.unlink(path)
+
+
+def _entries(pp: str | None) -> list[str]:
+    return [p for p in (pp or "").split(os.pathsep) if p]
+
+
+def _accept(sock: socket.socket, conn: socket.socket, base: dict) -> None:
+    got = accept(conn, 3, lambda req: req.update(run=_program(req["argv"])))
+    if got is None:
+        return
+    req, fds = got
+    if os.fork() == 0:
+        code = 0
+        try:
+            sock.close()
+            _session(conn, req, fds, base)
+        except BaseException:  # noqa: BLE001 (a session never returns into the zygote's loop)
+            code = 1
+        finally:
+            os._exit(code)
+    for fd in fds:
+        os.close(fd)
+
+
+def _program(argv: list) -> tuple[str, str, list[str]]:
+    """("module" | "file", its name, its arguments) of `python [-u] -m MOD ...` / `python [-u] FILE ...` run by this
+    zygote's own python; ValueError for anything else (the client starts it cold)."""
+    if not argv or argv[0] != sys.executable:
+        raise ValueError("another python")
+    rest = [str(a) for a in argv[1:]]
+    if rest[:1] == ["-u"]:
+        rest = rest[1:]
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return "module", rest[1], rest[2:]
+    if rest and not rest[0].startswith("-"):
+        return "file", rest[0], rest[1:]
+    raise ValueError("not a program")
+
+
+def _session(conn: socket.socket, req: dict, fds: list[int], base: dict) -> None:
+    client = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        conn.close()
+        _worker(req, fds, r, base)            # never returns
+    os.close(r)
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(f"pid {pid}\n".encode())
+    os.write(w, b"g")
+    os.close(w)
+    code = _wait(conn, pid)
+    with contextlib.suppress(OSError):
+        conn.sendall(f"exit {code}\n".encode())
+        os.kill(client, signal.SIGCHLD)       # the rank wrapper waits with sigtimedwait: it wakes at once
+
+
+def _wait(conn: socket.socket, pid: int) -> int:
+    """The worker's exit code (-N: signal N); the client gone first (EOF): the worker's group is killed."""
+    pidfd = os.pidfd_open(pid)
+    watch: list = [pidfd, conn]
+    try:
+        while True:
+            ready, _, _ = select.select(watch, [], [])
+            if conn in ready and not conn.recv(4096):
+                watch = [pidfd]
+                for kill in (os.killpg, os.kill):
+                    with contextlib.suppress(OSError):
+                        kill(pid, signal.SIGKILL)
+            if pidfd in ready:
+                return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    finally:
+        os.close(pidfd)
+
+
+def _rewrite_environ(env: dict[str, str]) -> None:
+    """/proc/<pid>/environ of this process shows env (what a cold start's would): the zygote's own block, which
+    nothing points into any more (os.environ was rebuilt with setenv first), overwritten in place."""
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    start, end = int(fields[47]), int(fields[48])           # env_start, env_end (proc(5): fields 50, 51)
+    order = [k for k in FIRST if k in env] + [k for k in env if k not in FIRST]
+    data = b"".join(f"{k}={env[k]}".encode() + b"\0" for k in order)
+    room = end - start
+    if len(data) > room:
+        data = data[:data.rfind(b"\0", 0, room) + 1]
+    ctypes.memmove(start, data.ljust(room, b"\0"), room)
+
+
+def _stdio() -> None:
+    """sys.stdin/stdout/stderr on fds 0, 1, 2; -u: unbuffered, as a cold start's."""
+    import io
+    for i, name in ((1, "stdout"), (2, "stderr")):
+        stream = io.TextIOWrapper(io.FileIO(i, "w", closefd=False), write_through=True,
+                                  errors="backslashreplace" if i == 2 else None)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+
+
+def _worker(req: dict, fds: list[int], go: int, base: dict) -> None:
+    """What `python -u ...` would do, in this fork: never returns."""
+    import atexit
+    import runpy
+    import threading
+    code: int = 1
+    try:
+        if os.read(go, 1) != b"g":
+            os._exit(1)
+        os.close(go)
+        os.setpgid(0, 0)
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)
+            os.close(fd)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        env = dict(req["env"], **{FORKED_ENV: req["kind"]})
+        os.environ.clear()
+        os.environ.update(env)
+        _rewrite_environ(env)
+        os.chdir(req["cwd"])
+        os.umask(int(req["umask"]))
+        _stdio()
+        how, name, args = req["run"]
+        first = os.getcwd() if how == "module" else os.path.dirname(os.path.realpath(name))
+        rest = [p for p in base["path"][1:] if p not in base["pp"]]
+        sys.path[:] = [first, *_entries(env.get("PYTHONPATH")), *rest]
+        sys.argv = [name, *args]
+        code = 0
+        if how == "module":
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(name, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1])
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        code = -signal.SIGINT
+    except BaseException:  # noqa: BLE001 (shown as the interpreter shows it)
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            threading._shutdown()
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        for f in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                f.flush()
+        if code < 0:                               # KeyboardInterrupt: the interpreter ends by SIGINT
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+        os._exit(code & 0xFF)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
