@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 import test_recovery
-from conftest import LAUNCH, read_json
+from conftest import LAUNCH, once, read_json, run_launch
 from launchers import memstore, spec, torchrun
 from launchers.errors import LaunchError
 from launchers.remote import node_pids
@@ -258,3 +258,31 @@ def test_slurm_a_killed_node_is_replaced_by_a_spare_that_resumes_from_its_peers_
         (a, b), (c, d) = [x["hosts"] for x in run["attempts"]]
         assert a == c and d not in (a, b) and len({x["slurm_job_id"] for x in run["attempts"]}) == 1, run["attempts"]
         from_the_peers_copy("runs/mslurm", row, reference_sha, rid)
+
+
+FSDP = ("-m", "workloads.fsdp", "--dataset", "digits", "--seed", "7", "--batch-size", "8", "--no-tensorboard",
+        "--max-steps", "8", "--log-every", "1", *STORAGE_AT_4_AND_8)
+
+
+@pytest.fixture(scope="module")
+def fsdp_reference(request) -> str:
+    """The uninterrupted FSDP run (local, 2 nodes x 1): its param_sha256 (of the full, gathered weights)."""
+    def make(d):
+        ref = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/ref", "--", *FSDP, cwd=d)
+        assert ref.returncode == 0, ref.stderr[-3000:]
+        return read_json(Path(d, "runs/ref/final.json"))["param_sha256"]
+    return once(request, "memckpt-fsdp-ref", make)
+
+
+@pytest.mark.slow
+def test_fsdp_node_killed_between_storage_checkpoints_resumes_its_shards_from_memory(workdir, fsdp_reference):
+    """FSDP2 (parameters and optimizer state DTensors, sharded over the 2 ranks): each rank's memory copy holds its
+    local shards. Node 1 killed once it reported step 6 (storage holds step 4): rank 1's shards come from the copy
+    node 0 held, at most 1 step lost, and the run ends with the uninterrupted run's (gathered) param_sha256."""
+    with recovery_row("local", "FSDP: node killed between storage checkpoints, --memory-checkpoint", "runs/f",
+                      "resumed each rank's shards from memory; COMPLETED, exit 0") as row:
+        with started_with_a_spare("runs/f", MEMORY, base=FSDP) as p:
+            signal_node(p, "runs/f", 1, signal.SIGKILL, step=6)
+            run = ended(p, "runs/f")
+        assert "resumed from step-" not in attempt1("runs/f")
+        from_the_peers_copy("runs/f", row, fsdp_reference, run["run_id"])

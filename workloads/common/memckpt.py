@@ -2,7 +2,8 @@
 
 Every M steps (LAUNCH_MEMORY_CHECKPOINT) each rank packs its state -- the storage checkpoint's: the Stateful
 objects (model + optimizer, scheduler), progress and this rank's RNG -- into one byte string in CPU memory on the
-training thread (pack(): a copy, the only part on the step's critical path), and a background thread writes it
+training thread (workloads.common.memcodec.pack: a copy, the only part on the step's critical path; FSDP2's
+DTensors: this rank's local shards), and a background thread writes it
 into its node's store (LAUNCH_MEMORY_CHECKPOINT_DIR: tmpfs, host memory, launchers.memstore) and sends it over a dedicated gloo
 group (never the training group) to the same local rank of the next node (node k -> k+1 mod N, another failure
 domain), which writes it into its own node's store as a peer copy. Each store keeps the newest 2 steps of each
@@ -18,17 +19,15 @@ the same way, so the resumed run is bit-identical to an uninterrupted one.
 """
 from __future__ import annotations
 
-import math
 import os
-import pickle
 import re
 import shutil
 import stat
-import struct
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
-from typing import NamedTuple
+
+from .memcodec import pack, unpack
 
 ENV_EVERY, ENV_DIR = "LAUNCH_MEMORY_CHECKPOINT", "LAUNCH_MEMORY_CHECKPOINT_DIR"   # launchers.memstore's
 KEEP = 2                       # newest steps kept of each copy (own, peer)
@@ -146,63 +145,6 @@ def write_copy(store: str, world: int, owner: int, step: int, kind: str, data: b
             pass
 
 
-class _T(NamedTuple):
-    """Where a tensor of a packed state lies in its body."""
-    offset: int
-    dtype: object
-    shape: tuple
-
-
-ALIGN = 16
-
-
-def pack(payload) -> bytes:
-    """A state as bytes, a copy that shares nothing with training: its skeleton pickled (each tensor replaced by a
-    _T), then every tensor's bytes (in CPU memory), aligned -- one copy where torch.save spends ~3 ms per 0.5 MB
-    of small tensors (its zip records)."""
-    import torch
-    parts: list = []
-    at = [0]
-
-    def strip(o):
-        if isinstance(o, torch.Tensor):
-            raw = o.detach().to("cpu").reshape(-1).view(torch.uint8) if o.numel() else torch.empty(0, dtype=torch.uint8)
-            pad = -raw.numel() % ALIGN
-            parts.extend([memoryview(raw.numpy()), b"\0" * pad])      # join() below: the one copy
-            at[0] += raw.numel() + pad
-            return _T(at[0] - raw.numel() - pad, o.dtype, tuple(o.shape))
-        if isinstance(o, dict):
-            return {k: strip(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)) and not hasattr(o, "_fields"):
-            return type(o)(strip(v) for v in o)
-        return o
-
-    head = pickle.dumps(strip(payload), protocol=5)
-    body = b"".join(parts)                 # (torch.cat of many small uint8 tensors: ~40 ms for 0.5 MB)
-    pad = -(8 + len(head)) % ALIGN
-    return struct.pack("<Q", len(head)) + head + b"\0" * pad + body
-
-
-def unpack(data: bytes):
-    """pack()'s inverse; every tensor its own copy."""
-    import torch
-    (n,) = struct.unpack_from("<Q", data)
-    start = 8 + n + (-(8 + n) % ALIGN)
-    body = torch.frombuffer(bytearray(data[start:]), dtype=torch.uint8) if len(data) > start else None
-
-    def fill(o):
-        if isinstance(o, _T):
-            size = math.prod(o.shape) * torch.empty(0, dtype=o.dtype).element_size()
-            return body[o.offset:o.offset + size].view(o.dtype).reshape(o.shape).clone()
-        if isinstance(o, dict):
-            return {k: fill(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)) and not hasattr(o, "_fields"):
-            return type(o)(fill(v) for v in o)
-        return o
-
-    return fill(pickle.loads(data[8:8 + n]))
-
-
 class MemCheckpoints:
     """One rank's in-memory checkpoints (see the module doc). from_env(): None when --memory-checkpoint is off."""
 
@@ -274,7 +216,7 @@ class MemCheckpoints:
                          + rollback(self.env, storage_step or 0))
             return None
         data = self._gather_state(step, plan, mine)
-        payload = unpack(data)
+        payload = unpack(data, lambda: {"states": {k: st.state_dict() for k, st in states.items()}})  # FSDP: shards
         from .checkpoint import set_rng_state
         for key, st in states.items():
             st.load_state_dict(payload["states"][key])
