@@ -1,7 +1,7 @@
 """--memory-checkpoint (issue 37 item 1): every rank's state kept in host memory every M steps and copied to the
 next node; after a loss the survivors restore from their own copy, the replacement from its peer's copy, storage
 only when both are gone. Pure: the step choice (workloads.common.memckpt.choose), the option -> the ranks'
-environment (each simulated node its own store), a store's copies (newest 2 kept). Real runs (local, 2 simulated
+environment (each simulated node, each Slurm node by its name, its own store), a store's copies (newest 2 kept). Real runs (local, 2 simulated
 nodes x 1, --max-restarts 1, a 1 s step delay, storage checkpoints at steps 4 and 8): node 1 killed at step 6
 resumes from memory with at most M = 1 step lost and the uninterrupted run's param_sha256; both nodes killed (the
 node holding node 0's peer copy with it) falls back to storage (step 4), bit-exact too. SSH (the test hosts, one
@@ -9,7 +9,8 @@ rank each, --spares 1): sshhost2's agent and rank killed at step 6, the spare ho
 the copy sshhost1 held, bit-exact. Slurm (the dev cluster, one rank per node, --spares 1): node 1's agent and rank
 killed at step 6, the spare node of the same job gets rank 1's state from the copy node 0 kept (each node's store
 is its own Slurm node name's: the dev cluster's nodes share one /dev/shm), bit-exact; at the job's end no store of
-the run is left."""
+the run is left. FSDP2 on local (DTensor state: each rank's copy holds its local shards): node 1 killed at step 6
+resumes from memory, rank 1's shards from node 0's copy, with the uninterrupted FSDP run's param_sha256."""
 from __future__ import annotations
 
 import os
@@ -114,6 +115,13 @@ def test_the_option_tells_each_node_its_own_store(tmp_path):
     store = Path(memstore.node_store("r1", 1, True, str(tmp_path)))
     store.mkdir(parents=True)
     assert memstore.forget_nodes("r1", [0, 1], str(tmp_path)) == [1] and not store.exists()
+    # Slurm: each node's store is its Slurm node name's (the dev cluster's nodes share one /dev/shm; a spare that
+    # replaces a lost node is another name), whatever its slot; the dry-run names the placeholder
+    from launchers.backends.slurm.node import NODE_SHOWN, slurm_node_command
+    s = spec.build_spec("slurm", {"nodes": 2, "spares": 1, "memory_checkpoint": True}, ["-m", "workloads.convnet"])
+    dirs = [dict(slurm_node_command(s, 1, "a", 1, "r1", 0, "gloo", {}, slot=2, host=h).env)[memstore.ENV_DIR]
+            for h in ("lnode3", None)]
+    assert dirs == [memstore.run_store("r1") + "/lnode3", memstore.run_store("r1") + "/" + NODE_SHOWN]
 
 
 MEMORY = ("--memory-checkpoint", "--max-restarts", "1")
