@@ -141,7 +141,11 @@ def forget_job_of(run_dir: str, base_attempt: int) -> None:
     from ...rundir import RunDir
     from .memory import forget_job
     from .nodespec import load_node_spec
-    ns = load_node_spec(RunDir(run_dir), base_attempt)
+    try:
+        ns = load_node_spec(RunDir(run_dir), base_attempt)
+    except (OSError, ValueError, KeyError, TypeError) as e:      # the run's end is recorded already: say it only
+        print(f"launch: batch side: --memory-checkpoint's stores not removed: {run_dir}: {e}", file=sys.stderr)
+        return
     forget_job(ns.spec, ns.run_id)
 
 
