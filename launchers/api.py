@@ -270,6 +270,8 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
     if spec.get("dist_backend") == nodebackend.AUTO:       # decided on each node (issue 33)
         st["dist_backend"] = nodebackend.summary(rd.path, st.get("attempt", 0), spec["nodes"])
     st["building"] = explain.building(rd, spec, st.get("attempt", 0)) if st["state"] == "RUNNING" else []
+    if (spec.get("options") or {}).get("warm_spares") and st["state"] == "RUNNING":
+        st["warm"] = explain.warm_slots(rd, spec)
     if ranks:
         st["ranks"] = explain.rank_rows(rd, st.get("attempt", 0), hang=st.get("hang"))
     return st
@@ -300,6 +302,9 @@ def format_status(st: dict[str, Any]) -> str:
         lines += ["            " + line for line in ledger]
     lines += [("dist:       " if i == 0 else "            ") + line
               for i, line in enumerate(nodebackend.lines(st.get("dist_backend")))]
+    if st.get("warm"):                     # --warm-spares: a restart (or a spare) starts with torch imported
+        lines.append(f"warm:       slots {', '.join(map(str, st['warm']['warm'])) or 'none'} (torch imported); "
+                     f"cold: {', '.join(map(str, st['warm']['cold'])) or 'none'}")
     if st.get("first_failure"):
         lines.append(f"first failure: {nodeledger.on_host(describe_failure(st['first_failure']), st.get('hosts'))}")
     lines += [("recovery:   " if i == 0 else "            ") + line

@@ -10,7 +10,7 @@ import statistics
 import time
 from typing import Any
 
-from . import ckptptr, extcache, heartbeat, layout, timeline
+from . import ckptptr, extcache, heartbeat, layout, procs, timeline
 from .errors import LaunchError
 from .hang import sample
 from .rundir import RunDir
@@ -182,6 +182,21 @@ def building(rd: RunDir, spec: dict[str, Any], attempt: int, now: float | None =
     rows = rank_rows(rd, attempt, now, ranks=pairs)
     quiet = sorted({r["node"] for r in rows} - {r["node"] for r in rows if r["step"] is not None}) or [None]
     return [{"node": k, "name": name, "secs": round(secs, 1)} for name, secs in builds for k in quiet]
+
+
+def warm_slots(rd: RunDir, spec: dict[str, Any]) -> dict[str, list[int]]:
+    """--warm-spares, a running run: the pool's slots whose zygote is up (status/warm-slot<S>.json; one on this
+    host whose pid is gone is not) and those that would start cold."""
+    import glob
+    import socket
+    up = set()
+    for f in glob.glob(layout.path(rd.path, "warm_slot", slot="*")):
+        rec = layout.read_json(f) or {}
+        pid, here = rec.get("pid"), rec.get("host") == socket.gethostname()
+        if isinstance(rec.get("slot"), int) and (not here or isinstance(pid, int) and pid > 0 and procs.alive(pid)):
+            up.add(rec["slot"])
+    pool = set(range(max(int(spec.get("max_nodes") or 0), int(spec.get("nodes") or 1)) + int(spec.get("spares") or 0)))
+    return {"warm": sorted(up & pool), "cold": sorted(pool - up)}
 
 
 def attempt_rows(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:

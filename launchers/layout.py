@@ -101,7 +101,6 @@ def record_problem(data: object) -> str | None:
     return None
 
 
-
 def newer_version(data: dict, mine: str, path: str, read_only: bool) -> str | None:
     """The launchers version that wrote this run.yaml when it is newer than `mine` (None otherwise): such a run
     dir is refused, unless it is only read (`launch status`, `launch logs`: then the version is returned)."""
@@ -140,6 +139,7 @@ FILES = {                                   # what -> path inside the run dir ({
     "rank_record": "status/rank{rank}.json",
     "node_record": "status/node{node}.json",
     "node_backend": "status/backend-a{attempt}-node{node}.json",  # --dist-backend auto: a node's GPUs, its answer
+    "warm_slot": "status/warm-slot{slot}.json",    # --warm-spares: the slot's zygote is up (nodeside.zygote)
     "generation": "status/generation",      # the attempt the run is at: older writers are fenced (launchers.fence)
     "logs": "logs",
     "node_logs": "logs/node{node}",

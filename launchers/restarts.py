@@ -31,6 +31,7 @@ def run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_lef
     left, plans = [restarts_left], {plan.attempt: plan}
 
     def run(attempt: int) -> tuple[int, Decided | None]:
+        backend.warm_up(plans[attempt])          # --warm-spares: the pool's zygotes, once (Backend.warm_up)
         code = backend.start(plans[attempt], rd)
         if not backend.owns_restarts or code != 1:
             return code, None

@@ -148,12 +148,11 @@ COMMON: tuple[Opt, ...] = (
         kind="multi", in_profile=False),
 )
 
+WARM_SPARES = Opt("warm_spares", B, "Every node slot of the run (the nodes and the --spares) keeps a python with "
+                  "torch imported: a restart's torchrun agents and programs are forked from it, not started cold, so "
+                  "taking a spare or restarting costs no start-up (docs/RECOVERY.md).", kind="flag")
 BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
-    "local": (
-        Opt("warm_spares", B, "Every node slot of the run (the nodes and the --spares) keeps a python with torch "
-            "imported: a restart's torchrun agents and programs are forked from it, not started cold, so taking "
-            "a spare or restarting costs no start-up (docs/RECOVERY.md).", kind="flag"),
-    ),
+    "local": (WARM_SPARES,),
     "ssh": (
         Opt("hosts", (list, str), "Comma-separated hosts; the first is node 0 and the master.", kind="list"),
         Opt("hostfile", S, "One host per line: `host [slots=N]`, `user@host:port` allowed."),
@@ -164,6 +163,7 @@ BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt("shared_storage", B, "Hosts stage logs/checkpoints locally; the launcher collects them over SFTP.",
             kind="flag", flag="--no-shared-storage", cli_value=False),
         Opt("staging_dir", S, "Host-local dir for --no-shared-storage (default /tmp/launch-staging)."),
+        WARM_SPARES,
     ),
     "slurm": (
         Opt("partition", S, "Slurm partition to submit to (sbatch --partition; default: the cluster's)."),

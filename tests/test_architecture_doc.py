@@ -10,7 +10,7 @@ from launchers.layout import FILES
 from test_layers import LAYERS, ROOT, layer_of, modules
 
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
-FIELDS = {"rank": "R", "node": "K", "attempt": "A", "job": "JOB", "step": "STEP", "restart": "RESTART"}
+FIELDS = {"rank": "R", "node": "K", "attempt": "A", "job": "JOB", "step": "STEP", "restart": "RESTART", "slot": "S"}
 
 
 def section(text: str, title: str) -> str:

@@ -18,11 +18,10 @@ L = "launchers."
 LAYERS = {
     "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "sshimport", L + "nodeside", L + "nodeside.check",
            L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach", L + "warmfork"),
-    "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe",
-           L + "nodeside.zygote"),
+    "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
     "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore"),
     "0d": (L + "layout",),
-    "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree"),
+    "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree", L + "nodeside.zygote"),
     "0f": (L + "ckptptr", L + "siteledger", L + "snapshot", L + "timeline"),
     "0g": (L + "heartbeat", L + "spec"),
     "0h": (L + "request",),

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, once, read_json, require_cluster, run_launch
-from launchers import api, layout, nodeledger, procs, recovery, restarts, siteledger, timeline
+from launchers import api, layout, nodeledger, procs, recovery, restarts, siteledger, timeline, warmfork
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
 from launchers.rundir import RunDir
@@ -520,6 +520,17 @@ def gone(run_id: str, within: float = 10) -> list[int]:
     return left
 
 
+def no_zygote_left(run_id: str, slots: int) -> None:
+    """--warm-spares: no zygote of the run's slots still runs (the root namespace sees the SSH hosts' processes
+    too) and no socket of theirs is left (tagged_pids does not see them: a zygote carries no run tag)."""
+    socks = [warmfork.socket_path(run_id, s) for s in range(slots)]
+    deadline = time.monotonic() + 10
+    while (left := [q for q in map(int, filter(str.isdigit, os.listdir("/proc")))
+                    if any(procs.cmdline_has(q, s.encode()) for s in socks)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left and not any(map(os.path.exists, socks)), (left, socks)
+
+
 def check_lemon(run_dir: str, reference_sha: str) -> dict:
     """A lemon run's outcome on any backend: COMPLETED in attempt 2; slot 1 quarantined after 2 strikes (restart,
     then replace); its rank crashed in attempts 0 and 1 only (attempt 2's node 1 is the spare); no process of
@@ -703,9 +714,13 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
     with recovery_row("ssh", "lemon host (crashes at step 5 in every attempt), --spares 1", "runs/lemon",
                       "restart, then quarantined, the spare host in; COMPLETED, exit 0, no command typed"):
         p = launch_on_ssh("sshhost1,sshhost2,sshhost3", "--nodes", "2", "--spares", "1", "--run-dir", "runs/lemon",
-                          "--node-ledger", "site.json", "--", *PROGRAM, "--crash-at-step", "5", "--crash-slot", "1")
+                          "--node-ledger", "site.json", "--warm-spares", "--", *PROGRAM, "--crash-at-step", "5",
+                          "--crash-slot", "1")
         assert p.returncode == 0, p.stderr[-3000:]
         run = check_lemon("runs/lemon", reference_sha)
+    # issue 37 item 2: attempts 1 and 2 forked from the hosts' zygotes; the spare host's served attempt 2
+    assert [read_json(f"runs/lemon/status/rank{r}.json").get("warm") for r in (0, 1)] == [True, True]
+    no_zygote_left(run["run_id"], 3)
     assert [(a["hosts"], a["slots"]) for a in run["attempts"]] == [(["sshhost1", "sshhost2"], [0, 1])] * 2 + [
         (["sshhost1", "sshhost3"], [0, 2])]
     # issue 37: the lemon's host is quarantined in the site's node ledger, and the next run leaves it out

@@ -18,7 +18,7 @@ import yaml
 
 import test_recovery
 from conftest import LAUNCH, read_json, run_launch
-from launchers import procs, warmfork
+from launchers import procs
 from launchers.backends.local import PAUSED_S, Paused
 from launchers.remote import node_pids
 from test_recovery import PROGRAM, frozen_records, gone, recovery_row, restored_and_fenced
@@ -212,6 +212,8 @@ def test_warm_spares_restart_and_replace_by_forking(workdir, reference_sha):
                 rec = read_json_or_none(Path("runs/warm/progress/rank1.json")) or {}
                 return rec.get("attempt") == 1 and (rec.get("step") or 0) >= 4
             wait_for(there, 240, "rank 1 at step 4 of attempt 1")
+            st = run_launch("status", "runs/warm")
+            assert "warm:       slots 0, 1, 2 (torch imported); cold: none" in st.stdout, st.stdout
             pids = node_pids(run_id("runs/warm"), 1, attempt=1)
             assert [q for q in pids if procs.forked_as(q) == "program"], pids     # the program, forked warm
             for pid in pids:
@@ -221,7 +223,4 @@ def test_warm_spares_restart_and_replace_by_forking(workdir, reference_sha):
         assert [a["slots"] for a in run["attempts"]] == [[0, 1], [0, 1], [0, 2]], run["attempts"]
         assert [read_json(f"runs/warm/status/rank{r}.json").get("warm") for r in (0, 1)] == [True, True]
         bit_exact_and_nothing_left("runs/warm", run, row, reference_sha)
-        socks = [warmfork.socket_path(run["run_id"], s) for s in range(3)]
-        left = [q for q in map(int, filter(str.isdigit, os.listdir("/proc")))
-                if any(procs.cmdline_has(q, sock.encode()) for sock in socks)]
-        assert not left and not any(map(os.path.exists, socks)), (left, socks)
+        test_recovery.no_zygote_left(run["run_id"], 3)

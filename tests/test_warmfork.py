@@ -37,14 +37,14 @@ def zygote():
     d = tempfile.mkdtemp(prefix="lw", dir="/tmp")          # short: sun_path holds 108 bytes
     os.chmod(d, 0o700)
     path = os.path.join(d, "t-s0.sock")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), LAUNCH_WARM_ROOM="x" * 20000)
-    z = subprocess.Popen([sys.executable, "-m", "launchers.nodeside.zygote", path, str(os.getpid())], env=env)
+    z = subprocess.Popen([sys.executable, "-m", "launchers.nodeside.zygote", path, "0"], stdin=subprocess.PIPE,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     deadline = time.monotonic() + 120
     while not os.path.exists(path):
         assert z.poll() is None and time.monotonic() < deadline, "the zygote did not come up"
         time.sleep(0.05)
     yield path
-    z.terminate()
+    z.stdin.close()                                         # its launcher gone: it ends, its socket with it
     assert z.wait(timeout=10) == 0
     assert not os.path.exists(path), "the zygote left its socket"
     shutil.rmtree(d)

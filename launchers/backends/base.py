@@ -93,6 +93,7 @@ class Plan:
 class Backend:
     name = "base"
     owns_restarts = True      # the launcher loops over attempts (local, ssh); Slurm requeues instead
+    zygote_kind: Any = None   # --warm-spares: the backend's Zygotes (local, ssh)
 
     def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
         """The attempt's plan. slots: the run's pool's active slots, in node order (--spares, --nodes MIN:MAX:
@@ -115,9 +116,17 @@ class Backend:
         """--memory-checkpoint: the run ended, its in-memory checkpoints go from every node of its pool
         (launchers.memstore). Default: nothing (Slurm: a submitted job removes them at its own end)."""
 
+    def warm_up(self, plan: Plan) -> None:
+        """--warm-spares: the zygotes of the run's pool (the backend's `zygotes` kind), started once, with its first
+        attempt (launchers.warmfork); a later attempt restarts one that ended."""
+        if plan.spec.opts.get("warm_spares") and self.zygote_kind is not None:
+            self.zygotes = getattr(self, "zygotes", None) or self.zygote_kind()
+            self.zygotes.ensure(plan)
+
     def end_run(self, plan: Plan) -> None:
-        """The run's attempts are over: what the backend kept for its restarts goes (local: the --warm-spares
-        zygotes). Default: nothing."""
+        """The run's attempts are over: what the backend kept for its restarts goes (the zygotes)."""
+        if getattr(self, "zygotes", None) is not None:
+            self.zygotes.close()
 
     def refresh(self, rd: RunDir) -> dict[str, Any]:
         """Current status (backends with a scheduler ask it); default: status.json as written, corrected when
@@ -157,7 +166,7 @@ def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, ma
     a container's resource limits are this host's (an SSH host's may differ: its hard limits must not be lower)."""
     limits = host_limits()
     slot = [slots[k] if slots else None for k in range(spec.nodes)]
-    warm = [warm_socket(run_id, k if s is None else s) if one_machine and spec.opts.get("warm_spares") else None
+    warm = [warm_socket(run_id, k if s is None else s) if spec.opts.get("warm_spares") else None
             for k, s in enumerate(slot)]                  # --warm-spares: each slot's zygote (launchers.warmfork)
     return [wrap(spec, node_command(spec, node_rank=k, master_addr=master_addr, master_port=master_port,
                                     run_id=run_id, attempt=attempt, dist_backend=dist_backend,

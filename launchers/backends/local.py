@@ -28,8 +28,41 @@ PAUSED_S = 10.0    # a node whose agent is stopped this long while another's run
                    # for launchers.sshconn.LOST_S)
 
 
+class Zygotes:
+    """--warm-spares here: a zygote (launchers.nodeside.zygote) per node slot of the pool, the spares' included,
+    started beside the run's first attempt (which starts cold) and ended with the run (its stdin closed: a launcher
+    killed outright ends them too); a slot whose zygote is not ready (or gone) starts cold (launchers.warmfork).
+    Its environment: the first node's, less the run's tag (a sweep of an attempt's processes never takes it) and
+    the secrets (a forked process gets its own environment)."""
+
+    def __init__(self) -> None:
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def ensure(self, plan: Plan) -> None:
+        spec, nc = plan.spec, plan.nodes[0]
+        drop = {procs.TAG, *nc.secret_env()}
+        env = {k: v for k, v in node_environ(os.environ, nc).items() if k not in drop}
+        for s in sorted({*range(max(spec.max_nodes or 0, spec.nodes) + spec.spares), *(plan.slots or ())}):
+            if s not in self.procs or self.procs[s].poll() is not None:
+                self.procs[s] = subprocess.Popen(
+                    [spec.python, "-m", "launchers.nodeside.zygote", warmfork.socket_path(plan.run_id, s), str(s)], env=env,
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            p.stdin.close()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+
 class LocalBackend(Backend):
     name = "local"
+    zygote_kind = Zygotes        # --warm-spares
     stream = True          # print prefixed rank output while the job runs
 
     def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
@@ -60,9 +93,6 @@ class LocalBackend(Backend):
     def start(self, plan: Plan, rd: RunDir) -> int:
         attempt, spec = plan.attempt, plan.spec
         rd.mark_running(attempt)
-        if spec.opts.get("warm_spares"):
-            self.zygotes = getattr(self, "zygotes", None) or Zygotes()
-            self.zygotes.ensure(plan)
         agents: list[subprocess.Popen] = []
         paused, swept = Paused(agents), []          # swept: the pids the launcher's own stop had to kill
         watch = LauncherWatch(rd, plan.run_id, attempt, spec.hang_timeout, spec.nodes, spec.world_size,
@@ -160,46 +190,6 @@ class LocalBackend(Backend):
 
     def forget_memory(self, plan: Plan) -> None:
         memstore.forget_run(plan.run_id)
-
-    def end_run(self, plan: Plan) -> None:
-        if getattr(self, "zygotes", None):
-            self.zygotes.close()
-
-
-class Zygotes:
-    """--warm-spares here: a zygote (launchers.nodeside.zygote) per node slot of the pool, the spares' included,
-    started beside the run's first attempt (which starts cold) and ended with the run; a slot whose zygote is not
-    ready (or gone) starts cold (launchers.warmfork). Its environment: the first node's, less the run's tag (a
-    sweep of an attempt's processes never takes it), with room for a forked process's own (/proc shows that)."""
-
-    def __init__(self) -> None:
-        self.procs: dict[int, subprocess.Popen] = {}
-
-    def ensure(self, plan: Plan) -> None:
-        spec = plan.spec
-        if not warmfork.private_dir(warmfork.socket_dir(), make=True):
-            print(f"launch: --warm-spares: {warmfork.socket_dir()} is not a private directory of this user's; "
-                  f"the nodes start cold", file=sys.stderr, flush=True)
-            return
-        env = {k: v for k, v in node_environ(os.environ, plan.nodes[0]).items() if k != procs.TAG}
-        env["LAUNCH_WARM_ROOM"] = "x" * min(120_000, 16384 + sum(len(k) + len(v) + 2 for k, v in env.items()))
-        for s in sorted({*range(max(spec.max_nodes or 0, spec.nodes) + spec.spares), *(plan.slots or ())}):
-            if s not in self.procs or self.procs[s].poll() is not None:
-                self.procs[s] = subprocess.Popen(
-                    [spec.python, "-m", "launchers.nodeside.zygote", warmfork.socket_path(plan.run_id, s),
-                     str(os.getpid())], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL, start_new_session=True)
-
-    def close(self) -> None:
-        for p in self.procs.values():
-            p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs.clear()
 
 
 class Paused:

@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import signal
-import stat
 import sys
 import threading
 import time
@@ -32,12 +31,13 @@ from ..remote import AGENT_ENDED, HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import JobSpec, redact_env
-from ..sshconn import Prefixed, Silence, close_all, connect_all, describe, make_connection, put_private
+from ..sshconn import Prefixed, Silence, close_all, connect_all, describe, get_tree, make_connection, put_private
 from ..sshmodel import SSHSettings
 from ..sshmodel import settings as ssh_settings
 from ..stops import Stop, stop_decision, wait_s
 from . import sshcheck
 from .base import Backend, Interrupts, Plan, node_code_fields, node_commands
+from .sshwarm import Zygotes
 
 STAGING_ROOT = "/tmp/launch-staging"
 FORGET_S = 15.0           # how long the end of a --memory-checkpoint run waits for its hosts to drop their stores
@@ -90,6 +90,7 @@ class SSHPlan(Plan):
 
 class SSHBackend(Backend):
     name = "ssh"
+    zygote_kind = Zygotes        # --warm-spares (launchers.backends.sshwarm)
 
     def __init__(self) -> None:
         self._ready: tuple[int, list] | None = None      # (id(plan), connections) after preflight
@@ -302,7 +303,7 @@ class SSHBackend(Backend):
                     sftp = c.sftp()
                 except Exception as e:  # noqa: BLE001
                     return describe(e, plan.rhosts[k], plan.settings)
-            _get_tree(sftp, plan.node_dir, rd.path)
+            get_tree(sftp, plan.node_dir, rd.path)
             return None
 
         say = counted("collect", len(conns))
@@ -383,17 +384,3 @@ def _write(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-
-def _get_tree(sftp, remote: str, local: str) -> None:
-    try:
-        entries = sftp.listdir_attr(remote)
-    except OSError:
-        return
-    os.makedirs(local, exist_ok=True)
-    for a in entries:
-        r, loc = f"{remote}/{a.filename}", os.path.join(local, a.filename)
-        if stat.S_ISDIR(a.st_mode or 0):
-            _get_tree(sftp, r, loc)
-        elif stat.S_ISREG(a.st_mode or 0) and ".tmp" not in a.filename:
-            sftp.get(r, loc + ".part")
-            os.replace(loc + ".part", loc)

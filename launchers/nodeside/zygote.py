@@ -1,15 +1,16 @@
-"""A node slot's zygote for --warm-spares (launchers.warmfork): `python -m launchers.nodeside.zygote SOCKET PARENT`.
+"""A node slot's zygote for --warm-spares (launchers.warmfork): `python -m launchers.nodeside.zygote SOCKET SLOT`.
 
 It imports torch (and torchrun) once, then listens on SOCKET; each request (only from its own user) is forked
 twice: a session that reports the pid and the end, and the worker, which becomes what a cold start would have
 run -- `python [-u] -m MOD args` or `python [-u] FILE args` -- with the request's fds, environment, cwd and umask.
-It ends with its launcher (PARENT: PR_SET_PDEATHSIG, then a check of its parent), on SIGTERM, or when its socket
-file is gone. A node program: it imports torch, so no module of the launcher imports it (tests/test_layers.py).
+It lives while its stdin is open (the launcher's pipe, or the SSH session's pty), and ends on SIGTERM/SIGHUP or when
+its socket file is gone. A node program: it imports torch, so no module of the launcher imports it (tests/test_layers.py).
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import select
 import signal
@@ -17,15 +18,20 @@ import socket
 import struct
 import sys
 
+from .. import layout
+from ..errors import LaunchError
 from ..warmfork import FORKED_ENV, accept, private_dir
 
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.run")
+ROOM = "LAUNCH_WARM_ROOM"
 FIRST = (FORKED_ENV, "LAUNCH_RUN_ID", "NODE_RANK", "LAUNCH_ATTEMPT", "RANK", "LOCAL_RANK", "LAUNCH_RUN_DIR")
 
 
-def main(path: str, parent: int) -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)      # PR_SET_PDEATHSIG: the launcher's end
-    if os.getppid() != parent or not private_dir(os.path.dirname(path)):
+def main(path: str, slot: str) -> None:
+    if ROOM not in os.environ:                # room in /proc's copy of the environment for a forked process's own
+        env = dict(os.environ, **{ROOM: "x" * (32768 + sum(len(k) + len(v) + 2 for k, v in os.environ.items()))})
+        os.execve(sys.executable, [sys.executable, "-m", "launchers.nodeside.zygote", path, slot], env)
+    if not private_dir(os.path.dirname(path), make=True):
         return
     import importlib
     for name in PRELOAD:
@@ -36,26 +42,50 @@ def main(path: str, parent: int) -> None:
     sock.bind(tmp)
     sock.listen(64)
     os.replace(tmp, path)                     # ready only once torch is in
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    sock.settimeout(1.0)
+    said = _say_ready(slot)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: sys.exit(0))
     ino = os.stat(path).st_ino
     try:
-        while os.getppid() == parent:
+        while True:
             with contextlib.suppress(ChildProcessError):
                 while os.waitpid(-1, os.WNOHANG)[0]:
                     pass
-            try:
+            ready, _, _ = select.select([sock, 0], [], [], 1.0)
+            if 0 in ready and not _read(0) or not os.path.exists(path):     # stdin closed: the launcher's gone
+                return
+            if sock in ready:
                 conn, _ = sock.accept()
-            except socket.timeout:
-                if not os.path.exists(path):
-                    return
-                continue
-            with conn:
-                _accept(sock, conn, base)
+                with conn:
+                    _accept(sock, conn, base)
     finally:
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == ino:
                 os.unlink(path)
+        with contextlib.suppress(OSError, TypeError):
+            os.unlink(said)
+
+
+def _say_ready(slot: str) -> str | None:
+    """status/warm-slot<S>.json in the run dir (`launch status`: the slot is warm); its path, None if not written."""
+    try:
+        import time
+        run_dir = os.environ["LAUNCH_RUN_DIR"]
+        target = layout.own_path(run_dir, "warm_slot", slot=int(slot))
+        tmp = f"{target}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"slot": int(slot), "pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}, f)
+        os.replace(tmp, target)
+        return target
+    except (KeyError, ValueError, OSError, LaunchError):
+        return None
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 4096)
+    except OSError:                           # EIO: the pty's other side closed
+        return b""
 
 
 def _entries(pp: str | None) -> list[str]:
@@ -216,4 +246,7 @@ def _worker(req: dict, fds: list[int], go: int, base: dict) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    try:
+        main(sys.argv[1], sys.argv[2])
+    finally:
+        os._exit(0)                           # at once: an interpreter holding torch takes ~1 s to wind down
