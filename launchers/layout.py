@@ -375,15 +375,11 @@ def last_step(run_dir: str) -> int | None:
 def load_run_yaml(run_dir: str) -> tuple[dict | None, str | None]:
     """(run.yaml's record, None), or (None, why it is not a launcher's record: a short phrase)."""
     import yaml  # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
-    for loader in (getattr(yaml, "CSafeLoader", None), yaml.SafeLoader):    # libyaml's parser when there is one
-        if loader is None:
-            continue
-        try:
-            with open(path(run_dir, "run_yaml"), encoding="utf-8") as f:
-                data = yaml.load(f, Loader=loader)      # noqa: S506 -- a safe loader (the same constructors)
-            break
-        except (OSError, ValueError, RecursionError, yaml.YAMLError) as e:  # UnicodeDecodeError is a ValueError
-            data = e                     # said in the pure-Python loader's words, as before (its second look)
+    try:
+        with open(path(run_dir, "run_yaml"), encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as e:     # UnicodeDecodeError is a ValueError
+        data = e
     why = record_problem(data)
     return (None, why) if why else (data, None)
 

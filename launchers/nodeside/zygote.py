@@ -22,7 +22,8 @@ from .. import layout
 from ..errors import LaunchError
 from ..warmfork import FORKED_ENV, accept, private_dir
 
-PRELOAD = ("torch", "torch.distributed", "torch.distributed.run")
+PRELOAD = ("torch", "torch.distributed", "torch.distributed.run", "torch._dynamo", "torch.distributed.checkpoint",
+           "numpy.random")      # what a training program imports at its first optimizer step or save anyway
 ROOM = "LAUNCH_WARM_ROOM"
 FIRST = (FORKED_ENV, "LAUNCH_RUN_ID", "NODE_RANK", "LAUNCH_ATTEMPT", "RANK", "LOCAL_RANK", "LAUNCH_RUN_DIR")
 
