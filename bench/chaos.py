@@ -6,8 +6,9 @@ run's, for the same steps: the share of the wall time spent on steps that count)
 steps a restart trained again: the last step an attempt logged minus the step the next one resumed from), each
 phase of recovery (mean seconds since the fault, from status.json's recovery timeline) and whether every restart
 came from the policy (no person). Usage: .venv/bin/python bench/chaos.py [T seconds, default 60] [steps, default
-1200] [local|ssh, default local] [storage|memory, default storage: `memory` runs the disturbed run with
---memory-checkpoint, against the same undisturbed run without it]. `make bench` runs a short form (bench/run_all.py: 20 s, 300 steps, local); the
+1200] [local|ssh, default local] [modes, default storage,memory+warm: one disturbed run per mode, each against the same
+undisturbed run without options: storage (checkpoints on storage only), memory (--memory-checkpoint), warm
+(--warm-spares), memory+warm]. `make bench` runs a short form (bench/run_all.py: 20 s, 300 steps, local); the
 long form (60 1200, and 300 for one fault per five minutes) by hand. BENCH_TINY=1 (tests/test_bench_tiny.py): the
 given steps without the per-step delay, and one kill only (after T seconds)."""
 import json
@@ -103,27 +104,37 @@ def main() -> int:
     backend = sys.argv[3] if len(sys.argv) > 3 else "local"
     if backend not in ("local", "ssh"):
         sys.exit(f"chaos: backend {backend!r} is not accepted; choose local or ssh")
-    mode = sys.argv[4] if len(sys.argv) > 4 else "storage"
-    if mode not in ("storage", "memory"):
-        sys.exit(f"chaos: mode {mode!r} is not accepted; choose storage or memory (--memory-checkpoint)")
-    extra = ("--memory-checkpoint",) if mode == "memory" else ()
+    modes = (sys.argv[4] if len(sys.argv) > 4 else "storage,memory+warm").split(",")
+    flags = {"storage": (), "memory": ("--memory-checkpoint",), "warm": ("--warm-spares",)}
+    if not all(m and set(m.split("+")) <= set(flags) for m in modes):
+        sys.exit(f"chaos: mode {sys.argv[4]!r} is not accepted; choose storage, memory (--memory-checkpoint), warm "
+                 "(--warm-spares), memory+warm, or several of them with commas")
+    ok = True
     with tempfile.TemporaryDirectory(dir="/tmp") as d:            # /tmp: the SSH test hosts see it
-        ref_wall, ref, _ = run(d, "calm", steps, 0, 0, backend)        # the same program, no memory checkpoints
-        wall, st, kills = run(d, "chaos", steps, every, 7, backend, extra)
-        lost = steps_lost(os.path.join(d, "chaos"))
+        ref_wall, ref, _ = run(d, "calm", steps, 0, 0, backend)        # the same program, none of the options
+        for mode in modes:
+            extra = tuple(f for m in mode.split("+") for f in flags[m])
+            wall, st, kills = run(d, mode, steps, every, 7, backend, extra)
+            ok &= report(backend, mode, every, steps, (ref_wall, ref), (wall, st, kills), steps_lost(os.path.join(d, mode)))
+    return 0 if ok else 1
+
+
+def report(backend: str, mode: str, every: float, steps: int, calm: tuple, chaos: tuple, lost: list[int]) -> bool:
+    """The three lines of one disturbed run against the undisturbed one; whether both completed, no person needed."""
+    (ref_wall, ref), (wall, st, kills) = calm, chaos
     rec = st.get("recovery") or []
     times = [r["detection_to_first_step_s"] for r in rec if r.get("detection_to_first_step_s") is not None]
     mean = sum(times) / len(times) if times else float("nan")
     people = sum(1 for r in rec if r.get("person") == "yes")
-    print(f"chaos: {backend}, {mode} checkpoints, one kill every {every:.0f} s, {steps} steps; undisturbed {ref['state']} in {ref_wall:.0f} s, "
+    print(f"chaos: {backend}, {mode}, one kill every {every:.0f} s, {steps} steps; undisturbed {ref['state']} in {ref_wall:.0f} s, "
           f"disturbed {st['state']} in {wall:.0f} s after {len(kills)} kills ({kills.count('worker')} workers, "
           f"{kills.count('agent')} agents), {len(rec)} restarts")
-    print(f"chaos: effective training time {ref_wall / wall:.2f} (undisturbed / disturbed wall); mean recovery "
-          f"(detection -> first step) {mean:.1f} s over {len(times)}; restarts needing a person: {people}")
+    print(f"chaos: effective training time {ref_wall / wall:.2f} (undisturbed / disturbed wall; goal at one fault a "
+          f"minute: >= 0.95); mean recovery (detection -> first step) {mean:.1f} s over {len(times)} (goal, warm: "
+          f"<= 2 s); restarts needing a person: {people}")
     print(f"chaos: steps lost per fault {sum(lost) / len(lost) if lost else 0:.1f} (each: {lost}); recovery phases "
-          f"since the fault: {phases(rec) or '-'}")
-    return 0 if st["state"] == ref["state"] == "COMPLETED" and people == 0 else 1
-
+          f"since the fault: {phases(rec) or '-'}", flush=True)
+    return st["state"] == ref["state"] == "COMPLETED" and people == 0
 
 if __name__ == "__main__":
     sys.exit(main())

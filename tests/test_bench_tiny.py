@@ -27,7 +27,7 @@ CASES = [
     ("hang_detection-local", "hang_detection.py", {"BENCH_BACKENDS": "local"}, [], [pytest.mark.slow]),
     ("detection-local", "detection.py", {"BENCH_BACKENDS": "local"}, [], [pytest.mark.slow]),   # 2 launches: ~25 s
     ("workloads_checkpoint", "workloads_checkpoint.py", {}, [], [pytest.mark.slow]),     # ~20 s on 2 cores
-    ("chaos", "chaos.py", {}, ["3", "10"], [pytest.mark.slow]),      # two short convnet runs, one kill: ~30-80 s
+    ("chaos", "chaos.py", {}, ["3", "10", "local", "memory+warm"], [pytest.mark.slow]),   # two short runs, one kill
     ("hang_detection-ssh", "hang_detection.py", {"BENCH_BACKENDS": "ssh"}, [], [pytest.mark.ssh]),
     ("doctor_time-ssh", "doctor_time.py", {"BENCH_TARGETS": "ssh"}, [], [pytest.mark.ssh]),
     ("ssh_fanout", "ssh_fanout.py", {}, [], [pytest.mark.ssh]),

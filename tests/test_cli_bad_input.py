@@ -17,6 +17,7 @@ BAD = [
     (["--master-port", "80"], "80"),
     (["--master-port", "70000"], "70000"),
     (["--dist-backend", "mpi"], "mpi"),
+    (["--warm-spares", "--container-image", "docker.io/library/python:3.11"], "--warm-spares"),
 ]
 
 
