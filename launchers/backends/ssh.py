@@ -94,6 +94,7 @@ class SSHBackend(Backend):
 
     def __init__(self) -> None:
         self._ready: tuple[int, list] | None = None      # (id(plan), connections) after preflight
+        self._reached: set[tuple[str, int, str]] = set()   # (master host, port, host) the reach check passed
 
     # ------------------------------------------------------------------ plan (pure: no network)
     def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> SSHPlan:
@@ -145,8 +146,10 @@ class SSHBackend(Backend):
                 plan.nodes = self._commands(plan.spec, plan.node_dir, plan.run_id, plan.attempt, plan.master_addr,
                                             port, plan.dist_backend, plan.slots)
             sshcheck.check_image(plan, conns)
-            if len(conns) > 1:
+            pairs = {(plan.rhosts[0].label, plan.master_port, h.label) for h in plan.rhosts[1:]}
+            if not pairs <= self._reached:     # a restart on hosts already checked this run: not again (~0.7 s)
                 sshcheck.check_reach(plan, conns)
+                self._reached |= pairs
         except BaseException:
             close_all(conns)
             raise
