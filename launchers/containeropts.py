@@ -295,3 +295,10 @@ def fields(backend: str, pick: Callable[[str], Any], cwd: str,
             check_mount_path(path, what, runtime)
     return dict(container_image=image, container_runtime=runtime, container_mounts=mounts,
                 container_python=check_python(DEFAULT_PYTHON if python is None else python), container_workdir=cwd)
+
+
+def check_warm(opts: Any, image: Any) -> None:
+    """--warm-spares forks from a zygote that runs outside any image: not with --container-image."""
+    if opts.get("warm_spares") and image:
+        raise LaunchError("--warm-spares is not accepted with --container-image (a zygote runs outside the image); "
+                          "accepted: one of them")

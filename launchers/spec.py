@@ -361,9 +361,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     for k, v in (flags.get("options") or {}).items():
         if v is not None and v != ():
             opts[k] = v
-    if opts.get("warm_spares") and pick("container_image"):
-        raise LaunchError("--warm-spares is not accepted with --container-image (a zygote runs outside the image); "
-                          "accepted: one of them")
+    containeropts.check_warm(opts, pick("container_image"))
 
     name = check_name(default_name(program) if pick("name") is None else pick("name"))
     run_dir = layout.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"), existing)

@@ -198,29 +198,29 @@ def test_a_bug_on_every_node_stops_after_the_budget_and_quarantines_nothing(work
 
 
 @pytest.mark.slow
-def test_warm_spares_restart_and_replace_by_forking(workdir, reference_sha):
-    """Issue 37 item 2 (--warm-spares): rank 1 crashes at step 3 of attempt 0 (cold); attempt 1 forks the agents
-    and programs from the slots' zygotes (torch imported already); there node 1 is killed outright (its stand-in,
-    agent, rank wrapper and program, found as cold ones are by their environment) and the spare's zygote serves
-    attempt 2. Bit-exact, and nothing of the run is left: no zygote, no socket."""
-    with recovery_row("local", "--warm-spares: a crash, then node 1 killed, --spares 1", "runs/warm",
-                      "attempts 1 and 2 forked warm; COMPLETED, exit 0") as row:
-        with started_with_a_spare("runs/warm", ("--spares", "1", "--max-restarts", "3", "--warm-spares"),
-                                  ("--crash-at-step", "3", "--crash-rank", "1")) as p:
+def test_warm_spares_a_spare_takes_over_by_forking(workdir, reference_sha):
+    """Issue 37 item 2 (--warm-spares): once `launch status` says every slot's zygote is up (they import torch after
+    the first step), node 1 is killed outright in attempt 0; the spare's zygote and node 0's serve attempt 1: the
+    agents and programs are forked (found by the sweeps as cold ones are: node_pids), bit-exact, and nothing of
+    the run is left: no zygote, no socket."""
+    with recovery_row("local", "--warm-spares: node 1 killed, --spares 1", "runs/warm",
+                      "the spare's zygote serves attempt 1; COMPLETED, exit 0") as row:
+        with started_with_a_spare("runs/warm", ("--spares", "1", "--warm-spares"), ("--step-delay", "3")) as p:
+            def warm():
+                assert p.poll() is None, "the run ended before its zygotes were up"
+                return "warm:       slots 0, 1, 2 (torch imported); cold: none" in run_launch(
+                    "status", "runs/warm").stdout
+            wait_for(warm, 240, "every slot warm")
+            signal_node(p, "runs/warm", 1, signal.SIGKILL, step=1)
+
             def there():
-                assert p.poll() is None, "the run ended before attempt 1 reached step 4"
-                rec = read_json_or_none(Path("runs/warm/progress/rank1.json")) or {}
-                return rec.get("attempt") == 1 and (rec.get("step") or 0) >= 4
-            wait_for(there, 240, "rank 1 at step 4 of attempt 1")
-            st = run_launch("status", "runs/warm")
-            assert "warm:       slots 0, 1, 2 (torch imported); cold: none" in st.stdout, st.stdout
+                assert p.poll() is None, "the run ended before attempt 1 reached its second step"
+                return (read_json_or_none(Path("runs/warm/progress/rank1.json")) or {}).get("attempt") == 1
+            wait_for(there, 240, "rank 1 in attempt 1")
             pids = node_pids(run_id("runs/warm"), 1, attempt=1)
             assert [q for q in pids if procs.forked_as(q) == "program"], pids     # the program, forked warm
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
             run = ended(p, "runs/warm")
-        assert [a["slots"] for a in run["attempts"]] == [[0, 1], [0, 1], [0, 2]], run["attempts"]
+        assert [a["slots"] for a in run["attempts"]] == [[0, 1], [0, 2]], run["attempts"]
         assert [read_json(f"runs/warm/status/rank{r}.json").get("warm") for r in (0, 1)] == [True, True]
         bit_exact_and_nothing_left("runs/warm", run, row, reference_sha)
         test_recovery.no_zygote_left(run["run_id"], 3)

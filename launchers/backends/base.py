@@ -90,6 +90,9 @@ class Plan:
                 **({"slots": list(self.slots)} if self.slots else {})}
 
 
+WARM_WAIT_S = 60.0      # --warm-spares: how long a restart waits for its slots' zygotes still starting
+
+
 class Backend:
     name = "base"
     owns_restarts = True      # the launcher loops over attempts (local, ssh); Slurm requeues instead
@@ -122,6 +125,11 @@ class Backend:
         if plan.spec.opts.get("warm_spares") and self.zygote_kind is not None:
             self.zygotes = getattr(self, "zygotes", None) or self.zygote_kind()
             self.zygotes.ensure(plan)
+            if plan.attempt:        # a restart: a zygote still importing torch is sooner ready than a cold start
+                deadline = time.monotonic() + WARM_WAIT_S
+                while not all(self.zygotes.ready(plan, s) for s in plan.slots or range(len(plan.nodes))) \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.05)
 
     def end_run(self, plan: Plan) -> None:
         """The run's attempts are over: what the backend kept for its restarts goes (the zygotes)."""

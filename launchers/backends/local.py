@@ -48,6 +48,11 @@ class Zygotes:
                     [spec.python, "-m", "launchers.nodeside.zygote", warmfork.socket_path(plan.run_id, s), str(s)], env=env,
                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
+    def ready(self, plan: Plan, slot: int) -> bool:
+        """Slot's zygote listens, or will not (it ended)."""
+        p = self.procs.get(slot)
+        return p is None or p.poll() is not None or os.path.exists(warmfork.socket_path(plan.run_id, slot))
+
     def close(self) -> None:
         for p in self.procs.values():
             p.stdin.close()

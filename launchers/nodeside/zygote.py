@@ -18,13 +18,14 @@ import socket
 import struct
 import sys
 
-from .. import layout
+from .. import fence, layout
 from ..errors import LaunchError
 from ..warmfork import FORKED_ENV, accept, private_dir
 
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.run", "torch._dynamo", "torch.distributed.checkpoint",
            "numpy.random")      # what a training program imports at its first optimizer step or save anyway
 ROOM = "LAUNCH_WARM_ROOM"
+FIRST_STEP_WAIT_S = 30.0
 FIRST = (FORKED_ENV, "LAUNCH_RUN_ID", "NODE_RANK", "LAUNCH_ATTEMPT", "RANK", "LOCAL_RANK", "LAUNCH_RUN_DIR")
 
 
@@ -32,7 +33,7 @@ def main(path: str, slot: str) -> None:
     if ROOM not in os.environ:                # room in /proc's copy of the environment for a forked process's own
         env = dict(os.environ, **{ROOM: "x" * (32768 + sum(len(k) + len(v) + 2 for k, v in os.environ.items()))})
         os.execve(sys.executable, [sys.executable, "-m", "launchers.nodeside.zygote", path, slot], env)
-    if not private_dir(os.path.dirname(path), make=True):
+    if not private_dir(os.path.dirname(path), make=True) or not _after_first_step(os.environ.get("LAUNCH_RUN_DIR")):
         return
     import importlib
     for name in PRELOAD:
@@ -80,6 +81,19 @@ def _say_ready(slot: str) -> str | None:
         return target
     except (KeyError, ValueError, OSError, LaunchError):
         return None
+
+
+def _after_first_step(run_dir: str | None) -> bool:
+    """Wait (at most FIRST_STEP_WAIT_S) until the run's rank 0 reported a step or a restart is under way (the run's
+    generation), so that importing torch here does not slow the first attempt's own start; False when the launcher
+    went meanwhile (stdin closed)."""
+    import time
+    deadline = time.monotonic() + FIRST_STEP_WAIT_S
+    while run_dir and time.monotonic() < deadline and not os.path.exists(layout.path(run_dir, "progress", rank=0)) \
+            and not fence.current(run_dir):
+        if select.select([0], [], [], 0.2)[0] and not _read(0):
+            return False
+    return True
 
 
 def _read(fd: int) -> bytes:
