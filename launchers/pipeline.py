@@ -17,8 +17,10 @@ option of the plan) and `--cluster` (the login node's own launch) all go through
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TextIO
 
 from . import extcache, layout, manifest, snapshot
@@ -49,10 +51,26 @@ def run(verb: Verb, spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdo
         (plans if plans is not None else []).extend(planned)
         out.write(verb.dry_text(planned))
         return 0
+    preload("yaml")                   # run.yaml's writer (open), imported while the preflight waits on its checks
     planned, found = verb.preflight(planned)
     commit(planned[0].spec)
     rds = verb.open(planned, lambda rd, plan: record(rd, plan, found))
     return verb.start(rds, planned)
+
+
+def preload(name: str) -> None:
+    """Import `name` in a thread. The preflight mostly waits (a child python, a host's or Slurm's answer), so an
+    import the later stages need costs the start path nothing there (a later import waits on Python's import lock
+    for this one); a failure stays the later import's to say."""
+    if name in sys.modules:
+        return
+
+    def run() -> None:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001
+            pass
+    threading.Thread(target=run, daemon=True, name="launch-preload").start()
 
 
 def settle(spec: JobSpec) -> JobSpec:

@@ -39,7 +39,6 @@ from ...stops import stop_decision, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
 from . import gone
 from .env import NodelistError, SlurmEnv
-from .gpugate import check_node
 from .nodespec import load_node_spec
 from .requeue import after_stop
 
@@ -224,6 +223,7 @@ class NodeRun:
             raise NodeError(f"the allocation has {len(hosts)} nodes ({self.env.nodelist}), "
                             f"the job needs {self.ns.spec.nodes}")
         if "gpu" in self.ns.spec.preflight:      # every node's verdict before any rendezvous (slurm.gpugate)
+            from .gpugate import check_node  # here: its GPU tools' parsers are not on a plain job's start path
             gpus = self.ns.spec.gpus_per_node if self.ns.dist_backend == "nccl" else None    # auto: nodebackend
             check_node(self.rd.path, {"job": self.env.job_id, "step": self.env.step_id, "restart": self.restart,
                                       "node": self.node}, self.ns.spec.nodes, gpus, self.stopped)
