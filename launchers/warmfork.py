@@ -128,7 +128,7 @@ def request(path: str | None, kind: str, argv: list[str], fds: list[int], env: d
         if peer_uid(s) != os.getuid():              # a listener swapped in: it is sent nothing (env: secrets)
             raise OSError("not ours")
         send(s, {"kind": kind, "argv": argv, "cwd": cwd, "env": env}, fds)
-        first = s.makefile("rb").readline().split()
+        first = _line(s).split()
         s.settimeout(None)
     except OSError:
         s.close()
@@ -137,6 +137,18 @@ def request(path: str | None, kind: str, argv: list[str], fds: list[int], env: d
         s.close()
         return None
     return s, int(first[1])
+
+
+def _line(s: socket.socket) -> bytes:
+    """One line, byte by byte: a buffered read could take the `exit` line after it too (a program that ends at once),
+    which read_exit() must find on the socket."""
+    line = b""
+    while not line.endswith(b"\n") and len(line) < 64:
+        chunk = s.recv(1)
+        if not chunk:
+            break
+        line += chunk
+    return line
 
 
 def read_exit(s: socket.socket, block: bool) -> int | None:
