@@ -1,7 +1,6 @@
 """The workloads' checkpoint writer digests every file while writing it (workloads.common.ckptwrite): a save's
 commit reads nothing back, and its manifest is what hashing the files on disk gives; a file it did not write (a
-stale one in the step dir) is still hashed into the manifest. The writer's records carry no zip CRC32 (the digest covers
-them), torch.save elsewhere keeps it, and the checkpoint loads."""
+stale one in the step dir) is still hashed into the manifest."""
 from __future__ import annotations
 
 import os
@@ -32,14 +31,6 @@ def test_manifest_from_digests_taken_while_writing(tmp_path, monkeypatch):
         ckpt.save(1, states, {})
         ckpt.save_async(2, states, {})
         ckpt.close()
-        assert torch.serialization.get_crc32_options() is True
-        fresh = torch.nn.Linear(64, 64)
-        fresh_opt = torch.optim.Adam(fresh.parameters())
-        fresh(torch.randn(2, 64)).sum().backward()
-        fresh_opt.step()
-        ckpt.load("step-00000002", {"app": ModelOptimState(fresh, fresh_opt)})
-        assert torch.equal(fresh.weight, model.weight) and torch.equal(fresh_opt.state_dict()["state"][0]["exp_avg"],
-                                                                       opt.state_dict()["state"][0]["exp_avg"])
     finally:
         dist.destroy_process_group()
     assert read_back == ["__7_0.distcp"]

@@ -14,10 +14,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
-import threading
 from contextlib import contextmanager
 
-import torch.serialization
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.storage import WriteResult
@@ -39,21 +37,6 @@ def _sync_file_range():
 
 
 _start_writeback = _sync_file_range()
-
-# torch.save's zip writer computes a CRC32 of every record (~14 ms CPU per 48 MiB here, a quarter of a save's CPU)
-# that torch.load never checks; the manifest's digest covers the same bytes and is checked before use. It is left
-# out in the writer's own thread only: torch.serialization reads get_crc32_options() per torch.save, and here it
-# answers False while this thread writes a checkpoint file, torch's setting everywhere else.
-_writing = threading.local()
-_crc32_setting = getattr(torch.serialization, "get_crc32_options", None)
-
-
-def _crc32_unless_writing() -> bool:
-    return False if getattr(_writing, "active", False) else _crc32_setting()
-
-
-if _crc32_setting is not None and getattr(_crc32_setting, "__module__", "") == "torch.serialization":
-    torch.serialization.get_crc32_options = _crc32_unless_writing
 
 
 class _DigestStream:
@@ -98,11 +81,7 @@ class _DigestFS(FileSystem):
             return
         with open(path, "wb") as f:
             s = _DigestStream(f, self.algo)
-            _writing.active = True
-            try:
-                yield s                 # DCP closes it (after its fsync)
-            finally:
-                _writing.active = False
+            yield s                     # DCP closes it (after its fsync)
         self.files[os.path.basename(path)] = {"size": s.n, self.algo: s.h.hexdigest()}
 
 
