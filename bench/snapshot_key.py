@@ -22,11 +22,11 @@ ROUNDS = rounds(5)
 LAUNCH = """
 import os, sys, time
 from launchers import snapshot, statcache
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 tree, store, on = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 statcache.ENABLED = on
 os.chdir(tree)
-spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=(tree + "/train.py",), program_args=(),
+spec = RunSpec(backend="local", nodes=1, gpus_per_node=1, program=(tree + "/train.py",), program_args=(),
                run_dir=store + "/../runs/a", name="a", snapshot=store)
 t0 = time.perf_counter()
 snapshot.commit(snapshot.take(spec))

@@ -20,7 +20,7 @@ from .stops import exit_code
 
 if TYPE_CHECKING:      # what only submit and resume need is imported there: `launch status` starts in half the time
     from .backends.base import Backend
-    from .spec import JobSpec
+    from .spec import RunSpec
 
 
 def get_backend(name: str) -> Backend:
@@ -37,7 +37,7 @@ def get_backend(name: str) -> Backend:
     raise LaunchError(f"backend {name!r} is not accepted; choose one of: local, ssh, slurm")
 
 
-def submit(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout, plans: list | None = None) -> int:
+def submit(spec: RunSpec, dry_run: bool = False, out: TextIO = sys.stdout, plans: list | None = None) -> int:
     """Start the job; its exit code. A dry run writes what would run to `out` (and its plan to `plans`)."""
     return pipeline.run(Submit(), spec, dry_run, out, plans)
 
@@ -47,7 +47,7 @@ class Submit:
     backend: Backend
     run_id: str
 
-    def plan(self, spec: JobSpec) -> list:
+    def plan(self, spec: RunSpec) -> list:
         self.backend, self.run_id = get_backend(spec.backend), new_run_id(spec)
         return [self.backend.plan(spec, self.run_id, attempt=0)]     # a backend may settle the shape (ssh: hosts)
 
@@ -110,7 +110,7 @@ class Resume:
         if not adopt and not requeued:                # an adopted copy's recorded state is the original's
             _refuse_busy(self.backend, rd)
 
-    def spec_of(self, changes: dict[str, Any], program_args: tuple[str, ...] | None) -> JobSpec:
+    def spec_of(self, changes: dict[str, Any], program_args: tuple[str, ...] | None) -> RunSpec:
         """The recorded spec with the changes asked for, run where the run dir is now."""
         from . import snapshot
         changes = dict(changes, **({"min_nodes": 0, "max_nodes": 0} if changes.get("nodes") else {}))  # N: fixed
@@ -121,7 +121,7 @@ class Resume:
             spec = spec.replace(program_args=_strip_program(spec.program, tuple(program_args)))
         return spec
 
-    def plan(self, spec: JobSpec) -> list:
+    def plan(self, spec: RunSpec) -> list:
         layout.check_own_dirs(self.rd.path)        # nothing is written through a symlink out of the run dir
         self.run_id = new_run_id(spec) if self.adopt else self.data["run_id"]
         self.pool = pool_of(spec, nodeledger.read(self.rd.path), resume=True)  # quarantined: left out; MIN:MAX back
@@ -160,7 +160,7 @@ def requeued(backend: str, run_dir: str | None):
     return requeued_run(run_dir)
 
 
-def continue_requeued(spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
+def continue_requeued(spec: RunSpec, dry_run: bool = False, out: TextIO = sys.stdout) -> int:
     """The run in spec.run_dir continues after Slurm requeued the user's job: `launch resume` of the recorded
     spec (one line says so), unless the command line given again differs from it (one line naming it)."""
     from .backends.slurm.env import SlurmEnv

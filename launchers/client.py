@@ -21,7 +21,7 @@ from .request import JobSpec, SlurmOptions, api_words
 from .rundir import TERMINAL, RunDir, list_runs
 from .runjson import DryRun
 from .secretenv import handover
-from .spec import JobSpec as RecordedSpec
+from .spec import RunSpec as RecordedSpec
 from .spec import positive_int
 
 __all__ = ["JobSpec", "SlurmOptions", "Run", "RunStatus", "DryRun", "Sweep", "submit", "submit_sweep", "runs",

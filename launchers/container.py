@@ -26,7 +26,7 @@ import shlex
 import signal
 
 from .containeropts import BINARIES, SIGNAL_EXIT_BASE, WRAPS, Limits, check_mount_path
-from .spec import JobSpec
+from .spec import RunSpec
 from .torchrun import NodeCommand
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))      # this launchers package, mounted into every container
@@ -41,11 +41,11 @@ CDI_PROBE = ('if grep -qs nvidia.com/gpu /etc/cdi/*.yaml /etc/cdi/*.json /var/ru
              f'then set -- --device {CDI_GPUS} "$@"; fi; exec podman run "$@"')
 
 
-def in_container(spec: JobSpec) -> bool:
+def in_container(spec: RunSpec) -> bool:
     return bool(spec.container_image)
 
 
-def mounts(spec: JobSpec, package: str = PACKAGE_DIR) -> list[tuple[str, str, bool]]:
+def mounts(spec: RunSpec, package: str = PACKAGE_DIR) -> list[tuple[str, str, bool]]:
     """(source, destination, read-only): the run dir, the launch dir, launchers, then --container-mount's; a
     destination given twice keeps its first source; a parent before what is mounted below it (pyxis/enroot
     mount in the order given). LaunchError (one line) for a path the runtime's mount option cannot take
@@ -81,7 +81,7 @@ def podman_name(run_id: str, node: int) -> str:
     return f"{run_id}-node{node}"
 
 
-def _podman(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str,
+def _podman(spec: RunSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str,
             limits: Limits) -> list[str]:
     # podman run(1): --rm removes it when the agent ends; --replace removes a same-named leftover of an earlier
     # attempt (a SIGKILLed agent); --runtime runc (crun refuses a hybrid cgroup layout); --network/--ipc host:
@@ -111,7 +111,7 @@ def _podman(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, pa
     return words + ["-w", spec.container_workdir, spec.container_image]
 
 
-def _apptainer(spec: JobSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str,
+def _apptainer(spec: RunSpec, nc: NodeCommand, env: dict[str, str], run_id: str, package: str,
                limits: Limits) -> list[str]:
     # apptainer exec: the host's environment passes in, but a variable the image sets wins over the host's
     # (apptainer-userdocs environment_and_metadata.rst, "Environment from the host"); APPTAINERENV_NAME wins over
@@ -129,7 +129,7 @@ NODE_WRAPPERS = {"podman": _podman, "apptainer": _apptainer}
 ENV_PREFIX = {"apptainer": "APPTAINERENV_"}      # variables the runtime reads from its own environment
 
 
-def wrap(spec: JobSpec, nc: NodeCommand, run_id: str, package: str = PACKAGE_DIR, limits: Limits = ()) -> NodeCommand:
+def wrap(spec: RunSpec, nc: NodeCommand, run_id: str, package: str = PACKAGE_DIR, limits: Limits = ()) -> NodeCommand:
     """The node command as it runs with spec's container: unchanged without one; the image's interpreter and
     launchers on PYTHONPATH inside; for a node runtime (podman, apptainer), its command line in front; limits:
     the node's resource limits for podman's --ulimit (containeropts.host_limits, read by the caller)."""
@@ -150,7 +150,7 @@ def wrap(spec: JobSpec, nc: NodeCommand, run_id: str, package: str = PACKAGE_DIR
 SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
-def agent_code(spec: JobSpec, code: int | None) -> int | None:
+def agent_code(spec: RunSpec, code: int | None) -> int | None:
     """A node agent's exit as Popen reports it (-N: signal N ended it) through the job's runtime: a podman
     client's 128 + N (its container's agent ended by signal N: SIGNAL_EXIT_BASE) is -N; any other code as given."""
     base = SIGNAL_EXIT_BASE.get(spec.container_runtime) if in_container(spec) else None
@@ -161,14 +161,14 @@ def agent_code(spec: JobSpec, code: int | None) -> int | None:
 
 # ------------------------------------------------------------------------------------------ Slurm steps
 
-def pyxis_name(spec: JobSpec) -> str:
+def pyxis_name(spec: RunSpec) -> str:
     """One pyxis container per run (its run dir's name): pyxis imports the image on a node once and reuses
     the named container for every later step there -- a requeued attempt, a resume (NVIDIA/pyxis README:
     --container-name; container_scope=job in pyxis's plugstack config ends it with the job)."""
     return "launch-" + os.path.basename(spec.run_dir.rstrip("/"))
 
 
-def srun_args(spec: JobSpec, secret_names: tuple[str, ...] = (), package: str = PACKAGE_DIR) -> list[str]:
+def srun_args(spec: RunSpec, secret_names: tuple[str, ...] = (), package: str = PACKAGE_DIR) -> list[str]:
     """srun's own flags for a step runtime (pyxis, oci): the node task and all it starts run inside; [] for the
     others (the node task wraps its agent: wrap()) and without a container."""
     if not in_container(spec) or WRAPS[spec.container_runtime] != "step":
@@ -196,7 +196,7 @@ def srun_args(spec: JobSpec, secret_names: tuple[str, ...] = (), package: str = 
             "--export=" + ",".join(["ALL", *(f"{k}={v}" for k, v in exported.items())])]
 
 
-def step_cwd(spec: JobSpec) -> str | None:
+def step_cwd(spec: RunSpec) -> str | None:
     """Where a Slurm step's node task starts its agent: the launch dir in Slurm's OCI container, whose process runs
     in its bundle's process.cwd ("/"), never srun's (slurmstepd rewrites the bundle's args, env and root, not its
     cwd: slurm-22-05-8-1 src/slurmd/slurmstepd/container.c:255-466); None elsewhere (srun's cwd, pyxis's
@@ -204,14 +204,14 @@ def step_cwd(spec: JobSpec) -> str | None:
     return spec.container_workdir if in_container(spec) and spec.container_runtime == "oci" else None
 
 
-def step_python(spec: JobSpec) -> str:
+def step_python(spec: RunSpec) -> str:
     """The interpreter of a Slurm step's node task: the image's when the step runs in the container."""
     return spec.container_python if in_container(spec) and WRAPS[spec.container_runtime] == "step" else spec.python
 
 
 # ------------------------------------------------------------------------------------------ cleanup
 
-def cleanup_argv(spec: JobSpec, run_id: str, node: int) -> list[str] | None:
+def cleanup_argv(spec: RunSpec, run_id: str, node: int) -> list[str] | None:
     """What removes node's container after a cancel or a SIGKILLed agent (run on that node; a container already
     gone is not an error), or None when nothing outlives the agent (apptainer's processes are the host's,
     Slurm ends a step's pyxis/OCI container with the step)."""
@@ -220,14 +220,14 @@ def cleanup_argv(spec: JobSpec, run_id: str, node: int) -> list[str] | None:
     return ["podman", "rm", "--force", "--ignore", "--time", "0", podman_name(run_id, node)]
 
 
-def cleanup_line(spec: JobSpec, run_id: str, node: int) -> str:
+def cleanup_line(spec: RunSpec, run_id: str, node: int) -> str:
     """cleanup_argv as `; ARGV` to append to a shell line on that node, its output dropped ("" when there is
     nothing to remove)."""
     argv = cleanup_argv(spec, run_id, node)
     return "" if argv is None else f"; {shlex.join(argv)} >/dev/null 2>&1"
 
 
-def host_check(spec: JobSpec) -> dict[str, list[str]]:
+def host_check(spec: RunSpec) -> dict[str, list[str]]:
     """What a node's preflight (launchers.nodecheck CHECK) looks for when the job runs in a container: the
     runtime on PATH and launchers (its host agent); not torch nor the program (the image has them: looking a
     module up on the host would import its packages there)."""

@@ -271,7 +271,7 @@ def check_python(value: Any) -> str:
 
 def fields(backend: str, pick: Callable[[str], Any], cwd: str,
            paths: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
-    """The JobSpec fields of the container options (pick: a key -> the flag's value, else the profile's,
+    """The RunSpec fields of the container options (pick: a key -> the flag's value, else the profile's,
     else None); no image: no container, and the other container options are refused. paths: (what, path) of the
     host paths the job mounts besides the launch dir and --container-mount's (the run dir, the snapshot), each
     checked against the runtime's mount syntax (check_mount_path) before anything starts."""

@@ -33,7 +33,7 @@ ERROR = "launch: error: "
 def start(request: dict[str, Any], run_dir: str, secrets: dict[str, str] | None = None) -> int:
     """Start the launcher for `request` ({"verb": "submit", "spec": {...}} or {"verb": "resume", "path": ...,
     "changes": {...}, "program_args": [...] | None}); returns its pid once the run at run_dir is started. A spec
-    holds no secret value (JobSpec.to_dict): `secrets` (secretenv.handover) goes into the launcher's environment,
+    holds no secret value (RunSpec.to_dict): `secrets` (secretenv.handover) goes into the launcher's environment,
     where it takes them back (rundir.spec_from_record)."""
     fd, console = tempfile.mkstemp(prefix="launch-api-", suffix=".log")
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

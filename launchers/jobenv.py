@@ -16,11 +16,11 @@ from typing import Mapping, TextIO
 
 from .errors import LaunchError
 from .secretenv import arg_secrets, content_secrets, looks_secret
-from .spec import JobSpec
+from .spec import RunSpec
 from .values import ENV_REFUSED, RESERVED_ENV
 
 
-def forwarded(spec: JobSpec, environ: Mapping[str, str]) -> dict[str, str]:
+def forwarded(spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]:
     """The caller's variables that match a --forward-env glob (the job's own env wins over them; the ones launch
     sets itself, e.g. MASTER_PORT for 'MASTER_*', are never forwarded: launchers.values.RESERVED_ENV); one
     whose value holds a newline is refused, as an --env value is."""
@@ -35,7 +35,7 @@ def forwarded(spec: JobSpec, environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def resolve_preset(spec: JobSpec) -> tuple[dict[str, str], list]:
+def resolve_preset(spec: RunSpec) -> tuple[dict[str, str], list]:
     if not spec.nccl_preset:
         return {}, []
     from nccl_tuning.apply import resolve  # torch-free
@@ -45,14 +45,14 @@ def resolve_preset(spec: JobSpec) -> tuple[dict[str, str], list]:
         raise LaunchError(str(e).splitlines()[0]) from None
 
 
-def sources(spec: JobSpec, preset: dict[str, str], fwd: dict[str, str]) -> dict[str, str]:
+def sources(spec: RunSpec, preset: dict[str, str], fwd: dict[str, str]) -> dict[str, str]:
     out = {k: f"preset {spec.nccl_preset}" for k in preset}
     out.update({k: "forwarded from your environment" for k in fwd})
     out.update({k: "--env / profile env" for k, _ in spec.env})
     return out
 
 
-def resolve_job_env(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = None) -> JobSpec:
+def resolve_job_env(spec: RunSpec, out: TextIO, environ: Mapping[str, str] | None = None) -> RunSpec:
     """The spec with its preset variables and forwarded variables in place, every NCCL_* one validated."""
     environ = os.environ if environ is None else environ
     preset, findings = resolve_preset(spec)
@@ -82,7 +82,7 @@ def resolve_job_env(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | Non
     return spec.replace(nccl_env=tuple(preset.items()), env=tuple(env.items()))
 
 
-def tell_secrets(spec: JobSpec, env: Mapping[str, str], fwd: Mapping[str, str], out: TextIO) -> None:
+def tell_secrets(spec: RunSpec, env: Mapping[str, str], fwd: Mapping[str, str], out: TextIO) -> None:
     """--forward-env '*' named loudly; the values treated as secrets only because of their content named once."""
     if "*" in spec.forward_env:
         print(f"launch: WARNING: --forward-env '*' forwards all {len(fwd)} variables of your environment to every "

@@ -61,7 +61,7 @@ def command_line(argv: list[str]) -> str:
 
 
 def write_launcher(run_dir: str, spec: Any, plan: Any) -> None:
-    """The launcher's part (spec: launchers.spec.JobSpec, plan: backends.base.Plan), keeping rank 0's part of an
+    """The launcher's part (spec: launchers.spec.RunSpec, plan: backends.base.Plan), keeping rank 0's part of an
     earlier attempt until this attempt's rank 0 replaces it."""
     old = read(run_dir) or {}
     digest = os.path.basename(spec.snapshot_dir) if spec.snapshot_dir else None

@@ -29,7 +29,7 @@ MAX_EVERY = 1_000_000
 
 
 def fields(pick: Callable[..., Any], said: Callable[[str], str]) -> dict[str, int]:
-    """JobSpec's memory_checkpoint: every M steps, 0 = off (--memory-checkpoint; --memory-checkpoint-every M
+    """RunSpec's memory_checkpoint: every M steps, 0 = off (--memory-checkpoint; --memory-checkpoint-every M
     implies it)."""
     every = pick("memory_checkpoint_every")
     if every is None:

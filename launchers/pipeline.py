@@ -28,21 +28,21 @@ from . import extcache, layout, manifest, snapshot
 if TYPE_CHECKING:
     from .backends.base import Plan
     from .rundir import RunDir
-    from .spec import JobSpec
+    from .spec import RunSpec
 
 STAGES = ("settle", "plan", "preflight", "commit", "open", "record", "start")
 Record = Callable[["RunDir", "Plan"], None]
 
 
 class Verb(Protocol):
-    def plan(self, spec: JobSpec) -> list[Plan]: ...
+    def plan(self, spec: RunSpec) -> list[Plan]: ...
     def dry_text(self, plans: list[Plan]) -> str: ...
     def preflight(self, plans: list[Plan]) -> tuple[list[Plan], dict[str, Any] | None]: ...
     def open(self, plans: list[Plan], record: Record) -> list[RunDir]: ...
     def start(self, rds: list[RunDir], plans: list[Plan]) -> int: ...
 
 
-def run(verb: Verb, spec: JobSpec, dry_run: bool = False, out: TextIO = sys.stdout,
+def run(verb: Verb, spec: RunSpec, dry_run: bool = False, out: TextIO = sys.stdout,
         plans: list | None = None) -> int:
     """The stages in order (the module's doc); the launch's exit code. A dry run writes what would run to `out`
     (and its plans to `plans`) and starts nothing."""
@@ -73,7 +73,7 @@ def preload(name: str) -> None:
     threading.Thread(target=run, daemon=True, name="launch-preload").start()
 
 
-def settle(spec: JobSpec) -> JobSpec:
+def settle(spec: RunSpec) -> RunSpec:
     from .jobenv import resolve_job_env
     return extcache.settle(snapshot.take(resolve_job_env(spec, sys.stderr)))   # --snapshot: named; written later
 
@@ -85,7 +85,7 @@ def what_would_run(plan: Plan) -> str:
     return launch_lines(spec) + plan.render() + test_only(script)
 
 
-def launch_lines(spec: JobSpec) -> str:
+def launch_lines(spec: RunSpec) -> str:
     """The dry-run's lines of the launch itself: what the snapshot holds and the extension dir."""
     return snapshot.dry_run_line(spec) + extcache.dry_run_line(spec)
 
@@ -108,7 +108,7 @@ def preflight(backend: Any, plan: Plan, pool: Any) -> tuple[Plan, dict[str, Any]
     return gate(backend, plan, pool)
 
 
-def commit(spec: JobSpec) -> None:
+def commit(spec: RunSpec) -> None:
     snapshot.commit(spec)             # --snapshot: written (once; every run of an array shares it)
     extcache.make(spec)               # the torch extensions' directory
 

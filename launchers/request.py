@@ -2,7 +2,7 @@
 
 `JobSpec(backend="slurm", nodes=4, gpus_per_node=8, program=("train.py", "--lr", "3e-4"), slurm={"partition":
 "gpu"})` checks the types of its fields at once (TypeError naming the field); `resolve()` turns it into the
-recorded spec (launchers.spec.JobSpec) through the CLI's own code (spec.build_spec), so a bad value raises the
+recorded spec (launchers.spec.RunSpec) through the CLI's own code (spec.build_spec), so a bad value raises the
 CLI's LaunchError (a ValueError) in the CLI's words. Stdlib + launchers.spec/runopts only.
 """
 from __future__ import annotations
@@ -131,7 +131,7 @@ class JobSpec:
                 words += _cli_words(opt, self.options.get(opt.key), f"JobSpec.{self.backend}[{opt.key!r}]")
         return words
 
-    def resolve(self) -> specmod.JobSpec:
+    def resolve(self) -> specmod.RunSpec:
         """The recorded spec, by the CLI's code: defaults and the profile layered, values checked, the program
         found (relative to the cwd), the run dir chosen (not created; the same one on every call, and the one
         submit uses). Raises LaunchError (a ValueError) naming this spec's fields (JobSpec.nodes, not --nodes)."""

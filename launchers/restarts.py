@@ -20,12 +20,12 @@ from .firstfail import describe as describe_failure
 from .rundir import TERMINAL, RunDir
 
 if TYPE_CHECKING:
-    from .spec import JobSpec
+    from .spec import RunSpec
 
 Backend = Any      # launchers.backends.base.Backend (a layer above: the backends use this module too)
 
 
-def run_attempts(backend: Backend, spec: JobSpec, rd: RunDir, plan, restarts_left: int) -> int:
+def run_attempts(backend: Backend, spec: RunSpec, rd: RunDir, plan, restarts_left: int) -> int:
     """Start the plan's attempt and, while the launcher owns restarts and an attempt failed, what the policy
     decides (attempt_loop); the end line once the run ended. Returns the last attempt's exit code."""
     left, plans = [restarts_left], {plan.attempt: plan}
@@ -81,14 +81,14 @@ def attempt_loop(rd: RunDir, attempt: int, run: Callable[[int], tuple[int, Decid
         attempt = restart(attempt, decided)
 
 
-def record_site(spec: JobSpec, rd: RunDir) -> None:
+def record_site(spec: RunSpec, rd: RunDir) -> None:
     """At the run's end: its strikes, on the hosts they were on, into the site's node ledger (--node-ledger)."""
     if spec.node_ledger:
         with contextlib.suppress(OSError, LaunchError):       # a removed run dir: nothing to record
             siteledger.record_run(spec.node_ledger, rd.path, rd.run_id, rd.read_run_yaml().get("attempts") or [])
 
 
-def record_end(spec: JobSpec, rd: RunDir, attempt: int, hosts: list[str] | None = None) -> None:
+def record_end(spec: RunSpec, rd: RunDir, attempt: int, hosts: list[str] | None = None) -> None:
     """A FAILED attempt of a run with no loop over attempts (a plain Slurm job: its batch side's finalize): with
     --node-ledger, its first failure decided by the one policy with no restart left (restart_decision: a stop,
     written into nodes.json as local and SSH write it; the program's failure is no node's strike), then the run's
@@ -127,7 +127,7 @@ class Decided:
     decisions: tuple[dict[str, Any], ...]
 
 
-def restart_decision(spec: JobSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, restarts_left: int,
+def restart_decision(spec: RunSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, restarts_left: int,
                      detected: float | None = None, nodes: dict[str, Any] | None = None) -> Decided:
     """The policy's decision on a failed attempt, written into the node ledger with the times of the fault,
     its detection and the decision (a full disk: said, not fatal). nodes: each node's exit (default: status.json's)."""
@@ -169,14 +169,14 @@ def backoff_said(wait: float) -> str:
     return f"; in {wait:g} s (backoff: the same checkpoint again)" if wait else ""
 
 
-def pool_of(spec: JobSpec, led: dict[str, Any] | None, resume: bool = False) -> recovery.Pool:
+def pool_of(spec: RunSpec, led: dict[str, Any] | None, resume: bool = False) -> recovery.Pool:
     """The pool of the run's last attempt (the ledger's; quarantined slots left out); resume: `launch resume`'s,
     where a run of --nodes MIN:MAX takes its idle slots back, up to MAX."""
     pool = nodeledger.pool_for(led, spec.max_nodes or spec.nodes, spec.spares, spec.min_nodes)
     return recovery.grow(pool, spec.max_nodes) if resume and spec.min_nodes else pool
 
 
-def plan_on(backend: Backend, spec: JobSpec, run_id: str, attempt: int, pool: recovery.Pool):
+def plan_on(backend: Backend, spec: RunSpec, run_id: str, attempt: int, pool: recovery.Pool):
     """An attempt's plan (Backend.plan, every backend); with --spares or --nodes MIN:MAX (or nodes the policy
     rotated) it gets the pool's active slots, in node order (Slurm's steps loop places them itself); with MIN:MAX
     the world is that many nodes (NNODES, WORLD_SIZE; the workloads reshard)."""

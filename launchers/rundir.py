@@ -27,7 +27,7 @@ from .procs import exit_fields  # noqa: F401  (its home: procs; imported from he
 from .stops import ENDINGS, exit_code, stopped_reason
 
 if TYPE_CHECKING:                    # the spec module only where a spec is made: the rank wrapper imports this one
-    from .spec import JobSpec
+    from .spec import RunSpec
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED")
 TERMINAL = tuple(ENDINGS)                      # the one table of endings: launchers.stops
@@ -37,7 +37,7 @@ _held: dict[str, tuple[int, Any]] = {}       # run dir -> (depth, open lock file
 _held_guard = threading.RLock()
 
 
-def new_run_id(spec: JobSpec) -> str:
+def new_run_id(spec: RunSpec) -> str:
     return f"{os.path.basename(spec.run_dir)}-{os.urandom(4).hex()}"
 
 
@@ -48,13 +48,13 @@ class RunDir:
     newer: str | None = None                     # opened read-only: the newer launchers version that wrote it
     held: tuple[str, ...] = field(default=(), repr=False, compare=False)   # its spec's secret values (hold)
 
-    def hold(self, spec: JobSpec) -> None:
+    def hold(self, spec: RunSpec) -> None:
         """Keep the secret values of the spec this process runs out of status.json's reasons and --notify's events."""
         self.held = tuple(sorted({*self.held, *secretenv.values_of(spec, os.environ)}))
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
-    def create(cls, spec: JobSpec, run_id: str, plan: dict[str, Any]) -> "RunDir":
+    def create(cls, spec: RunSpec, run_id: str, plan: dict[str, Any]) -> "RunDir":
         """Create the directory (refusing an existing one) and write run.yaml + status.json."""
         try:
             os.makedirs(os.path.dirname(spec.run_dir), exist_ok=True)
@@ -75,7 +75,7 @@ class RunDir:
         runindex.note(rd.path)            # outside the runs root: `launch list` finds it through the index
         return rd
 
-    def write_new(self, spec: JobSpec, run_id: str, plan: dict[str, Any]) -> None:
+    def write_new(self, spec: RunSpec, run_id: str, plan: dict[str, Any]) -> None:
         """The new run dir's layout, status.json and then run.yaml (what makes it a run dir, last)."""
         self.hold(spec)                          # its secret values: kept out of status and --notify's events
         notify.arm(self.path)                    # this launcher's --notify: it alone sends the run's events
@@ -127,7 +127,7 @@ class RunDir:
         layout.atomic_write(layout.own_path(self.path, "run_yaml"), yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         fence.advance(self.path, fence.newest(data.get("attempts")))     # run.yaml's newest attempt: the generation
 
-    def spec(self) -> JobSpec:
+    def spec(self) -> RunSpec:
         """The recorded spec. Redacted env values are taken from the current environment when set."""
         return spec_from_record(self.read_run_yaml()["spec"])
 
@@ -135,7 +135,7 @@ class RunDir:
     def run_id(self) -> str:
         return self.read_run_yaml()["run_id"]
 
-    def add_attempt(self, spec: JobSpec, plan: dict[str, Any]) -> int:
+    def add_attempt(self, spec: RunSpec, plan: dict[str, Any]) -> int:
         data = self.read_run_yaml()
         attempt = len(data["attempts"])
         data["attempts"].append(dict(plan, attempt=attempt, started=now(), nodes=spec.nodes,
@@ -146,7 +146,7 @@ class RunDir:
         self.write_run_yaml(data)
         return attempt
 
-    def claim_attempt(self, spec: JobSpec, plan: dict[str, Any], attempt: int, refusal: Any) -> None:
+    def claim_attempt(self, spec: RunSpec, plan: dict[str, Any], attempt: int, refusal: Any) -> None:
         """A new attempt (`launch resume`) checked and added under one hold of the lock, so that of two racing
         resumes one is refused: `refusal(status)` is the line refusing it (one running or starting), else None.
         The status then names this process `starting` until the attempt starts (start_attempt)."""
@@ -376,15 +376,15 @@ def list_runs(root: str | None = None) -> list[RunDir]:
     return [RunDir(p) for p in runindex.run_dirs(layout.runs_root(root))]
 
 
-def spec_from_record(recorded: dict[str, Any]) -> JobSpec:
-    """A spec as run.yaml records it -> JobSpec, its secret values taken from this process's environment
+def spec_from_record(recorded: dict[str, Any]) -> RunSpec:
+    """A spec as run.yaml records it -> RunSpec, its secret values taken from this process's environment
     (secretenv.taken_back: a resume first refuses when one is not there; a Slurm job's and the API's detached
     launcher's have them by secretenv.handover)."""
-    from .spec import JobSpec
-    return JobSpec.from_dict(secretenv.taken_back(recorded, os.environ))
+    from .spec import RunSpec
+    return RunSpec.from_dict(secretenv.taken_back(recorded, os.environ))
 
 
-def redacted_spec(spec: JobSpec) -> dict[str, Any]:
+def redacted_spec(spec: RunSpec) -> dict[str, Any]:
     """What run.yaml records of a spec: every secret value as ***, the --secret variables by name only, the
     program's arguments with their credentials as *** (secretenv.record_spec)."""
     from .secretenv import record_spec

@@ -131,7 +131,7 @@ ARGS_ENV = "LAUNCH_SECRET_ARGS"      # a Slurm job's environment: the program ar
 
 
 def without_values(d: dict[str, Any], values: Mapping[str, str]) -> dict[str, Any]:
-    """A spec's dict (JobSpec.to_dict) holding no secret value: secret env values as REDACTED, the program's
+    """A spec's dict (RunSpec.to_dict) holding no secret value: secret env values as REDACTED, the program's
     arguments with their credentials and any known secret value (values: the --secret ones) as REDACTED; its
     `secrets` are references already."""
     names = list(d.get("secrets") or ())
@@ -239,7 +239,7 @@ def parse_secrets(items: Any, environ: Mapping[str, str], env: Mapping[str, str]
 
 
 def resolve(secrets: Iterable[tuple[str, str]], environ: Mapping[str, str]) -> dict[str, str]:
-    """The values of a spec's --secret references (JobSpec.secrets: name -> ENV_REF or `@FILE`): the one place a
+    """The values of a spec's --secret references (RunSpec.secrets: name -> ENV_REF or `@FILE`): the one place a
     --secret's value is read. A name the environment lacks (or a file gone since the launch read it) gives
     REDACTED, which a rank's wrapper refuses in one line naming it (unusable); any other reference is ENV_REF."""
     out: dict[str, str] = {}

@@ -268,7 +268,7 @@ _scanned: dict[str, Snapshot] = {}      # snapshot dir -> what take() scanned fo
 def take(spec):
     """The spec with its snapshot named (spec.snapshot: the store, "" = none): a recorded one (snapshot_dir) must
     still be there; else the launch directory's tree (or the one recorded) is scanned -- nothing is written
-    until commit(), after every check of the launch has passed. Duck-typed over launchers.spec.JobSpec (which
+    until commit(), after every check of the launch has passed. Duck-typed over launchers.spec.RunSpec (which
     imports this module)."""
     if not spec.snapshot:
         return spec

@@ -1,7 +1,5 @@
-"""JobSpec: the frozen description of one job, built from a YAML profile with CLI flags layered on top.
-
-Everything is validated here, before any backend starts anything.
-"""
+"""RunSpec: the frozen description of one job as resolved and recorded (run.yaml; the API's request is request.JobSpec),
+built from a YAML profile with CLI flags layered on top. Everything is validated here, before any backend starts."""
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +23,7 @@ MAX_PER_NODE = 1024                 # --gpus-per-node, a hostfile's slots=
 MAX_NAME = 200                      # --name: a run dir's name adds -<time>-<random> (NAME_MAX is 255)
 
 @dataclass(frozen=True)
-class JobSpec:
+class RunSpec:
     backend: str
     nodes: int
     gpus_per_node: int
@@ -76,7 +74,7 @@ class JobSpec:
     def opts(self) -> dict[str, Any]:
         return dict(self.options)
 
-    def replace(self, **changes: Any) -> "JobSpec":
+    def replace(self, **changes: Any) -> "RunSpec":
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,7 +92,7 @@ class JobSpec:
         return secretenv.without_values(d, secretenv.resolve(self.secrets, os.environ))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "JobSpec":
+    def from_dict(cls, d: Mapping[str, Any]) -> "RunSpec":
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -112,6 +110,8 @@ class JobSpec:
         d["secrets"] = tuple((k, r if isinstance(r, str) and r.startswith("@") else secretenv.ENV_REF) for k, r in refs)
         return cls(**d)
 
+
+JobSpec = RunSpec      # its name before (the API's launchers.spec.JobSpec: Run.spec, JobSpec.resolve())
 
 def _freeze_options(opts: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in opts.items()))
@@ -320,7 +320,7 @@ def check_program_words(backend: str, words: list[str]) -> None:
 
 
 def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str], profile: str | None = None,
-               existing: bool = False) -> JobSpec:
+               existing: bool = False) -> RunSpec:
     """Layer CLI `flags` (None = not given) over the profile and the defaults, validate, freeze. existing: the
     --run-dir may be an existing run dir (its run continues: launchers.backends.slurm.inalloc)."""
     check_choice("backend", backend, BACKENDS)
@@ -366,7 +366,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
     name = check_name(default_name(program) if pick("name") is None else pick("name"))
     run_dir = layout.choose_run_dir(flags.get("run_dir"), name, pick("runs_root"), existing)
     snap = snapshot.store_for(run_dir, layout.runs_root(pick("runs_root"))) if pick("snapshot", backend == "slurm") else ""
-    return JobSpec(
+    return RunSpec(
         backend=backend, gpus_per_node=gpn, program=program, program_args=args,
         run_dir=run_dir, name=name, env=tuple(env.items()), nccl_preset=str(pick("nccl_preset", "") or ""),
         master_port=port, dist_backend=dist, **restarts,

@@ -16,10 +16,10 @@ from typing import Iterable, TextIO
 
 from . import api, pipeline, sweep
 from .errors import LaunchError
-from .spec import JobSpec, positive_int
+from .spec import RunSpec, positive_int
 
 
-def plan_sweep(spec: JobSpec, items: Iterable[str]) -> tuple[list[JobSpec], dict, int | None]:
+def plan_sweep(spec: RunSpec, items: Iterable[str]) -> tuple[list[RunSpec], dict, int | None]:
     """The runs' specs (spec.run_dir is the sweep dir), the sweep record and --max-parallel."""
     axes = sweep.parse_axes(items)
     combos = sweep.expand(axes)
@@ -34,7 +34,7 @@ def plan_sweep(spec: JobSpec, items: Iterable[str]) -> tuple[list[JobSpec], dict
     return specs, rec, par
 
 
-def submit_sweep(spec: JobSpec, items: Iterable[str], dry_run: bool = False, out: TextIO = sys.stdout) -> int:
+def submit_sweep(spec: RunSpec, items: Iterable[str], dry_run: bool = False, out: TextIO = sys.stdout) -> int:
     specs, rec, par = plan_sweep(spec, items)
     if spec.backend == "slurm":
         from .backends.slurm.env import SlurmEnv
@@ -51,10 +51,10 @@ class Array:
     extension dir), a plan per run and one script, sbatch --test-only of the array, every run dir created
     together (none stays if one fails), one sbatch (launchers.backends.slurm.array)."""
 
-    def __init__(self, specs: list[JobSpec], rec: dict, max_parallel: int | None) -> None:
+    def __init__(self, specs: list[RunSpec], rec: dict, max_parallel: int | None) -> None:
         self.specs, self.rec, self.max_parallel = specs, rec, max_parallel
 
-    def plan(self, base: JobSpec) -> list:
+    def plan(self, base: RunSpec) -> list:
         from .backends.slurm.array import plan_array
         specs = [base.replace(run_dir=s.run_dir, program_args=s.program_args) for s in self.specs]
         self.backend, plans, self.script = plan_array(specs, self.rec, self.max_parallel)
@@ -78,7 +78,7 @@ class Array:
         return submit_array(self.backend, plans, rds, self.script, self.rec)
 
 
-def one_after_another(specs: list[JobSpec], rec: dict, dry_run: bool, out: TextIO) -> int:
+def one_after_another(specs: list[RunSpec], rec: dict, dry_run: bool, out: TextIO) -> int:
     """Each run as its own `launch BACKEND`; every run is planned (checked) before the first starts."""
     runs = rec["runs"]
     for s, run in zip(specs, runs):

@@ -15,7 +15,7 @@ from . import layout, memstore
 from .cpubind import ENV as CPU_BIND_ENV
 from .secretenv import NAMES_ENV, known_values, needed, redact_args, resolve, secret_keys
 from .snapshot import ENV as SNAPSHOT_ENV
-from .spec import JobSpec, redact_env
+from .spec import RunSpec, redact_env
 from .warmfork import SOCKET_ENV as WARM_SOCKET_ENV
 
 # Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
@@ -70,7 +70,7 @@ def flight_recorder(run_dir: str) -> dict[str, str]:
             "TORCH_FR_DUMP_TEMP_FILE": layout.path(run_dir, "nccl_flight")}
 
 
-def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port: int, run_id: str,
+def node_command(spec: RunSpec, *, node_rank: int, master_addr: str, master_port: int, run_id: str,
                  attempt: int, dist_backend: str = "gloo", one_machine: bool = False,
                  slot: int | None = None, warm: str | None = None) -> NodeCommand:
     """one_machine: every node runs on this machine (the local backend): the CPU plan is made for all the
@@ -130,7 +130,7 @@ def node_command(spec: JobSpec, *, node_rank: int, master_addr: str, master_port
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()), secret=tuple(k for k, _ in spec.secrets))
 
 
-def snapshot_program(spec: JobSpec) -> tuple[str, ...]:
+def snapshot_program(spec: RunSpec) -> tuple[str, ...]:
     """The program as the ranks run it: a file of the tree is its copy in the snapshot (--snapshot)."""
     if not spec.snapshot_dir or spec.program[0] == "-m":
         return spec.program

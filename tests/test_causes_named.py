@@ -28,7 +28,7 @@ from launchers.backends.slurm import task as slurm_task
 from launchers.backends.slurm.node import NodeRun
 from launchers.errors import RunDirGone
 from launchers.rundir import RunDir, new_run_id, redacted_spec
-from launchers.spec import JobSpec, build_spec
+from launchers.spec import RunSpec, build_spec
 from launchers.torchrun import node_command
 
 SLEEPER = "import time\nprint('sleeping', flush=True)\ntime.sleep(300)\n"
@@ -208,8 +208,8 @@ def test_node_failed_line_carries_the_cause(ff, code, want):
                                            want if ff.get("reason") else "no exit code")
 
 
-def spec_of(**kw) -> JobSpec:
-    return JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("/t.py",), program_args=(), run_dir="/r",
+def spec_of(**kw) -> RunSpec:
+    return RunSpec(backend="local", nodes=1, gpus_per_node=1, program=("/t.py",), program_args=(), run_dir="/r",
                    name="r", **kw)
 
 

@@ -17,7 +17,7 @@ from launchers.backends.ssh import SSHBackend
 from launchers.doctor.checks import Context, container_runtime
 from launchers.errors import LaunchError
 from launchers.request import JobSpec as ApiJobSpec
-from launchers.spec import JobSpec, build_spec
+from launchers.spec import RunSpec, build_spec
 from launchers.torchrun import node_command
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -40,7 +40,7 @@ def spec(runtime="podman", backend="ssh", **kw):
                 container_runtime=runtime, container_mounts=("/data:/data:ro", "/scratch:/scratch"),
                 container_python="python3", container_workdir="/shared/code")
     base.update(kw)
-    return JobSpec(**base)
+    return RunSpec(**base)
 
 
 def wrapped(sp, dist="nccl", node=1):
@@ -243,7 +243,7 @@ def test_mounts_normalised_ordered_and_kept_in_run_yaml():
     sp = spec(run_dir="/shared/code/runs/r1", container_mounts=("/x:/shared/code/runs/r1",))
     assert [m[1] for m in container.mounts(sp, PKG)] == ["/shared/code", "/opt/launchers/launchers",
                                                          "/shared/code/runs/r1"]      # parents first, once each
-    back = JobSpec.from_dict(sp.to_dict())                   # a spec's dict holds no secret value: HF_TOKEN's is ***
+    back = RunSpec.from_dict(sp.to_dict())                   # a spec's dict holds no secret value: HF_TOKEN's is ***
     assert back.replace(env=sp.env) == sp and dict(back.env)["HF_TOKEN"] == "***"
 
 

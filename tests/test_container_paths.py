@@ -14,7 +14,7 @@ import pytest
 
 from launchers import container, containeropts
 from launchers.errors import LaunchError
-from launchers.spec import JobSpec, build_spec
+from launchers.spec import RunSpec, build_spec
 
 
 def build(backend, **flags):
@@ -114,8 +114,8 @@ def test_podman_takes_a_run_dir_with_a_space_or_comma_as_one_word(tmp_path, monk
 
 
 def test_the_last_guard_names_a_path_any_spec_brings(tmp_path):
-    """A JobSpec made another way (the API, a resume) meets the same check where the mount spec is made."""
-    sp = JobSpec(backend="slurm", nodes=1, gpus_per_node=1, program=("-m", "json"), program_args=(),
+    """A RunSpec made another way (the API, a resume) meets the same check where the mount spec is made."""
+    sp = RunSpec(backend="slurm", nodes=1, gpus_per_node=1, program=("-m", "json"), program_args=(),
                  run_dir="/shared/runs/r1", name="r1", python="/venv/bin/python", container_image="img",
                  container_runtime="pyxis", container_python="python3", container_workdir="/shared/code",
                  torch_extensions_dir="/shared/runs/.torch_extensions/a b")

@@ -175,7 +175,7 @@ def test_the_node_task_counts_first_and_its_ranks_read_its_answer(tmp_path):
     environment: a --python wrapper or a container around the agent may change it."""
     from gpu_standins import per_host_tools
     from launchers.backends.slurm.node import same_env
-    from launchers.spec import JobSpec
+    from launchers.spec import RunSpec
     from launchers.torchrun import NodeCommand
     bin_dir = per_host_tools(tmp_path / "bin", "nvidia_smi/netdata-rtx-4090-driver-535.xml", {}, "ibstat/"
                              "gpud-ibstat.47.0.h100.all.active.0.txt")
@@ -186,7 +186,7 @@ def test_the_node_task_counts_first_and_its_ranks_read_its_answer(tmp_path):
     v = nodebackend.settle(str(run), {"PATH": str(tmp_path / "none")}, 0, 0, 1, 0, lambda s: False)
     assert v == Verdict("nccl", "nccl: every node has its GPUs (1 per node)"), v
     assert read_json(run / "status" / "backend-a0-node0.json")["why"] == "nvidia-smi lists 1"
-    spec = JobSpec(backend="slurm", nodes=1, gpus_per_node=1, program=("/t.py",), program_args=(), run_dir="/r",
+    spec = RunSpec(backend="slurm", nodes=1, gpus_per_node=1, program=("/t.py",), program_args=(), run_dir="/r",
                    name="r")
     assert same_env(spec, NodeCommand(0, (sys.executable, "-m", "torch.distributed.run"), ()))
     assert not same_env(spec, NodeCommand(0, (str(tmp_path / "py-wrapper"), "-m", "torch.distributed.run"), ()))

@@ -8,12 +8,12 @@ from conftest import run_launch
 from launchers import api, container, explain, extcache, layout, snapshot
 from launchers.hang.watch import Coordinator
 from launchers.rundir import RunDir
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 from launchers.torchrun import node_command
 
 
 def spec_in(root, **kw):
-    return JobSpec("local", 1, 2, ("t.py",), (), os.path.join(root, "job-1"), "job", **kw)
+    return RunSpec("local", 1, 2, ("t.py",), (), os.path.join(root, "job-1"), "job", **kw)
 
 
 def test_key_and_env_user_wins_container_changes_key(tmp_path, monkeypatch):

@@ -271,7 +271,7 @@ def test_preflight_gpu_with_a_spare_swaps_the_bad_node_0(tmp_path):
 def test_python_api_takes_preflight_like_the_cli(tmp_path, monkeypatch):
     from launchers.errors import LaunchError
     from launchers.request import JobSpec
-    from launchers.spec import JobSpec as Recorded
+    from launchers.spec import RunSpec as Recorded
     monkeypatch.chdir(tmp_path)
     (tmp_path / "hello.py").write_text("print('HELLO')\n")
     spec = JobSpec(backend="local", program=("hello.py",), preflight=("gpu",)).resolve()

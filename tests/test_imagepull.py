@@ -11,17 +11,17 @@ import pytest
 
 from launchers import imagepull, manifest
 from launchers.errors import LaunchError
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 
 REF = "127.0.0.1:5055/launch-python:test"
 WHERE = "node 0 on host vm (this machine)"
 
 
-def job(**kw) -> JobSpec:
+def job(**kw) -> RunSpec:
     base = dict(backend="local", nodes=1, gpus_per_node=1, program=("report.py",), program_args=(), run_dir="/r", name="r",
                 python="/venv/bin/python", container_image=REF, container_runtime="podman",
                 container_python="python3", container_workdir="/w")
-    return JobSpec(**{**base, **kw})
+    return RunSpec(**{**base, **kw})
 
 
 def test_pulled_for_podman_only():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import ROOT
 from launchers import pipeline
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 
 # a per-run concern -> the one module that may call it (its stage)
 CONCERNS = {("snapshot", "take"), ("snapshot", "commit"), ("extcache", "settle"), ("extcache", "make"),
@@ -48,8 +48,8 @@ class Recorder:
         return 7
 
 
-def spec(tmp_path) -> JobSpec:
-    return JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("p.py",), program_args=(),
+def spec(tmp_path) -> RunSpec:
+    return RunSpec(backend="local", nodes=1, gpus_per_node=1, program=("p.py",), program_args=(),
                    run_dir=str(tmp_path / "r"), name="r")
 
 

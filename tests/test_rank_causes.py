@@ -19,7 +19,7 @@ from launchers import api, firstfail, jobenv, rankcause
 from launchers.errors import LaunchError
 from launchers.hang.verdict import hang_reason
 from launchers.request import JobSpec
-from launchers.spec import JobSpec as RecordedSpec
+from launchers.spec import RunSpec as RecordedSpec
 
 TB = "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n    {code}\n{line}\n"
 CHAINED = (TB.format(code='raise KeyError("x")', line="KeyError: 'x'") +
@@ -211,8 +211,8 @@ def test_the_end_of_an_attempt_with_ranks_ended_on_a_stop(tmp_path):
     """RunDir.record_outcome over real records: the node that failed is named and the ranks killed after the grace
     are still said; a cancel names no failure; a hang names the hung rank (its verdict goes first)."""
     from launchers.rundir import RunDir
-    from launchers.spec import JobSpec
-    rd = RunDir.create(JobSpec("ssh", 2, 1, ("t.py",), (), str(tmp_path / "r"), "r"), "r-1234", {})
+    from launchers.spec import RunSpec
+    rd = RunDir.create(RunSpec("ssh", 2, 1, ("t.py",), (), str(tmp_path / "r"), "r"), "r-1234", {})
     for rec in (end(1, 1, 5.0, "SIGTERM", **GRACE, attempt=0), end(0, 0, 8.5, "SIGTERM", **KILLED, attempt=0)):
         rd.write_rank_record(rec)
     assert rd.record_outcome(0, {"0": 1, "1": 137}, node_failures=[dict(NODE1_KILLED, time=7.0), NODE0_STOPPED],

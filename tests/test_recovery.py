@@ -24,7 +24,7 @@ from launchers import api, layout, nodeledger, procs, recovery, restarts, sitele
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
 from launchers.rundir import RunDir
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 
 P = Pool
 sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
@@ -145,7 +145,7 @@ def test_preflight_ledger_and_status_block(tmp_path):
     """The preflight's decision as the launcher records it before attempt 0: slot 0 quarantined with its line, the
     pool the run starts on, the decision taken by the policy (person: no); not a restart in the timeline; a
     later failure's decisions go on from its pool."""
-    spec = JobSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
+    spec = RunSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
                    run_dir=str(tmp_path / "run"), name="x", spares=1, max_restarts=2)
     rd = RunDir.create(spec, "x-1", {"hosts": []})
     line = "slot 0 [h]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"
@@ -397,7 +397,7 @@ def test_restarts_from_the_same_checkpoint_back_off(tmp_path):
 def test_decide_returns_what_it_recorded(tmp_path):
     """restarts.restart_decision resolves the resume point once and hands back the decision, that point (the ledger's `from`)
     and the ledger's decisions as written: the restart line and backoff_s use them, nodes.json is not read back."""
-    spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("x.py",), program_args=(),
+    spec = RunSpec(backend="local", nodes=1, gpus_per_node=1, program=("x.py",), program_args=(),
                    run_dir=str(tmp_path / "run"), name="x", max_restarts=2)
     rd = RunDir.create(spec, "x-1", {"hosts": []})
     ff = {"rank": 0, "node": 0, "exit_code": 1, "time": 5.0}
@@ -448,7 +448,7 @@ def test_options(backend, given, expected):
 
 def test_ledger_and_status_block(tmp_path):
     """Two failed attempts of a lemon (slot 1) as the launcher records them; `launch status` shows the block."""
-    spec = JobSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
+    spec = RunSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
                    run_dir=str(tmp_path / "run"), name="x", spares=1, max_restarts=2)
     rd = RunDir.create(spec, "x-1", {"hosts": []})
     assert nodeledger.read(rd.path) is None and "slots active" not in api.format_status(api.status(rd.path))
@@ -629,7 +629,7 @@ def test_ssh_plan_runs_on_the_pools_hosts(tmp_path, monkeypatch):
     host is never in a plan again. Pure: no network."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ssh_config").write_text("".join(f"Host h{k}\n  HostName 10.9.0.{k}\n" for k in range(1, 5)))
-    spec = JobSpec(backend="ssh", nodes=2, gpus_per_node=1, program=("-m", "workloads.convnet"), program_args=(),
+    spec = RunSpec(backend="ssh", nodes=2, gpus_per_node=1, program=("-m", "workloads.convnet"), program_args=(),
                    run_dir=str(tmp_path / "run"), name="x", spares=2, max_restarts=3, explicit=("nodes",),
                    options=(("hosts", "h1,h2,h3,h4"), ("ssh_config", str(tmp_path / "ssh_config"))))
     backend = api.get_backend("ssh")
@@ -659,7 +659,7 @@ def test_range_pool_and_plan_follow_the_pool(tmp_path, monkeypatch):
     idle slots back up to MAX, and an attempt's plan has as many nodes as the pool has active slots (NNODES,
     WORLD_SIZE, node 0 on the first survivor); on SSH slot k stays the k-th of MAX + spares hosts. Pure."""
     monkeypatch.chdir(tmp_path)
-    spec = JobSpec(backend="local", nodes=3, gpus_per_node=1, program=("x.py",), program_args=(),
+    spec = RunSpec(backend="local", nodes=3, gpus_per_node=1, program=("x.py",), program_args=(),
                    run_dir=str(tmp_path / "run"), name="x", min_nodes=1, max_nodes=3, max_restarts=3)
     led = {"pool": {"active": [2], "spares": [1], "quarantined": [0]}}
     assert restarts.pool_of(spec, led) == Pool((2,), (1,), (0,))                    # shrunk: kept as it is
@@ -1029,7 +1029,7 @@ def hand_made_restarts(tmp_path) -> RunDir:
     heartbeat already replaced: only status.json's recorded timeline has its first step), attempt 2 by `launch
     resume` after attempt 1's (stopped: no restart left); the rank wrappers' headers, rank 0's `resumed from`
     line in attempt 1 only, attempt 2's heartbeats."""
-    spec = JobSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
+    spec = RunSpec(backend="local", nodes=2, gpus_per_node=1, program=("x.py",), program_args=(),
                    run_dir=str(tmp_path / "run"), name="x", spares=1, max_restarts=1)
     rd = RunDir.create(spec, "x-1", {"hosts": []})
     rd.add_attempt(spec, {"hosts": [], "by": "policy"})

@@ -12,7 +12,7 @@ from conftest import read_json, run_launch
 from launchers import api, ckptptr, layout
 from launchers.errors import LaunchError
 from launchers.rundir import RunDir
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 
 TINY = ["-m", "workloads.convnet", "--dataset", "digits", "--checkpoint-every", "2", "--no-tensorboard"]
 
@@ -104,7 +104,7 @@ def test_no_symlink_passes_plain_paths_and_refuses_outside(tmp_path):
 
 def test_a_copy_is_told_from_a_moved_run_dir_and_adopt_is_only_for_a_copy(tmp_path):
     made = str(tmp_path / "made")
-    RunDir.create(JobSpec("local", 1, 1, ("t.py",), (), made, "made"), "made-1234", {})
+    RunDir.create(RunSpec("local", 1, 1, ("t.py",), (), made, "made"), "made-1234", {})
     shutil.copytree(made, tmp_path / "copy", symlinks=True)
     copy = RunDir.open(str(tmp_path / "copy"))
     assert api.copy_of(copy, copy.read_run_yaml()) == made
@@ -129,7 +129,7 @@ def test_a_damaged_node_ledger_is_ignored_with_one_line_never_a_traceback(tmp_pa
     """nodes.json is data: a shape launch never writes is left out of status, --ranks, --json and a resume's pool
     with one warning line naming the file, and nothing tracebacks (it did: status --ranks on a slot's word node)."""
     from launchers import nodeledger
-    spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=("t.py",), program_args=(),
+    spec = RunSpec(backend="local", nodes=1, gpus_per_node=1, program=("t.py",), program_args=(),
                    run_dir=str(tmp_path / "r"), name="r")
     rd = RunDir.create(spec, "r-1", {})
     rd.update_status(state="FAILED", attempt=0)

@@ -30,7 +30,7 @@ from launchers.backends.ssh import SSHBackend
 from launchers.errors import LaunchError
 from launchers.remote import read_env_file
 from launchers.rundir import redacted_spec, spec_from_record
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 from launchers.torchrun import node_command
 
 URL = "postgres://app:hunter2-Zq@db.internal:5432/prod"
@@ -72,11 +72,11 @@ def test_parse_secrets_from_env_and_file_and_bad_words(tmp_path):
         assert says in str(e.value) and "\n" not in str(e.value), (items, str(e.value))
 
 
-def spec(**kw) -> JobSpec:
+def spec(**kw) -> RunSpec:
     base = dict(backend="local", nodes=1, gpus_per_node=1, program=("/p.py",), program_args=(), run_dir="/r",
                 name="n", env=(("DATABASE_URL", URL), ("WANDB_API_KEY", WANDB), ("LR", "3e-4")),
                 secrets=(("MY_DB_PASS", "env"),))
-    return JobSpec(**{**base, **kw})
+    return RunSpec(**{**base, **kw})
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +85,7 @@ def _db_pass(monkeypatch):
 
 
 def test_a_specs_dict_holds_no_secret_value(tmp_path):
-    """JobSpec.to_dict() (what records, the dry-run and other processes get) holds references and ***, never a
+    """RunSpec.to_dict() (what records, the dry-run and other processes get) holds references and ***, never a
     value: not a --secret's (from the environment or a file), a secret --env's nor a credential in the program's
     arguments; secretenv.handover gives them to another process, whose spec_from_record takes them back."""
     key = tmp_path / "key"

@@ -34,7 +34,7 @@ from launchers import layout
 from launchers.backends.slurm.render import header_for, render_sbatch
 from launchers.backends.ssh import SSHBackend
 from launchers.errors import LaunchError
-from launchers.spec import JobSpec, check_name
+from launchers.spec import RunSpec, check_name
 
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH_OPTS = ["--ssh-config", str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts")]
@@ -107,7 +107,7 @@ def test_ssh_line_through_bash_arrives_verbatim(scratch, args, value, dirname):
     run_dir = refused_or_path(str(work / dirname / "run"))
     if run_dir is None:
         return
-    spec = JobSpec(backend="ssh", nodes=1, gpus_per_node=1, program=(str(work / "prog.py"),), program_args=tuple(args),
+    spec = RunSpec(backend="ssh", nodes=1, gpus_per_node=1, program=(str(work / "prog.py"),), program_args=tuple(args),
                    run_dir=run_dir, name="n", env=(("TEST_V", value),), python=str(scratch / "dump"),
                    options=(("hosts", ["localhost"]), ("ssh_config", str(scratch / "ssh_config"))))
     plan = SSHBackend().plan(spec, "rid", attempt=0)
@@ -130,7 +130,7 @@ def test_sbatch_script_through_bash(scratch, args, dirname):
     run_dir = refused_or_path(str(work / dirname))
     if run_dir is None:
         return
-    spec = JobSpec(backend="slurm", nodes=2, gpus_per_node=1, program=("train.py",), program_args=tuple(args),
+    spec = RunSpec(backend="slurm", nodes=2, gpus_per_node=1, program=("train.py",), program_args=tuple(args),
                    run_dir=run_dir, name="n", python=str(scratch / "dump"), options=(("time", "5"),))
     script = render_sbatch(spec, base_attempt=0, header=header_for(["slurm", "--", "train.py", *args], "0"))
     lines = script.split("\n")                       # bash's lines (str.splitlines would also split at \x85)

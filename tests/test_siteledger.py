@@ -26,7 +26,7 @@ from launchers.backends.slurm.status import known_of
 from launchers.cli import main
 from launchers.errors import LaunchError
 from launchers.request import JobSpec as ApiSpec
-from launchers.spec import JobSpec, build_spec
+from launchers.spec import RunSpec, build_spec
 
 DAY = siteledger.DAY
 NOW = 1_800_000_000.0
@@ -207,7 +207,7 @@ def test_a_run_reads_it_once_ssh_leaves_the_hosts_out_slurm_excludes_them(tmp_pa
     assert (spec.node_ledger, spec.avoid_hosts) == (path, ("h2",))
     plan = api.get_backend("ssh").plan(spec, "x-1", 0)
     assert plan.hosts == ["h1", "h3"] and f"# node ledger {path}: quarantined, not used: h2" in plan.render()
-    assert JobSpec.from_dict(spec.to_dict()).avoid_hosts == ("h2",)                  # run.yaml keeps it: a resume too
+    assert RunSpec.from_dict(spec.to_dict()).avoid_hosts == ("h2",)                  # run.yaml keeps it: a resume too
     with pytest.raises(LaunchError) as e:
         api.get_backend("ssh").plan(spec.replace(nodes=3), "x-1", 0)
     assert str(e.value) == (f"host(s) h2 quarantined in the node ledger {path}: 2 of 3 hosts left, 3 needed (--nodes "

@@ -20,13 +20,13 @@ from launchers.backends.slurm.requeue import finalize
 from launchers.doctor.preflight import site_strikes
 from launchers.doctor.targets import NodeRun
 from launchers.rundir import RunDir
-from launchers.spec import JobSpec, build_spec
+from launchers.spec import RunSpec, build_spec
 
 
 def plain_slurm_run(tmp_path, monkeypatch, ledger: str) -> RunDir:
     """A submitted 2-node Slurm run (no --spares: no loop over steps) with --node-ledger, as the batch side finds
     it after srun: job 4242 on lnode1 and lnode3."""
-    spec = JobSpec("slurm", 2, 1, ("t.py",), (), str(tmp_path / "r"), "r", node_ledger=ledger)
+    spec = RunSpec("slurm", 2, 1, ("t.py",), (), str(tmp_path / "r"), "r", node_ledger=ledger)
     rd = RunDir.create(spec, "r-1", {})
     os.makedirs(os.path.join(rd.path, "slurm"))
     write_node_spec(rd, spec, "r-1", 0)

@@ -7,14 +7,14 @@ import pytest
 from conftest import run_launch
 from launchers.backends.slurm.render import header_for, parse_sbatch_lines, parse_time, render_sbatch
 from launchers.errors import LaunchError
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 HEADER = header_for(["slurm", "--nodes", "4", "--env", "HF_TOKEN=hunter2", "--", "train.py", "--lr", "3e-4"], "0.1.0")
 
 
 def spec(**options):
-    return JobSpec(backend="slurm", nodes=4, gpus_per_node=8, program=("/shared/train.py",),
+    return RunSpec(backend="slurm", nodes=4, gpus_per_node=8, program=("/shared/train.py",),
                    program_args=("--lr", "3e-4"), run_dir="/shared/runs/moe1", name="train",
                    python="/opt/venv/bin/python", options=tuple(sorted(options.items())))
 

@@ -21,7 +21,7 @@ import pytest
 from conftest import rank_lines, run_launch
 from launchers import api, manifest, rankexec, snapshot, snaptree
 from launchers.errors import LaunchError
-from launchers.spec import JobSpec, build_spec, load_profile
+from launchers.spec import RunSpec, build_spec, load_profile
 
 
 def git(repo: Path, *args: str) -> str:
@@ -111,7 +111,7 @@ def test_store_resume_choice_and_refusals(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(repo)                              # the tree is the launch directory
     assert snapshot.store_for("/r/runs/x", "/r/runs") == "/r/runs/.snapshots"
     assert snapshot.store_for("/elsewhere/x", "/r/runs") == "/elsewhere/.snapshots"
-    spec = JobSpec(backend="local", nodes=1, gpus_per_node=1, program=(str(repo / "train.py"),), program_args=(),
+    spec = RunSpec(backend="local", nodes=1, gpus_per_node=1, program=(str(repo / "train.py"),), program_args=(),
                    run_dir=str(repo / "runs/a"), name="a", snapshot=str(repo / "runs/.snapshots"))
     taken = snapshot.take(spec)                      # named (a dry-run shows it); nothing written before commit
     assert taken.snapshot_dir.startswith(spec.snapshot + "/") and not os.path.exists(spec.snapshot)

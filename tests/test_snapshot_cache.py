@@ -16,7 +16,7 @@ import pytest
 
 from launchers import api, extcache, snapshot, statcache
 from launchers.errors import LaunchError
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 
 NOBODY = 65534
 FILES = {"train.py": "print('MINE')\n", "lib/u.py": "U = 1\n", "data/d.bin": "d" * 3000}
@@ -48,8 +48,8 @@ def cached(root: Path) -> snapshot.Snapshot:
     return snap
 
 
-def spec_for(tree: Path) -> JobSpec:
-    return JobSpec(backend="local", nodes=1, gpus_per_node=1, program=(str(tree / "train.py"),), program_args=(),
+def spec_for(tree: Path) -> RunSpec:
+    return RunSpec(backend="local", nodes=1, gpus_per_node=1, program=(str(tree / "train.py"),), program_args=(),
                    run_dir=str(tree.parent / "runs/a"), name="a", snapshot=str(tree.parent / "runs/.snapshots"))
 
 

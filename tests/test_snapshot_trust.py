@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, rank_lines, require_cluster, run_launch
 from launchers import api, extcache, rankexec, snapshot
 from launchers.errors import LaunchError
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 
 NOBODY = 65534
 
@@ -28,8 +28,8 @@ def write(root: Path, files: dict[str, str]) -> None:
         (root / rel).write_text(text)
 
 
-def spec_for(tree: Path) -> JobSpec:
-    return JobSpec(backend="local", nodes=1, gpus_per_node=1, program=(str(tree / "train.py"),), program_args=(),
+def spec_for(tree: Path) -> RunSpec:
+    return RunSpec(backend="local", nodes=1, gpus_per_node=1, program=(str(tree / "train.py"),), program_args=(),
                    run_dir=str(tree / "runs/a"), name="a", snapshot=str(tree / "runs/.snapshots"))
 
 
@@ -181,7 +181,7 @@ def test_dry_run_lists_everything_left_out(tmp_path, monkeypatch):
                      ".env": "K=v\n"})
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
-    api.submit(JobSpec(backend="local", nodes=1, gpus_per_node=1, program=(str(tmp_path / "train.py"),),
+    api.submit(RunSpec(backend="local", nodes=1, gpus_per_node=1, program=(str(tmp_path / "train.py"),),
                        program_args=(), run_dir=str(tmp_path / "runs/d"), name="d",
                        snapshot=str(tmp_path / "runs/.snapshots")), dry_run=True, out=out)
     line = next(ln for ln in out.getvalue().splitlines() if ln.startswith("# snapshot: left out:"))

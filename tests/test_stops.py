@@ -51,8 +51,8 @@ def test_one_name_per_ending_everywhere(st, code, line):
 def test_a_hang_stop_is_failed_even_when_every_program_ended_well_on_it(tmp_path):
     """The survivors of a hang clean up and may exit 0 on the stop: the attempt still FAILED, on the hung rank."""
     from launchers.rundir import RunDir
-    from launchers.spec import JobSpec
-    rd = RunDir.create(JobSpec("local", 1, 2, ("t.py",), (), str(tmp_path / "r"), "r"), "r-1234", {})
+    from launchers.spec import RunSpec
+    rd = RunDir.create(RunSpec("local", 1, 2, ("t.py",), (), str(tmp_path / "r"), "r"), "r-1234", {})
     hang = {"attempt": 0, "stalled_ranks": [1], "waiting_ranks": [0], "since": 1.0, "timeout": 3, "dir": "d",
             "ranks": {"1": {"why": "process stopped", "node": 0}, "0": {"why": "in all_reduce", "node": 0}}}
     rd.update_status(hang=hang)

@@ -17,7 +17,7 @@ import pytest
 from conftest import LAUNCH, ROOT
 from launchers import explain, heartbeat, integrations, top
 from launchers.rundir import RunDir
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 
 NOW = 1_800_000_000.0
 
@@ -29,7 +29,7 @@ def own_index(monkeypatch, tmp_path):
 
 
 def fake_run(where: Path, nodes: int, gpus: int, **status) -> RunDir:
-    rd = RunDir.create(JobSpec("local", nodes, gpus, ("t.py",), (), str(where), where.name), f"{where.name}-1", {})
+    rd = RunDir.create(RunSpec("local", nodes, gpus, ("t.py",), (), str(where), where.name), f"{where.name}-1", {})
     rd.update_status(state="RUNNING", attempt=0, **status)
     return rd
 

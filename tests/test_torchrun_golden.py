@@ -2,7 +2,7 @@
 import pytest
 
 from launchers.ports import derive_port, window
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 from launchers.torchrun import node_command
 
 
@@ -12,7 +12,7 @@ def spec(**kw):
                 env=(("FOO", "bar"), ("OMP_NUM_THREADS", "4")), nccl_env=(("NCCL_BUFFSIZE", "8388608"),),
                 python="/venv/bin/python")
     base.update(kw)
-    return JobSpec(**base)
+    return RunSpec(**base)
 
 
 def test_node_command_golden():

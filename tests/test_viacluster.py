@@ -18,7 +18,7 @@ from conftest import BIN, LAUNCH, ROOT, run_launch
 from launchers import clusters, clusterssh, viacluster
 from launchers.errors import LaunchError
 from launchers.rundir import RunDir
-from launchers.spec import JobSpec
+from launchers.spec import RunSpec
 
 OPTS = ("-o BatchMode=yes -o StrictHostKeyChecking=yes -o UpdateHostKeys=no -o ConnectTimeout=10 "
         "-o ServerAliveInterval=5 -o ServerAliveCountMax=2 -o UserKnownHostsFile={d}/kh "
@@ -209,7 +209,7 @@ def launch_in(pid: str, cwd: Path) -> bool:
 def test_verbs_through_a_bastion_on_a_real_login_node(two_sshd):
     d = two_sshd
     env = {"LAUNCH_CLUSTERS_FILE": str(d / "clusters.yaml"), "LAUNCH_RUNS_ROOT": str(d / "here")}
-    rd = RunDir.create(JobSpec("local", 1, 1, ("t.py",), (), str(d / "runs" / "r"), "r"), "r-1", {})
+    rd = RunDir.create(RunSpec("local", 1, 1, ("t.py",), (), str(d / "runs" / "r"), "r"), "r-1", {})
     rd.update_status(state="RUNNING", attempt=0)
     p = run_launch("status", "--cluster", "x", "r", "--json", env=env, timeout=60)
     assert p.returncode == 0 and f'"run_dir": "{d}/runs/r"' in p.stdout, p.stderr

@@ -20,7 +20,7 @@ from ..containeropts import host_limits
 from ..cpubind import describe
 from ..nodebackend import AUTO, PLANNED, Teller
 from ..rundir import TERMINAL, RunDir
-from ..spec import JobSpec
+from ..spec import RunSpec
 from ..stops import stop_decision
 from ..torchrun import NodeCommand, node_command
 from ..warmfork import socket_path as warm_socket
@@ -28,7 +28,7 @@ from ..warmfork import socket_path as warm_socket
 
 @dataclass
 class Plan:
-    spec: JobSpec
+    spec: RunSpec
     run_id: str
     attempt: int
     master_addr: str
@@ -98,7 +98,7 @@ class Backend:
     owns_restarts = True      # the launcher loops over attempts (local, ssh); Slurm requeues instead
     zygote_kind: Any = None   # --warm-spares: the backend's Zygotes (local, ssh)
 
-    def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
+    def plan(self, spec: RunSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
         """The attempt's plan. slots: the run's pool's active slots, in node order (--spares, --nodes MIN:MAX:
         launchers.recovery; restarts.plan_on): node k runs on slots[k], node 0 the rendezvous host; None: the
         backend's first nodes. Slurm's in-job loop picks a step's hosts itself (backends.slurm.steps)."""
@@ -167,7 +167,7 @@ def busy_line(path: str, why: str) -> str:
     return f"run {path!r} is {why}; one attempt at a time: wait for it to end or `launch cancel` it first"
 
 
-def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
+def node_commands(spec: RunSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
                   dist_backend: str, one_machine: bool = False, slots: list[int] | None = None) -> list[NodeCommand]:
     """Each node's command from the one builder, in the job's container when it has one (launchers.container);
     slots: node k runs on node slot slots[k] of the run's pool (launchers.recovery), told as LAUNCH_NODE_SLOT;
@@ -182,7 +182,7 @@ def node_commands(spec: JobSpec, run_id: str, attempt: int, master_addr: str, ma
             for k in range(spec.nodes)]
 
 
-def remove_containers(spec: JobSpec, run_id: str, nodes) -> None:
+def remove_containers(spec: RunSpec, run_id: str, nodes) -> None:
     """The nodes' containers (run here), when the job's runtime leaves one behind a SIGKILLed agent
     (launchers.container.cleanup_argv: podman); one already gone is not an error."""
     for k in nodes:

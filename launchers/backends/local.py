@@ -18,7 +18,7 @@ from ..layout import Presence
 from ..ports import choose_port
 from ..remote import node_pids
 from ..rundir import TERMINAL, RunDir, exit_fields
-from ..spec import JobSpec
+from ..spec import RunSpec
 from ..stops import stop_decision, wait_s
 from ..torchrun import node_environ
 from .base import Backend, Interrupts, Plan, node_commands, node_exit, remove_containers
@@ -70,7 +70,7 @@ class LocalBackend(Backend):
     zygote_kind = Zygotes        # --warm-spares
     stream = True          # print prefixed rank output while the job runs
 
-    def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
+    def plan(self, spec: RunSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
         """slots: the simulated node each node rank runs on (default 0..nodes-1; --spares: the pool's active
         slots, launchers.recovery); the rendezvous is node 0's, here 127.0.0.1 whichever slot that is."""
         port = choose_port(run_id, spec.master_port, MASTER)

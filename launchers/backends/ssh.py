@@ -30,7 +30,7 @@ from ..layout import Presence
 from ..remote import AGENT_ENDED, HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
 from ..show import counted
-from ..spec import JobSpec, redact_env
+from ..spec import RunSpec, redact_env
 from ..sshconn import Prefixed, Silence, close_all, connect_all, describe, get_tree, make_connection, put_private
 from ..sshmodel import SSHSettings
 from ..sshmodel import settings as ssh_settings
@@ -97,7 +97,7 @@ class SSHBackend(Backend):
         self._reached: set[tuple[str, int, str]] = set()   # (master host, port, host) the reach check passed
 
     # ------------------------------------------------------------------ plan (pure: no network)
-    def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> SSHPlan:
+    def plan(self, spec: RunSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> SSHPlan:
         """slots: the pool's slots the nodes run on, in node order (--spares, --nodes MIN:MAX: launchers.recovery;
         one node per slot); slot k is the k-th host of MAX + spares, node 0 (the master) the host of slots[0].
         Default: the first hosts, every one when --nodes is not given (less the spares)."""

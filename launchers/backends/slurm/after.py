@@ -11,18 +11,18 @@ import os
 from ... import layout, sweep
 from ...errors import LaunchError, brief
 from ...rundir import RunDir
-from ...spec import JobSpec
+from ...spec import RunSpec
 from . import status as slurm_status
 from .render import AFTER_ACCEPTED, JOB_ID, dependency, split_after
 
 
-def with_options(spec: JobSpec, **changes: object) -> JobSpec:
+def with_options(spec: RunSpec, **changes: object) -> RunSpec:
     """The spec with some backend options set (None = removed)."""
     opts = {**spec.opts, **changes}
     return spec.replace(options=tuple(sorted((k, v) for k, v in opts.items() if v is not None)))
 
 
-def resolve_after(spec: JobSpec, attempt: int) -> JobSpec:
+def resolve_after(spec: RunSpec, attempt: int) -> RunSpec:
     """--after with a run dir -> the same with that run's Slurm job id; a resumed attempt has no --after."""
     after = spec.opts.get("after")
     if after is None:
@@ -61,7 +61,7 @@ NEVER = {"afterok": lambda s: s != "COMPLETED", "afternotok": lambda s: s == "CO
          "afterany": lambda s: False}
 
 
-def check_parent(spec: JobSpec) -> None:
+def check_parent(spec: RunSpec) -> None:
     """Before submitting: the job --after names exists, and an ended one can still satisfy the dependency."""
     dep = dependency(spec)
     if dep is None:

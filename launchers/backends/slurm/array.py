@@ -19,14 +19,14 @@ from typing import Callable
 from ... import __version__, layout, sweep
 from ...errors import LaunchError
 from ...rundir import RunDir, new_run_id
-from ...spec import JobSpec
+from ...spec import RunSpec
 from ..base import Plan
 from .backend import SlurmBackend, SubmitFailed, submit_script
 from .nodespec import write_node_spec
 from .render import header_for, render_sbatch
 
 
-def array_script(first: JobSpec, sweep_dir: str, runs: int, max_parallel: int | None) -> str:
+def array_script(first: RunSpec, sweep_dir: str, runs: int, max_parallel: int | None) -> str:
     """The array's sbatch script: the first run's shape and options, the sweep dir, one task per run."""
     return render_sbatch(first.replace(run_dir=sweep_dir), base_attempt=0,
                          header=header_for(sys.argv[1:], __version__), array=(runs, max_parallel or runs))
@@ -41,7 +41,7 @@ def render_dry_run(script: str, plans: list[Plan], rec: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def plan_array(specs: list[JobSpec], rec: dict, max_parallel: int | None) -> tuple[SlurmBackend, list[Plan], str]:
+def plan_array(specs: list[RunSpec], rec: dict, max_parallel: int | None) -> tuple[SlurmBackend, list[Plan], str]:
     """Every run's plan and the array's script (the pipeline's plan stage of a sweep on Slurm)."""
     backend = SlurmBackend()
     plans = [backend.plan(s, new_run_id(s), attempt=0) for s in specs]

@@ -30,7 +30,7 @@ from ...containeropts import check_srun_pyxis
 from ...errors import LaunchError, RunDirGone, need_extra
 from ...rundir import TERMINAL, RunDir
 from ...secretenv import handover
-from ...spec import JobSpec
+from ...spec import RunSpec
 from ...stops import exit_code, wait_s
 from ..base import Backend, Plan
 from . import cmd
@@ -57,7 +57,7 @@ class SlurmBackend(Backend):
     owns_restarts = False        # Slurm requeues; the launcher does not loop over attempts
 
     # ------------------------------------------------------------------ plan (= dry-run)
-    def plan(self, spec: JobSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
+    def plan(self, spec: RunSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
         if spec.opts.get("max_parallel") is not None:
             raise LaunchError(f"--max-parallel {spec.opts['max_parallel']} applies to a --sweep only (the runs of "
                               "its job array at once); accepted: --max-parallel N together with --sweep KEY=V1,V2")
@@ -304,7 +304,7 @@ class SubmitFailed(Exception):
     """sbatch (through submitit) refused the script; the message is one line."""
 
 
-def submit_script(spec: JobSpec, script: str, run_dir: str, attempt: int) -> str:
+def submit_script(spec: RunSpec, script: str, run_dir: str, attempt: int) -> str:
     """Submit `script` through submitit (the warm submitter when there is one) from run_dir/slurm; the job id."""
     from . import submit as slurm_submit
     req = slurm_submit.SubmitRequest(
@@ -363,7 +363,7 @@ def wait_gone(job_id: str, wait_s: float = CANCEL_WAIT_S) -> None:
     raise LaunchError(f"Slurm job {job_id} is still listed {wait_s:.0f} s after scancel")
 
 
-def refuse_cluster(spec: JobSpec) -> None:
+def refuse_cluster(spec: RunSpec) -> None:
     """A spec whose options name a cluster (a profile's `slurm: {cluster: NAME}` given to the Python API, a
     recorded run): refused, never submitted to this machine's Slurm; only the CLI reaches a cluster."""
     name = spec.opts.get("cluster")
@@ -382,14 +382,14 @@ def last_job(rd: RunDir) -> str | None:
         return None
 
 
-def secret_env(spec: JobSpec) -> dict[str, str]:
+def secret_env(spec: RunSpec) -> dict[str, str]:
     """run.yaml shows secret --env values as *** and --secret by name; the nodes take them from the job's
     environment (sbatch exports the submitter's: slurmctld keeps it in its state dir while the job lives), so
     they are put there for the sbatch call only, never in the script nor on sbatch's command line."""
     return handover(spec, os.environ)
 
 
-def check_pyxis(spec: JobSpec) -> None:
+def check_pyxis(spec: RunSpec) -> None:
     """--container-runtime pyxis: this node's srun has pyxis (containeropts.check_srun_pyxis), else one line before
     anything is submitted (a job without it would end with no node's exit recorded)."""
     if spec.container_runtime == "pyxis":

@@ -34,7 +34,7 @@ from ...containeropts import host_limits
 from ...errors import LaunchError
 from ...nodebackend import early as early_backend
 from ...rundir import RunDir, exit_fields
-from ...spec import JobSpec
+from ...spec import RunSpec
 from ...stops import stop_decision, wait_s
 from ...torchrun import NodeCommand, node_command, node_environ
 from . import gone
@@ -52,7 +52,7 @@ class NodeError(Exception):
     """A node could not start its part of the job; recorded in status/node<K>.json."""
 
 
-def slurm_node_command(spec: JobSpec, node: int, addr: str, port: Any, run_id: str, attempt: int, dist: str,
+def slurm_node_command(spec: RunSpec, node: int, addr: str, port: Any, run_id: str, attempt: int, dist: str,
                        agent_env: dict[str, str], slot: int | None = None, host: str | None = None) -> NodeCommand:
     """The builder's command, plus what the agent needs to pass stop signals on (shown in the dry-run), in the
     job's container (launchers.container: a pyxis/OCI step is inside already, podman/apptainer wrap the agent).
@@ -65,7 +65,7 @@ def slurm_node_command(spec: JobSpec, node: int, addr: str, port: Any, run_id: s
                 run_id, limits=host_limits())
 
 
-def memory_env(spec: JobSpec, run_id: str, host: str | None) -> dict[str, str]:
+def memory_env(spec: RunSpec, run_id: str, host: str | None) -> dict[str, str]:
     """--memory-checkpoint: the node's store is its Slurm node name's (launchers.memstore: nodes that share one
     /dev/shm stay apart, a spare that replaces a lost node finds nothing of the lost one's)."""
     if host is not None:
@@ -74,7 +74,7 @@ def memory_env(spec: JobSpec, run_id: str, host: str | None) -> dict[str, str]:
     return {**env, memstore.ENV_DIR: os.path.join(env[memstore.ENV_DIR], NODE_SHOWN)} if env else {}
 
 
-def same_env(spec: JobSpec, nc: NodeCommand) -> bool:
+def same_env(spec: RunSpec, nc: NodeCommand) -> bool:
     """Whether the ranks see this task's environment as the agent is given it: no container around the agent, and
     the agent's python this interpreter itself (a --python wrapper script may change PATH on its way)."""
     return not in_container(spec) and os.path.realpath(nc.argv[0]) == os.path.realpath(sys.executable)

@@ -8,20 +8,20 @@ from typing import Any
 
 from ... import layout
 from ...rundir import RunDir, redacted_spec, spec_from_record
-from ...spec import JobSpec
+from ...spec import RunSpec
 
 
 @dataclass(frozen=True)
 class NodeSpec:
     """What a node needs, as the launcher resolved it."""
     run_id: str
-    spec: JobSpec
+    spec: RunSpec
     dist_backend: str
     agent_env: dict[str, str]
     max_requeues: int
 
 
-def resolve_for_nodes(spec: JobSpec) -> dict[str, Any]:
+def resolve_for_nodes(spec: RunSpec) -> dict[str, Any]:
     """The launcher's resolution of what the nodes would otherwise re-derive."""
     from .render import allocation_env, slurm_options
     so = slurm_options(spec)
@@ -29,7 +29,7 @@ def resolve_for_nodes(spec: JobSpec) -> dict[str, Any]:
             "max_requeues": so["max_requeues"]}
 
 
-def write_node_spec(rd: RunDir, spec: JobSpec, run_id: str, base_attempt: int) -> None:
+def write_node_spec(rd: RunDir, spec: RunSpec, run_id: str, base_attempt: int) -> None:
     """The submission's spec as JSON next to its sbatch script (same content as run.yaml's, secrets ***)."""
     layout.atomic_write(layout.path(rd.path, "node_spec", attempt=base_attempt), json.dumps(
         {"run_id": run_id, "spec": redacted_spec(spec), "resolved": resolve_for_nodes(spec)}, indent=1))

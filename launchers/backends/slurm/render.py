@@ -16,7 +16,7 @@ from ... import container, layout, sbatchopts
 from ...errors import LaunchError, brief
 from ...secretenv import redact_argv, secret_keys
 from ...siteledger import HOST
-from ...spec import JobSpec
+from ...spec import RunSpec
 
 DEFAULT_SIGNAL_SECONDS = 120
 DEFAULT_MAX_REQUEUES = 3
@@ -74,7 +74,7 @@ def parse_setup(lines: Any) -> list[str]:
     return out
 
 
-def node_cpus(spec: JobSpec) -> int | None:
+def node_cpus(spec: RunSpec) -> int | None:
     """CPUs of each node's one task (all of its ranks): --cpus-per-task, else --gpus-per-node x --cpus-per-gpu
     (default DEFAULT_CPUS_PER_GPU); None with --exclusive and neither given (the whole node's CPUs)."""
     o = spec.opts
@@ -85,7 +85,7 @@ def node_cpus(spec: JobSpec) -> int | None:
     return spec.gpus_per_node * int(o.get("cpus_per_gpu") or DEFAULT_CPUS_PER_GPU)
 
 
-def cpu_warning(spec: JobSpec) -> str | None:
+def cpu_warning(spec: RunSpec) -> str | None:
     """One line when the request leaves a rank less than one CPU (dry-run: `# warning: ...`; submit: stderr)."""
     cpus = node_cpus(spec)
     if cpus is None or cpus >= spec.gpus_per_node or spec.opts.get("exclusive"):    # --exclusive: the whole node's
@@ -105,7 +105,7 @@ def split_after(value: str) -> tuple[str, str]:
     return str(value), "afterok"
 
 
-def dependency(spec: JobSpec) -> str | None:
+def dependency(spec: RunSpec) -> str | None:
     """sbatch --dependency from --after (resolved to a job id by the backend's plan), e.g. 'afterok:1234'."""
     after = spec.opts.get("after")
     if after is None:
@@ -116,7 +116,7 @@ def dependency(spec: JobSpec) -> str | None:
     return f"{kind}:{target}"
 
 
-def slurm_options(spec: JobSpec) -> dict[str, Any]:
+def slurm_options(spec: RunSpec) -> dict[str, Any]:
     """The validated Slurm options of a spec, with defaults filled in."""
     o = spec.opts
     res: dict[str, Any] = {
@@ -157,7 +157,7 @@ def check_resources(o: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------------ rendering
 
-def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
+def sbatch_parameters(spec: RunSpec) -> dict[str, Any]:
     """submitit `_make_sbatch_string` keyword arguments for one homogeneous allocation of spec.nodes nodes."""
     so = slurm_options(spec)
     o = spec.opts
@@ -197,14 +197,14 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     return params
 
 
-def srun_binding(spec: JobSpec) -> list[str]:
+def srun_binding(spec: RunSpec) -> list[str]:
     """srun's own binding left off when the rank wrapper binds (--cpu-bind other than none): the node task gets
     its allocation's CPUs and the wrapper splits them among the ranks, so no rank is bound twice or bound to the
     one core srun's task/affinity would give a task of one CPU."""
     return ["--cpu-bind=none"] if spec.cpu_bind != "none" else []
 
 
-def step_container(spec: JobSpec) -> list[str]:
+def step_container(spec: RunSpec) -> list[str]:
     """srun's container flags (launchers.container: pyxis, Slurm's OCI); the secrets cross by name only."""
     names = secret_keys({**dict(spec.env), **dict(spec.secrets)}, [k for k, _ in spec.secrets])
     return container.srun_args(spec, tuple(sorted(names)))
@@ -218,7 +218,7 @@ def node_task_command(python: str, run_dir: str, base_attempt: int, array: bool 
     return " ".join(shlex.quote(w) for w in words + (("--array",) if array else ()))
 
 
-def step_loop(spec: JobSpec) -> bool:
+def step_loop(spec: RunSpec) -> bool:
     """The job runs each attempt as a step of its allocation (launchers.backends.slurm.steps): with --spares (a
     spare takes a lost node's place) or --nodes MIN:MAX (the run shrinks to the survivors, never below MIN)."""
     return bool(spec.spares or spec.min_nodes)
@@ -231,11 +231,11 @@ def steps_command(python: str, run_dir: str, base_attempt: int) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def step_log(spec: JobSpec) -> str:
+def step_log(spec: RunSpec) -> str:
     return os.path.join(layout.path(spec.run_dir, "slurm"), "%j_%t_log.out")
 
 
-def step_srun_argv(spec: JobSpec, hosts: list[str], task_command: str) -> list[str]:
+def step_srun_argv(spec: RunSpec, hosts: list[str], task_command: str) -> list[str]:
     """One attempt's srun step on these hosts of the allocation (--spares: launchers.backends.slurm.steps)."""
     n = len(hosts)
     return ["srun", "--unbuffered", "--output", step_log(spec), *sbatch_parameters(spec)["srun_args"],
@@ -259,7 +259,7 @@ def sbatch_flag(key: str, value: Any) -> str:
     return f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={shlex.quote(str(value))}"
 
 
-def render_sbatch(spec: JobSpec, *, base_attempt: int, header: str, array: tuple[int, int] | None = None) -> str:
+def render_sbatch(spec: RunSpec, *, base_attempt: int, header: str, array: tuple[int, int] | None = None) -> str:
     """The exact sbatch script `launch slurm` submits (and --dry-run prints).
 
     The layout is submitit's `_make_sbatch_string` for these parameters (sorted `#SBATCH` flags, USR2
@@ -303,7 +303,7 @@ def allocation_env(signal_seconds: int) -> dict[str, str]:
     return {"PET_SHUTDOWN_TIMEOUT": str(grace)}
 
 
-def srun_argv(spec: JobSpec, *, run_id: str, job_id: str, base_attempt: int) -> list[str]:
+def srun_argv(spec: RunSpec, *, run_id: str, job_id: str, base_attempt: int) -> list[str]:
     """In-allocation mode: one node task per allocated node, in the current allocation."""
     out = os.path.join(layout.path(spec.run_dir, "slurm"), f"alloc-{job_id}-%s-%t.out")
     return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1", *srun_binding(spec),

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ...hang.verdict import hang_failure
 from ...recovery import Requeue, StepEnd, requeue_decision, step_end_decision
 from ...rundir import RunDir
-from ...spec import JobSpec
+from ...spec import RunSpec
 from . import cmd
 from .env import NodelistError, SlurmEnv
 from .inalloc import preempted_reason
@@ -35,7 +35,7 @@ def node_codes(recs: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return {str(k): r.get("exit_code") for k, r in sorted(recs.items())}
 
 
-def after_stop(rd: RunDir, spec: JobSpec, attempt: int, restart: int, job_id: str, max_requeues: int) -> None:
+def after_stop(rd: RunDir, spec: RunSpec, attempt: int, restart: int, job_id: str, max_requeues: int) -> None:
     """Node 0 of a submitted job after a USR2: wait for every node's record, then requeue (or give up). Never in
     the user's own allocation: Slurm or the user requeues their job (launchers.backends.slurm.inalloc)."""
     deadline = time.monotonic() + PEERS_WAIT_S
@@ -144,7 +144,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
     return 0 if code == 0 else 1
 
 
-def record_end(spec: JobSpec, rd: RunDir, attempt: int, hosts: list[str] | None) -> None:
+def record_end(spec: RunSpec, rd: RunDir, attempt: int, hosts: list[str] | None) -> None:
     """A plain run's FAILED attempt (no loop over steps) into nodes.json and the site's node ledger, once
     (launchers.restarts.record_end); imported here, off the node task's start-up path."""
     from ...restarts import record_end as record

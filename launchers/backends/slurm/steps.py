@@ -28,7 +28,7 @@ from ... import restarts, timeline
 from ...container import step_python
 from ...firstfail import describe
 from ...rundir import RunDir
-from ...spec import JobSpec
+from ...spec import RunSpec
 from .env import STEP_ATTEMPT, STEP_HOSTS, STEP_SLOTS, SlurmEnv
 from .nodespec import load_node_spec
 from .render import node_task_command, step_srun_argv
@@ -60,7 +60,7 @@ def step_env(hosts: list[str], slots: tuple[int, ...], attempt: int) -> dict[str
             STEP_ATTEMPT: str(attempt)}
 
 
-def run_step(rd: RunDir, spec: JobSpec, env: SlurmEnv, allocation: list[str], base_attempt: int,
+def run_step(rd: RunDir, spec: RunSpec, env: SlurmEnv, allocation: list[str], base_attempt: int,
              attempt: int) -> tuple[int, restarts.Decided | None]:
     """One attempt: an srun step on the pool's active slots; a failed one -- the policy's decision (in finalize's
     on_failure, under the run's lock), said in one line -> (its exit code, the decision; None: none made)."""
@@ -100,7 +100,7 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
     from ...nodeledger import read as read_ledger
     rd, env = RunDir(run_dir), SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
-    spec: JobSpec = ns.spec
+    spec: RunSpec = ns.spec
     allocation = slot_hosts(env.hostnames(), env.node_name or socket.gethostname())
     attempt = first_attempt(rd, base_attempt, env.restart_count)
     if attempt != base_attempt:                  # requeued: another allocation, its slots anew (the quarantined
