@@ -129,11 +129,11 @@ def request(path: str | None, kind: str, argv: list[str], fds: list[int], env: d
             raise OSError("not ours")
         send(s, {"kind": kind, "argv": argv, "cwd": cwd, "env": env}, fds)
         first = _line(s).split()
+        if first[:1] != [b"pid"]:
+            raise OSError("refused")
+        s.sendall(b"g")                             # the go: the zygote's worker runs only once we hold its pid
         s.settimeout(None)
     except OSError:
-        s.close()
-        return None
-    if first[:1] != [b"pid"]:
         s.close()
         return None
     return s, int(first[1])

@@ -152,8 +152,14 @@ def _session(conn: socket.socket, req: dict, fds: list[int], base: dict) -> None
     for fd in fds:
         os.close(fd)
     conn.sendall(f"pid {pid}\n".encode())
-    os.write(w, b"g")
-    os.close(w)
+    conn.settimeout(30)
+    try:
+        if conn.recv(1) == b"g":              # the client holds the pid: never both this and its cold start
+            os.write(w, b"g")
+    except OSError:
+        pass
+    os.close(w)                               # without the go the worker exits having run nothing
+    conn.settimeout(None)
     code = _wait(conn, pid)
     with contextlib.suppress(OSError):
         conn.sendall(f"exit {code}\n".encode())
