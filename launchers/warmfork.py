@@ -112,6 +112,22 @@ def accept(conn: socket.socket, nfds: int, check=lambda req: None) -> tuple[dict
     return None
 
 
+def fork_session(sock: socket.socket, fds: list[int], session) -> None:
+    """A server's fork for one accepted request: it runs session() and exits (1 if that raised; it never returns
+    into the server's loop); the server closes its copies of the request's fds."""
+    if os.fork() == 0:
+        code = 0
+        try:
+            sock.close()
+            session()
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    for fd in fds:
+        os.close(fd)
+
+
 def request(path: str | None, kind: str, argv: list[str], fds: list[int], env: dict[str, str],
             cwd: str) -> tuple[socket.socket, int] | None:
     """Ask the zygote at path to fork argv (`python [-u] -m MOD ...` or `python [-u] FILE ...`) with fds as its

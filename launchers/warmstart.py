@@ -35,7 +35,7 @@ import stat
 import sys
 
 from .statcache import state_dir
-from .warmfork import accept, peer_uid, private_dir, send
+from .warmfork import accept, fork_session, peer_uid, private_dir, send
 
 IDLE_S = 600
 CHECK_S = 5.0                 # how often an idle server looks whether its code changed
@@ -238,17 +238,7 @@ def _accept(sock: socket.socket, conn: socket.socket) -> None:
     if got is None:
         return
     req, fds = got
-    if os.fork() == 0:                    # the session: it forks the worker, hands over its pid, reports its end
-        code = 0
-        try:
-            sock.close()
-            _session(conn, req, fds)
-        except BaseException:  # noqa: BLE001 (a session never returns into the server's loop)
-            code = 1
-        finally:
-            os._exit(code)
-    for fd in fds:
-        os.close(fd)
+    fork_session(sock, fds, lambda: _session(conn, req, fds))   # it forks the worker, hands over its pid, its end
 
 
 def _session(conn: socket.socket, req: dict, fds: list[int]) -> None:

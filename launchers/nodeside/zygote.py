@@ -20,7 +20,7 @@ import sys
 
 from .. import fence, layout
 from ..errors import LaunchError
-from ..warmfork import FORKED_ENV, accept, private_dir
+from ..warmfork import FORKED_ENV, accept, fork_session, private_dir
 
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.run", "torch._dynamo", "torch.distributed.checkpoint",
            "numpy.random")      # what a training program imports at its first optimizer step or save anyway
@@ -112,17 +112,7 @@ def _accept(sock: socket.socket, conn: socket.socket, base: dict) -> None:
     if got is None:
         return
     req, fds = got
-    if os.fork() == 0:
-        code = 0
-        try:
-            sock.close()
-            _session(conn, req, fds, base)
-        except BaseException:  # noqa: BLE001 (a session never returns into the zygote's loop)
-            code = 1
-        finally:
-            os._exit(code)
-    for fd in fds:
-        os.close(fd)
+    fork_session(sock, fds, lambda: _session(conn, req, fds, base))
 
 
 def _program(argv: list) -> tuple[str, str, list[str]]:
