@@ -359,10 +359,20 @@ def wait_status(path: str, interval: float = 2.0, timeout: float | None = None,
         if on_poll is not None:
             on_poll(st)
         if st["state"] in TERMINAL:
-            return st
+            return settled(path, st)
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"run {path!r} still {st['state']} after {timeout} s")
         time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+
+
+def settled(path: str, st: dict[str, Any]) -> dict[str, Any]:
+    """An ended run's status once its end is whole: a Slurm batch side's finalize writes the verdict, then the
+    node ledgers, under the run dir's lock; a reader who may not take it keeps what it read."""
+    try:
+        with RunDir(st.get("run_dir") or path).lock():
+            return status(path)
+    except (OSError, LaunchError):
+        return st
 
 
 def log_tail(path: str, rank: int | None = None, out: TextIO | None = None, raw: bool = False):

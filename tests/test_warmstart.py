@@ -86,7 +86,8 @@ def test_a_submit_served_warm_runs_in_the_clients_directory_umask_and_environmen
     require_cluster("the dev Slurm cluster", p.returncode == 0, "make slurm-up")
     env, _ = warm
     served_soon(env, tmp_path)
-    (tmp_path / "probe.py").write_text("import os, sys\nopen(sys.argv[1], 'w').write(os.environ['WARM_PROBE'])\n")
+    (tmp_path / "probe.py").write_text("import os, sys\nopen(sys.argv[1] + '.tmp', 'w').write(os.environ['WARM_PROBE'])\n"
+                                       "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n")     # seen whole or not at all
     out = tmp_path / "probe.out"
     code, said, stdout, here = launch(["slurm", "--nodes", "1", "--gpus-per-node", "1", "--time", "5",
                                        "--run-dir", "runs/w", "--", "probe.py", str(out)],

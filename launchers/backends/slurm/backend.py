@@ -172,7 +172,8 @@ class SlurmBackend(Backend):
             print(f"launch: stopped following; the job keeps running (`launch cancel {rd.path}` stops it)",
                   file=sys.stderr)
             return 130
-        return exit_code(rd.read_status())      # the end line: restarts.run_attempts
+        with rd.lock():       # the batch side's finalize ends under it: its site ledger strikes are in once we have it
+            return exit_code(rd.read_status())      # the end line: restarts.run_attempts
 
     def _start_in_allocation(self, plan: Plan, rd: RunDir) -> int:
         from ...follow import follow_in_thread
