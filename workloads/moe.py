@@ -69,12 +69,10 @@ def make_data(args):
                 ArrayDataset(x[args.n_train:], y[args.n_train:]), (args.seq_len,), args.classes)
 
 
-def build_model(args, env, timer):
-    import torch
+def expert_class():
+    """One expert: a 2-layer MLP (d -> d_ff -> d, GELU)."""
     import torch.nn as nn
     import torch.nn.functional as F
-
-    from workloads.common.expert_parallel import Dispatcher, run_experts
 
     class Expert(nn.Module):
         def __init__(self, d, dff):
@@ -84,6 +82,17 @@ def build_model(args, env, timer):
         def forward(self, x):
             return self.w2(F.gelu(self.w1(x)))
 
+    return Expert
+
+
+def build_model(args, env, timer):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from workloads.common.expert_parallel import Dispatcher, run_experts
+
+    Expert = expert_class()
     per_rank = args.num_experts // env.world_size
     first = env.rank * per_rank
 
@@ -224,9 +233,24 @@ class A2ALog:
         return {"a2a_fraction": round(frac, 4), "a2a_seconds": round(secs, 3), **self.info}
 
 
+def placement(args, env, dense, expert_params, first: int, per_rank: int, log) -> tuple[int, list]:
+    """Every rank's experts and parameter counts, gathered and said -> (dense parameters, each rank's info)."""
+    import torch.distributed as dist
+
+    n_dense = sum(p.numel() for p in dense)
+    n_expert = sum(p.numel() for p in expert_params)
+    info: list = [None] * env.world_size
+    dist.all_gather_object(info, {"experts": list(range(first, first + per_rank)), "expert_params": n_expert,
+                                  "dense_params": n_dense})
+    print(f"moe-rank {env.rank}: experts {first}..{first + per_rank - 1} expert_params {n_expert} "
+          f"dense_params {n_dense}", flush=True)
+    log(f"moe: {args.num_experts} experts over {env.world_size} ranks ({per_rank} each), top-{args.top_k}, "
+        f"dense {n_dense} params (replicated), expert params per rank {[i['expert_params'] for i in info]}")
+    return n_dense, info
+
+
 def train(args, env, device, data, log) -> dict:
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
 
     from workloads.common.checkpoint import seed_all
@@ -248,15 +272,7 @@ def train(args, env, device, data, log) -> dict:
     optimizer.register_step_pre_hook(grad_sync(dense, expert_params, W))
     scheduler = make_scheduler(optimizer, total_steps(args, len(data.train), W), args.warmup_steps)
 
-    n_dense = sum(p.numel() for p in dense)
-    n_expert = sum(p.numel() for p in expert_params)
-    info: list = [None] * W
-    dist.all_gather_object(info, {"experts": list(range(first, first + per_rank)), "expert_params": n_expert,
-                                  "dense_params": n_dense})
-    print(f"moe-rank {env.rank}: experts {first}..{first + per_rank - 1} expert_params {n_expert} "
-          f"dense_params {n_dense}", flush=True)
-    log(f"moe: {args.num_experts} experts over {W} ranks ({per_rank} each), top-{args.top_k}, "
-        f"dense {n_dense} params (replicated), expert params per rank {[i['expert_params'] for i in info]}")
+    n_dense, info = placement(args, env, dense, expert_params, first, per_rank, log)
 
     def step_fn(m, xb, yb):
         logits = m(xb)

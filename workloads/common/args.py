@@ -44,13 +44,23 @@ def common_parser(prog: str, description: str, *, epochs: int = 2, batch_size: i
                   lr: float | None = None, checkpoint_every: int = 50, log_every: int = 10,
                   async_checkpoint: bool = True) -> Parser:
     p = Parser(prog=prog, description=description)
-    g = p.add_argument_group("data")
+    data_args(p.add_argument_group("data"))
+    training_args(p.add_argument_group("training"), epochs, batch_size, lr)
+    output_args(p.add_argument_group("run directory, checkpoints, logging"), checkpoint_every, log_every,
+                async_checkpoint)
+    fault_args(p.add_argument_group("fault injection (tests)"))
+    return p
+
+
+def data_args(g) -> None:
     g.add_argument("--dataset", default="digits", choices=data.DATASETS,
                    help="digits (scikit-learn's bundled 8x8 digits), synthetic (generated), "
                         "cifar10 (python batches in --data-dir); default: digits")
     g.add_argument("--data-dir", default=None,
                    help="directory holding the CIFAR-10 python batches (data_batch_1..5, test_batch)")
-    g = p.add_argument_group("training")
+
+
+def training_args(g, epochs: int, batch_size: int, lr: float | None) -> None:
     g.add_argument("--epochs", type=positive_int, default=epochs)
     g.add_argument("--max-steps", type=positive_int, default=None, help="train exactly this many steps (overrides --epochs)")
     g.add_argument("--batch-size", type=positive_int, default=batch_size, help="per rank")
@@ -62,7 +72,9 @@ def common_parser(prog: str, description: str, *, epochs: int = 2, batch_size: i
     g.add_argument("--seed", type=nonneg_int, default=1234)
     g.add_argument("--deterministic", action="store_true",
                    help="torch.use_deterministic_algorithms(True) (+ CUBLAS_WORKSPACE_CONFIG on CUDA)")
-    g = p.add_argument_group("run directory, checkpoints, logging")
+
+
+def output_args(g, checkpoint_every: int, log_every: int, async_checkpoint: bool) -> None:
     g.add_argument("--run-dir", default=None,
                    help="where outputs go when LAUNCH_RUN_DIR is not set (default: ./run-local)")
     g.add_argument("--checkpoint-every", type=nonneg_int, default=checkpoint_every,
@@ -77,7 +89,9 @@ def common_parser(prog: str, description: str, *, epochs: int = 2, batch_size: i
                    help="do not write tensorboard/rank<R>/ event files")
     g.add_argument("--pg-timeout", type=positive_float, default=300.0,
                    help="process-group timeout in seconds (how long a collective waits for a hung rank)")
-    g = p.add_argument_group("fault injection (tests)")
+
+
+def fault_args(g) -> None:
     g.add_argument("--crash-at-step", type=positive_int, default=None,
                    help="rank --crash-rank exits with code 1 at this step (only in attempt --crash-attempt)")
     g.add_argument("--crash-rank", type=nonneg_int, default=0)
@@ -92,7 +106,6 @@ def common_parser(prog: str, description: str, *, epochs: int = 2, batch_size: i
     g.add_argument("--step-delay", type=nonneg_float, default=0.0,
                    help="sleep this many seconds in every training step (a slow job to inject faults into; "
                         "does not change the result)")
-    return p
 
 
 def check(parser: Parser, args, world_size: int) -> None:
