@@ -12,17 +12,27 @@ shows as `checkpoint:`; only for checkpoints written directly into $LAUNCH_CHECK
         ...; engine.step(); progress.step(engine)
     engine.save_checkpoint(ckpt_dir, tag); progress.saved(engine, ckpt_dir, tag)
 
+Memory checkpoints (`launch ... --memory-checkpoint [--memory-checkpoint-every M]`, docs/RECOVERY.md) for a
+plain PyTorch / DCP loop, one call (torch.distributed initialized first; a no-op in a run launched without the option):
+
+    mem = integrations.memory_checkpoints({"model": model, "optim": optimizer})   # state_dict/load_state_dict
+    start = mem.restore(storage_step)           # newest whole step in memory, no older than storage's, or None
+    for step in range(start or 0, total):
+        ...; optimizer.step(); mem.save(step + 1)   # every M steps: a copy here, a peer node's copy in the background
+    mem.close()
+
 The frameworks are imported only when a callback is made (never at `import launchers...`); the hook methods
 read only the few attributes named in them, so they are tested with small stand-ins. Outside a `launch` run
 every report is a no-op (launchers.heartbeat).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any
 
-from . import heartbeat
+from . import heartbeat, memckpt
 
 
 def whole(n: Any) -> int | None:
@@ -105,3 +115,60 @@ def hf_callback() -> Any:
     """A transformers TrainerCallback reporting steps, the total (max_steps) and each saved checkpoint."""
     from transformers import TrainerCallback
     return type("LaunchProgress", (HFProgress, TrainerCallback), {})()
+
+
+class MemoryCheckpoints:
+    """A rank's memory checkpoints of `states` (launchers.memckpt.MemCheckpoints, the workloads' own) for a user's
+    loop; memory_checkpoints() makes it. Falsy, and every call a no-op, in a run launched without
+    --memory-checkpoint. The rank's RNG streams (python, numpy, torch, CUDA) are kept and restored with the states."""
+
+    def __init__(self, states: dict, log: Any = None, environ: Any = None) -> None:
+        env = memckpt.RankEnv.from_environ(environ)
+        self.states, self.progress = states, {}
+        log = log or (functools.partial(print, flush=True) if env.rank == 0 else (lambda line: None))
+        self.mem = memckpt.MemCheckpoints.from_env(env, log, environ)
+        self.ready = False
+
+    def __bool__(self) -> bool:
+        return self.mem is not None and self.mem.on
+
+    def _setup(self) -> None:
+        if not self.ready:
+            self.mem.setup()            # collective: its gloo side group
+            self.ready = True
+
+    def restore(self, storage_step: int | None = None) -> int | None:
+        """Collective, once, at the start (before storage is read): load the newest step every rank's state is held
+        for in memory, no older than storage_step (the storage checkpoint the program would resume from; None: none),
+        into the states -> that step; None: resume from storage (or start afresh). progress: what save() was given."""
+        if self.mem is None:
+            return None
+        self._setup()
+        got = self.mem.restore(storage_step, self.states)
+        if got is None:
+            return None
+        self.progress = {k: v for k, v in got.items() if k not in ("step", "world_size")}
+        return got["step"]
+
+    def save(self, step: int, **progress: Any) -> bool:
+        """Every rank after each step, `step` the steps done: every M-th keeps a copy (progress: small picklable
+        values restored with it, e.g. epoch). True when it did."""
+        if self.mem is None or not self.mem.due(step):
+            return False
+        self._setup()
+        if not self.mem.on:
+            return False
+        self.mem.snapshot(step, self.states, progress)
+        return True
+
+    def close(self, finished: bool = True) -> None:
+        """Before destroy_process_group: the last copy's transfer done; a finished run's copies go."""
+        if self.mem is not None:
+            self.mem.close(finished)
+
+
+def memory_checkpoints(states: dict, log: Any = None) -> MemoryCheckpoints:
+    """The one call for a plain PyTorch / DCP loop (see the module doc): states maps a name to an object with
+    state_dict() and load_state_dict() (a module, an optimizer, a scheduler, a DCP Stateful). log: one line's
+    printer (default: print on rank 0)."""
+    return MemoryCheckpoints(states, log)

@@ -2,7 +2,7 @@
 
 Every M steps (LAUNCH_MEMORY_CHECKPOINT) each rank packs its state -- the storage checkpoint's: the Stateful
 objects (model + optimizer, scheduler), progress and this rank's RNG -- into one byte string in CPU memory on the
-training thread (workloads.common.memcodec.pack: a copy, the only part on the step's critical path; FSDP2's
+training thread (launchers.memcodec.pack: a copy, the only part on the step's critical path; FSDP2's
 DTensors: this rank's local shards), and a background thread writes it
 into its node's store (LAUNCH_MEMORY_CHECKPOINT_DIR: tmpfs, host memory, launchers.memstore) and sends it over a dedicated gloo
 group (never the training group) to the same local rank of the next node (node k -> k+1 mod N, another failure
@@ -16,22 +16,69 @@ copies, peer copies held for others: (owner rank, step)); choose() picks the new
 `latest`, that every rank's state is held for; a rank whose node lost it gets it point to point from the holder.
 When no step is whole, storage is read (one line says why). The same states as the storage checkpoint's, loaded
 the same way, so the resumed run is bit-identical to an uninterrupted one.
+
+Runs in a rank's process (the workloads' loop: workloads.common.loop; a user's program: launchers.integrations
+.memory_checkpoints): torch (and numpy, when installed) are imported inside the functions that use them, never
+when the launcher is imported (tests/test_layers.py: RANK_SIDE).
 """
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import stat
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
+from typing import NamedTuple
 
 from .memcodec import pack, unpack
+from .memstore import ENV_DIR, ENV_EVERY
 
-ENV_EVERY, ENV_DIR = "LAUNCH_MEMORY_CHECKPOINT", "LAUNCH_MEMORY_CHECKPOINT_DIR"   # launchers.memstore's
 KEEP = 2                       # newest steps kept of each copy (own, peer)
 _FILE = re.compile(r"^w(\d+)-r(\d+)-s(\d+)\.(own|peer)$")
+
+
+class RankEnv(NamedTuple):
+    """What MemCheckpoints reads of a rank's place in the run (workloads.common.dist.DistEnv has these too)."""
+    rank: int
+    world_size: int
+    local_world_size: int
+    run_dir: str
+    attempt: int
+
+    @classmethod
+    def from_environ(cls, environ=None) -> "RankEnv":
+        """From the environment torchrun and the launcher give a rank (absent: a 1-rank world)."""
+        env = os.environ if environ is None else environ
+        return cls(int(env.get("RANK") or 0), int(env.get("WORLD_SIZE") or 1), int(env.get("LOCAL_WORLD_SIZE") or 1),
+                   env.get("LAUNCH_RUN_DIR") or "", int(env.get("LAUNCH_ATTEMPT") or 0))
+
+
+def get_rng_state() -> dict:
+    """This rank's RNG streams: python's, numpy's (when installed), torch's CPU and, once initialized, CUDA's."""
+    import torch
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+        state["numpy"] = np.random.get_state()
+    except ImportError:
+        pass
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import torch
+    random.setstate(state["python"])
+    if "numpy" in state:
+        import numpy as np
+        np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 def choose(held: list[list[tuple[int, int]]], world: int, storage_step: int | None) -> tuple[int | None, dict]:
@@ -65,7 +112,7 @@ def why_storage(held: list[list[tuple[int, int]]], world: int, storage_step: int
 def rollback(env, step: int) -> str:
     """The rollback a restore of `step` makes: the newest step any rank of an earlier attempt reported
     (launchers.heartbeat's records in the run dir) minus step."""
-    from launchers import heartbeat
+    from . import heartbeat
     recs = [heartbeat.read(env.run_dir, r) or {} for r in range(env.world_size)]
     seen = [rec["step"] for rec in recs if isinstance(rec.get("step"), int) and (rec.get("attempt") or 0) < env.attempt]
     if not seen:
@@ -181,6 +228,8 @@ class MemCheckpoints:
         """The side group (collective: every rank at the same point) and the store (made, 0700, on every rank;
         one unusable: none keeps memory checkpoints, said in one line)."""
         import torch.distributed as dist
+        if not dist.is_initialized():
+            raise RuntimeError("memory checkpoint: torch.distributed is not initialized (call init_process_group first)")
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=300))
         why = private_dir(self.store)
         if not why:
@@ -217,7 +266,6 @@ class MemCheckpoints:
             return None
         data = self._gather_state(step, plan, mine)
         payload = unpack(data, lambda: {"states": {k: st.state_dict() for k, st in states.items()}})  # FSDP: shards
-        from .checkpoint import set_rng_state
         for key, st in states.items():
             st.load_state_dict(payload["states"][key])
         set_rng_state(payload["rng"])
@@ -263,7 +311,6 @@ class MemCheckpoints:
     def snapshot(self, step: int, states: dict, progress: dict) -> None:
         """Every rank at the same step: the copy here (pack), the rest in the background (waits for the previous
         copy's transfer first, when still under way: blocked time)."""
-        from .checkpoint import get_rng_state
         t0 = time.perf_counter()
         self.wait()
         data = pack({"states": {k: st.state_dict() for k, st in states.items()}, "rng": get_rng_state(),

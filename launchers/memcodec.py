@@ -1,4 +1,4 @@
-"""A rank's state as one byte string for the in-memory checkpoints (--memory-checkpoint: workloads.common.memckpt).
+"""A rank's state as one byte string for the in-memory checkpoints (--memory-checkpoint: launchers.memckpt).
 
 pack() copies a state (nested dicts, lists and tuples of tensors and small python data) into bytes: its skeleton
 pickled, each tensor replaced by where its bytes lie, then every tensor's bytes in CPU memory, aligned -- one copy,

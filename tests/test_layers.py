@@ -4,6 +4,8 @@ checked against this file by tests/test_architecture_doc.py)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,14 +19,14 @@ PACKAGES = ("launchers", "nccl_tuning", "workloads")
 L = "launchers."
 LAYERS = {
     "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "sshimport", L + "nodeside", L + "nodeside.check",
-           L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach", L + "warmfork"),
+           L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach", L + "warmfork", L + "memcodec"),
     "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
     "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore"),
     "0d": (L + "layout",),
     "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree"),
     "0f": (L + "ckptptr", L + "siteledger", L + "snapshot", L + "timeline", L + "nodeside.zygote"),
     "0g": (L + "heartbeat", L + "spec"),
-    "0h": (L + "request",),
+    "0h": (L + "request", L + "memckpt"),
     "1a": (L + "torchrun", L + "procs", L + "ports", L + "hostfile", L + "imagepull", L + "integrations",
            L + "manifest", L + "nodecheck", L + "rankcause", L + "sweep", L + "gpuhealth", L + "gpuhealth.finding",
            L + "gpuhealth.tools", L + "hang", L + "hang.verdict"),
@@ -44,7 +46,7 @@ ORDER = list(LAYERS)
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API
 OPEN_TO_OTHERS = ("launchers", "launchers.errors", "launchers.layout", "launchers.ckptptr", "launchers.rundir",
                   "launchers.runopts", "launchers.spec", "launchers.api", "launchers.heartbeat", "launchers.fence",
-                  "launchers.nodefacts", "launchers.clihelp")
+                  "launchers.nodefacts", "launchers.clihelp", "launchers.memckpt", "launchers.memcodec")
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 
 
@@ -100,6 +102,10 @@ def private_imports(path: Path) -> list[str]:
 # node-side programs that import torch: they run on a node in a process of their own (`python -c` of their text,
 # launchers.nodeside.source); no module of the launcher may import them
 NODE_PROGRAMS = ("launchers.nodeside.probe", "launchers.nodeside.zygote")
+# rank-side modules: they run in a rank's process (the workloads' loop, a user's program through
+# launchers.integrations) and use torch there, imported inside the functions that need it, never at module level
+# (so `import launchers...` and the CLI stay torch-free: test_rank_side_modules_load_without_torch)
+RANK_SIDE = ("launchers.memckpt", "launchers.memcodec")
 
 
 def rule_violations(root: Path, packages=PACKAGES) -> list[str]:
@@ -112,7 +118,7 @@ def rule_violations(root: Path, packages=PACKAGES) -> list[str]:
             where = f"{path.relative_to(root)}:{line}"
             top = mod.split(".")[0]
             if name.startswith("launchers") and top == "workloads" or top == "torch" and name.startswith(
-                    "launchers") and name not in NODE_PROGRAMS:
+                    "launchers") and name not in NODE_PROGRAMS + RANK_SIDE:
                 bad.append(f"{where}: the launcher imports {mod}")
             if mod in NODE_PROGRAMS and name != mod:
                 bad.append(f"{where}: {mod} is a node's program, shipped as text, never imported")
@@ -200,6 +206,19 @@ def write(root: Path, rel: str, text: str) -> None:
     p = root / rel
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text)
+
+
+def test_rank_side_modules_load_without_torch():
+    """RANK_SIDE modules import torch only inside functions: the launcher, its CLI and the integrations load without
+    it (and without numpy)."""
+    known = modules(ROOT, ("launchers",))
+    for name in RANK_SIDE:
+        top = [n for n in ast.parse(known[name].read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not [n.lineno for n in top for a in n.names if "torch" in f"{getattr(n, 'module', '')}.{a.name}"]
+    code = ("import sys, launchers.cli, launchers.integrations, launchers.memckpt, launchers.memcodec; "
+            "assert not {'torch', 'numpy'} & set(sys.modules), sorted({'torch', 'numpy'} & set(sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
 
 
 def test_a_back_edge_a_cycle_and_a_forbidden_import_are_caught(tmp_path):

@@ -46,6 +46,7 @@ import torch.distributed as dist
 
 from launchers import fence
 from launchers.ckptptr import commit, read_latest, resolve
+from launchers.memckpt import get_rng_state, set_rng_state  # noqa: F401  (dsloop's too)
 
 # torch.distributed.checkpoint costs ~1.7 s to import (DTensor, dynamo); it is imported at the first
 # save/load, so training starts sooner. The wrappers below satisfy DCP's runtime-checkable Stateful
@@ -158,21 +159,6 @@ class PickledState:
 
     def load_state_dict(self, state_dict) -> None:
         self.obj.load_state_dict(pickle.loads(state_dict["pickle"]))
-
-
-def get_rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 def seed_all(seed: int) -> None:

@@ -17,11 +17,11 @@ import torch.nn.functional as F
 from launchers import heartbeat
 from launchers.ckptptr import step_of
 from launchers.layout import stamp
+from launchers.memckpt import MemCheckpoints
 
 from .checkpoint import Checkpointer, ModelOptimState, PickledState, seed_all
 from .data import resumable_loader, steps_per_epoch
 from .faults import FaultInjector
-from .memckpt import MemCheckpoints
 from .metrics import Metrics, param_sha256
 from .preempt import HangStop, hang_stop
 from .preempt import agreed as stop_agreed
@@ -158,7 +158,7 @@ class Training:
         self.states = steps.states()
         self.save_periodic = self.ckpt.save_async if getattr(args, "async_checkpoint", False) else self.ckpt.save
         self.metrics = Metrics(env, tensorboard=args.tensorboard)
-        self.mem = MemCheckpoints.from_env(env, log)      # --memory-checkpoint (workloads.common.memckpt)
+        self.mem = MemCheckpoints.from_env(env, log)      # --memory-checkpoint (launchers.memckpt)
         self.step, self.epoch, self.offset, self.last_loss = 0, 0, 0, None
 
     def resume(self) -> None:
