@@ -19,7 +19,8 @@ PACKAGES = ("launchers", "nccl_tuning", "workloads")
 L = "launchers."
 LAYERS = {
     "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "sshimport", L + "nodeside", L + "nodeside.check",
-           L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach", L + "warmfork", L + "memcodec"),
+           L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach", L + "warmfork",
+           L + "imageref", L + "memcodec"),
     "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
     "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore"),
     "0d": (L + "layout",),
