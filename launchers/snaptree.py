@@ -130,15 +130,8 @@ def tree_files(root: str, exclude: tuple[str, ...] = (), left: list | None = Non
     left = [] if left is None else left
     skip = tuple(os.path.relpath(e, root).replace(os.sep, "/") + "/" for e in exclude
                  if os.path.commonpath([root, e]) == root and e != root)
-    listed = git(root, "ls-files", "-co", "--exclude-standard", "-z", "--", ".", *(f":(exclude){s}" for s in skip))
-    if listed is not None:
-        files = [f for f in listed.decode("utf-8", "surrogateescape").split("\0") if f]
-        gone = git(root, "ls-files", "-oi", "--exclude-standard", "--directory", "-z", "--", ".",
-                   *(f":(exclude){s}" for s in skip)) or b""
-        left += [(f, ".gitignore") for f in gone.decode("utf-8", "surrogateescape").split("\0") if f]
-    else:
-        files = walk_files(root, ignore_patterns(root), skip, left)
-    pats = ALWAYS_IGNORED if listed is not None else ()
+    files, in_git = listed_files(root, skip, left)
+    pats = ALWAYS_IGNORED if in_git else ()
     runs = sorted({f[:-len(m)] for f in files for m in RUN_DIR_MARKS if f.endswith("/" + m)})
     runs = [r for r in runs if not any(r.startswith(o) for o in skip) and is_run_dir(os.path.join(root, r))]
     left += [(r, "a run dir") for r in runs if not any(r != o and r.startswith(o) for o in runs)]
@@ -158,6 +151,19 @@ def tree_files(root: str, exclude: tuple[str, ...] = (), left: list | None = Non
             said.add(why)
             left.append(why)
     return out
+
+
+def listed_files(root: str, skip: tuple[str, ...], left: list) -> tuple[list[str], bool]:
+    """The candidate files under root (paths under `skip` left out) -> (files, whether git listed them): git's
+    tracked and untracked-not-ignored files, what .gitignore leaves out going to `left`; outside a git work tree,
+    a walk that follows .gitignore-style patterns (walk_files)."""
+    listed = git(root, "ls-files", "-co", "--exclude-standard", "-z", "--", ".", *(f":(exclude){s}" for s in skip))
+    if listed is None:
+        return walk_files(root, ignore_patterns(root), skip, left), False
+    gone = git(root, "ls-files", "-oi", "--exclude-standard", "--directory", "-z", "--", ".",
+               *(f":(exclude){s}" for s in skip)) or b""
+    left += [(f, ".gitignore") for f in gone.decode("utf-8", "surrogateescape").split("\0") if f]
+    return [f for f in listed.decode("utf-8", "surrogateescape").split("\0") if f], True
 
 
 def left_by_default(root: str, rel: str, include: list[str], envs: dict[str, bool]) -> tuple[str, str] | None:
