@@ -11,95 +11,12 @@ import click
 
 from launchers.clihelp import renamed
 
+from .cliopts import OPS, PASS, Shown, bench_config, bench_options, fail
 from .errors import NcclTuningError
 
 
-class Shown(click.ParamType):
-    """The text as given; help shows METAVAR or [a|b]; completion offers the choices (a,b lists: the next one)."""
-    name = "text"
-
-    def __init__(self, metavar: str = "", choices: tuple[str, ...] = (), listed: bool = False) -> None:
-        self.metavar, self.choices, self.listed = metavar, choices, listed
-
-    def get_metavar(self, param, ctx=None):
-        return self.metavar or "[" + "|".join(self.choices) + "]"
-
-    def convert(self, value, param, ctx):
-        return value
-
-    def shell_complete(self, ctx, param, incomplete):
-        from click.shell_completion import CompletionItem
-        head, _, last = incomplete.rpartition(",") if self.listed else ("", "", incomplete)
-        return [CompletionItem(head + ("," if head else "") + c) for c in self.choices if c.startswith(last)]
-
-
-def _fail(err: Exception):
-    click.echo(f"launch: error: {err}", err=True)
-    sys.exit(2)
-
-
-PASS = {"ignore_unknown_options": True, "allow_interspersed_args": True,
-        "help_option_names": ["-h", "--help"]}
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
-_OPS = ",".join(OPS)
-
-
-def _bench_options(fn):
-    opts = [
-        click.option("--backend", default="local", show_default=True, type=Shown(choices=("local", "ssh", "slurm")),
-                     help="The `launch BACKEND` that runs the bench job."),
-        click.option("--nodes", default="1", show_default=True, type=Shown("INTEGER"), help="Nodes of the job."),
-        click.option("--gpus-per-node", default="1", show_default=True, type=Shown("INTEGER"),
-                     help="Ranks per node."),
-        click.option("--ops", default=_OPS, show_default=True, type=Shown("OP[,OP]", OPS, listed=True),
-                     help="Collectives to time."),
-        click.option("--min-bytes", default="1K", show_default=True, type=Shown("SIZE"),
-                     help="Smallest message size (bytes, or with a K, M or G suffix)."),
-        click.option("--max-bytes", default="256M", show_default=True, type=Shown("SIZE"),
-                     help="Largest message size (sizes double from --min-bytes)."),
-        click.option("--warmup", default=5, show_default=True, type=int, help="Untimed iterations per size."),
-        click.option("--iters", default=20, show_default=True, type=int, help="Timed iterations per block."),
-        click.argument("launch_args", nargs=-1, type=click.UNPROCESSED),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
-
-
-def _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters, repeats,
-            launch_args):
-    from .runner import BenchConfig
-    extra = list(launch_args)
-    if "--" in extra:
-        raise NcclTuningError("nothing goes after `--`: the program is nccl_tuning.bench; pass "
-                              "backend options (e.g. --partition gpu) before it")
-    cfg = BenchConfig.build(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup,
-                            iters, repeats, extra)
-    _check_launch_args(backend, extra)
-    return cfg
-
-
-def _check_launch_args(backend, extra):
-    """Options we pass on must be `launch BACKEND` options (else it would take them as a program)."""
-    from launchers.runopts import BACKENDS, cli_flags  # the one declaration of every backend's options
-    if backend not in BACKENDS:
-        return
-    ours = {"--nodes", "--gpus-per-node", "--run-dir", "--nccl-preset", "--dry-run",
-            "--sweep", "--max-parallel", "--after"}     # a bench is one run (its results.csv), never a sweep
-    known = cli_flags(backend) - ours - {"-h", "--help"}
-    for a in extra:
-        name = a.split("=", 1)[0]
-        if a.startswith("-") and name not in known:
-            import difflib
-            mine = [o for p in click.get_current_context().command.params for o in p.opts if o.startswith("--")]
-            close = difflib.get_close_matches(name, [*mine, *known], n=1)
-            mean = f" (did you mean {close[0]}?)" if close else ""
-            raise NcclTuningError(f"option {name!r} is neither a bench option nor one `launch "
-                                  f"{backend}` accepts{mean} (accepted there: {', '.join(sorted(known))})")
-
-
 @click.command("bench", context_settings=PASS)
-@_bench_options
+@bench_options
 @click.option("--repeats", default=1, show_default=True, type=int,
               help="Timed blocks per size (their spread is the noise estimate).")
 @click.option("--nccl-preset", "preset", default=None, type=Shown("PRESET[,PRESET]"),
@@ -118,22 +35,34 @@ def bench_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, 
 
     Other options (e.g. --partition gpu --time 00:20:00, --hostfile hosts, --env K=V) go to
     `launch BACKEND`."""
-    from . import results as R
     from . import runner
     try:
-        cfg = _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
-                      repeats, launch_args)
-        run_dir = os.path.abspath(run_dir or runner.default_run_dir(
-            "nccl-bench-" + (preset or "none").replace(",", "+").replace("/", "_")))
-        if os.path.exists(run_dir):
-            raise NcclTuningError(f"--run-dir {run_dir} exists; results are never overwritten")
+        cfg = bench_config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
+                           repeats, launch_args)
+        run_dir = _new_run_dir(run_dir, preset)
         out_csv = _out_csv(out_dir)
         runner.dry_run(cfg, run_dir, preset)
     except NcclTuningError as e:
-        _fail(e)
+        fail(e)
     click.echo(f"nccl bench: {cfg.backend} {cfg.nodes}x{cfg.gpus_per_node}, preset "
                f"{preset or '(none)'}, run dir {run_dir}", err=True)
     code, rows = runner.run(cfg, run_dir, preset, stdout=sys.stderr if as_json else None)
+    _report(code, rows, run_dir, out_csv, preset, as_json)
+
+
+def _new_run_dir(run_dir, preset) -> str:
+    """--run-dir (default: <runs root>/nccl-bench-<preset>), absolute; an existing one is never reused."""
+    from . import runner
+    run_dir = os.path.abspath(run_dir or runner.default_run_dir(
+        "nccl-bench-" + (preset or "none").replace(",", "+").replace("/", "_")))
+    if os.path.exists(run_dir):
+        raise NcclTuningError(f"--run-dir {run_dir} exists; results are never overwritten")
+    return run_dir
+
+
+def _report(code, rows, run_dir, out_csv, preset, as_json) -> None:
+    """The bench job's end: its table (or one JSON object), results.csv copied to --out, exit its code if it failed."""
+    from . import results as R
     if rows and not as_json:
         click.echo(R.format_table(rows, f"nccl_tuning.bench  preset {preset or '(none)'}  "
                                         f"{run_dir}"), nl=False)
@@ -171,7 +100,7 @@ SWEEP_NOTE = ("launch: note: --presets is renamed --nccl-preset, given once per 
 
 
 @click.command("sweep", context_settings=PASS)
-@_bench_options
+@bench_options
 @click.option("--repeats", default=3, show_default=True, type=int,
               help="Timed blocks per size (their spread is the noise estimate).")
 @click.option("--nccl-preset", "candidates", multiple=True, type=Shown("PRESET[,PRESET]"),
@@ -197,8 +126,8 @@ def sweep_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, 
             raise NcclTuningError("no candidate preset; give --nccl-preset PRESET once per candidate, e.g. "
                                   "--nccl-preset moe --nccl-preset moe,roce")
         presets = ",".join(c.replace(",", "+") for c in candidates) if candidates else presets
-        cfg = _config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
-                      repeats, launch_args)
+        cfg = bench_config(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, iters,
+                           repeats, launch_args)
         if noise < 0:
             raise NcclTuningError(f"--noise {noise} must be >= 0 (percent)")
         names, dom, envs = S.plan(presets, out, workload, dominant, ops=cfg.ops)
@@ -206,7 +135,7 @@ def sweep_cmd(backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup, 
         done = S.run(cfg, names, out, echo=say)
         rec = S.write_outputs(out, done, dom, noise, workload, envs, cfg.nodes)
     except NcclTuningError as e:
-        _fail(e)
+        fail(e)
     if as_json:
         click.echo(json.dumps({"out": os.path.abspath(out), **rec}, default=str))
     say(f"recommended: {rec['recommended']} ({rec['reason']})")
