@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nccl_tuning import infolog, nccltests, results
+from nccl_tuning import infolog, nccltable, nccltests, results
 from nccl_tuning.cli import nccl
 from nccl_tuning.errors import NcclTuningError
 
@@ -158,7 +158,7 @@ def test_csv_has_in_place_columns_redop_root_and_type(tmp_path):
                                     "--out", str(out)])
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader(out.open()))
-    assert tuple(rows[0]) == nccltests.CSV_COLUMNS
+    assert tuple(rows[0]) == nccltable.CSV_COLUMNS
     first = {k: rows[0][k] for k in ("op", "redop", "root", "dtype", "inplace_time_us",
                                      "inplace_busbw_gbps", "inplace_wrong", "wrong")}
     assert first == {"op": "sendrecv", "redop": "sum", "root": "-1", "dtype": "float",
