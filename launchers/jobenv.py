@@ -15,7 +15,8 @@ import os
 from typing import Mapping, TextIO
 
 from .errors import LaunchError
-from .secretenv import arg_secrets, content_secrets, looks_secret
+from .secretenv import content_secrets
+from .secretshape import arg_secrets, looks_secret
 from .spec import RunSpec
 from .values import ENV_REFUSED, RESERVED_ENV
 

@@ -56,7 +56,8 @@ def peer_lost(line: str | None) -> bool:
 def exception_line(log: str, start: int = 0) -> str | None:
     """last_exception() of the rank log's last TAIL_BYTES written after offset `start` (this attempt's part),
     the rank's secret values (LAUNCH_PRIVATE_ENV's) and credential-shaped words in it as *** (secretenv)."""
-    from .secretenv import rank_known, redact_text
+    from .secretenv import rank_known
+    from .secretshape import redact_text
     try:
         with open(log, "rb") as f:
             f.seek(max(start, os.fstat(f.fileno()).st_size - TAIL_BYTES))

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH, run_launch
-from launchers import secretenv
+from launchers import secretenv, secretshape
 from launchers.backends.slurm.backend import secret_env
 from launchers.backends.slurm.render import header_for
 from launchers.backends.ssh import SSHBackend
@@ -47,7 +47,7 @@ WANDB = "9f3b2c71d4e85a60b1f7c2d93e4a5b6c7d8e9f01"        # 40 hex digits
     ("a" * 40, None), ("deadbeef" * 5, None), ("eth0", None), ("3e-4", None), ("short1234TOKEN", None),
 ], ids=lambda v: v if v is None or len(v) < 25 else v[:20])
 def test_looks_secret_by_content(value, why):
-    assert secretenv.looks_secret(value) == why
+    assert secretshape.looks_secret(value) == why
 
 
 def test_redact_by_name_value_and_given_names():
@@ -263,19 +263,19 @@ SHAPES = {
 
 @pytest.mark.parametrize("value", list(SHAPES), ids=lambda v: v[:18])
 def test_credentials_by_shape(value):
-    assert secretenv.looks_secret(value) == SHAPES[value]
+    assert secretshape.looks_secret(value) == SHAPES[value]
     inside = f"--opt={value} and more"                       # found inside a longer text too, the rest kept
-    assert (secretenv.REDACTED in secretenv.redact_text(inside)) == (SHAPES[value] is not None), inside
-    assert secretenv.redact_text(inside).endswith(" and more")
+    assert (secretshape.REDACTED in secretshape.redact_text(inside)) == (SHAPES[value] is not None), inside
+    assert secretshape.redact_text(inside).endswith(" and more")
 
 
 def test_program_args_redacted_in_every_record_given_as_is(tmp_path):
     args = ("--hf-token=hf_abcdefghijklmnopqrstuvwxyzAB", "--token", "sk-proj-abc123def456ghi789", "--lr", "3e-4",
             "--api-key", "plainvalue", "--password=hunter2", "--max-tokens", "512", "--url", "https://u:pw-9@h/x")
-    shown = secretenv.redact_args(args)
+    shown = secretshape.redact_args(args)
     assert shown == ["--hf-token=***", "--token", "***", "--lr", "3e-4", "--api-key", "***", "--password=***",
                      "--max-tokens", "512", "--url", "https://u:***@h/x"]
-    assert secretenv.arg_secrets(args) == [0, 2, 6, 7, 11]
+    assert secretshape.arg_secrets(args) == [0, 2, 6, 7, 11]
     s = spec(program_args=args, env=(("API_AUTH", BEARER), ("S3_CREDS", AWS_SECRET), ("LR", "3e-4")))
     rec = redacted_spec(s)
     assert rec["program_args"] == shown and rec["env"] == {"API_AUTH": "***", "S3_CREDS": "***", "LR": "3e-4"}
