@@ -103,28 +103,35 @@ def _entry_problems(value: str, sel, ib: bool, tag, limit: int) -> list:
                     f"port -1, which matches any port ({cite(if_key('sock_match', tag), tag)}, "
                     f"{cite('if_port_match', tag)})"))
     for ref, port in entries:
-        if ib and port == -1 and if_parser(tag) == "tok" and _empty_port(value, ref):
-            out.append(("note", f"'{ref}:' with no port: NCCL {vstr(tag)} reads it as any port "
-                        f"({cite('if_port_tok', tag)}); NCCL up to 2.27 reads port 0, which matches none"))
-        bad = _implausible(ref)
-        if bad:
-            out.append(("warning", f"'{ref}' {bad}, so it matches no device name "
-                        f"({cite('if_parse', tag)}, {cite('if_match', tag)})"))
-        if len(ref) > IF_PREFIX_MAX:
-            out.append(("warning", f"'{ref[:20]}...' is longer than {IF_PREFIX_MAX} characters: "
-                        + ("NCCL cuts it there" if if_parser(tag) == "tok" else
-                           "NCCL writes past its 64-byte name buffer (undefined behaviour)")
-                        + f" ({cite('if_parse', tag)})"))
-        if ib and port != -1 and port < 1:
-            why = (f"; NCCL {vstr(tag)} reads an empty port as atoi('') = 0 "
-                   f"({cite('if_port_scan', tag)}); 2.30.7 reads it as any port"
-                   if port == 0 and if_parser(tag) == "scan" and _empty_port(value, ref) else "")
-            out.append(("warning", f"'{ref}' port {port} matches no port: ports are numbered "
-                        f"from 1 ({cite(if_key('ib_ports', tag), tag)}) and only -1 means any "
-                        f"({cite('if_port_match', tag)}){why}"))
+        out += _ref_problems(value, ref, port, ib, tag)
     if exact and entries:
         out.append(("note", "'=': names are matched exactly, not as prefixes "
                     f"({cite('if_match', tag)})"))
+    return out
+
+
+def _ref_problems(value: str, ref: str, port: int, ib: bool, tag) -> list:
+    """One listed name (and its :port): a name no device can have, too long, or a port that matches none."""
+    out = []
+    if ib and port == -1 and if_parser(tag) == "tok" and _empty_port(value, ref):
+        out.append(("note", f"'{ref}:' with no port: NCCL {vstr(tag)} reads it as any port "
+                    f"({cite('if_port_tok', tag)}); NCCL up to 2.27 reads port 0, which matches none"))
+    bad = _implausible(ref)
+    if bad:
+        out.append(("warning", f"'{ref}' {bad}, so it matches no device name "
+                    f"({cite('if_parse', tag)}, {cite('if_match', tag)})"))
+    if len(ref) > IF_PREFIX_MAX:
+        out.append(("warning", f"'{ref[:20]}...' is longer than {IF_PREFIX_MAX} characters: "
+                    + ("NCCL cuts it there" if if_parser(tag) == "tok" else
+                       "NCCL writes past its 64-byte name buffer (undefined behaviour)")
+                    + f" ({cite('if_parse', tag)})"))
+    if ib and port != -1 and port < 1:
+        why = (f"; NCCL {vstr(tag)} reads an empty port as atoi('') = 0 "
+               f"({cite('if_port_scan', tag)}); 2.30.7 reads it as any port"
+               if port == 0 and if_parser(tag) == "scan" and _empty_port(value, ref) else "")
+        out.append(("warning", f"'{ref}' port {port} matches no port: ports are numbered "
+                    f"from 1 ({cite(if_key('ib_ports', tag), tag)}) and only -1 means any "
+                    f"({cite('if_port_match', tag)}){why}"))
     return out
 
 
