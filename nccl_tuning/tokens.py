@@ -49,56 +49,64 @@ def colls(names) -> str:
 def parse_list(var: str, value: str, tag) -> ParsedList:
     elems = elements(var, tag)
     kind = "algorithm" if var == "NCCL_ALGO" else "protocol"
-    accepted = ", ".join(elems)
     if tag < PREFIXED_SINCE:
-        flat = cmodel.parse_list_flat(value, elems)
-        out = ParsedList({c: dict(zip(elems, flat)) for c in FUNCS})
-        body = value[1:] if value.startswith("^") else value
-        out.ignored = [t for _, t in cmodel.strtok(body, ",")
-                       if not any(cmodel.strcasecmp_eq(t, e) for e in elems)]
-        if out.ignored:
-            now = ", ".join(e for e in elems if out.values["AllReduce"][e]) or "none"
-            syntax = (" (the per-collective 'coll:list;...' form needs NCCL >= 2.24)"
-                      if any(":" in t or ";" in t for t in out.ignored) else "")
-            out.problems.append(("warning", (
-                f"ignored: {', '.join(repr(t) for t in out.ignored)} is not a {kind} NCCL "
-                f"{vstr(tag)} knows{syntax}; NCCL will use {kind}s {now} (accepted: {accepted}; "
-                f"case-insensitive; '^' excludes; unknown tokens are skipped: "
-                f"{cite('list_strtok', tag)})")))
-        if value == "":
-            out.problems.append(("warning", (
-                f"is set but empty: NCCL {vstr(tag)} still parses it and disables every {kind} "
-                f"({cite('parse_list', tag)})")))
-        return out
+        return _parse_flat(value, tag, elems, kind)
     start = [v for c in FUNCS for v in default_values(var, tag)[c].values()]
     flat, problem = cmodel.parse_list_prefixed(value, [f for f in FUNCS], elems, start)
     n = len(elems)
     out = ParsedList({c: dict(zip(elems, flat[i * n:(i + 1) * n])) for i, c in enumerate(FUNCS)})
     if problem:
-        what, tok = problem
-        if what == "first-prefix":
-            msg = (f"entry {tok!r} has no 'collective:' prefix but is not the first entry (a "
-                   f"leading ';' counts: {cite('fulltoken_check', tag)}); NCCL {vstr(tag)} fails "
-                   f"communicator init ('All entries except the first must have a prefix', "
-                   f"{cite('first_prefix', tag)})")
-        elif what == "crash":
-            msg = (f"its first entry {tok!r} is made only of ':': NCCL {vstr(tag)} takes the prefix "
-                   f"as the list, finds none, and reads elemList[0] through a NULL pointer "
-                   f"({cite('elemlist_null', tag)}): the process crashes (SIGSEGV) at "
-                   f"communicator init")
-        elif what == "prefix":
-            msg = (f"{tok!r} is not a collective (accepted prefixes: "
-                   f"{', '.join(f.lower() for f in FUNCS)}; case-insensitive); NCCL {vstr(tag)} "
-                   f"fails communicator init ('Unrecognized prefix token', "
-                   f"{cite('unknown_prefix', tag)})")
-        else:
-            known = [e for e in algorithms((9, 0, 0)) if cmodel.strcasecmp_eq(tok, e)]
-            why = (f"{known[0]} needs a newer NCCL" if known else f"not a {kind}")
-            msg = (f"{tok!r} is {why} (accepted: {accepted}; case-insensitive; '^' excludes; "
-                   f"no spaces); NCCL {vstr(tag)} fails communicator init ('Unrecognized element "
-                   f"token', {cite('unknown_element', tag)})")
-        out.problems.append(("error", msg))
+        out.problems.append(("error", _prefixed_error(problem, kind, ", ".join(elems), tag)))
     return out
+
+
+def _parse_flat(value: str, tag, elems: tuple, kind: str) -> ParsedList:
+    """Before 2.24.3: one list for every collective; unknown tokens are skipped with a warning."""
+    accepted = ", ".join(elems)
+    flat = cmodel.parse_list_flat(value, elems)
+    out = ParsedList({c: dict(zip(elems, flat)) for c in FUNCS})
+    body = value[1:] if value.startswith("^") else value
+    out.ignored = [t for _, t in cmodel.strtok(body, ",")
+                   if not any(cmodel.strcasecmp_eq(t, e) for e in elems)]
+    if out.ignored:
+        now = ", ".join(e for e in elems if out.values["AllReduce"][e]) or "none"
+        syntax = (" (the per-collective 'coll:list;...' form needs NCCL >= 2.24)"
+                  if any(":" in t or ";" in t for t in out.ignored) else "")
+        out.problems.append(("warning", (
+            f"ignored: {', '.join(repr(t) for t in out.ignored)} is not a {kind} NCCL "
+            f"{vstr(tag)} knows{syntax}; NCCL will use {kind}s {now} (accepted: {accepted}; "
+            f"case-insensitive; '^' excludes; unknown tokens are skipped: "
+            f"{cite('list_strtok', tag)})")))
+    if value == "":
+        out.problems.append(("warning", (
+            f"is set but empty: NCCL {vstr(tag)} still parses it and disables every {kind} "
+            f"({cite('parse_list', tag)})")))
+    return out
+
+
+def _prefixed_error(problem: tuple, kind: str, accepted: str, tag) -> str:
+    """From 2.24.3 a bad 'coll:list;...' fails communicator init: what is wrong, and NCCL's line for it."""
+    what, tok = problem
+    if what == "first-prefix":
+        return (f"entry {tok!r} has no 'collective:' prefix but is not the first entry (a "
+                f"leading ';' counts: {cite('fulltoken_check', tag)}); NCCL {vstr(tag)} fails "
+                f"communicator init ('All entries except the first must have a prefix', "
+                f"{cite('first_prefix', tag)})")
+    if what == "crash":
+        return (f"its first entry {tok!r} is made only of ':': NCCL {vstr(tag)} takes the prefix "
+                f"as the list, finds none, and reads elemList[0] through a NULL pointer "
+                f"({cite('elemlist_null', tag)}): the process crashes (SIGSEGV) at "
+                f"communicator init")
+    if what == "prefix":
+        return (f"{tok!r} is not a collective (accepted prefixes: "
+                f"{', '.join(f.lower() for f in FUNCS)}; case-insensitive); NCCL {vstr(tag)} "
+                f"fails communicator init ('Unrecognized prefix token', "
+                f"{cite('unknown_prefix', tag)})")
+    known = [e for e in algorithms((9, 0, 0)) if cmodel.strcasecmp_eq(tok, e)]
+    why = (f"{known[0]} needs a newer NCCL" if known else f"not a {kind}")
+    return (f"{tok!r} is {why} (accepted: {accepted}; case-insensitive; '^' excludes; "
+            f"no spaces); NCCL {vstr(tag)} fails communicator init ('Unrecognized element "
+            f"token', {cite('unknown_element', tag)})")
 
 
 def effective(algo: ParsedList | None, proto: ParsedList | None, tag):
