@@ -177,16 +177,7 @@ def main(argv=None) -> int:
     import torch
     import torch.distributed as dist
 
-    backend = args.backend
-    if backend == "auto":
-        backend = os.environ.get("LAUNCH_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
-    if backend == "nccl":
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-        sync = torch.cuda.synchronize
-    else:
-        device, sync = torch.device("cpu"), (lambda: None)
+    backend, device, sync = _device(torch, args.backend)
     dist.init_process_group(backend)
     rank, n = dist.get_rank(), dist.get_world_size()
     rows, unsupported = [], {}
@@ -200,38 +191,61 @@ def main(argv=None) -> int:
             count = element_count(op, nbytes, n)
             case = _Case(torch, dist, op, count, rank, n, device)
             try:
-                elapsed, blocks, wrong = _measure(torch, dist, case, args.warmup, args.iters, sync,
-                                                  args.repeats)
+                timed = _measure(torch, dist, case, args.warmup, args.iters, sync, args.repeats)
             except (RuntimeError, NotImplementedError) as e:
                 unsupported[op] = str(e).splitlines()[0][:160]
                 break
-            slowest = torch.tensor([elapsed, *blocks], dtype=torch.float64, device=device)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            wrong_all = torch.tensor([float(wrong)], dtype=torch.float64, device=device)
-            dist.all_reduce(wrong_all)
-            t_s, wrong_total = float(slowest[0].item()), int(wrong_all.item())
-            per_block = [float(x) for x in slowest[1:].tolist()]
-            spread = (max(per_block) - min(per_block)) / (sum(per_block) / len(per_block)) * 100
-            real_bytes = count * 4
-            algbw = real_bytes / t_s / 1e9
-            busbw = algbw * bus_factor(op, n)
-            rows.append({"op": op, "bytes": real_bytes, "ranks": n, "time_us": t_s * 1e6,
-                         "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong_total,
-                         "backend": backend, "count": count, "dtype": "float32",
-                         "spread_pct": spread})
+            r = _row(torch, dist, op, count, n, timed, device, backend)
+            rows.append(r)
             if rank == 0:
-                print(f"  {op:>14} {real_bytes:>12} {count:>10} {t_s * 1e6:>10.1f} {algbw:>8.3f} "
-                      f"{busbw:>8.3f} {wrong_total:>7}", flush=True)
+                print(f"  {op:>14} {r['bytes']:>12} {count:>10} {r['time_us']:>10.1f} {r['algbw_gbps']:>8.3f} "
+                      f"{r['busbw_gbps']:>8.3f} {r['wrong']:>7}", flush=True)
     if rank == 0:
-        for op, why in unsupported.items():
-            print(f"# {op}: not supported by the {backend} backend here ({why})")
-        if args.out:
-            _write_csv(args.out, rows)
-        bad = sum(r["wrong"] for r in rows)
-        print(f"# {len(rows)} results, {bad} wrong element(s)")
+        _summary(rows, unsupported, backend, args.out)
     dist.barrier()
     dist.destroy_process_group()
     return 1 if any(r["wrong"] for r in rows) else 0
+
+
+def _device(torch, backend: str):
+    """-> (backend, device, sync): --backend auto is $LAUNCH_DIST_BACKEND, else nccl with CUDA, else gloo."""
+    if backend == "auto":
+        backend = os.environ.get("LAUNCH_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return backend, torch.device("cuda", local), torch.cuda.synchronize
+    return backend, torch.device("cpu"), (lambda: None)
+
+
+def _row(torch, dist, op: str, count: int, n: int, timed, device, backend: str) -> dict:
+    """One size's result row from _measure's (seconds, blocks, wrong): the slowest rank's times, every rank's
+    wrong elements."""
+    elapsed, blocks, wrong = timed
+    slowest = torch.tensor([elapsed, *blocks], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    wrong_all = torch.tensor([float(wrong)], dtype=torch.float64, device=device)
+    dist.all_reduce(wrong_all)
+    t_s, wrong_total = float(slowest[0].item()), int(wrong_all.item())
+    per_block = [float(x) for x in slowest[1:].tolist()]
+    spread = (max(per_block) - min(per_block)) / (sum(per_block) / len(per_block)) * 100
+    real_bytes = count * 4
+    algbw = real_bytes / t_s / 1e9
+    busbw = algbw * bus_factor(op, n)
+    return {"op": op, "bytes": real_bytes, "ranks": n, "time_us": t_s * 1e6,
+            "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong_total,
+            "backend": backend, "count": count, "dtype": "float32",
+            "spread_pct": spread}
+
+
+def _summary(rows: list, unsupported: dict, backend: str, out) -> None:
+    """Rank 0's end: the ops the backend lacks, results.csv (--out), the count of results and wrong elements."""
+    for op, why in unsupported.items():
+        print(f"# {op}: not supported by the {backend} backend here ({why})")
+    if out:
+        _write_csv(out, rows)
+    bad = sum(r["wrong"] for r in rows)
+    print(f"# {len(rows)} results, {bad} wrong element(s)")
 
 
 def _write_csv(out: str, rows):
