@@ -9,83 +9,28 @@ backoff (a process that ends waits for it at most EXIT_WAIT_S); a notification t
 job: it is logged to the run's launcher.log. Secret values (the job's --secret and
 secret-named variables, as far as this process has them, and anything that looks like a secret by its content:
 launchers.secretenv) never leave: they are *** in the payload, and a target is logged by its scheme and host
-(a URL) or first word (a command) only. Layer 0: stdlib and layout, secretenv, errors.
+(a URL) or first word (a command) only. The option itself (its targets, what a log shows of one) is
+launchers.notifytarget's. Layer 0: stdlib and layout, secretenv, secretshape, notifytarget.
 """
 from __future__ import annotations
 
 import atexit
 import json
 import os
-import re
 import socket
 import subprocess
 import threading
 import time
-import urllib.parse
 from typing import Any, Callable, Iterable, Mapping
 
 from . import layout, secretenv
-from .errors import LaunchError
+from .notifytarget import is_url, shown
+from .secretshape import redact_text
 
 EVENTS = ("RUNNING", "REQUEUED", "HANG", "FAILED", "CANCELLED", "COMPLETED")
-SCHEMES = ("http", "https")
 TRIES, BACKOFF_S = 3, (1.0, 3.0)         # attempts per target; the waits between them
 HTTP_TIMEOUT_S, COMMAND_TIMEOUT_S = 5.0, 10.0
 EXIT_WAIT_S = 20.0        # how long a process that ends waits for its events still being sent
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-# a URL mistyped (`https//h/x`, `http:/h`, `https:h`): refused, never run as a shell command
-_URL_TYPO = re.compile(r"^(?:https?(?=[:/])|[A-Za-z][A-Za-z0-9+.-]*(?://|:/(?!/)))", re.I)
-ACCEPTED = "an http:// or https:// URL (a JSON POST per event) or a shell command (the event in its environment)"
-
-
-# ------------------------------------------------------------------------------------------ the option
-
-def parse_targets(items: Any, what: str = "--notify") -> tuple[str, ...]:
-    """--notify (repeatable; a profile: a list or one str) -> the targets, each once, in the order given."""
-    items = [items] if isinstance(items, str) else items
-    if not isinstance(items, (list, tuple)):
-        raise LaunchError(f"{what} of type {type(items).__name__} is not accepted; give {ACCEPTED}")
-    out: list[str] = []
-    for t in items:
-        if not isinstance(t, str) or not t.strip() or any(c in t for c in "\0\n\r"):
-            raise LaunchError(f"{what} {shown(t) if isinstance(t, str) else type(t).__name__!r} is not accepted "
-                              f"(empty or more than one line); give {ACCEPTED}")
-        t = t.strip()
-        if not _SCHEME.match(t) and _URL_TYPO.match(t):
-            host = secretenv.redact_text(re.match(r"[A-Za-z0-9+.-]*:?/*[^/\s]*", t).group(0))      # never its path
-            raise LaunchError(f"{what} {host + '/...'!r} looks like a URL without '://' (not run as a command); give "
-                              f"{ACCEPTED}")
-        if _SCHEME.match(t):
-            url = urllib.parse.urlsplit(t)
-            bad = (f"scheme {url.scheme!r}" if url.scheme.lower() not in SCHEMES else "no host" if not url.hostname
-                   else "bad port" if _port(url) == -1 else None)
-            if bad:
-                raise LaunchError(f"{what} {shown(t)!r} is not accepted ({bad}); give {ACCEPTED}")
-        if t not in out:
-            out.append(t)
-    return tuple(out)
-
-
-def _port(url: urllib.parse.SplitResult) -> int | None:
-    try:
-        return url.port
-    except ValueError:                 # not a number, or out of range
-        return -1
-
-
-def is_url(target: str) -> bool:
-    return bool(_SCHEME.match(target))
-
-
-def shown(target: str) -> str:
-    """What a log or an error may show of a target: a URL's scheme://host[:port] (its path and user may hold a
-    token), a command's first word."""
-    if is_url(target):
-        url = urllib.parse.urlsplit(target)
-        port = f":{_port(url)}" if _port(url) not in (None, -1) else ""
-        return f"{url.scheme}://{url.hostname or '?'}{port}/..."
-    words = target.split()
-    return (words[0] + (" ..." if len(words) > 1 else "")) if words else ""
 
 
 # ------------------------------------------------------------------------------------------ events (pure)
@@ -157,7 +102,7 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
         return [redact(v, secrets) for v in value]
     if not isinstance(value, str):
         return value
-    return secretenv.redact_text(value, secrets)       # known values, credentials by shape, random tokens
+    return redact_text(value, secrets)       # known values, credentials by shape, random tokens
 
 
 def command_env(body: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:

@@ -10,9 +10,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import containeropts, cpubind, layout, notify, recovery, sbatchopts, secretenv, siteledger, snapshot, values
+from . import containeropts, cpubind, layout, recovery, sbatchopts, secretenv, siteledger, snapshot, values
 from .errors import LaunchError, brief
 from .memstore import fields as memory_fields
+from .notifytarget import parse_targets
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")
@@ -375,8 +376,8 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         forward_env=forward, hang_timeout=hang, stop_grace=grace, stop_signal=stop_signal, cpu_bind=cpu_bind,
         preflight=preflight, secrets=tuple(secrets.items()), snapshot=snap, **memory_fields(pick, said),
         **siteledger.fields(backend, pick("node_ledger"), said("node_ledger")),
-        notify=notify.parse_targets([*notify.parse_targets(prof.get("notify") or (), f"profile {profile!r}: notify"),
-                                     *(flags.get("notify") or ())]),
+        notify=parse_targets([*parse_targets(prof.get("notify") or (), f"profile {profile!r}: notify"),
+                              *(flags.get("notify") or ())]),
         **containeropts.fields(backend, pick, os.getcwd(), (("the run dir", run_dir), ("the snapshot", snap))))
 
 

@@ -21,7 +21,7 @@ LAYERS = {
     "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "sshimport", L + "nodeside", L + "nodeside.check",
            L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach", L + "warmfork",
            L + "imageref", L + "secretshape", L + "memcodec"),
-    "0b": (L + "values", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
+    "0b": (L + "values", L + "notifytarget", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
     "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore"),
     "0d": (L + "layout",),
     "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree",

@@ -17,7 +17,7 @@ import yaml
 
 import launchers
 from conftest import ROOT, read_json, require_cluster, run_launch
-from launchers import notify
+from launchers import notify, notifytarget
 from launchers.errors import LaunchError
 from launchers.spec import build_spec
 
@@ -149,7 +149,7 @@ def test_slurm_job_tells_the_server_with_no_launcher_waiting(workdir, server):
 ])
 def test_bad_targets_are_refused(value, needle):
     with pytest.raises(LaunchError) as e:
-        notify.parse_targets(value if isinstance(value, list) else [value] if not isinstance(value, int) else value)
+        notifytarget.parse_targets(value if isinstance(value, list) else [value] if not isinstance(value, int) else value)
     assert needle in str(e.value) and "http:// or https:// URL" in str(e.value)
 
 
@@ -163,8 +163,8 @@ def test_targets_from_profile_and_flags(workdir):
     with pytest.raises(LaunchError, match=r"profile 'p2.yaml': notify 'gopher://h/\.\.\.'"):
         (workdir / "p2.yaml").write_text("notify: [gopher://h/x]\n")
         build_spec("local", {}, ["ok.py"], "p2.yaml")
-    assert notify.shown("https://u:pw@hooks.example.org:8443/T1/B2?k=v") == "https://hooks.example.org:8443/..."
-    assert notify.shown("notify-send 'run ended'") == "notify-send ..."
+    assert notifytarget.shown("https://u:pw@hooks.example.org:8443/T1/B2?k=v") == "https://hooks.example.org:8443/..."
+    assert notifytarget.shown("notify-send 'run ended'") == "notify-send ..."
 
 
 @pytest.mark.parametrize("old, new, event", [
