@@ -3,18 +3,18 @@
 `JobSpec(backend="slurm", nodes=4, gpus_per_node=8, program=("train.py", "--lr", "3e-4"), slurm={"partition":
 "gpu"})` checks the types of its fields at once (TypeError naming the field); `resolve()` turns it into the
 recorded spec (launchers.spec.RunSpec) through the CLI's own code (spec.build_spec), so a bad value raises the
-CLI's LaunchError (a ValueError) in the CLI's words. Stdlib + launchers.spec/runopts only.
+CLI's LaunchError (a ValueError) in the CLI's words. Stdlib + launchers.spec/runopts/apiflags only.
 """
 from __future__ import annotations
 
 import difflib
 import inspect
 import os
-import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from . import spec as specmod
+from .apiflags import api_words, cli_words
 from .errors import LaunchError, brief
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON
 
@@ -125,10 +125,10 @@ class JobSpec:
                               "runs_root: leave JobSpec.runs_root unset with cluster=")
         flags, words = self.flags(), (["--profile", os.fspath(self.profile)] if self.profile is not None else [])
         for opt in COMMON:
-            words += _cli_words(opt, flags.get(opt.key), f"JobSpec.{opt.key}")
+            words += cli_words(opt, flags.get(opt.key), f"JobSpec.{opt.key}")
         for opt in BACKEND_OPTIONS[self.backend]:
             if opt.key != "cluster":
-                words += _cli_words(opt, self.options.get(opt.key), f"JobSpec.{self.backend}[{opt.key!r}]")
+                words += cli_words(opt, self.options.get(opt.key), f"JobSpec.{self.backend}[{opt.key!r}]")
         return words
 
     def resolve(self) -> specmod.RunSpec:
@@ -207,33 +207,6 @@ def suggest(word: str, accepted: Sequence[str]) -> str:
     """` (did you mean 'partition'?)` for the nearest accepted word, '' when none is near."""
     near = difflib.get_close_matches(str(word), list(accepted), n=1)
     return f" (did you mean {near[0]!r}?)" if near else ""
-
-
-def api_words(message: str, backend: str) -> str:
-    """A CLI message in the API's words: each flag named as the JobSpec field it is (`--nodes` -> `JobSpec.nodes`,
-    `--partition` -> `JobSpec.slurm['partition']`); a command it suggests (in backticks) stays as it is."""
-    names = {o.cli_flag: f"JobSpec.{o.key}" for o in COMMON if o.cli_flag}
-    names.update({o.cli_flag: f"JobSpec.{backend}[{o.key!r}]" for o in BACKEND_OPTIONS[backend] if o.cli_flag})
-    parts = message.split("`")
-    return "`".join(re.sub(r"(?<![\w-])--[a-z][\w-]*(?![\w-])", lambda m: names.get(m.group(0), m.group(0)), p)
-                    if k % 2 == 0 else p for k, p in enumerate(parts))
-
-
-def _cli_words(opt: Any, value: Any, name: str) -> list[str]:
-    """One option's value as the CLI's words (the inverse of runopts.Opt.from_cli); [] when not given."""
-    if value is None or (isinstance(value, (list, tuple, Mapping)) and not value):
-        return []
-    if opt.cli_flag is None:
-        raise LaunchError(f"{name} has no flag of `launch`; with cluster= give it in a profile (JobSpec.profile)")
-    if opt.kind == "switch":
-        return [opt.cli_flag if value else "--no-" + opt.cli_flag[2:]]
-    if opt.kind == "flag":
-        return [opt.cli_flag] if value == opt.cli_value else []
-    items = [f"{k}={v}" for k, v in value.items()] if isinstance(value, Mapping) else \
-        [str(v) for v in value] if isinstance(value, (list, tuple)) else [os.fspath(value) if isinstance(
-            value, os.PathLike) else str(value)]
-    words = [(opt.cli_flag, item) for item in items] if opt.kind == "multi" else [(opt.cli_flag, ",".join(items))]
-    return [w for flag, v in words for w in ([f"{flag}={v}"] if v.startswith("-") else [flag, v])]
 
 
 def _what(value: Any) -> str:

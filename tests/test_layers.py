@@ -23,7 +23,7 @@ LAYERS = {
            L + "imageref", L + "secretshape", L + "memcodec"),
     "0b": (L + "values", L + "notifytarget", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe"),
     "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore"),
-    "0d": (L + "layout",),
+    "0d": (L + "layout", L + "apiflags"),
     "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree",
            L + "snapstore"),
     "0f": (L + "ckptptr", L + "siteledger", L + "snapshot", L + "timeline", L + "nodeside.zygote"),
