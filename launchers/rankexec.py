@@ -28,77 +28,10 @@ import time
 
 from . import layout, rankcause
 from .errors import LaunchError
+from .rankchild import FORWARDED, spawn
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT)
 GRACE_STARTERS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DEFAULT_GRACE_S = 30.0
-
-
-def _die_with_parent() -> None:
-    import ctypes  # in the forked child only
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-class Cold:
-    """The program as this wrapper's own child: pid, poll() (its exit code or None), kill_wait()."""
-    warm = False
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-
-    def poll(self) -> int | None:
-        done, status = os.waitpid(self.pid, os.WNOHANG)
-        return os.waitstatus_to_exitcode(status) if done else None
-
-    def kill_wait(self) -> int:
-        os.kill(self.pid, signal.SIGKILL)
-        return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
-
-
-def _spawn(argv: list[str], fd: int, workdir: tuple[str, str] | None = None):
-    """The program: forked from the node's zygote when the job has one there (--warm-spares: launchers.warmfork;
-    torch already imported), else started cold (_cold)."""
-    if os.environ.get("LAUNCH_WARM_SOCKET"):
-        from .warmfork import Warm
-        env = dict(os.environ)
-        if workdir:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, (workdir[0], env.get("PYTHONPATH"))))
-            env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-        child = Warm.spawn(argv, fd, env, workdir[1] if workdir else os.getcwd())
-        if child is not None:
-            return child
-    return Cold(_cold(argv, fd, workdir))
-
-
-def _cold(argv: list[str], fd: int, workdir: tuple[str, str] | None = None) -> int:
-    """fork + exec of `python -u <argv>` with stdout/stderr on fd, stdin from /dev/null, dying with this
-    wrapper; workdir: (the run's snapshot, first on its PYTHONPATH; its cwd, the run's work/). Plain fork/exec rather
-    than subprocess: the wrapper sits on every rank's start-up path, and this keeps its imports to
-    os/signal/sys/time (json only once the program has ended)."""
-    pid = os.fork()
-    if pid:
-        return pid
-    try:                                   # the child: nothing here may return into the wrapper's code
-        _die_with_parent()
-        os.setpgid(0, 0)                    # its own group: the agent's killpg of the wrapper's group skips it
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        for s in FORWARDED:                 # exec resets caught signals to their defaults; be explicit anyway
-            signal.signal(s, signal.SIG_DFL)
-        if workdir:                         # --snapshot: the program's tree as frozen at submit, seen from work/
-            os.chdir(workdir[1])
-            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (workdir[0], os.environ.get("PYTHONPATH"))))
-            os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")      # no __pycache__ into the store
-        os.execv(sys.executable, [sys.executable, "-u", *argv])
-    except BaseException as e:  # noqa: BLE001
-        os.write(2, f"launch rankexec: cannot start {sys.executable}: {e}\n".encode())
-    os._exit(127)
 
 
 def broadcast(sender: int) -> bool:
@@ -285,22 +218,11 @@ def main(argv: list[str]) -> int:
     rank, node = int(env.get("RANK", "0")), int(env.get("NODE_RANK", "0"))
     attempt = int(env.get("LAUNCH_ATTEMPT", "0"))
     run_dir = env.get("LAUNCH_RUN_DIR") or os.getcwd()
-    try:                                         # never through a symlink out of the run dir: one line, exit 2
-        log = layout.own_path(run_dir, "rank_log", node=node, rank=rank)
-        layout.present(run_dir)                  # a removed run dir is not recreated
-        os.makedirs(os.path.dirname(log), exist_ok=True)
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
-    except (LaunchError, OSError) as e:
-        os.write(2, f"launch rankexec: rank {rank}: cannot open its log: {e}\n".encode())
+    log, fd = open_log(run_dir, node, rank)
+    if fd < 0:
         return 2
     base = dict(rank=rank, node=node, attempt=attempt)
-    from .secretenv import unusable  # a secret not given (or ***) is never handed to the program
-    why = unusable(env)
-    try:
-        bound, refused, workdir = (bind(env), None, snapshot_dir(env)) if why is None else ({}, why, None)
-        workdir = workdir and (workdir, work_dir(run_dir, workdir))
-    except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set, no snapshot) or sched_setaffinity's
-        bound, refused, workdir = {}, e, None
+    why, bound, refused, workdir = prepare(env, run_dir)
     cpus = f"cpu-bind {bound['cpu_bind']}: CPUs {bound['cpus']} | " if "mempolicy" in bound else ""
     header = (f"===== launch attempt {attempt} | rank {rank} of {env.get('WORLD_SIZE', '?')} | node {node} | "
               f"{cpus}{layout.stamp()} =====\n")
@@ -313,7 +235,7 @@ def main(argv: list[str]) -> int:
         return refuse(fd, run_dir, dict(base, cpu_bind=env.get("LAUNCH_CPU_BIND"), **extra), refused)
     signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})   # taken with sigtimedwait below
     oom = rankcause.OomWatch()                   # the cgroup's oom_kill counter before the program runs
-    child = _spawn(argv, fd, workdir)
+    child = spawn(argv, fd, workdir)
     os.close(fd)
     if rank == 0:                                # signals stay blocked meanwhile: sigtimedwait takes them after
         node_manifest(run_dir, attempt)
@@ -329,7 +251,38 @@ def main(argv: list[str]) -> int:
     rec.update({"killed_after_grace": killed} if killed else rankcause.cause(code, log, start, oom))    # why
     rec.update(ended_as(run_dir, attempt, rank, code))
     record(run_dir, rec)
-    if code < 0:  # die the same way, so torchrun reports the signal
+    return die_as(code)
+
+
+def prepare(env, run_dir: str) -> tuple[str | None, dict, object, tuple[str, str] | None]:
+    """Before the program starts -> (why a secret refuses it, its CPU binding, what refuses the start -- that
+    secret, a refused CPU set or snapshot -- or None, (the run's snapshot, its work dir) with --snapshot)."""
+    from .secretenv import unusable  # a secret not given (or ***) is never handed to the program
+    why = unusable(env)
+    try:
+        bound, refused, workdir = (bind(env), None, snapshot_dir(env)) if why is None else ({}, why, None)
+        return why, bound, refused, workdir and (workdir, work_dir(run_dir, workdir))
+    except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set, no snapshot) or sched_setaffinity's
+        return why, {}, e, None
+
+
+def open_log(run_dir: str, node: int, rank: int) -> tuple[str, int]:
+    """The rank's log, opened to append -> (its path, the fd); fd -1 when it cannot be (said in one line), never
+    through a symlink out of the run dir, never recreating a removed run dir."""
+    try:
+        log = layout.own_path(run_dir, "rank_log", node=node, rank=rank)
+        layout.present(run_dir)
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        return log, os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    except (LaunchError, OSError) as e:
+        os.write(2, f"launch rankexec: rank {rank}: cannot open its log: {e}\n".encode())
+        return "", -1
+
+
+def die_as(code: int) -> int:
+    """The program's exit code back; a signal's death (code < 0) died again the same way, so that torchrun
+    reports the signal."""
+    if code < 0:
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(-code, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
