@@ -12,7 +12,8 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
-from .runopts import GROUPS, Opt
+from .opthelp import GROUPS
+from .runopts import Opt
 
 
 class Shown(click.ParamType):
@@ -78,7 +79,7 @@ def complete_profile(ctx, param, incomplete: str) -> list[CompletionItem]:
 
 
 class GroupedOption(click.Option):
-    """A click option that knows its help section (runopts.GROUPS)."""
+    """A click option that knows its help section (opthelp.GROUPS)."""
 
     def __init__(self, *args, group: str = "", **kw) -> None:
         super().__init__(*args, **kw)
@@ -86,7 +87,7 @@ class GroupedOption(click.Option):
 
 
 class Grouped(click.Command):
-    """Help with the options in sections, in the order of runopts.GROUPS (the backend's own first), then the
+    """Help with the options in sections, in the order of opthelp.GROUPS (the backend's own first), then the
     rest ("Other options": --help and options without a group)."""
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

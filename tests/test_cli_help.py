@@ -14,7 +14,7 @@ from click.shell_completion import ShellComplete
 from click.testing import CliRunner
 
 from conftest import run_launch
-from launchers import containeropts, cpubind, spec
+from launchers import containeropts, cpubind, opthelp, spec
 from launchers.cli import main
 from launchers.runopts import BACKEND_OPTIONS, COMMON
 
@@ -68,6 +68,11 @@ def test_every_option_has_help_and_every_verb_examples():
         if ctx.command_path.count(" ") == 1 and ctx.info_name != "nccl" and "Examples:" not in (cmd.epilog or ""):
             no_examples.append(ctx.command_path)
     assert no_help == [] and no_examples == []
+
+
+def test_help_and_look_are_given_for_the_declared_options_only():
+    declared = {o.key for o in (*COMMON, *(o for opts in BACKEND_OPTIONS.values() for o in opts))}
+    assert set(opthelp.HELP) == set(opthelp.LOOK) == declared
 
 
 def test_the_choices_shown_are_the_ones_the_parsers_accept():
