@@ -1,4 +1,4 @@
-"""Who is lost (issue 23 item 8: detection that does not cry wolf): launchers.sshconn.Silence's verdicts over the
+"""Who is lost (issue 23 item 8: detection that does not cry wolf): launchers.sshwatch.Silence's verdicts over the
 hosts' last-heard times. Pure: stand-in streams with the three times a Prefixed stream keeps."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from launchers.sshconn import ALL_QUIET_S, FIRST_WORD_S, LOST_S, Silence
+from launchers.sshwatch import ALL_QUIET_S, FIRST_WORD_S, LOST_S, Silence
 
 T0 = 1000.0
 

@@ -199,7 +199,7 @@ class LocalBackend(Backend):
 
 class Paused:
     """A paused simulated node: its torchrun agent stopped (state T: SIGSTOP) for PAUSED_S while another node's
-    agent runs -- here what an SSH host gone silent is there (launchers.sshconn.Silence): lost, the node's fault.
+    agent runs -- here what an SSH host gone silent is there (launchers.sshwatch.Silence): lost, the node's fault.
     Every live agent stopped alike is a paused run (a person's kill -STOP), not a lost node: no verdict.
     `lost`: node -> (when its pause was first seen, wall clock; the reason, `lost: ...`)."""
 

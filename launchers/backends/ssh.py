@@ -31,9 +31,10 @@ from ..remote import AGENT_ENDED, HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
 from ..show import counted
 from ..spec import RunSpec, redact_env
-from ..sshconn import Prefixed, Silence, close_all, connect_all, describe, get_tree, make_connection, put_private
+from ..sshconn import close_all, connect_all, describe, get_tree, make_connection, put_private
 from ..sshmodel import SSHSettings
 from ..sshmodel import settings as ssh_settings
+from ..sshwatch import Prefixed, Silence
 from ..stops import Stop, stop_decision, wait_s
 from . import sshcheck
 from .base import Backend, Interrupts, Plan, node_code_fields, node_commands
