@@ -1,7 +1,8 @@
 """Recovery without a human (issue 23): the one policy that decides what follows a failed attempt -- restart,
 replace a slot by a spare, shrink, grow or stop -- for every backend that owns its restarts (launchers.restarts
 carries it out). Pure (stdlib only): the node ledger's facts, the first failure and the pool in; a Decision with
-a one-line why out. --nodes, --spares, --quarantine-after and the restart budget are read here too.
+a one-line why out (--nodes, --spares, --quarantine-after and the restart budget: launchers.recoveryopts; Slurm's
+own decisions, a step's end and a requeue: launchers.slurmpolicy).
 
 A slot is one node of the pool (a simulated node, an SSH host, a node of the Slurm allocation). The first failure
 (status.json) gives its slot one strike. A failure *points at the node* when its agent or host died, it went
@@ -15,15 +16,9 @@ it made lifted), restarts until the budget -- --max-restarts, --max-restarts-per
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from .errors import LaunchError, brief
-from .values import parse_int
-
-MAX_SPARES = MAX_NODES = 65536         # --spares; --nodes, the hosts of a hostfile
-QUARANTINE_AFTER = 2                   # --quarantine-after's default
-SPARES_ON = ("local", "ssh", "slurm")  # the backends that carry out a replacement by a spare
-RANGES_ON = ("local", "ssh", "slurm")  # ... and a shrink (--nodes MIN:MAX)
+from .slotpool import Pool, grow, swap
 
 # kind -> (it points at the node by itself, what the ledger says)
 KINDS: dict[str, tuple[bool, str]] = {
@@ -35,73 +30,6 @@ KINDS: dict[str, tuple[bool, str]] = {
     "gpus": (True, "lacks the GPUs its ranks need"),    # --dist-backend auto found it short (launchers.nodebackend)
 }
 AT_ONCE = ("gpu", "gpus")                     # kinds that quarantine their slot at the first strike
-
-
-def options(backend: str, pick: Callable[..., Any], said: Callable[[str], str]) -> dict[str, Any]:
-    """--nodes, --spares, --quarantine-after and the restart budget (--max-restarts; --max-restarts-per-hour, 0:
-    no hourly limit), from the flags over the profile (spec.build_spec's pick/said). --spares K or --nodes
-    MIN:MAX without --max-restarts allow K + MAX - MIN + 1 restarts; a --max-restarts given wins."""
-    low, nodes = node_range(said("nodes"), pick("nodes", 1))
-    spares = parse_int(said("spares"), pick("spares", 0), 0, MAX_SPARES)
-    after = parse_int(said("quarantine_after"), pick("quarantine_after", QUARANTINE_AFTER), 1, MAX_SPARES)
-    on = ", ".join("launch " + b for b in SPARES_ON)
-    if spares and backend not in SPARES_ON:
-        raise LaunchError(f"{said('spares')} {spares} is not yet on this backend ({backend}); accepted: 0 here, "
-                          f"or spares with {on}")
-    if low < nodes and backend not in RANGES_ON:
-        raise LaunchError(f"{said('nodes')} {low}:{nodes} (a range) is not yet on this backend ({backend}); "
-                          f"accepted: a number of nodes here, or MIN:MAX with "
-                          + ", ".join("launch " + b for b in RANGES_ON))
-    given, extra = pick("max_restarts"), spares + nodes - low
-    restarts = parse_int(said("max_restarts"), given, 0) if given is not None else (extra + 1 if extra else 0)
-    ranged = (low, nodes) if low < nodes else (0, 0)
-    per_hour = parse_int(said("max_restarts_per_hour"), pick("max_restarts_per_hour", 0), 0)
-    return {"nodes": nodes, "min_nodes": ranged[0], "max_nodes": ranged[1], "spares": spares,
-            "quarantine_after": after, "max_restarts": restarts, "max_restarts_per_hour": per_hour}
-
-
-def node_range(what: str, value: Any) -> tuple[int, int]:
-    """--nodes N (an int, its text) or MIN:MAX (a run that may shrink to MIN nodes and grow back to MAX) ->
-    (MIN, MAX); N is (N, N)."""
-    if not isinstance(value, str) or ":" not in value:
-        n = parse_int(what, value, 1, MAX_NODES)
-        return n, n
-    accepted = f"N or MIN:MAX, integers 1-{MAX_NODES} in plain decimal digits, MIN <= MAX (e.g. 2 or 1:2)"
-    try:
-        low, high = (parse_int(what, v, 1, MAX_NODES) for v in value.split(":", 1))
-    except LaunchError:
-        raise LaunchError(f"{what} {brief(value)} is not accepted; give {accepted}") from None
-    if low > high:
-        raise LaunchError(f"{what} {brief(value)} is not accepted: MIN {low} is more than MAX {high}; give {accepted}")
-    return low, high
-
-
-@dataclass(frozen=True)
-class Pool:
-    """The node slots of a run: `active` in node-rank order (active[0] is node 0, the rendezvous host), idle
-    spares in the order they are taken, quarantined ones never used again in the run."""
-    active: tuple[int, ...]
-    spares: tuple[int, ...] = ()
-    quarantined: tuple[int, ...] = ()
-
-    @classmethod
-    def fresh(cls, nodes: int, spares: int, quarantined: tuple[int, ...] = (), known: tuple[int, ...] = (),
-              least: int = 0) -> "Pool":
-        """Slots 0..nodes+spares-1 (and those `known` already) less the quarantined ones: the first `nodes`
-        active, the rest spares (a pool short of slots after quarantines -- fewer than `least`, default `nodes`
-        -- takes the lowest slots, quarantined or not: nothing else is there)."""
-        slots = sorted({*range(nodes + spares), *known})
-        free = [s for s in slots if s not in quarantined]
-        if len(free) < (least or nodes):
-            free = slots
-        return cls(tuple(free[:nodes]), tuple(free[nodes:]), tuple(sorted(quarantined)))
-
-    def to_dict(self) -> dict[str, list[int]]:
-        return {"active": list(self.active), "spares": list(self.spares), "quarantined": list(self.quarantined)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Pool":
-        return cls(*(tuple(int(s) for s in d.get(k) or ()) for k in ("active", "spares", "quarantined")))
 
 
 @dataclass(frozen=True)
@@ -186,26 +114,45 @@ def what_follows(failure: Failure | None, pool: Pool, strikes: dict[int, int], q
         return program(failure, pool, strikes, same, restarts_left, high)
     slot = failure.slot
     strikes[slot] = strikes.get(slot, 0) + 1
-    n = strikes[slot]
-    points, said = KINDS[failure.kind]
-    struck = f"slot {slot}: {said}, strike {n} of {quarantine_after}"
+    struck = f"slot {slot}: {KINDS[failure.kind][1]}, strike {strikes[slot]} of {quarantine_after}"
+    if strikes[slot] >= quarantine_after or failure.kind in AT_ONCE:
+        return _quarantine(pool, slot, strikes, restarts_left, struck, (low, high))
+    return _struck(pool, slot, KINDS[failure.kind][0], strikes, restarts_left, struck, (low, high))
+
+
+def _shrink(pool: Pool, bounds: tuple[int, int]) -> str:
+    """How a shrink by one node is said: `shrink to N nodes (--nodes MIN:MAX)`."""
     fewer = len(pool.active) - 1
-    shrink = f"shrink to {fewer} node{'s' if fewer != 1 else ''} (--nodes {low}:{high})"
-    if n >= quarantine_after or failure.kind in AT_ONCE:
-        pool = replace(pool, quarantined=tuple(sorted({*pool.quarantined, slot})))
-        if not pool.spares and fewer < low:
-            return Decision("stop", pool, f"{struck}: quarantined, and no spare left", strikes, (slot,))
-        if not pool.spares:
-            return _restart_or_stop(_swap(pool, slot), strikes, restarts_left, (slot,),
-                                    f"{struck}: quarantined, and no spare left: {shrink}", "shrink", high, (slot,))
-        return _restart_or_stop(_swap(pool, slot), strikes, restarts_left, (slot,),
-                                f"{struck}: quarantined; replaced by spare slot {pool.spares[0]}", "replace", high)
+    return f"shrink to {fewer} node{'s' if fewer != 1 else ''} (--nodes {bounds[0]}:{bounds[1]})"
+
+
+def _quarantine(pool: Pool, slot: int, strikes: dict[int, int], restarts_left: int, struck: str,
+                bounds: tuple[int, int]) -> Decision:
+    """The struck slot quarantined: replaced by the first spare; no spare: a shrink while at least MIN, else stop."""
+    (low, high), fewer = bounds, len(pool.active) - 1
+    pool = replace(pool, quarantined=tuple(sorted({*pool.quarantined, slot})))
+    if not pool.spares and fewer < low:
+        return Decision("stop", pool, f"{struck}: quarantined, and no spare left", strikes, (slot,))
+    if not pool.spares:
+        return _restart_or_stop(swap(pool, slot), strikes, restarts_left, (slot,),
+                                f"{struck}: quarantined, and no spare left: {_shrink(pool, bounds)}", "shrink", high,
+                                (slot,))
+    return _restart_or_stop(swap(pool, slot), strikes, restarts_left, (slot,),
+                            f"{struck}: quarantined; replaced by spare slot {pool.spares[0]}", "replace", high)
+
+
+def _struck(pool: Pool, slot: int, points: bool, strikes: dict[int, int], restarts_left: int, struck: str,
+            bounds: tuple[int, int]) -> Decision:
+    """A strike below the quarantine: a failure that points at the node benches its slot (replaced by the first
+    spare, else a shrink while at least MIN); a rank's failure with no spare restarts on the nodes rotated; else a
+    restart on the same slots."""
+    (low, high), fewer = bounds, len(pool.active) - 1
     if points and pool.spares:
-        return _restart_or_stop(_swap(pool, slot, bench=True), strikes, restarts_left, (),
+        return _restart_or_stop(swap(pool, slot, bench=True), strikes, restarts_left, (),
                                 f"{struck}: replaced by spare slot {pool.spares[0]}", "replace", high, (slot,))
     if points and fewer >= low:
-        return _restart_or_stop(_swap(pool, slot, bench=True), strikes, restarts_left, (),
-                                f"{struck}: no spare left: {shrink}", "shrink", high, (slot,))
+        return _restart_or_stop(swap(pool, slot, bench=True), strikes, restarts_left, (),
+                                f"{struck}: no spare left: {_shrink(pool, bounds)}", "shrink", high, (slot,))
     if not points and not pool.spares and fewer and restarts_left > 0:    # else a rank's bug strikes it again
         return _restart_or_stop(replace(pool, active=pool.active[1:] + pool.active[:1]), strikes, restarts_left, (),
                                 f"{struck}: no spare: restart with the nodes rotated (does it follow its rank?)",
@@ -280,121 +227,3 @@ def _restart_or_stop(pool: Pool, strikes: dict[int, int], restarts_left: int, qu
     if restarts_left <= 0:
         return Decision("stop", pool, f"{why}; but no restart left (--max-restarts)", strikes, quarantined)
     return Decision(action, pool, why, strikes, quarantined)
-
-
-def grow(pool: Pool, high: int, benched: tuple[int, ...] = ()) -> Pool:
-    """The pool with idle spares (never quarantined) taken back into the active ones, last, up to `high` nodes
-    (--nodes MIN:MAX: a shrunk run grows back to MAX at a restart); `benched`: slots that stay out (benched
-    by this very decision)."""
-    back = tuple(s for s in pool.spares if s not in benched)[:max(0, high - len(pool.active))]
-    return replace(pool, active=pool.active + back, spares=tuple(s for s in pool.spares if s not in back))
-
-
-def _swap(pool: Pool, slot: int, bench: bool = False) -> Pool:
-    """The pool with `slot` out of the active ones and the first spare in, last (none left: one node fewer).
-    bench: the slot is not quarantined, it goes to the back of the spares (a later replacement may take it
-    again)."""
-    active = tuple(s for s in pool.active if s != slot) + pool.spares[:1]
-    spares = pool.spares[1:] + ((slot,) if bench else ())
-    return replace(pool, active=active, spares=spares)
-
-
-# ---------------------------------------------------------------- Slurm: a step's end, a requeue, a requeued job
-# The backend (slurm.requeue, .inalloc, .steps) gathers the facts (its records, SLURM_*, scontrol) and carries
-# the decision out; the decision is made here, on typed facts only.
-@dataclass(frozen=True)
-class StepEnd:
-    """What the batch side of a Slurm job saw as a step ended (requeue.finalize)."""
-    failed: bool                    # a node recorded no exit, or an exit other than 0
-    usr2: bool = False              # Slurm's SIGUSR2 stopped it (a preemption, the time limit's warning)
-    in_allocation: bool = False     # the user's own allocation
-    cancelled: bool = False         # launch cancel, or the launcher's own stop signal
-    signals: tuple[str, ...] = ()   # the stop signals the nodes recorded
-    in_job: bool = False            # the steps loop: another attempt may follow in this job
-
-
-STEP_ENDS = ("requeue", "preempted", "recover", "record")
-
-
-def step_end_decision(f: StepEnd) -> str:
-    """requeue: a submitted job stopped by USR2 (requeue_decision: requeue or fail) | preempted: a step of the
-    user's allocation stopped by Slurm's signal (recorded PREEMPTED, nothing requeued) | recover: a failed step of
-    the steps loop (decide: restart, replace, shrink, grow or stop) | record: the attempt's outcome as every
-    backend records it (RunDir.record_outcome)."""
-    if f.usr2 and not f.in_allocation and f.failed:
-        return "requeue"
-    if f.in_allocation and not f.cancelled and f.failed and f.signals:
-        return "preempted"
-    if f.in_job and not f.cancelled and f.failed:
-        return "recover"
-    return "record"
-
-
-@dataclass(frozen=True)
-class Requeue:
-    """After SIGUSR2 stopped a submitted job's attempt: what Slurm's requeues of the job allow."""
-    restart: int                    # the job's requeues so far (SLURM_RESTART_COUNT)
-    max_requeues: int               # --max-requeues
-
-
-@dataclass(frozen=True)
-class RequeueDecision:
-    action: str                     # requeue | fail
-    why: str                        # status.json's reason
-
-
-def requeue_decision(f: Requeue) -> RequeueDecision:
-    """`scontrol requeue` while --max-requeues allows, else FAILED."""
-    if f.restart >= f.max_requeues:
-        return RequeueDecision("fail", f"stopped by SIGUSR2 (preemption or time limit) after {f.restart} requeues; "
-                               f"--max-requeues {f.max_requeues} is used up")
-    return RequeueDecision("requeue", f"SIGUSR2 (preemption or time limit): requeued ({f.restart + 1} of "
-                           f"{f.max_requeues})")
-
-
-@dataclass(frozen=True)
-class Requeued:
-    """A run dir given again inside the user's allocation, as this job and its run dir say (slurm.inalloc)."""
-    in_allocation: bool             # SLURM_JOB_ID is set
-    job_id: str                     # this job's
-    restart_count: int              # SLURM_RESTART_COUNT
-    attempts: int = 0               # run.yaml's attempts (0: none, or not a run dir of the slurm backend)
-    started_in_allocation: bool = False     # status.json's in_allocation
-    started_by: str = ""            # status.json's slurm_job_id
-    recorded_restart: int | None = None     # status.json's slurm_restart
-    state: str | None = None        # status.json's state
-    cancel_requested: bool = False  # launch cancel stopped it
-    differs: str | None = None      # what the command line given again changes of the recorded spec (None: nothing)
-
-
-@dataclass(frozen=True)
-class ContinueDecision:
-    action: str            # "continue" or "refuse"
-    why: str               # continue: the new attempt's reason; refuse: why not (the user sees the usual line)
-    attempt: int | None = None
-    restart: int = 0
-    line: str | None = None   # a refusal of its own (the spec differs); None: the usual "already exists" line
-    rule: str = ""            # refuse: the rule that refused (a key of CONTINUE_RULES)
-
-
-CONTINUE_RULES = ("allocation", "run dir", "job", "requeue", "restart", "completed", "cancelled", "differs")
-
-
-def continue_decision(f: Requeued) -> ContinueDecision:
-    """Continue the run dir's run after Slurm requeued this job, or refuse (the rules: launchers.backends.slurm.inalloc)."""
-    refuse = zip(CONTINUE_RULES, [
-        (not f.in_allocation, "not inside an allocation"),
-        (not f.attempts, "not a run dir of the slurm backend"),
-        (not f.started_in_allocation or f.started_by != f.job_id,
-         f"started by another job ({f.started_by or 'not in an allocation'})"),
-        (f.restart_count <= 0, "not a requeue (SLURM_RESTART_COUNT 0)"),
-        (f.recorded_restart is not None and f.recorded_restart >= f.restart_count,
-         f"started by this run of the job (restart {f.recorded_restart})"),
-        (f.state == "COMPLETED", "the run is COMPLETED"),
-        (f.cancel_requested, "stopped by launch cancel"),
-        (f.differs is not None, f"the command line differs ({f.differs})")])
-    rule, why = next(((r, w) for r, (bad, w) in refuse if bad), ("", ""))
-    if rule:
-        return ContinueDecision("refuse", why, rule=rule)
-    return ContinueDecision("continue", f"requeued by Slurm (restart {f.restart_count})", attempt=f.attempts,
-                            restart=f.restart_count)

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import containeropts, cpubind, layout, recovery, sbatchopts, secretenv, siteledger, snapshot, values
+from . import containeropts, cpubind, layout, recoveryopts, sbatchopts, secretenv, siteledger, snapshot, values
 from .errors import LaunchError, brief
 from .memstore import fields as memory_fields
 from .notifytarget import parse_targets
@@ -19,7 +19,7 @@ from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON, PROFILE_KEYS, cli_flags
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-MAX_NODES = recovery.MAX_NODES      # --nodes, the hosts of a hostfile
+MAX_NODES = recoveryopts.MAX_NODES      # --nodes, the hosts of a hostfile
 MAX_PER_NODE = 1024                 # --gpus-per-node, a hostfile's slots=
 MAX_NAME = 200                      # --name: a run dir's name adds -<time>-<random> (NAME_MAX is 255)
 
@@ -337,7 +337,7 @@ def build_spec(backend: str, flags: Mapping[str, Any], program_words: list[str],
         given = flags.get(key) is not None or key not in prof
         return "--" + key.replace("_", "-") if given else f"profile {profile!r}: {key}"
 
-    restarts = recovery.options(backend, pick, said)      # nodes (a range), max_restarts, spares, quarantine_after
+    restarts = recoveryopts.options(backend, pick, said)      # nodes (a range), max_restarts, spares, quarantine_after
     gpn = positive_int(said("gpus_per_node"), pick("gpus_per_node", 1), maximum=MAX_PER_NODE)
     dist = check_choice(said("dist_backend"), str(pick("dist_backend", "auto")), DIST_BACKENDS)
     port = parse_port(p, said("master_port")) if (p := pick("master_port")) is not None else None

@@ -20,10 +20,11 @@ L = "launchers."
 LAYERS = {
     "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "sshimport", L + "nodeside", L + "nodeside.check",
            L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach", L + "warmfork",
-           L + "imageref", L + "secretshape", L + "opthelp", L + "opthelp", L + "memcodec"),
+           L + "imageref", L + "secretshape", L + "opthelp", L + "opthelp", L + "memcodec", L + "slurmpolicy",
+           L + "slotpool"),
     "0b": (L + "values", L + "notifytarget", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe",
            L + "rankchild"),
-    "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore"),
+    "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore", L + "recoveryopts"),
     "0d": (L + "layout", L + "apiflags"),
     "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree",
            L + "snapstore"),

@@ -20,7 +20,19 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, once, read_json, require_cluster, run_launch
-from launchers import api, layout, nodeledger, procs, recovery, restarts, siteledger, timeline, warmfork
+from launchers import (
+    api,
+    layout,
+    nodeledger,
+    procs,
+    recovery,
+    recoveryopts,
+    restarts,
+    siteledger,
+    slurmpolicy,
+    timeline,
+    warmfork,
+)
 from launchers.errors import LaunchError
 from launchers.recovery import Failure, Pool
 from launchers.rundir import RunDir
@@ -245,16 +257,16 @@ CONTINUES = [  # (facts changed from MINE, the rule that refuses; "": continue)
 
 
 def test_requeue_continue_and_step_end_decisions_from_facts():
-    """Issue 34: Slurm's decisions are the policy's (launchers.recovery), each from the typed facts the backend
+    """Issue 34: Slurm's decisions are the policy's (launchers.slurmpolicy), each from the typed facts the backend
     gathers: a step's end, requeue or fail, continue a requeued job's run dir or refuse."""
-    assert [recovery.step_end_decision(recovery.StepEnd(**f)) for f, _ in STEP_ENDS] == [d for _, d in STEP_ENDS]
-    assert recovery.requeue_decision(recovery.Requeue(0, 2)) == recovery.RequeueDecision(
+    assert [slurmpolicy.step_end_decision(slurmpolicy.StepEnd(**f)) for f, _ in STEP_ENDS] == [d for _, d in STEP_ENDS]
+    assert slurmpolicy.requeue_decision(slurmpolicy.Requeue(0, 2)) == slurmpolicy.RequeueDecision(
         "requeue", "SIGUSR2 (preemption or time limit): requeued (1 of 2)")
-    assert recovery.requeue_decision(recovery.Requeue(2, 2)) == recovery.RequeueDecision(
+    assert slurmpolicy.requeue_decision(slurmpolicy.Requeue(2, 2)) == slurmpolicy.RequeueDecision(
         "fail", "stopped by SIGUSR2 (preemption or time limit) after 2 requeues; --max-requeues 2 is used up")
-    assert recovery.requeue_decision(recovery.Requeue(0, 0)).action == "fail"             # --max-requeues 0
+    assert slurmpolicy.requeue_decision(slurmpolicy.Requeue(0, 0)).action == "fail"             # --max-requeues 0
     for change, rule in CONTINUES:
-        d = recovery.continue_decision(recovery.Requeued(**dict(MINE, **change)))
+        d = slurmpolicy.continue_decision(slurmpolicy.Requeued(**dict(MINE, **change)))
         assert (d.action, d.rule) == ("refuse" if rule else "continue", rule), change
         assert (d.attempt, d.restart, d.why) == ((2, 1, "requeued by Slurm (restart 1)") if not rule else
                                                 (None, 0, d.why)), change
@@ -270,14 +282,14 @@ def test_requeued_job_decisions_never_read_words(tmp_path):
     data = {"attempts": [{}, {}], "spec": {"backend": "slurm", "program": "/w/t.py", "nodes": 2}}
     for st in ({"in_allocation": True, "slurm_job_id": "7", "slurm_restart": 0, "state": "PREEMPTED"},
                {"in_allocation": True, "slurm_job_id": "7", "slurm_restart": 1, "state": "FAILED"}):
-        before = recovery.continue_decision(inalloc.requeued_facts(env, st, data))
+        before = slurmpolicy.continue_decision(inalloc.requeued_facts(env, st, data))
         for words in ("requeued by Slurm (restart 9)", "the run is COMPLETED", "stopped by launch cancel", ""):
-            after = recovery.continue_decision(inalloc.requeued_facts(env, dict(st, reason=words), data))
+            after = slurmpolicy.continue_decision(inalloc.requeued_facts(env, dict(st, reason=words), data))
             assert (after.action, after.rule, after.attempt) == (before.action, before.rule, before.attempt)
-            differs = recovery.continue_decision(inalloc.requeued_facts(env, st, data, words[::-1] or "x"))
+            differs = slurmpolicy.continue_decision(inalloc.requeued_facts(env, st, data, words[::-1] or "x"))
             assert (differs.action, differs.rule) == ("refuse", before.rule or "differs")
     for f, d in STEP_ENDS:
-        assert recovery.step_end_decision(recovery.StepEnd(**dict(f, signals=tuple(  # which signal: not read
+        assert slurmpolicy.step_end_decision(slurmpolicy.StepEnd(**dict(f, signals=tuple(  # which signal: not read
             "SIGKILL" for _ in f.get("signals", ()))))) == d
 
 
@@ -361,7 +373,7 @@ def test_only_consecutive_attempts_make_a_repeat():
 def test_the_hourly_budget_stops_a_restart_storm():
     """--max-restarts-per-hour N: the restarts the ledger decided in the last 3600 s (stops and the preflight's
     not counted) -- N of them: the next decision is a stop, its why naming the budget after what it would have
-    done; 0: no hourly limit. The option is read with the others (recovery.options)."""
+    done; 0: no hourly limit. The option is read with the others (recoveryopts.options)."""
     now = 10_000.0
     led = {"decisions": [{"action": "restart", "decided": now - 4000}, {"action": "replace", "decided": now - 3000},
                          {"action": "stop", "decided": now - 20}, {"action": "replace", "preflight": True,
@@ -378,9 +390,9 @@ def test_the_hourly_budget_stops_a_restart_storm():
 
     def said(k):
         return "--" + k.replace("_", "-")
-    assert recovery.options("local", {"max_restarts_per_hour": "3"}.get, said)["max_restarts_per_hour"] == 3
+    assert recoveryopts.options("local", {"max_restarts_per_hour": "3"}.get, said)["max_restarts_per_hour"] == 3
     with pytest.raises(LaunchError, match="--max-restarts-per-hour '-1' is out of range"):
-        recovery.options("local", {"max_restarts_per_hour": "-1"}.get, said)
+        recoveryopts.options("local", {"max_restarts_per_hour": "-1"}.get, said)
 
 
 def test_restarts_from_the_same_checkpoint_back_off(tmp_path):
@@ -440,10 +452,10 @@ def test_options(backend, given, expected):
         return "--" + key.replace("_", "-")
     if isinstance(expected, str):
         with pytest.raises(LaunchError) as e:
-            recovery.options(backend, pick, said)
+            recoveryopts.options(backend, pick, said)
         assert expected in str(e.value) and "\n" not in str(e.value), str(e.value)
     else:
-        assert recovery.options(backend, pick, said) == expected
+        assert recoveryopts.options(backend, pick, said) == expected
 
 
 def test_ledger_and_status_block(tmp_path):

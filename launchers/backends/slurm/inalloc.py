@@ -5,7 +5,7 @@ backend's in-allocation path). When Slurm requeues the job -- a preemption with 
 failure with the script's `#SBATCH --requeue`, `scontrol requeue` -- the script runs again, the same job id,
 SLURM_RESTART_COUNT one higher, and gives the same `--run-dir X` again.
 
-Continue or refuse (the policy: launchers.recovery.continue_decision on the facts requeued_facts gathers; differs,
+Continue or refuse (the policy: launchers.slurmpolicy.continue_decision on the facts requeued_facts gathers; differs,
 verdict: pure). The run continues -- a new attempt past every attempt in
 run.yaml, resumed from checkpoints/latest exactly as `launch resume` would (launchers.api.resume, the one owner:
 the recorded spec, its snapshot, the node ledger's pool) -- only when all of these hold:
@@ -42,7 +42,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from ...recovery import ContinueDecision, Requeued, continue_decision
+from ...slurmpolicy import ContinueDecision, Requeued, continue_decision
 from .env import SlurmEnv
 
 # what a requeued run must give again as it was recorded (run.yaml spec), with the option naming it
@@ -51,12 +51,12 @@ SAME = (("program", "program"), ("program_args", "program args"), ("nodes", "--n
 HOLD_MARGIN_S = 60.0       # past the preempted job's end time: Slurm's KillWait, the requeue itself
 
 
-Verdict = ContinueDecision   # recovery.continue_decision's answer
+Verdict = ContinueDecision   # slurmpolicy.continue_decision's answer
 
 
 def requeued_facts(env: SlurmEnv, status: Mapping[str, Any] | None, run_yaml: Mapping[str, Any] | None,
                    differs: str | None = None) -> Requeued:
-    """What this job (env) and the run dir (status.json, run.yaml) say, for recovery.continue_decision."""
+    """What this job (env) and the run dir (status.json, run.yaml) say, for slurmpolicy.continue_decision."""
     st, data = status or {}, run_yaml or {}
     slurm_run = bool(data.get("attempts")) and (data.get("spec") or {}).get("backend") == "slurm"
     recorded = st.get("slurm_restart")
@@ -85,7 +85,7 @@ def show(value: Any) -> str:
 
 def verdict(env: SlurmEnv, status: Mapping[str, Any] | None, run_yaml: Mapping[str, Any] | None,
             given: Mapping[str, Any], run_dir: str) -> Verdict:
-    """recovery.continue_decision on this job, the run dir and the command line given again (a spec's dict)
+    """slurmpolicy.continue_decision on this job, the run dir and the command line given again (a spec's dict)
     against the recorded spec; a refusal for a difference has its own line."""
     diff = differs((run_yaml or {}).get("spec") or {}, given)
     v = continue_decision(requeued_facts(env, status, run_yaml, diff))
@@ -104,7 +104,8 @@ def continuing_line(v: Verdict, env: SlurmEnv, run_dir: str, resume_from: str) -
 
 def requeued_run(run_dir: str | None, environ: Mapping[str, str] | None = None) -> Verdict | None:
     """The verdict on `--run-dir` inside an allocation when that run dir exists and may continue
-    (recovery.continue_decision says continue); None otherwise (nothing to continue: the usual path and its refusal)."""
+    (slurmpolicy.continue_decision says continue); None otherwise (nothing to continue: the usual path and its
+    refusal)."""
     import os
 
     from ... import layout

@@ -16,8 +16,8 @@ import time
 from typing import Any, Callable
 
 from ...hang.verdict import hang_failure
-from ...recovery import Requeue, StepEnd, requeue_decision, step_end_decision
 from ...rundir import RunDir
+from ...slurmpolicy import Requeue, StepEnd, requeue_decision, step_end_decision
 from ...spec import RunSpec
 from . import cmd
 from .env import NodelistError, SlurmEnv
@@ -53,7 +53,7 @@ def after_stop(rd: RunDir, spec: RunSpec, attempt: int, restart: int, job_id: st
 def requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_requeues: int,
                     nodes: dict[str, Any], steps: bool = False) -> None:
     """After a USR2 stopped the attempt: `scontrol requeue`, or FAILED once the requeues are used up
-    (recovery.requeue_decision). A run of
+    (slurmpolicy.requeue_decision). A run of
     the loop over steps (--spares, --nodes MIN:MAX) has its quarantined slots' hosts excluded from the next
     allocation first (ExcNodeList)."""
     if steps:
@@ -94,7 +94,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
     nodes_run: the step's node count when the loop ran it on fewer than --nodes (a shrunk run, MIN:MAX).
     In the user's allocation: stopped_by, the signal the launcher itself got (CANCELLED by it); steps stopped by
     Slurm's signal while the launcher was not (a preemption's notice, the --signal warning) are PREEMPTED. Which of
-    these the step's end is: recovery.step_end_decision, on the facts gathered here."""
+    these the step's end is: slurmpolicy.step_end_decision, on the facts gathered here."""
     rd = RunDir(run_dir)
     env = SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
