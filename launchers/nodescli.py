@@ -11,7 +11,7 @@ import time
 
 import click
 
-from . import siteledger
+from . import ledgerfile, siteledger
 from .clihelp import Shown, examples
 from .errors import LaunchError
 
@@ -42,7 +42,7 @@ def _nodes(path, as_json: bool, drain: str | None, dry_run: bool) -> int:
     if not path:
         raise LaunchError("no node ledger: give --node-ledger FILE or set LAUNCH_NODE_LEDGER")
     path = siteledger.option(path)
-    led, why = siteledger.load(path)
+    led, why = ledgerfile.load(path)
     if why:
         raise LaunchError(why)
     if drain is not None:

@@ -23,6 +23,7 @@ from conftest import LAUNCH, ROOT, once, read_json, require_cluster, run_launch
 from launchers import (
     api,
     layout,
+    ledgerfile,
     nodeledger,
     procs,
     recovery,
@@ -736,7 +737,7 @@ def test_ssh_lemon_host_is_quarantined_and_a_spare_host_finishes_bit_exact(workd
     assert [(a["hosts"], a["slots"]) for a in run["attempts"]] == [(["sshhost1", "sshhost2"], [0, 1])] * 2 + [
         (["sshhost1", "sshhost3"], [0, 2])]
     # issue 37: the lemon's host is quarantined in the site's node ledger, and the next run leaves it out
-    assert siteledger.quarantined(siteledger.load(os.path.abspath("site.json"))[0]) == ["sshhost2"], p.stderr[-2000:]
+    assert siteledger.quarantined(ledgerfile.load(os.path.abspath("site.json"))[0]) == ["sshhost2"], p.stderr[-2000:]
     dry = launch_on_ssh("sshhost1,sshhost2,sshhost3", "--nodes", "2", "--node-ledger", "site.json", "--dry-run",
                         "--", *PROGRAM)
     assert "quarantined, not used: sshhost2" in dry.stdout and "@sshhost2" not in dry.stdout, dry.stdout
@@ -918,7 +919,7 @@ def test_slurm_lemon_node_is_quarantined_and_a_spare_of_the_same_job_finishes_bi
     hosts = [a["hosts"] for a in run["attempts"]]
     assert hosts[0] == hosts[1] and hosts[2][0] == hosts[0][0] and hosts[2][1] not in hosts[0], hosts
     # issue 37: the batch step recorded the lemon's node in the site's node ledger; the next job excludes it
-    assert siteledger.quarantined(siteledger.load(os.path.abspath("site.json"))[0]) == [hosts[0][1]]
+    assert siteledger.quarantined(ledgerfile.load(os.path.abspath("site.json"))[0]) == [hosts[0][1]]
     dry = run_launch("slurm", "--nodes", "2", "--node-ledger", "site.json", "--dry-run", "--", *PROGRAM, check=True)
     assert f"#SBATCH --exclude={hosts[0][1]}\n" in dry.stdout
     assert [a.get("by") for a in run["attempts"]][1:] == [timeline.BY_POLICY] * 2

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import read_json, run_launch
-from launchers import api, nodeledger, recovery, siteledger
+from launchers import api, ledgerfile, nodeledger, recovery, siteledger
 from launchers.backends.slurm.render import render_sbatch
 from launchers.backends.slurm.status import known_of
 from launchers.cli import main
@@ -80,8 +80,8 @@ def test_a_lemon_run_is_two_strikes_on_its_host_and_recording_it_again_adds_noth
     assert list(new) == ["sshhost2"] and [(s["attempt"], s["kind"], s["quarantined"], s["time"]) for s in
                                           new["sshhost2"]] == [(0, "rank", False, NOW - 8), (1, "rank", True, NOW - 7)]
     assert new["sshhost2"][0]["reason"] == "rank 1 on node 1, exit code 3" and new["sshhost2"][0]["user"] == "bob"
-    site = siteledger.merge(siteledger.empty(), new, NOW)
-    assert siteledger.check(site, NOW) is None and siteledger.quarantined(site, NOW) == ["sshhost2"]
+    site = siteledger.merge(ledgerfile.empty(), new, NOW)
+    assert ledgerfile.check(site, NOW) is None and siteledger.quarantined(site, NOW) == ["sshhost2"]
     assert siteledger.merge(site, new, NOW) == site                                   # a resume writes it again
     nodeledger.new_allocation(str(tmp_path), led, recovery.Pool.fresh(2, 1))          # a Slurm requeue: kept aside
     assert siteledger.run_strikes(nodeledger.read(str(tmp_path)), attempts, "lemon-1", "bob", NOW) == new
@@ -90,7 +90,7 @@ def test_a_lemon_run_is_two_strikes_on_its_host_and_recording_it_again_adds_noth
     out = io.StringIO()
     siteledger.record_run(path, str(tmp_path), "lemon-1", attempts, out=out)
     assert out.getvalue() == f"launch: node ledger {path}: 2 strike(s) recorded on sshhost2\n"
-    assert siteledger.quarantined(siteledger.load(path)[0]) == ["sshhost2"]
+    assert siteledger.quarantined(ledgerfile.load(path)[0]) == ["sshhost2"]
     assert oct(os.stat(path).st_mode & 0o777) == "0o644"
 
 
@@ -106,7 +106,7 @@ BAD = {
     "an unknown kind": json.dumps(ledger(h=[strike(kind="evil")])).encode(),
     "a bool for an attempt": json.dumps(ledger(h=[dict(strike(), attempt=True)])).encode(),
     "too many strikes": json.dumps(ledger(h=[strike(attempt=a) for a in range(40)])).encode(),
-    "too large": b" " * (siteledger.MAX_BYTES + 1), "deep": b"[" * 100000 + b"]" * 100000,
+    "too large": b" " * (ledgerfile.MAX_BYTES + 1), "deep": b"[" * 100000 + b"]" * 100000,
     "not UTF-8": b'{"version": 1, "hosts": {"\xff": 1}}',
 }
 
@@ -115,13 +115,13 @@ BAD = {
 def test_a_hostile_ledger_is_one_warning_line_ignored_and_never_written_over(tmp_path, name):
     path, raw = tmp_path / "site.json", BAD[name].replace(b"1800000000.0", str(time.time()).encode())
     path.write_bytes(raw)
-    led, why = siteledger.load(str(path))
+    led, why = ledgerfile.load(str(path))
     assert led is None and why.startswith(f"node ledger {str(path)!r} not used: ") and "\n" not in why, why
     out = io.StringIO()
     assert siteledger.fields("slurm", str(path), "--node-ledger", out=out) == {"node_ledger": str(path),
                                                                                 "avoid_hosts": ()}
     assert out.getvalue() == f"launch: warning: {why}\n"
-    assert siteledger.update(str(path), lambda led: led) == f"{why}; not written"
+    assert ledgerfile.update(str(path), lambda led: led) == f"{why}; not written"
     assert path.read_bytes() == raw
 
 
@@ -129,9 +129,9 @@ def test_a_ledger_that_is_no_regular_file_is_not_read(tmp_path):
     (tmp_path / "real.json").write_text(json.dumps(ledger(h=[strike()])))
     os.symlink(tmp_path / "real.json", tmp_path / "link.json")
     os.mkfifo(tmp_path / "fifo.json")
-    assert "not used: " in siteledger.load(str(tmp_path / "link.json"))[1]              # never through a symlink
-    assert siteledger.load(str(tmp_path / "fifo.json"))[1].endswith("not used: not a regular file")
-    assert siteledger.load(str(tmp_path / "none.json")) == (siteledger.empty(), None)    # not there yet: empty
+    assert "not used: " in ledgerfile.load(str(tmp_path / "link.json"))[1]              # never through a symlink
+    assert ledgerfile.load(str(tmp_path / "fifo.json"))[1].endswith("not used: not a regular file")
+    assert ledgerfile.load(str(tmp_path / "none.json")) == (ledgerfile.empty(), None)    # not there yet: empty
 
 
 @settings(max_examples=150, deadline=None)
@@ -140,9 +140,9 @@ def test_a_ledger_that_is_no_regular_file_is_not_read(tmp_path):
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=10), kids, max_size=4),
     max_leaves=30).map(lambda v: json.dumps({"version": 1, "hosts": v}).encode())))
 def test_any_bytes_are_a_ledger_or_one_line_why(raw):
-    led, why = siteledger.parse(raw)
+    led, why = ledgerfile.parse(raw)
     assert (led is None) != (why is None)
-    assert led is None or siteledger.check(led) is None
+    assert led is None or ledgerfile.check(led) is None
     assert why is None or "\n" not in why
 
 
@@ -153,8 +153,8 @@ def test_any_bytes_are_a_ledger_or_one_line_why(raw):
 def test_whatever_a_run_adds_the_ledger_stays_valid_and_bounded(new):
     strikes = {h: [strike(run=f"r-{a}", attempt=a, kind=k, age_days=d, reason=siteledger.clean(r, 300))
                    for a, k, d, r in ss] for h, ss in new.items()}
-    led = siteledger.merge(siteledger.empty(), strikes, NOW)
-    assert siteledger.check(led, NOW) is None
+    led = siteledger.merge(ledgerfile.empty(), strikes, NOW)
+    assert ledgerfile.check(led, NOW) is None
     assert all(len(e["strikes"]) <= siteledger.MAX_STRIKES for e in led["hosts"].values())
 
 
@@ -165,7 +165,7 @@ def _writer(path: str, who: int, times: int) -> None:
         now = time.time()
         for ss in new.values():
             ss[0]["time"] = now
-        assert siteledger.update(path, lambda led: siteledger.merge(led, new, now)) is None
+        assert ledgerfile.update(path, lambda led: siteledger.merge(led, new, now)) is None
 
 
 def test_runs_of_several_users_writing_at_once_lose_no_write(tmp_path):
@@ -178,11 +178,11 @@ def test_runs_of_several_users_writing_at_once_lose_no_write(tmp_path):
         p.start()
     seen = 0
     while any(p.is_alive() for p in procs):          # a reader meanwhile: always a whole ledger
-        led, why = siteledger.load(path)
+        led, why = ledgerfile.load(path)
         assert why is None, why
         seen += 1
     assert [p.join() or p.exitcode for p in procs] == [0] * 6
-    led = siteledger.load(path)[0]
+    led = ledgerfile.load(path)[0]
     assert len(led["hosts"]["shared"]["strikes"]) == 30 and all(len(led["hosts"][f"h{w}"]["strikes"]) == 5
                                                                   for w in range(6))
     assert {s["run"] for s in led["hosts"]["shared"]["strikes"]} == {f"run-{w}-{k}" for w in range(6) for k in range(5)}

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import read_json, run_launch
-from launchers import api, nodeledger, restarts, siteledger
+from launchers import api, ledgerfile, nodeledger, restarts, siteledger
 from launchers.backends.slurm.nodespec import write_node_spec
 from launchers.backends.slurm.requeue import finalize
 from launchers.doctor.preflight import site_strikes
@@ -60,7 +60,7 @@ def test_a_plain_slurm_runs_failed_node_is_one_strike_on_its_host_exactly_once(t
     assert rd.read_status()["state"] == "FAILED"
     assert f"launch: node ledger {path}: 1 strike(s) recorded on lnode3" in capsys.readouterr().err
     assert rd.read_run_yaml()["attempts"][0]["hosts"] == ["lnode1", "lnode3"]
-    site = siteledger.load(path)[0]
+    site = ledgerfile.load(path)[0]
     (s,) = site["hosts"]["lnode3"]["strikes"]
     assert (list(site["hosts"]), s["run"], s["attempt"], s["quarantined"]) == (["lnode3"], "r-1", 0, False), site
     for _ in range(2):                      # once decided: finalize returns; a finalize that runs the end again
@@ -68,7 +68,7 @@ def test_a_plain_slurm_runs_failed_node_is_one_strike_on_its_host_exactly_once(t
         rd.update_status(state="RUNNING")
         finalize(rd.path, 0, srun_status=1)
     assert len(nodeledger.read(rd.path)["decisions"]) == 1
-    assert siteledger.load(path)[0] == site
+    assert ledgerfile.load(path)[0] == site
     spec = rd.spec()
     rd.update_attempt(1, {"hosts": ["lnode1", "lnode3"]}, {})
     rd.update_status(state="FAILED", attempt=1, nodes={"0": 3, "1": 143},
@@ -76,7 +76,7 @@ def test_a_plain_slurm_runs_failed_node_is_one_strike_on_its_host_exactly_once(t
     restarts.record_end(spec, rd, 1)
     led = nodeledger.read(rd.path)
     assert nodeledger.program_signs(led) == {"exit 3"} and "looks like a bug" in led["decisions"][-1]["why"], led
-    assert list(siteledger.load(path)[0]["hosts"]) == ["lnode3"]         # no strike on lnode1 for the program's
+    assert list(ledgerfile.load(path)[0]["hosts"]) == ["lnode3"]         # no strike on lnode1 for the program's
 
 
 def test_a_plain_run_without_node_ledger_or_that_completed_records_nothing(tmp_path, monkeypatch):
@@ -104,13 +104,13 @@ def test_preflight_gpus_bad_hosts_are_strikes_with_their_evidence(tmp_path, monk
     bad = {1: "node 1 [h2 (10.9.0.2:22)]: mlx5_7 port 1: State Down", 2: "node 2 [h3]: the GPU preflight could not "
            "run there (refused)"}
     site_strikes(spec, plan, runs, bad, dict(enumerate(plan.hosts)), False)
-    led = siteledger.load(spec.node_ledger)[0]
+    led = ledgerfile.load(spec.node_ledger)[0]
     assert {h: [(s["kind"], s["run"], s["attempt"], s["reason"]) for s in e["strikes"]] for h, e in
             led["hosts"].items()} == {"h2": [("gpu", "g-1", 0, f"--preflight gpu: {bad[1]}")],
                                       "h3": [("lost", "g-1", 0, f"--preflight gpu: {bad[2]}")]}
     assert [(r["host"], r["state"]) for r in siteledger.rows(led)] == [("h2", "quarantined"), ("h3", "suspect")]
     site_strikes(spec, plan, runs, bad, dict(enumerate(plan.hosts)), False)          # the same check: kept once
-    assert siteledger.load(spec.node_ledger)[0] == led
+    assert ledgerfile.load(spec.node_ledger)[0] == led
     assert build_spec("ssh", dict(flags, nodes=2), ["train.py"]).avoid_hosts == ("h2",)
     local = build_spec("local", dict(flags, options={}, node_ledger="local.json"), ["train.py"])
     site_strikes(local, plan, runs, bad, dict(enumerate(plan.hosts)), True)
@@ -159,7 +159,7 @@ def test_a_plain_slurm_runs_lemon_node_is_avoided_by_the_next_run(workdir):
     st = read_json("runs/lemon/status.json")
     assert st["state"] == "FAILED" and st["first_failure"]["node"] == 1 and st["first_failure"]["exit_code"] == 3, st
     lemon = yaml.safe_load(open("runs/lemon/run.yaml"))["attempts"][0]["hosts"][1]
-    led = siteledger.load(path)[0]
+    led = ledgerfile.load(path)[0]
     mine = {h: [s for s in e["strikes"] if s["run"] != "alice-1"] for h, e in led["hosts"].items()}
     assert {h: [(s["attempt"], s["kind"]) for s in ss] for h, ss in mine.items() if ss} == {lemon: [(0, "rank")]}, led
     assert siteledger.quarantined(led) == [lemon]
