@@ -18,6 +18,7 @@ Processes are found by their exact environment tag in /proc, never by a name pat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -188,12 +189,7 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
     with open(log, "a", encoding="utf-8") as f:
         f.write(layout.agent_header(os.environ.get("LAUNCH_ATTEMPT", "?"), node, socket.gethostname()))
     agent = procs.start_session(argv, dict(os.environ), log)
-    rec = {"wrapper": os.getpid(), "wrapper_start": procs.start_ticks(os.getpid()), "agent": agent.pid,
-           "agent_start": procs.start_ticks(agent.pid), "run_id": run_id, "node": node}
-    tmp = f"{pid_file}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(rec, f)
-    os.replace(tmp, pid_file)
+    write_pid_file(pid_file, agent.pid, run_id, node)
     monitor = None
     if os.environ.get("LAUNCH_HANG_TIMEOUT"):          # this host's half of hang detection (launchers.hang)
         from .hang.watch import NodeMonitor
@@ -201,37 +197,51 @@ def run(node: int, pid_file: str, argv: list[str], stream: bool = True) -> int:
         monitor.start()
     beating = _heartbeat(tail.out) if stream else None
     try:
-        while agent.poll() is None and not got:
-            if stream:
-                tail.poll()
-            time.sleep(0.1)
-        code, seen = agent.poll(), time.time()
-        if got:
-            code = 128 + got[0]
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)   # the pty may be gone: never die half-way
-            stop_node(run_id, node, sig=signal.SIGTERM if got[0] == signal.SIGHUP else got[0], wait_s=stop_wait(),
-                      agent_pid=agent.pid)
-            agent.wait()
-        else:               # when: the node's failure time (its session ends only after the stop of its orphans)
-            if stream:
-                _say(tail.out, f"{AGENT_ENDED} {seen:.3f}\n")
-            if node_pids(run_id, node, attempt):         # workers orphaned by an agent that died hard
-                stop_node(run_id, node, wait_s=stop_wait(), attempt=attempt)
+        code = watch(agent, got, tail if stream else None, run_id, node, attempt)
     finally:
         if beating:
             beating.set()
         if monitor:
             monitor.stopped.set()
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(pid_file)
-        except OSError:
-            pass
     if stream:
-        try:
+        with contextlib.suppress(OSError):
             tail.poll(final=True)
-        except OSError:
-            pass
     return code if code >= 0 else 128 - code
+
+
+def watch(agent, got: list[int], tail: LogTail | None, run_id: str, node: int, attempt: int | None) -> int | None:
+    """Until the agent ends or a stop signal is got (streaming the node's logs to `tail`): the agent's exit code,
+    or 128 + the signal after the node was stopped with it. An agent that ended by itself: its end is said
+    (AGENT_ENDED, the node's failure time) and workers it orphaned are stopped."""
+    while agent.poll() is None and not got:
+        if tail:
+            tail.poll()
+        time.sleep(0.1)
+    code, seen = agent.poll(), time.time()
+    if got:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)   # the pty may be gone: never die half-way
+        stop_node(run_id, node, sig=signal.SIGTERM if got[0] == signal.SIGHUP else got[0], wait_s=stop_wait(),
+                  agent_pid=agent.pid)
+        agent.wait()
+        return 128 + got[0]
+    if tail:                # when: the node's failure time (its session ends only after the stop of its orphans)
+        _say(tail.out, f"{AGENT_ENDED} {seen:.3f}\n")
+    if node_pids(run_id, node, attempt):         # workers orphaned by an agent that died hard
+        stop_node(run_id, node, wait_s=stop_wait(), attempt=attempt)
+    return code
+
+
+def write_pid_file(pid_file: str, agent: int, run_id: str, node: int) -> None:
+    """The pid file `launch cancel` and the stops read: this wrapper's and its agent's pids with their start
+    ticks (a pid reused since is not theirs), written atomically."""
+    rec = {"wrapper": os.getpid(), "wrapper_start": procs.start_ticks(os.getpid()), "agent": agent,
+           "agent_start": procs.start_ticks(agent), "run_id": run_id, "node": node}
+    tmp = f"{pid_file}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(rec, f)
+    os.replace(tmp, pid_file)
 
 
 def main(argv: list[str]) -> int:

@@ -201,34 +201,13 @@ def _stdio() -> None:
 
 def _worker(req: dict, fds: list[int], go: int, base: dict) -> None:
     """What `python -u ...` would do, in this fork: never returns."""
-    import atexit
     import runpy
-    import threading
     code: int = 1
     try:
         if os.read(go, 1) != b"g":
             os._exit(1)
         os.close(go)
-        os.setpgid(0, 0)
-        for i, fd in enumerate(fds):
-            os.dup2(fd, i)
-            os.close(fd)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        env = dict(req["env"], **{FORKED_ENV: req["kind"]})
-        os.environ.clear()
-        os.environ.update(env)
-        _rewrite_environ(env)
-        os.chdir(req["cwd"])
-        os.umask(int(req["umask"]))
-        _stdio()
-        how, name, args = req["run"]
-        first = os.getcwd() if how == "module" else os.path.dirname(os.path.realpath(name))
-        rest = [p for p in base["path"][1:] if p not in base["pp"]]
-        sys.path[:] = [first, *_entries(env.get("PYTHONPATH")), *rest]
-        sys.argv = [name, *args]
+        how, name = _become(req, fds, base)
         code = 0
         if how == "module":
             runpy.run_module(name, run_name="__main__", alter_sys=True)
@@ -243,17 +222,52 @@ def _worker(req: dict, fds: list[int], go: int, base: dict) -> None:
         sys.excepthook(*sys.exc_info())
         code = 1
     finally:
+        _wind_down(code)
+
+
+def _become(req: dict, fds: list[int], base: dict) -> tuple[str, str]:
+    """This fork made the requested program's process, as a cold `python -u` start would be: its own process group,
+    stdio on the given fds, default signals (SIGINT: KeyboardInterrupt), the request's environment (in libc and in
+    /proc/<pid>/environ), cwd, umask, sys.path and argv -> (how it runs: "module" or "path", the name)."""
+    os.setpgid(0, 0)
+    for i, fd in enumerate(fds):
+        os.dup2(fd, i)
+        os.close(fd)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    env = dict(req["env"], **{FORKED_ENV: req["kind"]})
+    os.environ.clear()
+    os.environ.update(env)
+    _rewrite_environ(env)
+    os.chdir(req["cwd"])
+    os.umask(int(req["umask"]))
+    _stdio()
+    how, name, args = req["run"]
+    first = os.getcwd() if how == "module" else os.path.dirname(os.path.realpath(name))
+    rest = [p for p in base["path"][1:] if p not in base["pp"]]
+    sys.path[:] = [first, *_entries(env.get("PYTHONPATH")), *rest]
+    sys.argv = [name, *args]
+    return how, name
+
+
+def _wind_down(code: int) -> None:
+    """The interpreter's end, as `python` ends: non-daemon threads joined, atexit run, stdio flushed, then exit
+    with the code (a KeyboardInterrupt's, code < 0: by SIGINT). Never returns."""
+    import atexit
+    import threading
+    with contextlib.suppress(BaseException):
+        threading._shutdown()
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for f in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
-            threading._shutdown()
-        with contextlib.suppress(BaseException):
-            atexit._run_exitfuncs()
-        for f in (sys.stdout, sys.stderr):
-            with contextlib.suppress(BaseException):
-                f.flush()
-        if code < 0:                               # KeyboardInterrupt: the interpreter ends by SIGINT
-            signal.signal(-code, signal.SIG_DFL)
-            os.kill(os.getpid(), -code)
-        os._exit(code & 0xFF)
+            f.flush()
+    if code < 0:                               # KeyboardInterrupt: the interpreter ends by SIGINT
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
 
 
 if __name__ == "__main__":
