@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from . import layout, nodebackend, nodeledger, pipeline, runindex, timeline
+from . import layout, nodebackend, nodeledger, pipeline, rundircheck, runindex, timeline
 from .errors import LaunchError, RunDirGone, TimedOut
 from .firstfail import describe as describe_failure
 from .restarts import end_line, plan_on, pool_of, run_attempts
@@ -122,7 +122,7 @@ class Resume:
         return spec
 
     def plan(self, spec: RunSpec) -> list:
-        layout.check_own_dirs(self.rd.path)        # nothing is written through a symlink out of the run dir
+        rundircheck.check_own_dirs(self.rd.path)        # nothing is written through a symlink out of the run dir
         self.run_id = new_run_id(spec) if self.adopt else self.data["run_id"]
         self.pool = pool_of(spec, nodeledger.read(self.rd.path), resume=True)  # quarantined: left out; MIN:MAX back
         return [plan_on(self.backend, spec, self.run_id, len(self.data["attempts"]), self.pool)]

@@ -10,7 +10,7 @@ import statistics
 import time
 from typing import Any
 
-from . import ckptptr, extcache, heartbeat, layout, procs, timeline
+from . import ckptptr, extcache, heartbeat, layout, procs, rundircheck, timeline
 from .errors import LaunchError
 from .hang import sample
 from .rundir import RunDir
@@ -110,8 +110,8 @@ def nccl_refusals(rd: RunDir) -> list[str]:
     from nccl_tuning.nccltests import parse_info_log  # torch-free
     out, seen = [], set()
     for _, rank, log in rd.rank_logs():
-        try:            # inside the run dir, a regular file, its tail (layout.open_inside: issue 35)
-            with os.fdopen(layout.open_inside(rd.path, log), "rb") as f:
+        try:            # inside the run dir, a regular file, its tail (rundircheck.open_inside: issue 35)
+            with os.fdopen(rundircheck.open_inside(rd.path, log), "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
                 text = f.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
         except (OSError, LaunchError):

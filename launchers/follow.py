@@ -1,7 +1,8 @@
 """The one log tailer: every line of a rank log becomes "[nK rR] line".
 
 Used by `launch logs [-f]`, by the local and Slurm backends while a job runs, and on every SSH host by
-launchers.remote (which streams its node's logs back over the connection). Stdlib + launchers.layout only.
+launchers.remote (which streams its node's logs back over the connection). Stdlib + launchers.layout and
+.rundircheck only.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import threading
 import time
 from typing import Callable, Iterable, TextIO
 
-from . import layout
+from . import layout, rundircheck
 
 Source = Callable[[], Iterable[tuple[str, str]]]      # -> (prefix, path) of every file to follow, now
 TAIL_BYTES = 1 << 20         # a reader's most per file and poll: the tail of a larger log (issue 35)
@@ -21,7 +22,7 @@ class LogTail:
     """Follows a changing set of files (new ones are picked up), printing whole lines with their prefix."""
 
     def __init__(self, sources: Source, out: TextIO | None = None, root: str | None = None, raw: bool = True):
-        """root: a reader's (`launch logs`): files opened inside it only (layout.open_inside), at most TAIL_BYTES
+        """root: a reader's (`launch logs`): files opened inside it only (rundircheck.open_inside), at most TAIL_BYTES
         of each per poll; raw False: terminal control sequences removed from the lines (show.clean)."""
         self.sources, self.out, self.root, self.raw = sources, out or sys.stdout, root, raw
         self._offsets: dict[str, int] = {}
@@ -62,7 +63,7 @@ class LogTail:
     def _read(self, path: str) -> tuple[bytes, int]:
         """What was appended to path since the last poll, and how many bytes of it were skipped (a reader reads
         at most TAIL_BYTES: the end)."""
-        fd = layout.open_inside(self.root, path) if self.root else os.open(path, os.O_RDONLY)
+        fd = rundircheck.open_inside(self.root, path) if self.root else os.open(path, os.O_RDONLY)
         with os.fdopen(fd, "rb") as f:
             start = self._offsets.get(path, 0)
             end = os.fstat(fd).st_size if self.root else None

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
-from . import __version__, fence, firstfail, layout, notify, procs, runindex, secretenv, sweep, trust
+from . import __version__, fence, firstfail, layout, notify, procs, rundircheck, runindex, secretenv, sweep, trust
 from .ckptptr import read_latest
 from .errors import LaunchError, brief
 from .hang.verdict import hang_failure, hang_reason
@@ -104,8 +104,8 @@ class RunDir:
             raise LaunchError(f"{path!r} is not a run dir (no run.yaml); give a directory made by `launch` "
                               "(see `launch list`)")
         rd = cls(path)
-        rd.newer = layout.newer_version(rd.read_run_yaml(), __version__, path, read_only)
-        if why := layout.json_problem(rd.status_path):         # its fields' types too (issue 35)
+        rd.newer = rundircheck.newer_version(rd.read_run_yaml(), __version__, path, read_only)
+        if why := rundircheck.json_problem(rd.status_path):         # its fields' types too (issue 35)
             raise LaunchError(f"{path!r} is not a usable run dir: status.json {why}; accepted: a run dir made by "
                               "`launch` (its status.json: a JSON object of the fields it writes)")
         return rd
@@ -364,7 +364,7 @@ class RunDir:
         return read_latest(self.checkpoint_dir)
 
     def last_step(self) -> int | None:
-        return layout.last_step(self.path)
+        return rundircheck.last_step(self.path)
 
 
 def join(*parts: str | None) -> str | None:

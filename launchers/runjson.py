@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from . import layout, runindex, sweep
+from . import layout, rundircheck, runindex, sweep
 from .errors import TimedOut
 from .rundir import RunDir
 from .rundir import list_runs as _list
@@ -138,7 +138,7 @@ def list_rows(root: str | None = None) -> list[dict[str, Any]]:
     for rd in _list(root):
         data, why = layout.load_run_yaml(rd.path)
         problem = f"run.yaml {why}" if why else None
-        if not problem and (why := layout.json_problem(rd.status_path)):
+        if not problem and (why := rundircheck.json_problem(rd.status_path)):
             problem = f"status.json {why}"
         spec = (data or {}).get("spec") or {}
         inside = os.path.dirname(rd.path) == layout.runs_root(root)       # else from the runs index: its path

@@ -26,7 +26,7 @@ LAYERS = {
            L + "rankchild"),
     "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore", L + "recoveryopts"),
     "0d": (L + "ledgerfile", L + "layout", L + "apiflags"),
-    "0e": (L + "fence", L + "nodeledger", L + "notify", L + "snaptree",
+    "0e": (L + "rundircheck", L + "fence", L + "nodeledger", L + "notify", L + "snaptree",
            L + "snapstore"),
     "0f": (L + "ckptptr", L + "siteledger", L + "snapshot", L + "timeline", L + "nodeside.zygote"),
     "0g": (L + "heartbeat", L + "spec"),

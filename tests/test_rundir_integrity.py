@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from conftest import read_json, run_launch
-from launchers import api, ckptptr, layout
+from launchers import api, ckptptr, layout, rundircheck
 from launchers.errors import LaunchError
 from launchers.rundir import RunDir
 from launchers.spec import RunSpec
@@ -75,10 +75,10 @@ WRITES = {      # what the launcher writes -> (the planted link, how it is writt
     "node_record": ("status/node0.json", lambda rd: RunDir(rd).write_node_record(0, {"node": 0})),
     "run_yaml": ("run.yaml", lambda rd: RunDir(rd).write_run_yaml({"run_id": "x"})),
     "latest": ("checkpoints/latest", lambda rd: ckptptr.write_latest(os.path.join(rd, "checkpoints"), "step-1")),
-    "own_dirs": ("checkpoints", layout.check_own_dirs),
-    "node_dir": ("logs/node3", layout.check_own_dirs),
-    "rank_log": ("logs/node0/rank0.log", layout.check_own_dirs),
-    "heartbeat": ("progress/rank1.json", layout.check_own_dirs),
+    "own_dirs": ("checkpoints", rundircheck.check_own_dirs),
+    "node_dir": ("logs/node3", rundircheck.check_own_dirs),
+    "rank_log": ("logs/node0/rank0.log", rundircheck.check_own_dirs),
+    "heartbeat": ("progress/rank1.json", rundircheck.check_own_dirs),
 }
 
 

@@ -260,8 +260,8 @@ def test_newer_run_dir_read_only_by_status_and_logs(newer_run):
                                                ("0.1.1", "0.1.0", True), ("0.0.9", "0.1.0", False),
                                                ("1.0", "0.1.0", True), ("x", "0.1.0", False)])
 def test_version_order(theirs, mine, newer):
-    from launchers import layout
-    got = layout.newer_version({"versions": {"launchers": theirs}}, mine, "r", read_only=True)
+    from launchers import rundircheck
+    got = rundircheck.newer_version({"versions": {"launchers": theirs}}, mine, "r", read_only=True)
     assert (got == theirs) if newer else got is None
 
 
