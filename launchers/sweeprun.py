@@ -16,7 +16,8 @@ from typing import Iterable, TextIO
 
 from . import api, pipeline, sweep
 from .errors import LaunchError
-from .spec import RunSpec, positive_int
+from .spec import RunSpec
+from .specvalues import positive_int
 
 
 def plan_sweep(spec: RunSpec, items: Iterable[str]) -> tuple[list[RunSpec], dict, int | None]:

@@ -203,7 +203,7 @@ def profile_secrets(profile: str | None, given: dict[str, str]) -> dict[str, str
     profile's, read there."""
     if not profile:
         return {}
-    from .spec import load_profile
+    from .profiles import load_profile
     names = [s for s in load_profile(profile).get("secrets") or () if isinstance(s, str) and "=" not in s]
     return {n: os.environ[n] for n in names if n in os.environ and n not in given}
 

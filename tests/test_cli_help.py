@@ -14,7 +14,7 @@ from click.shell_completion import ShellComplete
 from click.testing import CliRunner
 
 from conftest import run_launch
-from launchers import containeropts, cpubind, opthelp, spec
+from launchers import containeropts, cpubind, opthelp, specvalues
 from launchers.cli import main
 from launchers.runopts import BACKEND_OPTIONS, COMMON
 
@@ -77,9 +77,9 @@ def test_help_and_look_are_given_for_the_declared_options_only():
 
 def test_the_choices_shown_are_the_ones_the_parsers_accept():
     shown = {o.key: o.choices for o in (*COMMON, *BACKEND_OPTIONS["slurm"]) if o.choices}
-    assert shown == {"dist_backend": spec.DIST_BACKENDS, "stop_signal": spec.STOP_SIGNALS,
+    assert shown == {"dist_backend": specvalues.DIST_BACKENDS, "stop_signal": specvalues.STOP_SIGNALS,
                      "cpu_bind": cpubind.MODES, "container_runtime": containeropts.RUNTIMES,
-                     "preflight": spec.PREFLIGHTS}
+                     "preflight": specvalues.PREFLIGHTS}
 
 
 @pytest.mark.parametrize("args", [[], ["nccl"]])

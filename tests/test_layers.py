@@ -25,7 +25,7 @@ LAYERS = {
     "0b": (L + "values", L + "notifytarget", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe",
            L + "rankchild"),
     "0c": (L + "runopts", L + "secretenv", L + "recovery", L + "memstore", L + "recoveryopts"),
-    "0d": (L + "ledgerfile", L + "layout", L + "apiflags"),
+    "0d": (L + "ledgerfile", L + "layout", L + "apiflags", L + "profiles", L + "specvalues"),
     "0e": (L + "rundircheck", L + "fence", L + "nodeledger", L + "notify", L + "snaptree",
            L + "snapstore"),
     "0f": (L + "ckptptr", L + "siteledger", L + "snapshot", L + "timeline", L + "nodeside.zygote"),

@@ -485,7 +485,7 @@ def test_local_run_notify_that_hangs_leaves_no_process(tmp_path):
 def test_profile_dates_stay_text_and_a_huge_one_is_not_read(tmp_path):
     import time
 
-    from launchers.spec import load_profile
+    from launchers.profiles import load_profile
     (tmp_path / "p.yaml").write_text("name: 2001-12-14\nenv: {WHEN: '2001-12-14t21:59:43.10-05:00', AT: 2002-12-14 "
                                      "21:59:43.10 -5}\n")
     d = load_profile(str(tmp_path / "p.yaml"))

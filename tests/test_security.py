@@ -34,7 +34,8 @@ from launchers import layout
 from launchers.backends.slurm.render import header_for, render_sbatch
 from launchers.backends.ssh import SSHBackend
 from launchers.errors import LaunchError
-from launchers.spec import RunSpec, check_name
+from launchers.spec import RunSpec
+from launchers.specvalues import check_name
 
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH_OPTS = ["--ssh-config", str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts")]

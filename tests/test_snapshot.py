@@ -21,7 +21,8 @@ import pytest
 from conftest import rank_lines, run_launch
 from launchers import api, manifest, rankexec, snapshot, snaptree
 from launchers.errors import LaunchError
-from launchers.spec import RunSpec, build_spec, load_profile
+from launchers.profiles import load_profile
+from launchers.spec import RunSpec, build_spec
 
 
 def git(repo: Path, *args: str) -> str:

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from conftest import LAUNCH, ROOT, run_launch
 from launchers import request, values
 from launchers.errors import LaunchError
+from launchers.profiles import load_profile
 from launchers.runopts import BACKEND_OPTIONS, options_from_cli
-from launchers.spec import build_spec, load_profile
+from launchers.spec import build_spec
 
 # texts a person might write for a number: digits, signs, YAML 1.1's 0x/0o/0b/_/sexagesimal, fractions and
 # exponents, spaces, full-width and Arabic-Indic digits

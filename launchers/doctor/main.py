@@ -12,7 +12,7 @@ from typing import TextIO
 
 from .. import containeropts, layout, nodefacts, ports
 from ..errors import LaunchError
-from ..spec import parse_env, parse_port, positive_int
+from ..specvalues import parse_env, parse_port, positive_int
 from .checks import Context
 from .options import from_cli
 from .report import as_json, failures, render, verdict
