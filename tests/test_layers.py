@@ -36,7 +36,7 @@ LAYERS = {
            L + "gpuhealth.tools", L + "hang", L + "hang.verdict"),
     "1b": (L + "clusters", L + "container", L + "extcache", L + "firstfail", L + "runindex", L + "sshmodel",
            L + "trust", L + "gpuhealth.ib", L + "gpuhealth.nvlink", L + "gpuhealth.smi", L + "gpuhealth.topo",
-           L + "gpuhealth.xid", L + "hang.sample"),
+           L + "gpuhealth.xid", L + "hang.sample", L + "runrecords"),
     "1c": (L + "rundir", L + "show", L + "clusterssh", L + "sshconn", L + "nodebackend", L + "nodefacts",
            L + "gpuhealth.verdict", L + "hang.stacks"),
     "1d": (L + "follow", L + "rankexec", L + "restarts", L + "runjson", L + "hang.watch",
