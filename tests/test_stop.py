@@ -19,7 +19,7 @@ from launchers import firstfail, procs
 from launchers.backends.ssh import agent_ended
 from launchers.hang.sample import rank_programs
 from launchers.remote import AGENT_ENDED, HEARTBEAT
-from launchers.sshconn import Prefixed
+from launchers.sshwatch import Prefixed
 
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH = ["ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"),

@@ -25,7 +25,7 @@ from .base import Backend, Interrupts, Plan, node_commands, node_exit, remove_co
 
 MASTER = "127.0.0.1"
 PAUSED_S = 10.0    # a node whose agent is stopped this long while another's runs is lost (as an SSH host silent
-                   # for launchers.sshconn.LOST_S)
+                   # for launchers.sshwatch.LOST_S)
 
 
 class Zygotes:
