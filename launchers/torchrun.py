@@ -77,27 +77,8 @@ def node_command(spec: RunSpec, *, node_rank: int, master_addr: str, master_port
     machine's ranks and each node's ranks take their slots of it (LAUNCH_CPU_BIND_SLOT: first/all). slot: the
     node slot of the run's pool it runs on (LAUNCH_NODE_SLOT; stable across attempts, unlike NODE_RANK). warm: the
     node slot's zygote socket (--warm-spares): the agent and the programs are forked from it (launchers.warmfork)."""
-    argv = (
-        spec.python, "-m", "torch.distributed.run",
-        "--nnodes", str(spec.nodes),
-        "--nproc-per-node", str(spec.gpus_per_node),
-        "--node-rank", str(node_rank),
-        "--master-addr", master_addr,
-        "--master-port", str(master_port),
-        "--max-restarts", "0",
-        "--monitor-interval", "0.1",
-        "--signals-to-handle", AGENT_SIGNALS,
-        "-m", "launchers.rankexec", "--",
-        *snapshot_program(spec), *spec.program_args,
-    )
-    env: dict[str, str] = {"OMP_NUM_THREADS": "1"}
-    if dist_backend == "nccl":
-        env.update(flight_recorder(spec.run_dir))
-    env.update(dict(spec.nccl_env))
-    if spec.torch_extensions_dir:                     # built once per environment, shared (launchers.extcache)
-        env["TORCH_EXTENSIONS_DIR"] = env["LAUNCH_TORCH_EXTENSIONS_DIR"] = spec.torch_extensions_dir
-    env.update(dict(spec.env))           # the user's --env wins over presets and defaults
-    env.update(resolve(spec.secrets, os.environ))    # --secret: in the agent's environment, never on its command line
+    argv = agent_argv(spec, node_rank, master_addr, master_port)
+    env = job_env(spec, dist_backend)
     env.update({
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
@@ -111,16 +92,7 @@ def node_command(spec: RunSpec, *, node_rank: int, master_addr: str, master_port
         "LAUNCH_DIST_BACKEND": dist_backend,
         "PYTHONUNBUFFERED": "1",
     })
-    env["LAUNCH_STOP_GRACE"] = f"{spec.stop_grace:g}"             # the rank wrapper's grace after a stop
-    env["PET_SHUTDOWN_TIMEOUT"] = str(int(spec.stop_grace) + 10)   # the agent's: longer, so the wrapper records it
-    env["LAUNCH_STOP_SIGNAL"] = spec.stop_signal      # the rank wrapper passes a SIGTERM on as this one
-    env[CPU_BIND_ENV] = spec.cpu_bind                 # the rank wrapper binds each rank from its node's topology
-    if one_machine and spec.nodes > 1:
-        env[CPU_BIND_ENV + "_SLOT"] = f"{node_rank * spec.gpus_per_node}/{spec.world_size}"
-    if names := needed(dict(spec.env), (k for k, _ in spec.secrets)):    # each rank's wrapper checks them
-        env[NAMES_ENV] = ",".join(names)
-    if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
-        env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
+    env.update(wrapper_env(spec, node_rank, one_machine))
     env.update(memstore.worker_env(spec.memory_checkpoint, run_id, slot, one_machine))   # --memory-checkpoint
     if spec.snapshot_dir:                             # the rank wrapper runs the program there (--snapshot)
         env[SNAPSHOT_ENV] = spec.snapshot_dir
@@ -128,6 +100,56 @@ def node_command(spec: RunSpec, *, node_rank: int, master_addr: str, master_port
         argv = (spec.python, "-m", "launchers.warmfork", "--", *argv)
         env[WARM_SOCKET_ENV] = warm
     return NodeCommand(node_rank=node_rank, argv=argv, env=tuple(env.items()), secret=tuple(k for k, _ in spec.secrets))
+
+
+def agent_argv(spec: RunSpec, node_rank: int, master_addr: str, master_port: int) -> tuple[str, ...]:
+    """The node's torchrun agent, each rank run by the rank wrapper (launchers.rankexec)."""
+    return (
+        spec.python, "-m", "torch.distributed.run",
+        "--nnodes", str(spec.nodes),
+        "--nproc-per-node", str(spec.gpus_per_node),
+        "--node-rank", str(node_rank),
+        "--master-addr", master_addr,
+        "--master-port", str(master_port),
+        "--max-restarts", "0",
+        "--monitor-interval", "0.1",
+        "--signals-to-handle", AGENT_SIGNALS,
+        "-m", "launchers.rankexec", "--",
+        *snapshot_program(spec), *spec.program_args,
+    )
+
+
+def job_env(spec: RunSpec, dist_backend: str) -> dict[str, str]:
+    """The job's own environment: defaults, NCCL's (its flight recorder on nccl, the preset's), the extension
+    cache, then the user's --env (it wins over presets and defaults), then --secret's values (in the agent's
+    environment, never on its command line)."""
+    env: dict[str, str] = {"OMP_NUM_THREADS": "1"}
+    if dist_backend == "nccl":
+        env.update(flight_recorder(spec.run_dir))
+    env.update(dict(spec.nccl_env))
+    if spec.torch_extensions_dir:                     # built once per environment, shared (launchers.extcache)
+        env["TORCH_EXTENSIONS_DIR"] = env["LAUNCH_TORCH_EXTENSIONS_DIR"] = spec.torch_extensions_dir
+    env.update(dict(spec.env))
+    env.update(resolve(spec.secrets, os.environ))
+    return env
+
+
+def wrapper_env(spec: RunSpec, node_rank: int, one_machine: bool) -> dict[str, str]:
+    """What the rank wrapper and the agent are told: the stop's grace and signal, the CPU binding (one_machine:
+    this node's slots of the machine's plan), the secrets each wrapper checks, the hang monitor's timeout."""
+    env = {
+        "LAUNCH_STOP_GRACE": f"{spec.stop_grace:g}",                # the rank wrapper's grace after a stop
+        "PET_SHUTDOWN_TIMEOUT": str(int(spec.stop_grace) + 10),     # the agent's: longer, so the wrapper records it
+        "LAUNCH_STOP_SIGNAL": spec.stop_signal,       # the rank wrapper passes a SIGTERM on as this one
+        CPU_BIND_ENV: spec.cpu_bind,                  # the rank wrapper binds each rank from its node's topology
+    }
+    if one_machine and spec.nodes > 1:
+        env[CPU_BIND_ENV + "_SLOT"] = f"{node_rank * spec.gpus_per_node}/{spec.world_size}"
+    if names := needed(dict(spec.env), (k for k, _ in spec.secrets)):    # each rank's wrapper checks them
+        env[NAMES_ENV] = ",".join(names)
+    if spec.hang_timeout is not None:                 # the node's hang monitor (launchers.remote) reads it
+        env["LAUNCH_HANG_TIMEOUT"] = f"{spec.hang_timeout:g}"
+    return env
 
 
 def snapshot_program(spec: RunSpec) -> tuple[str, ...]:
