@@ -227,25 +227,25 @@ def present(run_dir: str) -> None:
 
 # ------------------------------------------------------------------------------------------ atomic writes
 
+SYNC_LATER: list[str] | None = None     # in backends.base.synced_together(): its durable writes, fsynced as it ends
+
 def atomic_write(path: str, text: str, durable: bool = True) -> None:
-    """Replace path at once: readers (on any node) see the old file or the new one, never a part."""
+    """Replace path at once: readers (on any node) see the old file or the new one, never a part; durable: on disk
+    before it returns (in backends.base.synced_together(): before that ends, with its other writes, at once)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp, later = f"{path}.tmp.{os.getpid()}", SYNC_LATER if durable else None
     try:
-        with open(tmp, "w", encoding="utf-8", opener=_nofollow) as f:
+        with open(tmp, "w", encoding="utf-8", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW, 0o666)) as f:
             f.write(text)
-            if durable:
+            if durable and later is None:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        later is None or later.append(path)
     except OSError:
         if os.path.exists(tmp):         # a full disk: leave no empty temporary behind
             os.unlink(tmp)
         raise
-
-
-def _nofollow(name: str, flags: int) -> int:
-    return os.open(name, flags | os.O_NOFOLLOW, 0o666)
 
 
 def disk_full(e: OSError) -> bool:

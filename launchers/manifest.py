@@ -19,6 +19,7 @@ import re
 import shlex
 import socket
 import sys
+import threading
 import time
 from typing import Any
 
@@ -42,9 +43,30 @@ def _write(run_dir: str, data: dict[str, Any]) -> None:
     layout.atomic_write(layout.own_path(run_dir, "manifest"), json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
+_early: dict[str, tuple[threading.Thread, list]] = {}      # tree -> git_fields(tree) being found by prefetch_git
+
+
+def prefetch_git(tree: str) -> None:
+    """Find git_fields(tree) in a thread now, for this launch's write_launcher (the launcher starts it as its
+    preflight waits on Slurm or the hosts: three git commands off the start path)."""
+    if tree not in _early:
+        out: list = []
+        t = threading.Thread(target=lambda: out.append(_git_fields(tree)), daemon=True, name="launch-git")
+        _early[tree] = (t, out)
+        t.start()
+
+
 def git_fields(tree: str) -> dict[str, Any]:
     """The commit checked out in tree's work tree and the sha256 of its uncommitted changes (`git diff HEAD`:
-    tracked files; untracked ones are in the snapshot, not the diff); nulls outside git."""
+    tracked files; untracked ones are in the snapshot, not the diff); nulls outside git. What prefetch_git found
+    is used once, by the first call for that tree."""
+    t, out = _early.pop(tree, (None, []))
+    if t is not None:
+        t.join()
+    return out[0] if out else _git_fields(tree)
+
+
+def _git_fields(tree: str) -> dict[str, Any]:
     top = git(tree, "rev-parse", "--show-toplevel")
     commit = git(tree, "rev-parse", "HEAD")
     diff = git(tree, "diff", "HEAD", "--binary") if commit is not None else None

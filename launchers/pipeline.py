@@ -52,9 +52,13 @@ def run(verb: Verb, spec: RunSpec, dry_run: bool = False, out: TextIO = sys.stdo
         out.write(verb.dry_text(planned))
         return 0
     preload("yaml")                   # run.yaml's writer (open), imported while the preflight waits on its checks
+    if planned[0].attempt == 0:       # the manifest's git fields too (a resume may keep those it recorded)
+        manifest.prefetch_git(planned[0].spec.snapshot_from or os.getcwd())
     planned, found = verb.preflight(planned)
     commit(planned[0].spec)
-    rds = verb.open(planned, lambda rd, plan: record(rd, plan, found))
+    from .backends.base import synced_together
+    with synced_together():           # the run dirs' files: on disk before anything starts, in one flush's wait
+        rds = verb.open(planned, lambda rd, plan: record(rd, plan, found))
     return verb.start(rds, planned)
 
 

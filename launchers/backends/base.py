@@ -5,16 +5,18 @@ line (launchers.torchrun does) nor lays out a directory (launchers.rundir does).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import procs
+from .. import layout, procs
 from ..container import cleanup_argv, wrap
 from ..containeropts import host_limits
 from ..cpubind import describe
@@ -242,3 +244,47 @@ def node_code_fields(code: int | None) -> dict[str, Any]:
 def node_exit(code: int | None) -> int | None:
     """A node's exit as every backend reports it: the exit code, or 128 + N when signal N ended it."""
     return None if code is None else (128 - code if code < 0 else code)
+
+
+
+@contextlib.contextmanager
+def synced_together():
+    """The block's durable writes (layout.atomic_write) are fsynced together as it ends, each in a thread of its
+    own: one flush's wait (the file system commits them at once) instead of one per file. They are on disk before
+    anything is started (the run dir's files at open; a Slurm job's before its sbatch), as when each write waited
+    for its own. A block inside another leaves its writes to the outer one."""
+    outer, layout.SYNC_LATER = layout.SYNC_LATER, []
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        paths, layout.SYNC_LATER = list(dict.fromkeys(layout.SYNC_LATER)), outer
+        if outer is not None:
+            outer.extend(paths)
+        elif paths:
+            errors: list[OSError] = []
+            k = min(len(paths), 16)       # a sweep's many run dirs: 16 threads at most
+            threads = [threading.Thread(target=_fsync, args=(paths[i::k], errors)) for i in range(1, k)]
+            for t in threads:
+                t.start()
+            _fsync(paths[0::k], errors)
+            for t in threads:
+                t.join()
+            if errors and ok:             # as the write itself would have raised it
+                raise errors[0]
+
+
+def _fsync(paths: list[str], errors: list[OSError]) -> None:
+    """fsync files written in the block; one removed since (a run dir given up) is nothing to keep."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            errors.append(e)

@@ -32,7 +32,7 @@ from ...rundir import TERMINAL, RunDir
 from ...secretenv import handover
 from ...spec import RunSpec
 from ...stops import exit_code, wait_s
-from ..base import Backend, Plan
+from ..base import Backend, Plan, synced_together
 from . import cmd
 from . import status as slurm_status
 from .after import check_parent, resolve_after
@@ -119,9 +119,10 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------ start
     def start(self, plan: Plan, rd: RunDir) -> int:
-        rd.start_attempt(state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None, hang=None,
-                         stopped_by=None, starting=procs.self_record())     # starting until the job is queued
-        write_node_spec(rd, plan.spec, plan.run_id, plan.attempt)
+        with synced_together():          # on disk before the job is submitted, in one flush's wait
+            rd.start_attempt(state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None,
+                             hang=None, stopped_by=None, starting=procs.self_record())   # until the job is queued
+            write_node_spec(rd, plan.spec, plan.run_id, plan.attempt)
         if SlurmEnv.read().in_allocation:
             return self._start_in_allocation(plan, rd)
         job_id = self._submit(plan, rd)
