@@ -13,11 +13,9 @@ def will_submit_to_slurm(argv: list[str]) -> bool:
     submits), not inside an allocation. A guess from argv
     before it is parsed; a wrong guess only costs or saves a fork (the submitter submits only what it is
     handed, and exits on EOF when the launcher ends without handing it anything)."""
-    if len(argv) < 2 or argv[1] != "slurm":
-        return False
-    from .backends.slurm.env import SlurmEnv  # only for `launch slurm` (a sixth of `launch status`'s start)
-    if SlurmEnv.read().in_allocation:
-        return False
+    import os
+    if len(argv) < 2 or argv[1] != "slurm" or os.environ.get("SLURM_JOB_ID"):
+        return False      # in an allocation: SlurmEnv.in_allocation's rule, without its import (~13 ms)
     opts = argv[2:argv.index("--")] if "--" in argv else argv[2:]
     return not any(a in ("--dry-run", "-h", "--help", "--cluster") or a.startswith("--cluster=") for a in opts)
 

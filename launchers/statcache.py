@@ -22,13 +22,15 @@ answer per environment too. Stdlib only.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import stat
 import time
-from typing import Callable
+
+TYPE_CHECKING = False      # not typing's (~3.5 ms): the warm launcher's client imports this module
+if TYPE_CHECKING:
+    from typing import Callable
 
 FORMAT = 1
 MAX_BYTES = 64 << 20            # 200,000 files (snapshot.MAX_FILES) take ~40 MiB
@@ -51,6 +53,7 @@ def cache_dir() -> str:
 
 
 def path_for(root: str) -> str:
+    import hashlib  # here (and in sha): the warm launcher's client imports this module for state_dir only
     return os.path.join(cache_dir(), f"{os.getuid()}-{hashlib.sha256(os.fsencode(root)).hexdigest()}.json")
 
 
@@ -75,6 +78,7 @@ class Hashes:
         if e is not None and e[:6] == k:
             self.seen[rel] = e
             return e[6]
+        import hashlib
         sha = hashlib.sha256(read()).hexdigest()
         self.read += 1
         if st.st_mtime_ns and st.st_ctime_ns and max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - RACY_NS:

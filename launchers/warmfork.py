@@ -17,7 +17,6 @@ goes away, as PR_SET_PDEATHSIG would.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -38,6 +37,7 @@ def socket_dir() -> str:
 
 def socket_path(run_id: str, slot: int) -> str:
     """A node slot's zygote socket (short: a run id of any length fits sun_path)."""
+    import hashlib  # here: the warm launcher's client imports this module, and never needs OpenSSL (~3 ms)
     key = hashlib.sha256(run_id.encode()).hexdigest()[:16]
     return os.path.join(socket_dir(), f"{key}-s{slot}.sock")
 

@@ -25,7 +25,6 @@ Stdlib only until the server imports the launcher.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import resource
@@ -53,7 +52,11 @@ def enabled() -> bool:
 
 def fingerprint() -> str:
     """What a server's imported code and interpreter state depend on (see the module doc)."""
-    h = hashlib.sha256()
+    try:
+        from _blake2 import blake2b as digest  # not hashlib: its OpenSSL would cost every client ~3 ms
+    except ImportError:
+        from hashlib import blake2b as digest
+    h = digest(digest_size=20)
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_")) or k == "LANG")
     h.update(repr((sys.executable, sys.path, tuple(sys.flags), os.getuid(), os.getgid(), sorted(os.getgroups()), env,
                    [_readlink(f"/proc/self/ns/{n}") for n in NAMESPACES],
@@ -81,9 +84,17 @@ def _readlink(p: str) -> str:
         return ""
 
 
+_mine: list[str | None] = []        # this client's socket path: run() and spawn() walk the package once
+
+
 def socket_path(fp: str | None = None) -> str | None:
+    if fp is None and _mine:
+        return _mine[0]
     p = os.path.join(state_dir(), "warm", f"{socket.gethostname()}-{fp or fingerprint()}.sock")
-    return p if len(os.fsencode(os.path.basename(p))) <= MAX_PATH - 24 else None
+    p = p if len(os.fsencode(os.path.basename(p))) <= MAX_PATH - 24 else None
+    if fp is None:
+        _mine.append(p)
+    return p
 
 
 @contextlib.contextmanager
