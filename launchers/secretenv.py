@@ -28,7 +28,8 @@ SECRET_FILE_MAX = 64 * 1024          # --secret NAME=@FILE: at most this many by
 
 def known_values(env: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
     """The values of env that are secret (secret_keys), for redact_text: never REDACTED itself, never empty."""
-    return [v for k, v in env.items() if k in secret_keys(env, names) and v and v != REDACTED and k != NAMES_ENV]
+    hidden = secret_keys(env, names)            # once: not again for each variable
+    return [v for k, v in env.items() if k in hidden and v and v != REDACTED and k != NAMES_ENV]
 
 
 def rank_known(environ: Mapping[str, str]) -> list[str]:
