@@ -146,15 +146,18 @@ def main() -> None:
         returned["hand"].append(ms_since(t0))
         return until_ranks(markers, t0)
 
+    load = os.getloadavg()
     res = interleaved({"launch": ours, "hand": hand, "cold": cold}, rounds=ROUNDS)
     drain()
     stop_servers(os.path.join(tmp, "state"))
     print(f"  launch slurm: {[round(x) for x in res['launch']]} ms; hand-written sbatch: "
           f"{[round(x) for x in res['hand']]} ms", flush=True)
     print(f"  submit command returned after (median): launch slurm {median(returned['launch']):.0f} ms, "
-          f"sbatch {median(returned['hand']):.0f} ms", flush=True)
+          f"sbatch {median(returned['hand']):.0f} ms (goal: launch slurm <= sbatch + 50 ms)", flush=True)
     print(f"  without the warm launcher (LAUNCH_WARM=0): submit -> ranks {median(res['cold']):.0f} ms, the command "
-          f"returned after {median(returned['cold']):.0f} ms (medians)", flush=True)
+          f"returned after {median(returned['cold']):.0f} ms (medians; the goals are for the warm launcher)", flush=True)
+    print(f"  load average (1 min): {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end (the machine's "
+          "other work is in every figure)", flush=True)
     print(f"  medians: launch slurm {median(res['launch']):.0f} ms, hand-written sbatch {median(res['hand']):.0f} ms "
           f"(ratio {median(res['launch']) / median(res['hand']):.2f})", flush=True)
     figure(f"slurm submit -> {NODES}x{PER_NODE} ranks running", trimmed_mean(res["launch"]), trimmed_mean(res["hand"]),
