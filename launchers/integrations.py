@@ -20,6 +20,9 @@ plain PyTorch / DCP loop, one call (torch.distributed initialized first; a no-op
     for step in range(start or 0, total):
         ...; optimizer.step(); mem.save(step + 1)   # every M steps: a copy here, a peer node's copy in the background
     mem.close()
+    # Lightning: Lightning's whole checkpoint every M steps; resumed from memory when it holds a newer whole step
+    mem = integrations.lightning_memory_callback()               # first in the callbacks list
+    trainer = L.Trainer(..., callbacks=[mem, ...]); trainer.fit(model, ckpt_path=mem.resume_from(ckpt_path))
 
 The frameworks are imported only when a callback is made (never at `import launchers...`); the hook methods
 read only the few attributes named in them, so they are tested with small stand-ins. Outside a `launch` run
@@ -32,7 +35,7 @@ import math
 import os
 from typing import Any
 
-from . import heartbeat, memckpt
+from . import heartbeat, memckpt, memcodec
 
 
 def whole(n: Any) -> int | None:
@@ -167,8 +170,79 @@ class MemoryCheckpoints:
             self.mem.close(finished)
 
 
+class _Whole:
+    """The Lightning memory copy's one state: Lightning's own checkpoint of that moment (what ModelCheckpoint
+    writes: module, optimizers, schedulers, loops, callbacks), read from the trainer; a restored one kept."""
+
+    def __init__(self) -> None:
+        self.trainer: Any = None
+        self.loaded: dict | None = None
+
+    def state_dict(self) -> dict:
+        return self.trainer._checkpoint_connector.dump_checkpoint(weights_only=False) if self.trainer else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loaded = state
+
+
+class LightningMemory:
+    """The hooks of the Lightning memory-checkpoint callback (lightning_memory_callback() mixes in Callback):
+    every M steps Lightning's whole checkpoint kept in memory (launchers.memckpt); resume_from() restores it."""
+
+    def __init__(self, environ: Any = None) -> None:
+        self.whole = _Whole()
+        self.handle = MemoryCheckpoints({"lightning": self.whole}, environ=environ)
+        self.resume_path: str | None = None
+        self.rng: dict | None = None
+
+    def resume_from(self, ckpt_path: str | None = None) -> str | None:
+        """Before trainer.fit (collective: every rank): the checkpoint to resume from -- memory's newest whole step
+        when it is no older than ckpt_path's (Lightning's own checkpoint, written into the node's store for this
+        rank), else ckpt_path. Starts torch.distributed's default group when it is not up (Lightning uses it)."""
+        if self.handle.mem is None:
+            return ckpt_path
+        memckpt.init_dist()
+        storage = memckpt.load_file(ckpt_path).get("global_step") if ckpt_path else None
+        if self.handle.restore(storage) is None:
+            return ckpt_path
+        self.resume_path = os.path.join(self.handle.mem.store, f"resume-r{self.handle.mem.rank}.ckpt")
+        memckpt.write_file(self.whole.loaded, self.resume_path)
+        self.whole.loaded, self.rng = None, memcodec.get_rng_state()      # set again at the batch start
+        return self.resume_path
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.resume_path:                   # loaded by now
+            os.unlink(self.resume_path)
+            self.resume_path = None
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        """The copy is taken where a batch starts (the steps before it done, its own batch fetched): the point
+        Lightning restarts a batch from; there the restored RNG streams are set once more after a restore
+        (Lightning's resume drew from them since resume_from: its loader's iterator, fit's setup)."""
+        if self.rng is not None:
+            memcodec.set_rng_state(self.rng)
+            self.rng = None
+        elif trainer.global_step:
+            self.whole.trainer = trainer
+            self.handle.save(trainer.global_step)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.handle.close(finished=True)
+
+
 def memory_checkpoints(states: dict, log: Any = None) -> MemoryCheckpoints:
     """The one call for a plain PyTorch / DCP loop (see the module doc): states maps a name to an object with
     state_dict() and load_state_dict() (a module, an optimizer, a scheduler, a DCP Stateful). log: one line's
     printer (default: print on rank 0)."""
     return MemoryCheckpoints(states, log)
+
+
+def lightning_memory_callback() -> Any:
+    """A Lightning Callback keeping memory checkpoints (--memory-checkpoint) of the whole training state every M
+    steps; before fit, `trainer.fit(model, ckpt_path=cb.resume_from(storage_ckpt_path))` resumes from memory when it
+    holds a newer whole step. A no-op in a run launched without the option."""
+    try:
+        from lightning.pytorch.callbacks import Callback
+    except ImportError:
+        from pytorch_lightning.callbacks import Callback
+    return type("LaunchMemoryCheckpoints", (LightningMemory, Callback), {})()

@@ -24,7 +24,6 @@ when the launcher is imported (tests/test_layers.py: RANK_SIDE).
 from __future__ import annotations
 
 import os
-import random
 import re
 import shutil
 import stat
@@ -33,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import NamedTuple
 
-from .memcodec import pack, unpack
+from .memcodec import get_rng_state, pack, set_rng_state, unpack
 from .memstore import ENV_DIR, ENV_EVERY
 
 KEEP = 2                       # newest steps kept of each copy (own, peer)
@@ -54,31 +53,6 @@ class RankEnv(NamedTuple):
         env = os.environ if environ is None else environ
         return cls(int(env.get("RANK") or 0), int(env.get("WORLD_SIZE") or 1), int(env.get("LOCAL_WORLD_SIZE") or 1),
                    env.get("LAUNCH_RUN_DIR") or "", int(env.get("LAUNCH_ATTEMPT") or 0))
-
-
-def get_rng_state() -> dict:
-    """This rank's RNG streams: python's, numpy's (when installed), torch's CPU and, once initialized, CUDA's."""
-    import torch
-    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    try:
-        import numpy as np
-        state["numpy"] = np.random.get_state()
-    except ImportError:
-        pass
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    import torch
-    random.setstate(state["python"])
-    if "numpy" in state:
-        import numpy as np
-        np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 def choose(held: list[list[tuple[int, int]]], world: int, storage_step: int | None) -> tuple[int | None, dict]:
@@ -386,3 +360,24 @@ class MemCheckpoints:
         return {"memory_checkpoint": {"every": self.every, "on": self.on, "copies": self.copies,
                                       "bytes_per_copy": self.bytes, "blocked_s": round(self.blocked_s, 4),
                                       "background_s": round(self.copy_s, 4)}}
+
+
+def init_dist() -> None:
+    """torch.distributed's default group from torchrun's environment, unless it is up already (LAUNCH_DIST_BACKEND,
+    else nccl with CUDA, else gloo): a framework that finds it up (Lightning's DDP) uses it."""
+    import torch
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group(os.environ.get("LAUNCH_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo"))
+
+
+def load_file(path: str):
+    """A torch.save file's object (memory-mapped: reading its step costs little); write_file() the inverse."""
+    import torch
+    return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+
+
+def write_file(obj, path: str) -> None:
+    import torch
+    torch.save(obj, f"{path}.tmp-{os.getpid()}")
+    os.replace(f"{path}.tmp-{os.getpid()}", path)

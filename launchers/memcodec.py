@@ -6,11 +6,13 @@ where torch.save spends ~3 ms per 0.5 MB of small tensors (its zip records). A D
 parameters and optimizer state) is packed as this rank's local shard only: a memory checkpoint is loaded by the same
 world size, each rank its own shards. unpack() is the inverse, every tensor its own copy; a shard becomes a DTensor
 again on the mesh and placements of the tensor at the same place in the state it is loaded into (template).
+get_rng_state()/set_rng_state(): a rank's RNG streams, kept with its state (the workloads' storage checkpoints too).
 """
 from __future__ import annotations
 
 import math
 import pickle
+import random
 import struct
 from typing import Callable, NamedTuple
 
@@ -27,6 +29,31 @@ class _T(NamedTuple):
 class _D(NamedTuple):
     """A DTensor of a packed state: its local shard (rebuilt on the template's mesh and placements)."""
     local: _T
+
+
+def get_rng_state() -> dict:
+    """This rank's RNG streams: python's, numpy's (when installed), torch's CPU and, once initialized, CUDA's."""
+    import torch
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+        state["numpy"] = np.random.get_state()
+    except ImportError:
+        pass
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import torch
+    random.setstate(state["python"])
+    if "numpy" in state:
+        import numpy as np
+        np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 def is_dtensor(o) -> bool:

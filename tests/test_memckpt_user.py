@@ -4,7 +4,9 @@ implementation (launchers.memckpt, the workloads' too). Pure: without --memory-c
 every call a no-op. Real run (local, 2 simulated nodes x 1, --max-restarts 1, a 1 s step delay, the program's own
 storage checkpoints at steps 4 and 8): tests/data/memckpt_user.py, a plain PyTorch loop (Adam, its batches from
 each rank's global RNG); node 1 killed at step 6 resumes from memory (rank 1 from the copy node 0 held), at most
-M = 1 step lost, and ends with the uninterrupted run's weights (sha256)."""
+M = 1 step lost, and ends with the uninterrupted run's weights (sha256). The same for a Lightning program through
+integrations.lightning_memory_callback (tests/data/memckpt_lightning.py: Lightning's whole checkpoint in memory,
+resumed through fit's ckpt_path, the RNG streams set again where the copy was taken)."""
 from __future__ import annotations
 
 import re
@@ -15,11 +17,12 @@ import pytest
 
 from conftest import read_json, run_launch
 from launchers import integrations, memstore
-from test_memckpt import MEMORY, attempt1
 from test_recovery import gone, recovery_row
 from test_recovery_local import ended, signal_node, started_with_a_spare
 
+MEMORY = ("--memory-checkpoint", "--max-restarts", "1")
 USER = ("memckpt_user.py",)
+LIGHTNING = ("memckpt_lightning.py",)
 
 
 def test_without_the_option_the_handle_does_nothing():
@@ -31,27 +34,44 @@ def test_without_the_option_the_handle_does_nothing():
     mem.close()
     on = integrations.MemoryCheckpoints({}, environ={memstore.ENV_EVERY: "3", memstore.ENV_DIR: "/dev/shm/x"})
     assert on and on.mem.every == 3 and not on.mem.due(2)
+    assert integrations.LightningMemory(environ={}).resume_from("step-4.ckpt") == "step-4.ckpt"
+
+
+def resumed_from_memory(program: tuple[str, ...], run_dir: str, fault: str) -> tuple[str, str]:
+    """The uninterrupted run (2 nodes x 1, no option) gives the weights; then node 1 (its agent, rank wrapper and
+    program) SIGKILLed once it reported step 6 (storage holds step 4): attempt 1 restores step >= 5 from memory --
+    rank 0 from its own copy, rank 1 from the copy node 0 held -- with at most 1 step lost, and ends with the same
+    weights at step 8, nothing of the run left. -> (rank 0's log of attempt 1, the step restored)."""
+    ref = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/ref", "--", *program)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    reference = read_json("runs/ref/final.json")["param_sha256"]
+    with recovery_row("local", f"{fault}: node killed between storage checkpoints", run_dir,
+                      "resumed from memory (at most 1 step lost); COMPLETED, exit 0") as row:
+        with started_with_a_spare(run_dir, MEMORY, base=program) as p:
+            signal_node(p, run_dir, 1, signal.SIGKILL, step=6)
+            run = ended(p, run_dir)
+        log = Path(run_dir, "logs/node0/rank0.log").read_text().split("launch attempt 1")[-1]
+        m = re.search(r"restored step (\d+) from memory \(rank 0: own copy; ranks restored from a peer's copy: "
+                      r"\[1\].*rollback: (\d+) step", log)
+        assert m and int(m.group(1)) >= 5 and int(m.group(2)) <= 1, log[-3000:]
+        row["user_sees"] += f" (restored step {m.group(1)}, {m.group(2)} step(s) lost)"
+        assert read_json(Path(run_dir, "final.json")) == {"step": 8, "param_sha256": reference}
+        row["orphans"] = len(gone(run["run_id"]))
+        assert row["orphans"] == 0 and not Path(memstore.run_store(run["run_id"])).exists()
+    return log, m.group(1)
 
 
 @pytest.mark.slow
 def test_a_users_program_resumes_from_memory_bit_exact(workdir):
-    """The uninterrupted run (2 nodes x 1, no option) gives the weights; then node 1 (its agent, rank wrapper and
-    program) SIGKILLed once it reported step 6 (storage holds step 4): attempt 1 restores step >= 5 from memory --
-    rank 0 from its own copy, rank 1 from the copy node 0 held -- and ends with the same weights."""
-    ref = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/ref", "--", *USER)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    reference = read_json("runs/ref/final.json")["param_sha256"]
-    with recovery_row("local", "a user's program (integrations.memory_checkpoints): node killed between storage "
-                      "checkpoints", "runs/u", "resumed from memory (at most 1 step lost); COMPLETED, exit 0") as row:
-        with started_with_a_spare("runs/u", MEMORY, base=USER) as p:
-            signal_node(p, "runs/u", 1, signal.SIGKILL, step=6)
-            run = ended(p, "runs/u")
-        log = attempt1("runs/u")
-        m = re.search(r"restored step (\d+) from memory \(rank 0: own copy; ranks restored from a peer's copy: "
-                      r"\[1\].*rollback: (\d+) step", log)
-        assert m and int(m.group(1)) >= 5 and int(m.group(2)) <= 1, log[-3000:]
-        assert f"rank 0: starting at step {m.group(1)}" in log, log[-3000:]
-        row["user_sees"] += f" (restored step {m.group(1)}, {m.group(2)} step(s) lost)"
-        assert read_json("runs/u/final.json")["param_sha256"] == reference
-        row["orphans"] = len(gone(run["run_id"]))
-        assert row["orphans"] == 0 and not Path(memstore.run_store(run["run_id"])).exists()
+    """tests/data/memckpt_user.py (resumed_from_memory): it starts at the step memory held."""
+    log, step = resumed_from_memory(USER, "runs/u", "a user's program (integrations.memory_checkpoints)")
+    assert f"rank 0: starting at step {step}" in log, log[-3000:]
+
+
+@pytest.mark.slow
+def test_a_lightning_program_resumes_from_memory_bit_exact(workdir):
+    """The same through the Lightning callback (tests/data/memckpt_lightning.py: one step an epoch, each step's noise
+    from the global RNG, Lightning's own checkpoints at steps 4 and 8): Lightning resumes from memory's copy of its
+    whole checkpoint, written into the node's store."""
+    log, _ = resumed_from_memory(LIGHTNING, "runs/l", "a Lightning program (integrations.lightning_memory_callback)")
+    assert "rank 0: resuming from /dev/shm/" in log, log[-3000:]

@@ -15,12 +15,17 @@ import torch.distributed as dist
 from launchers import heartbeat, integrations
 
 
-def main() -> None:
+def options() -> argparse.Namespace:
+    """This program's options (memckpt_lightning.py's too)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--checkpoint-every", type=int, default=4)
     ap.add_argument("--step-delay", type=float, default=0.0)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    a = options()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

@@ -46,7 +46,7 @@ import torch.distributed as dist
 
 from launchers import fence
 from launchers.ckptptr import commit, read_latest, resolve
-from launchers.memckpt import get_rng_state, set_rng_state  # noqa: F401  (dsloop's too)
+from launchers.memcodec import get_rng_state, set_rng_state  # noqa: F401  (dsloop's too)
 
 # torch.distributed.checkpoint costs ~1.7 s to import (DTensor, dynamo); it is imported at the first
 # save/load, so training starts sooner. The wrappers below satisfy DCP's runtime-checkable Stateful
