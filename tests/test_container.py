@@ -14,6 +14,7 @@ from launchers.backends.local import LocalBackend
 from launchers.backends.slurm.backend import SlurmBackend
 from launchers.backends.slurm.render import header_for, node_task_command, render_sbatch, sbatch_parameters, srun_argv
 from launchers.backends.ssh import SSHBackend
+from launchers.backends.sshplan import kill_line
 from launchers.doctor.checks import Context, container_runtime
 from launchers.errors import LaunchError
 from launchers.request import JobSpec as ApiJobSpec
@@ -213,7 +214,7 @@ def test_cleanup_hook(tmp_path):
     assert container.cleanup_argv(spec("apptainer"), RUN_ID, 1) is None
     assert container.cleanup_argv(spec(container_image=""), RUN_ID, 1) is None
     plan = SSHBackend().plan(spec("podman", options=ssh_opts(tmp_path)), RUN_ID, 0)
-    assert SSHBackend._kill_line(plan, 1, 15, 5).endswith("; podman rm --force --ignore --time 0 r1-abcd-node1 "
+    assert kill_line(plan, 1, 15, 5).endswith("; podman rm --force --ignore --time 0 r1-abcd-node1 "
                                                           ">/dev/null 2>&1")
 
 

@@ -18,75 +18,23 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Any
 
-from .. import container, memstore, ports, procs
-from ..errors import LaunchError, RunDirGone
+from .. import memstore, procs
+from ..errors import RunDirGone
 from ..firstfail import node_failed
 from ..hang import watch as hang_watch
-from ..hostfile import ResolvedHost, avoiding, hosts_from_options, pool_hosts, resolve
 from ..layout import Presence
 from ..remote import AGENT_ENDED, HEARTBEAT, env_file
 from ..rundir import TERMINAL, RunDir
-from ..show import counted
-from ..spec import RunSpec, redact_env
-from ..sshconn import close_all, connect_all, describe, get_tree, make_connection, put_private
-from ..sshmodel import SSHSettings
-from ..sshmodel import settings as ssh_settings
+from ..spec import RunSpec
+from ..sshconn import close_all, connect_all, describe, make_connection, put_private
 from ..sshwatch import Prefixed, Silence
 from ..stops import Stop, stop_decision, wait_s
 from . import sshcheck
-from .base import Backend, Interrupts, Plan, node_code_fields, node_commands
+from .base import Backend, Interrupts, node_code_fields
+from .sshops import FORGET_S, collect, forget_on, stop_nodes
+from .sshplan import SSHPlan, commands, make_plan
 from .sshwarm import Zygotes
-
-STAGING_ROOT = "/tmp/launch-staging"
-FORGET_S = 15.0           # how long the end of a --memory-checkpoint run waits for its hosts to drop their stores
-
-
-@dataclass
-class SSHPlan(Plan):
-    rhosts: list[ResolvedHost] = field(default_factory=list)
-    rpool: list[ResolvedHost] = field(default_factory=list)      # every host of the pool (nodes, spares)
-    settings: SSHSettings = field(default_factory=SSHSettings)
-    cwd: str = ""
-    node_dir: str = ""        # LAUNCH_RUN_DIR on the hosts: the run dir, or a host-local staging dir
-    port_fixed: bool = False
-
-    @property
-    def staged(self) -> bool:
-        return self.node_dir != self.spec.run_dir
-
-    def pid_file(self, k: int) -> str:
-        return f"/tmp/.launch-{self.run_id}-node{k}.pid"
-
-    def remote_line(self, k: int, redact: bool = True) -> str:
-        """The exact line sshd runs on host k: cd, the node's env (its secrets go in remote.env_file, 0600, which the
-        host agent reads and deletes: shown *** here), the host agent, the builder's argv."""
-        nc = self.nodes[k]
-        env = redact_env(nc.env_dict, nc.secret) if redact else nc.public_env()
-        ef = ["--env-file", env_file(self.run_id, self.attempt, k)] if nc.secret_env() else []
-        words = ["env", *(f"{a}={b}" for a, b in env.items()), self.spec.python, "-m", "launchers.remote", "run",
-                 "--node", str(k), "--pid-file", self.pid_file(k), *ef, "--", *(nc.shown_argv() if redact else nc.argv)]
-        return f"cd {shlex.quote(self.cwd)} 2>/dev/null; exec " + " ".join(shlex.quote(w) for w in words)
-
-    def render(self) -> str:
-        out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
-               self.world_line(), f"# master:  {self.master_addr}:{self.master_port} (probed at launch)",
-               *self.spares_lines(), *self.cpu_bind_lines()]
-        if self.spec.avoid_hosts:           # the site's node ledger (launchers.siteledger)
-            out.append(f"# node ledger {self.spec.node_ledger}: quarantined, not used: "
-                       + ", ".join(self.spec.avoid_hosts))
-        if self.staged:
-            out.append(f"# storage: not shared; hosts write {self.node_dir}, collected into the run dir over SFTP")
-        for k, h in enumerate(self.rhosts):
-            slot = f" (slot {self.slots[k]})" if self.spec.spares else ""
-            out += ["", f"# node {k} on {h.user}@{h.label}{slot}:", self.remote_line(k)]
-        return "\n".join(out) + "\n"
-
-    def record(self) -> dict[str, Any]:
-        return dict(super().record(), addresses=[f"{h.hostname}:{h.port}" for h in self.rhosts],
-                    node_dir=self.node_dir, cwd=self.cwd)
 
 
 class SSHBackend(Backend):
@@ -97,43 +45,9 @@ class SSHBackend(Backend):
         self._ready: tuple[int, list] | None = None      # (id(plan), connections) after preflight
         self._reached: set[tuple[str, int, str]] = set()   # (master host, port, host) the reach check passed
 
-    # ------------------------------------------------------------------ plan (pure: no network)
     def plan(self, spec: RunSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> SSHPlan:
-        """slots: the pool's slots the nodes run on, in node order (--spares, --nodes MIN:MAX: launchers.recovery;
-        one node per slot); slot k is the k-th host of MAX + spares, node 0 (the master) the host of slots[0].
-        Default: the first hosts, every one when --nodes is not given (less the spares)."""
-        opts, settings = spec.opts, ssh_settings(spec.opts)
-        want = (spec.max_nodes or spec.nodes) if "nodes" in spec.explicit else None    # --nodes MIN:MAX: MAX's hosts
-        entries = avoiding(hosts_from_options(opts), spec.avoid_hosts, (want or 1) + spec.spares, spec.node_ledger)
-        nodes, pool = pool_hosts(entries, want, spec.spares)
-        slots = list(slots) if slots is not None else list(range(nodes))
-        if bad := [s for s in slots if not 0 <= s < len(pool)]:
-            raise LaunchError(f"node slot {bad[0]} has no host: the pool has {len(pool)} hosts (--nodes + --spares)")
-        rpool = resolve(pool, settings.ssh_config)        # every host of the pool: two names of one host refused
-        rhosts, gpn = [rpool[s] for s in slots], spec.gpus_per_node
-        counts = {e.slots for e in pool if e.slots is not None}         # the spares' too: one shape for the run
-        if "gpus_per_node" not in spec.explicit and counts:   # --gpus-per-node (when given) overrides slots=
-            if len(counts) > 1:
-                raise LaunchError(f"hosts have different slots= ({', '.join(map(str, sorted(counts)))}); "
-                                  "torchrun needs the same count per node: give --gpus-per-node")
-            gpn = counts.pop()
-        spec = spec.replace(nodes=len(slots), gpus_per_node=gpn, explicit=("nodes", "gpus_per_node"))
-        node_dir = spec.run_dir
-        if opts.get("shared_storage") is False and spec.hang_timeout:
-            raise LaunchError("--hang-timeout needs the run dir on shared storage (the hosts' progress meets "
-                              "there); it is not accepted with --no-shared-storage")
-        if opts.get("shared_storage") is False:
-            node_dir = os.path.join(opts.get("staging_dir") or STAGING_ROOT, run_id)
-        master, port, dist = rhosts[0].hostname, spec.master_port or ports.derive_port(run_id), spec.dist_backend
-        return SSHPlan(spec=spec, run_id=run_id, attempt=attempt, master_addr=master, master_port=port,
-                       dist_backend=dist, hosts=[h.entry.word for h in rhosts],
-                       nodes=self._commands(spec, node_dir, run_id, attempt, master, port, dist, slots),
-                       rhosts=rhosts, rpool=rpool, settings=settings, cwd=os.getcwd(), node_dir=node_dir,
-                       port_fixed=spec.master_port is not None, slots=slots)
-
-    @staticmethod
-    def _commands(spec, node_dir, run_id, attempt, master, port, dist, slots):
-        return node_commands(spec.replace(run_dir=node_dir), run_id, attempt, master, port, dist, slots=slots)
+        """Pure: no network (launchers.backends.sshplan)."""
+        return make_plan(spec, run_id, attempt, slots)
 
     # ------------------------------------------------------------------ preflight (before the run dir exists)
     def preflight(self, plan: SSHPlan) -> None:
@@ -144,7 +58,7 @@ class SSHBackend(Backend):
                 dist = sshcheck.decide_backend(plan, conns)
             if (port, dist) != (plan.master_port, plan.dist_backend):    # the master's first free candidate
                 plan.master_port, plan.dist_backend = port, dist
-                plan.nodes = self._commands(plan.spec, plan.node_dir, plan.run_id, plan.attempt, plan.master_addr,
+                plan.nodes = commands(plan.spec, plan.node_dir, plan.run_id, plan.attempt, plan.master_addr,
                                             port, plan.dist_backend, plan.slots)
             sshcheck.check_image(plan, conns)
             pairs = {(plan.rhosts[0].label, plan.master_port, h.label) for h in plan.rhosts[1:]}
@@ -173,54 +87,47 @@ class SSHBackend(Backend):
         outs = [Prefixed(f"[{h.entry.name}] ", _write, HEARTBEAT, notes=(AGENT_ENDED,)) for h in plan.rhosts]
         silence = Silence(outs, conns)
 
-        def run_node(k: int) -> None:
-            out = outs[k]
-            try:
-                if plan.nodes[k].secret_env():       # over SFTP, never on a command line (launchers.remote reads it)
-                    put_private(conns[k], env_file(plan.run_id, plan.attempt, k), json.dumps(plan.nodes[k].secret_env()))
-                r = conns[k].run(plan.remote_line(k, redact=False), pty=True, warn=True, in_stream=False,
-                                 out_stream=out, err_stream=out)
-                done = r.exited is not None and r.exited >= 0
-                ended.setdefault(k, (agent_ended(out), r.exited if done else None, None if done else "connection lost"))
-            except Exception as e:  # noqa: BLE001 - the host died or the connection dropped
-                ended.setdefault(k, (time.time(), None, f"connection lost ({describe(e, plan.rhosts[k], plan.settings)})"))
-            finally:
-                out.close()
-
         pool = ThreadPoolExecutor(max_workers=n)
-        futs = [pool.submit(run_node, k) for k in range(n)]
+        futs = [pool.submit(run_node, plan, conns[k], k, outs[k], ended) for k in range(n)]
         spec = plan.spec
         watch = hang_watch.LauncherWatch(rd, plan.run_id, plan.attempt, spec.hang_timeout, n, spec.world_size,
                                          monitor_here=False) if spec.hang_timeout else None
         here = Presence(rd.path)
         with Interrupts() as intr:
             try:
-                pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence, here, plan.teller())
-                if pending:
-                    if not intr.got:                   # a stop was already announced by Interrupts
-                        print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
-                    hung = watch is not None and watch.coord.verdict is not None
-                    self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],
-                                       stop_decision("run dir gone", 0) if here.gone() else
-                                       intr.stop("hang" if hung else "peer failure", spec.stop_grace))
-                self._stop(plan, conns, [k for k in range(n) if k not in silence.lost], signal.SIGKILL, final=True)
-                for k in sorted(silence.lost):
-                    print(f"launch: node {k} ({plan.rhosts[k].label}) is lost, not swept: its processes stop when its sshd "
-                          "ends the session (ClientAliveInterval), or `launch cancel` the run once it is back",
-                          file=sys.stderr, flush=True)
+                self._until_the_end(plan, conns, futs, ended, intr, watch, silence, here)
             finally:
                 pool.shutdown(wait=False)
         if here.gone():       # nothing collected nor recorded: that would recreate half a run dir
             close_all(conns)
             raise RunDirGone(here.gone_line())
         if plan.staged:
-            self._collect(plan, conns, rd)
+            collect(plan, conns, rd)
         close_all(conns)
         return self._finish(plan, rd, ended, intr)
 
+    def _until_the_end(self, plan: SSHPlan, conns, futs, ended: dict, intr: Interrupts,
+                       watch: hang_watch.LauncherWatch | None, silence: Silence, here: Presence) -> None:
+        """Wait for the nodes (_wait_nodes); on a node's failure, a hang, the run dir removed or a stop, the rest
+        are stopped; then every host not lost is swept (SIGKILL to whatever of the run is left there)."""
+        n = len(conns)
+        pending, why = self._wait_nodes(set(futs), ended, intr, watch, silence, here, plan.teller())
+        if pending:
+            if not intr.got:                   # a stop was already announced by Interrupts
+                print(f"launch: {why}; stopping the other nodes", file=sys.stderr, flush=True)
+            hung = watch is not None and watch.coord.verdict is not None
+            self._stop_pending(plan, conns, futs, [k for k in range(n) if k not in ended],
+                               stop_decision("run dir gone", 0) if here.gone() else
+                               intr.stop("hang" if hung else "peer failure", plan.spec.stop_grace))
+        stop_nodes(plan, conns, [k for k in range(n) if k not in silence.lost], signal.SIGKILL, final=True)
+        for k in sorted(silence.lost):
+            print(f"launch: node {k} ({plan.rhosts[k].label}) is lost, not swept: its processes stop when its sshd "
+                  "ends the session (ClientAliveInterval), or `launch cancel` the run once it is back",
+                  file=sys.stderr, flush=True)
+
     def _stop_pending(self, plan: SSHPlan, conns, futs, nodes: list[int], stop: Stop) -> None:
         """The nodes still running get one stop signal (through their agents), then the stop grace."""
-        self._stop(plan, conns, nodes, stop.signal, stop.wait_s)
+        stop_nodes(plan, conns, nodes, stop.signal, stop.wait_s)
         wait(futs, timeout=10 if stop.signal == signal.SIGKILL else stop.wait_s + 10)
         if any(not f.done() for f in futs):
             close_all(conns)                # dropping the pty SIGHUPs the host agents
@@ -263,71 +170,12 @@ class SSHBackend(Backend):
                   file=sys.stderr, flush=True)
         return code
 
-    # ------------------------------------------------------------------ stopping and sweeping
-    @staticmethod
-    def _kill_line(plan: SSHPlan, k: int, sig: int, wait_s: float) -> str:
-        return (f"cd {shlex.quote(plan.cwd)} 2>/dev/null; {shlex.quote(plan.spec.python)} -m launchers.remote kill "
-                f"{shlex.quote(plan.run_id)} --node {k} --run-dir {shlex.quote(plan.node_dir)} "
-                f"--pid-file {shlex.quote(plan.pid_file(k))} "
-                f"--signal {signal.Signals(sig).name} --wait {wait_s:g}{container.cleanup_line(plan.spec, plan.run_id, k)}")
-
-    def _stop(self, plan: SSHPlan, conns, nodes, sig: int = signal.SIGTERM, wait_s: float = 0.0,
-              final: bool = False) -> None:
-        """`launchers.remote kill` on each host (over the open connection, else a fresh one), in parallel: one
-        `sig` to the node's agent, up to wait_s for the node to end, then the sweep."""
-        nodes = list(nodes)
-
-        def one(k: int) -> None:
-            for attempt in range(2):
-                try:
-                    c = conns[k] if attempt == 0 else make_connection(plan.rhosts[k], plan.settings)
-                    r = c.run(self._kill_line(plan, k, sig, wait_s), hide=True, warn=True, in_stream=False,
-                              timeout=wait_s + 30)
-                    rec = json.loads(r.stdout.strip().splitlines()[-1])
-                    if rec.get("forced") or (final and rec.get("before")):
-                        print(f"launch: node {k} ({plan.rhosts[k].entry.name}): stopped {rec['before']}, "
-                              f"killed {rec['forced']}, left {rec['after']}", file=sys.stderr, flush=True)
-                    return
-                except Exception:  # noqa: BLE001 - the host is gone: nothing of the run is left running there
-                    continue
-
-        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as ex:
-            list(ex.map(one, nodes))
-
-    # ------------------------------------------------------------------ --no-shared-storage
-    def _collect(self, plan: SSHPlan, conns, rd: RunDir) -> None:
-        """Copy every host's staged files (logs, status, checkpoints, metrics...) into the run dir."""
-        def one(k: int) -> str | None:
-            try:
-                sftp = conns[k].sftp()
-            except Exception:  # noqa: BLE001
-                try:
-                    c = make_connection(plan.rhosts[k], plan.settings)
-                    c.open()
-                    sftp = c.sftp()
-                except Exception as e:  # noqa: BLE001
-                    return describe(e, plan.rhosts[k], plan.settings)
-            get_tree(sftp, plan.node_dir, rd.path)
-            return None
-
-        say = counted("collect", len(conns))
-
-        def step(k: int) -> str | None:
-            err = one(k)
-            say(f"node {k} ({plan.rhosts[k].entry.name})", "files copied" if err is None else "failed")
-            return err
-
-        with ThreadPoolExecutor(max_workers=len(conns)) as ex:
-            for k, err in enumerate(ex.map(step, range(len(conns)))):
-                if err:
-                    print(f"launch: could not collect node {k}'s files: {err}", file=sys.stderr, flush=True)
-
     def forget_memory(self, plan: SSHPlan) -> None:
         """--memory-checkpoint: the run's stores go from every host of its pool (nodes and spares, a lost node's
         host too when it answers), in parallel; a host that does not answer within FORGET_S keeps its copy until
         it reboots (tmpfs). Never fails the run."""
         line = "rm -rf -- " + shlex.quote(memstore.run_store(plan.run_id))
-        threads = [threading.Thread(target=_forget_on, args=(h, plan.settings, line), daemon=True,
+        threads = [threading.Thread(target=forget_on, args=(h, plan.settings, line), daemon=True,
                                     name="launch-forget-memory") for h in plan.rpool or plan.rhosts]
         end = time.monotonic() + FORGET_S
         for t in threads:
@@ -350,23 +198,28 @@ class SSHBackend(Backend):
         data = rd.read_run_yaml()
         plan = self.plan(spec, data["run_id"], attempt=len(data["attempts"]) - 1,
                          slots=data["attempts"][-1].get("slots"))           # the last attempt's hosts
-        self._stop(plan, [make_connection(h, plan.settings) for h in plan.rhosts], range(len(plan.rhosts)),
+        stop_nodes(plan, [make_connection(h, plan.settings) for h in plan.rhosts], range(len(plan.rhosts)),
                    signal.SIGTERM, wait_s(spec.stop_grace), final=True)
         with rd.lock():
             if rd.read_status().get("state") not in TERMINAL:
                 rd.update_status(state="CANCELLED", reason="by launch cancel", first_failure=None)
 
 
-def _forget_on(h: ResolvedHost, settings: SSHSettings, line: str) -> None:
-    """One host's part of forget_memory: its own connection, so that a host that is down costs only itself."""
+def run_node(plan: SSHPlan, conn, k: int, out: Prefixed, ended: dict) -> None:
+    """Node k on its host (its thread): its secrets over SFTP, never on a command line (launchers.remote reads
+    them), then its line on a pty, output streamed through `out`; how it ended into ended[k] (time, exit code or
+    None, why: its connection lost)."""
     try:
-        c = make_connection(h, settings)
-        try:
-            c.run(line, hide=True, warn=True, in_stream=False, timeout=FORGET_S)
-        finally:
-            c.close()
-    except Exception:  # noqa: BLE001 - best effort: the store is tmpfs, gone at the host's next boot
-        pass
+        if plan.nodes[k].secret_env():
+            put_private(conn, env_file(plan.run_id, plan.attempt, k), json.dumps(plan.nodes[k].secret_env()))
+        r = conn.run(plan.remote_line(k, redact=False), pty=True, warn=True, in_stream=False,
+                     out_stream=out, err_stream=out)
+        done = r.exited is not None and r.exited >= 0
+        ended.setdefault(k, (agent_ended(out), r.exited if done else None, None if done else "connection lost"))
+    except Exception as e:  # noqa: BLE001 - the host died or the connection dropped
+        ended.setdefault(k, (time.time(), None, f"connection lost ({describe(e, plan.rhosts[k], plan.settings)})"))
+    finally:
+        out.close()
 
 
 def agent_ended(out: Prefixed) -> float:
