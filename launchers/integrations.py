@@ -23,6 +23,9 @@ plain PyTorch / DCP loop, one call (torch.distributed initialized first; a no-op
     # Lightning: Lightning's whole checkpoint every M steps; resumed from memory when it holds a newer whole step
     mem = integrations.lightning_memory_callback()               # first in the callbacks list
     trainer = L.Trainer(..., callbacks=[mem, ...]); trainer.fit(model, ckpt_path=mem.resume_from(ckpt_path))
+    # Transformers: the Trainer's checkpoint (model, optimizer, scheduler, TrainerState, RNG) every M steps
+    mem = integrations.hf_memory_callback()                      # first in the callbacks list
+    trainer = Trainer(..., callbacks=[mem, ...]); trainer.train(resume_from_checkpoint=mem.resume_from(ckpt_dir))
 
 The frameworks are imported only when a callback is made (never at `import launchers...`); the hook methods
 read only the few attributes named in them, so they are tested with small stand-ins. Outside a `launch` run
@@ -30,9 +33,12 @@ every report is a no-op (launchers.heartbeat).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import math
 import os
+import shutil
 from typing import Any
 
 from . import heartbeat, memckpt, memcodec
@@ -171,15 +177,15 @@ class MemoryCheckpoints:
 
 
 class _Whole:
-    """The Lightning memory copy's one state: Lightning's own checkpoint of that moment (what ModelCheckpoint
-    writes: module, optimizers, schedulers, loops, callbacks), read from the trainer; a restored one kept."""
+    """A framework's memory copy as one state: take() reads the framework's own checkpoint of that moment (set by
+    the hook that saves it); a restored one kept."""
 
     def __init__(self) -> None:
-        self.trainer: Any = None
+        self.take: Any = dict
         self.loaded: dict | None = None
 
     def state_dict(self) -> dict:
-        return self.trainer._checkpoint_connector.dump_checkpoint(weights_only=False) if self.trainer else {}
+        return self.take()
 
     def load_state_dict(self, state: dict) -> None:
         self.loaded = state
@@ -222,12 +228,64 @@ class LightningMemory:
         if self.rng is not None:
             memcodec.set_rng_state(self.rng)
             self.rng = None
-        elif trainer.global_step:
-            self.whole.trainer = trainer
+        elif trainer.global_step:        # Lightning's whole checkpoint: what ModelCheckpoint writes
+            self.whole.take = lambda: trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
             self.handle.save(trainer.global_step)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.handle.close(finished=True)
+
+
+class HFMemory:
+    """The hooks of the Transformers memory-checkpoint callback (hf_memory_callback() mixes in TrainerCallback):
+    every M steps the model's, optimizer's and scheduler's states, the TrainerState and the rank's RNG in memory;
+    resume_from() writes the newest whole step as a Trainer checkpoint directory into the node's store."""
+
+    def __init__(self, environ: Any = None) -> None:
+        self.whole = _Whole()
+        self.handle = MemoryCheckpoints({"hf": self.whole}, environ=environ)
+        self.resume_dir: str | None = None
+
+    def resume_from(self, ckpt_dir: str | None = None) -> str | None:
+        """Before trainer.train (collective): the checkpoint directory to resume from -- memory's newest whole step
+        when it is no older than ckpt_dir's (its trainer_state.json's global_step), else ckpt_dir."""
+        if self.handle.mem is None:
+            return ckpt_dir
+        memckpt.init_dist()
+        storage = None
+        if ckpt_dir:
+            with open(os.path.join(ckpt_dir, "trainer_state.json"), encoding="utf-8") as f:
+                storage = json.load(f)["global_step"]
+        step = self.handle.restore(storage)
+        if step is None:
+            return ckpt_dir
+        mem, got = self.handle.mem, self.whole.loaded
+        self.resume_dir = os.path.join(mem.store, f"resume-r{mem.rank}")
+        out = os.path.join(self.resume_dir, f"checkpoint-{step}")
+        os.makedirs(out, exist_ok=True)
+        rng = memcodec.get_rng_state()         # the restored streams, in the Trainer's own form (CPU ones)
+        rng = {"python": rng["python"], "numpy": rng.get("numpy"), "cpu": rng["torch"]}
+        for name, obj in (("pytorch_model.bin", got["model"]), ("optimizer.pt", got["optimizer"]),
+                          ("scheduler.pt", got["scheduler"]),
+                          (f"rng_state_{mem.rank}.pth" if mem.world > 1 else "rng_state.pth", rng)):
+            if obj is not None:
+                memckpt.write_file(obj, os.path.join(out, name))
+        with open(os.path.join(out, "trainer_state.json"), "w", encoding="utf-8") as f:
+            json.dump(got["trainer_state"], f, indent=2, sort_keys=True)
+        self.whole.loaded = None
+        return out
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                    lr_scheduler: Any = None, **kwargs: Any) -> None:
+        self.whole.take = lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                   "scheduler": lr_scheduler.state_dict() if lr_scheduler is not None else None,
+                                   "trainer_state": dataclasses.asdict(state)}
+        self.handle.save(state.global_step)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.handle.close(finished=True)
+        if self.resume_dir:
+            shutil.rmtree(self.resume_dir, ignore_errors=True)
 
 
 def memory_checkpoints(states: dict, log: Any = None) -> MemoryCheckpoints:
@@ -246,3 +304,11 @@ def lightning_memory_callback() -> Any:
     except ImportError:
         from pytorch_lightning.callbacks import Callback
     return type("LaunchMemoryCheckpoints", (LightningMemory, Callback), {})()
+
+
+def hf_memory_callback() -> Any:
+    """A transformers TrainerCallback keeping memory checkpoints (--memory-checkpoint) every M steps; before train,
+    `trainer.train(resume_from_checkpoint=cb.resume_from(storage_checkpoint_dir))` resumes from memory when it holds
+    a newer whole step. A no-op in a run launched without the option."""
+    from transformers import TrainerCallback
+    return type("LaunchMemoryCheckpoints", (HFMemory, TrainerCallback), {})()

@@ -6,7 +6,9 @@ storage checkpoints at steps 4 and 8): tests/data/memckpt_user.py, a plain PyTor
 each rank's global RNG); node 1 killed at step 6 resumes from memory (rank 1 from the copy node 0 held), at most
 M = 1 step lost, and ends with the uninterrupted run's weights (sha256). The same for a Lightning program through
 integrations.lightning_memory_callback (tests/data/memckpt_lightning.py: Lightning's whole checkpoint in memory,
-resumed through fit's ckpt_path, the RNG streams set again where the copy was taken)."""
+resumed through fit's ckpt_path, the RNG streams set again where the copy was taken) and for a Transformers
+Trainer program through integrations.hf_memory_callback (tests/data/memckpt_hf.py: memory's step mid-epoch, written
+as the Trainer's checkpoint directory; the Trainer skips the batches done and sets the RNG streams itself)."""
 from __future__ import annotations
 
 import re
@@ -23,6 +25,7 @@ from test_recovery_local import ended, signal_node, started_with_a_spare
 MEMORY = ("--memory-checkpoint", "--max-restarts", "1")
 USER = ("memckpt_user.py",)
 LIGHTNING = ("memckpt_lightning.py",)
+HF = ("memckpt_hf.py",)
 
 
 def test_without_the_option_the_handle_does_nothing():
@@ -35,6 +38,7 @@ def test_without_the_option_the_handle_does_nothing():
     on = integrations.MemoryCheckpoints({}, environ={memstore.ENV_EVERY: "3", memstore.ENV_DIR: "/dev/shm/x"})
     assert on and on.mem.every == 3 and not on.mem.due(2)
     assert integrations.LightningMemory(environ={}).resume_from("step-4.ckpt") == "step-4.ckpt"
+    assert integrations.HFMemory(environ={}).resume_from("checkpoint-4") == "checkpoint-4"
 
 
 def resumed_from_memory(program: tuple[str, ...], run_dir: str, fault: str) -> tuple[str, str]:
@@ -75,3 +79,12 @@ def test_a_lightning_program_resumes_from_memory_bit_exact(workdir):
     whole checkpoint, written into the node's store."""
     log, _ = resumed_from_memory(LIGHTNING, "runs/l", "a Lightning program (integrations.lightning_memory_callback)")
     assert "rank 0: resuming from /dev/shm/" in log, log[-3000:]
+
+
+@pytest.mark.slow
+def test_a_transformers_trainer_program_resumes_from_memory_bit_exact(workdir):
+    """The same through the Transformers callback (tests/data/memckpt_hf.py: 8 steps an epoch, so memory's step is
+    mid-epoch and the Trainer skips the batches done; each step's noise from the global RNG; the Trainer's own
+    checkpoints at steps 4 and 8): the Trainer resumes from memory's copy, written as its checkpoint directory."""
+    log, step = resumed_from_memory(HF, "runs/h", "a Trainer program (integrations.hf_memory_callback)")
+    assert "rank 0: resuming from /dev/shm/" in log and f"/checkpoint-{step}\n" in log, log[-3000:]
