@@ -113,14 +113,7 @@ class LocalBackend(Backend):
                 tells = [t for t in (extcache.Teller(spec, attempt), plan.teller()) if t]
                 codes, why = self._watch(agents, intr, watch, exited_at, here, tells, paused)
                 if intr.got or why or any(c not in (0, None) for c in codes):
-                    paused.end(plan.run_id, attempt)
-                    if why == "hung":         # the hung ranks first: a collective waiting on them fails at once
-                        end_hung(rd.path, plan.run_id, attempt)
-                    how = stop_decision("run dir gone", 0) if why == "gone" else intr.stop(      # launchers.stops
-                        {"hung": "hang", "lost": "lost node"}.get(why or "", "peer failure"), spec.stop_grace)
-                    swept = procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],  # not reaped
-                                           how.signal, how.wait_s, intr.urgent)
-                    codes = [reap(a) for a in agents]
+                    codes, swept = stop_the_rest(plan, rd, agents, paused, why, intr)
             finally:
                 if watch:
                     watch.close()
@@ -134,13 +127,9 @@ class LocalBackend(Backend):
                   file=sys.stderr, flush=True)
         if here.gone():       # nothing recorded: a record would recreate half a run dir
             raise RunDirGone(here.gone_line())
-        now = time.time()    # a node that ended in the stop ended after the one that made us stop
         codes = [container.agent_code(spec, c) for c in codes]      # podman's 128 + N: its agent's signal N
         lost_memory(plan, codes, paused.lost, {k for k, a in enumerate(agents) if a.pid in swept})
-        failures = [dict(node=k, time=exited_at.get(k, now), **exit_fields(c))
-                    for k, c in enumerate(codes) if c not in (0, None) and k not in paused.lost]
-        failures += [dict(node=k, time=t, exit_code=None, signal=None, reason=reason, kind="lost")      # paused
-                     for k, (t, reason) in paused.lost.items()]
+        failures = node_failures(codes, exited_at, paused.lost)
         return rd.record_outcome(attempt, {str(k): node_exit(c) for k, c in enumerate(codes)}, node_failures=failures,
                                  stopped_by=signal.Signals(intr.signal).name if intr.got else None, stopped_at=intr.at)
 
@@ -250,3 +239,29 @@ def reap(agent: subprocess.Popen) -> int | None:
         return agent.wait(timeout=5)
     except subprocess.TimeoutExpired:
         return None
+
+
+def stop_the_rest(plan: Plan, rd: RunDir, agents: list[subprocess.Popen], paused: "Paused", why: str | None,
+                  intr: Interrupts) -> tuple[list, list[int]]:
+    """The attempt ends early (a node failed or was lost, a hang, the run dir removed, a stop): the hung ranks
+    first (a collective waiting on them then fails at once), then the agents still running get the stop
+    launchers.stops decides and the sweep -> (each agent's exit code, the pids the sweep had to kill)."""
+    paused.end(plan.run_id, plan.attempt)
+    if why == "hung":
+        end_hung(rd.path, plan.run_id, plan.attempt)
+    how = stop_decision("run dir gone", 0) if why == "gone" else intr.stop(
+        {"hung": "hang", "lost": "lost node"}.get(why or "", "peer failure"), plan.spec.stop_grace)
+    swept = procs.stop_run(plan.run_id, [a.pid for a in agents if a.poll() is None],       # not reaped yet
+                           how.signal, how.wait_s, intr.urgent)
+    return [reap(a) for a in agents], swept
+
+
+def node_failures(codes: list, exited_at: dict[int, float], lost: dict[int, tuple[float, str]]) -> list[dict]:
+    """The attempt's failed nodes for RunDir.record_outcome: each agent that exited non-zero, when its exit was
+    first seen (a node that ended in the stop: now, after the one that made us stop), and each node lost to a
+    pause."""
+    now = time.time()
+    failures = [dict(node=k, time=exited_at.get(k, now), **exit_fields(c))
+                for k, c in enumerate(codes) if c not in (0, None) and k not in lost]
+    return failures + [dict(node=k, time=t, exit_code=None, signal=None, reason=reason, kind="lost")
+                       for k, (t, reason) in lost.items()]
