@@ -45,7 +45,8 @@ LAYERS = {
     "2": (L + "backends.*",),
     "3": (L + "api", L + "jobenv", L + "explain", L + "doctor.*", L + "client", L + "top", L + "detach",
           L + "sweeprun", L + "viacluster", L + "clusterrun", L + "pipeline"),
-    "4": (L + "cli", L + "clihelp", L + "entry", L + "slurmnode", L + "nodescli", L + "warmstart"),
+    "4": (L + "cli", L + "clihelp", L + "entry", L + "slurmnode", L + "nodescli", L + "warmstart",
+          L + "clibase", L + "cliruns", L + "clidoctor"),
 }
 ORDER = list(LAYERS)
 # what nccl_tuning and workloads may use of the launcher: the layout, the run dir and the API
