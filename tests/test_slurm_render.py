@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_launch
-from launchers.backends.slurm.render import header_for, parse_sbatch_lines, parse_time, render_sbatch
+from launchers.backends.slurm.options import parse_sbatch_lines, parse_time
+from launchers.backends.slurm.render import header_for, render_sbatch
 from launchers.errors import LaunchError
 from launchers.spec import RunSpec
 
@@ -189,7 +190,7 @@ def test_srun_does_not_bind_when_the_ranks_are_bound(mode, srun_binds):
 def test_the_node_asks_for_its_ranks_cpus(options, cpus, warned):
     """Issue 33 item 3: the node's one task holds all 8 ranks; it asks --gpus-per-node x --cpus-per-gpu CPUs (or
     --cpus-per-task, or the whole node with --exclusive), and a request under one CPU per rank is warned about."""
-    from launchers.backends.slurm.render import cpu_warning
+    from launchers.backends.slurm.options import cpu_warning
     sp = spec(**options)
     flags = [ln for ln in render_sbatch(sp, base_attempt=0, header="h").splitlines() if ln.startswith("#SBATCH")]
     assert [f for f in flags if f.startswith("#SBATCH --cpus")] == ([f"#SBATCH --cpus-per-task={cpus}"] if cpus else [])

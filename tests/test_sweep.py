@@ -12,7 +12,8 @@ import pytest
 
 from conftest import ROOT, rank_lines, read_json, require_cluster, run_launch
 from launchers import sweep
-from launchers.backends.slurm.render import dependency, render_sbatch, split_after
+from launchers.backends.slurm.options import dependency, split_after
+from launchers.backends.slurm.render import render_sbatch
 from launchers.errors import LaunchError
 from test_slurm_render import GOLDEN, HEADER, spec
 

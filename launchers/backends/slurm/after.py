@@ -13,7 +13,7 @@ from ...errors import LaunchError, brief
 from ...rundir import RunDir
 from ...spec import RunSpec
 from . import status as slurm_status
-from .render import AFTER_ACCEPTED, JOB_ID, dependency, split_after
+from .options import AFTER_ACCEPTED, JOB_ID, dependency, split_after
 
 
 def with_options(spec: RunSpec, **changes: object) -> RunSpec:

@@ -39,7 +39,8 @@ from .after import check_parent, resolve_after
 from .env import SlurmEnv
 from .node import slurm_node_command
 from .nodespec import resolve_for_nodes, write_node_spec
-from .render import cpu_warning, header_for, render_sbatch, slurm_options, srun_argv, step_loop
+from .options import cpu_warning, slurm_options
+from .render import header_for, render_sbatch, srun_argv, step_loop
 
 MASTER_SHOWN = "<first host of the allocation, resolved to its address on that host>"
 PORT_SHOWN = "<derived from the Slurm job id>"

@@ -23,7 +23,8 @@ class NodeSpec:
 
 def resolve_for_nodes(spec: RunSpec) -> dict[str, Any]:
     """The launcher's resolution of what the nodes would otherwise re-derive."""
-    from .render import allocation_env, slurm_options
+    from .options import slurm_options
+    from .render import allocation_env
     so = slurm_options(spec)
     return {"dist_backend": spec.dist_backend, "agent_env": allocation_env(so["signal_seconds"]),
             "max_requeues": so["max_requeues"]}
