@@ -128,11 +128,11 @@ def test_a_local_run_by_name_with_json(root, tmp_path, monkeypatch, capsys):
 
 def wait_runs_out(d, monkeypatch, capsys):
     """`launch wait --timeout` running out: exit 124 (as timeout(1)); with --json the run's record says so."""
-    from launchers import api
+    from launchers import api, runstatus
 
     def never_ends(path, interval, timeout, on_poll=None):
         raise TimeoutError(f"run {path!r} still RUNNING after {timeout} s")
-    monkeypatch.setattr(api, "wait_status", never_ends)
+    monkeypatch.setattr(runstatus, "wait_status", never_ends)
     with pytest.raises(LaunchError) as e:
         api.wait(d, timeout=0.1)
     assert e.value.exit_code == 124 and "still RUNNING after 0.1 s" in str(e.value)
