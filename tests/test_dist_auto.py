@@ -174,7 +174,7 @@ def test_the_node_task_counts_first_and_its_ranks_read_its_answer(tmp_path):
     the same attempt goes first); local rank 0 then counts nothing itself. Only where the ranks see the task's
     environment: a --python wrapper or a container around the agent may change it."""
     from gpu_standins import per_host_tools
-    from launchers.backends.slurm.node import same_env
+    from launchers.backends.slurm.nodecmd import same_env
     from launchers.spec import RunSpec
     from launchers.torchrun import NodeCommand
     bin_dir = per_host_tools(tmp_path / "bin", "nvidia_smi/netdata-rtx-4090-driver-535.xml", {}, "ibstat/"

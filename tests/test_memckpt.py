@@ -117,7 +117,7 @@ def test_the_option_tells_each_node_its_own_store(tmp_path):
     assert memstore.forget_nodes("r1", [0, 1], str(tmp_path)) == [1] and not store.exists()
     # Slurm: each node's store is its Slurm node name's (the dev cluster's nodes share one /dev/shm; a spare that
     # replaces a lost node is another name), whatever its slot; the dry-run names the placeholder
-    from launchers.backends.slurm.node import NODE_SHOWN, slurm_node_command
+    from launchers.backends.slurm.nodecmd import NODE_SHOWN, slurm_node_command
     s = spec.build_spec("slurm", {"nodes": 2, "spares": 1, "memory_checkpoint": True}, ["-m", "workloads.convnet"])
     dirs = [dict(slurm_node_command(s, 1, "a", 1, "r1", 0, "gloo", {}, slot=2, host=h).env)[memstore.ENV_DIR]
             for h in ("lnode3", None)]

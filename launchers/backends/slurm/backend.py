@@ -37,7 +37,7 @@ from . import cmd
 from . import status as slurm_status
 from .after import check_parent, resolve_after
 from .env import SlurmEnv
-from .node import slurm_node_command
+from .nodecmd import slurm_node_command
 from .nodespec import resolve_for_nodes, write_node_spec
 from .options import cpu_warning, slurm_options
 from .render import header_for, render_sbatch, srun_argv, step_loop

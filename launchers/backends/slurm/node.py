@@ -9,7 +9,9 @@ derived from the Slurm job id, probed) and publishes both in slurm/master-<job>-
 other nodes read it and check that the beacon answers before starting their agent, so an unreachable master
 is a one-line failure, never a hang. With --preflight gpu every node first runs the GPU check and waits for
 every node's verdict (launchers.backends.slurm.gpugate): a bad node stops the job before any agent. Each node runs the command from launchers.torchrun.node_command (the one
-builder) and records how it ended in status/node<K>.json (through RunDir).
+builder; launchers.backends.slurm.nodecmd) and records how it ended in status/node<K>.json (through RunDir). The
+rendezvous' addresses and beacon are launchers.backends.slurm.rendezvous's, the watches over the running agent
+(a hang, a failed peer node, the run dir removed) launchers.backends.slurm.nodewatch's.
 
 Stop signals: Slurm signals every process of the step (the agent, each rank's wrapper, the program). The
 agent is told to handle USR2 like SIGTERM (forward to its workers and wait for them), the wrappers forward
@@ -22,140 +24,30 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import replace
 from typing import Any
 
-from ... import layout, memstore, ports, procs
-from ...container import agent_code, in_container, step_cwd, wrap
-from ...containeropts import host_limits
+from ... import layout, ports, procs
+from ...container import agent_code, step_cwd
 from ...errors import LaunchError
 from ...nodebackend import early as early_backend
 from ...rundir import RunDir, exit_fields
-from ...spec import RunSpec
-from ...stops import stop_decision, wait_s
-from ...torchrun import NodeCommand, node_command, node_environ
+from ...stops import wait_s
+from ...torchrun import NodeCommand, node_environ
 from . import gone
 from .env import NodelistError, SlurmEnv
+from .nodecmd import same_env, slurm_node_command
 from .nodespec import load_node_spec
+from .nodewatch import NodeWatches
+from .rendezvous import BEACON_WAIT_S, Beacon, NodeError, check_reachable, master_address, wait_master
 from .requeue import after_stop
 
-MASTER_WAIT_S = 120.0      # other nodes wait this long for node 0 to publish the master address
-BEACON_WAIT_S = 60.0       # ... and this long for node 0's beacon to answer
-PEER_GRACE_S = 5.0         # a node still running this long after another node failed is stopped (watch_peers)
-NODE_SHOWN = "<its Slurm node name>"     # the dry-run's, in a node's --memory-checkpoint store
 
-
-class NodeError(Exception):
-    """A node could not start its part of the job; recorded in status/node<K>.json."""
-
-
-def slurm_node_command(spec: RunSpec, node: int, addr: str, port: Any, run_id: str, attempt: int, dist: str,
-                       agent_env: dict[str, str], slot: int | None = None, host: str | None = None) -> NodeCommand:
-    """The builder's command, plus what the agent needs to pass stop signals on (shown in the dry-run), in the
-    job's container (launchers.container: a pyxis/OCI step is inside already, podman/apptainer wrap the agent).
-    slot: the node's place in the allocation when the run has spares (LAUNCH_NODE_SLOT). host: the node's name
-    in Slurm, its in-memory checkpoints' store (--memory-checkpoint; None: the dry-run's placeholder)."""
-    nc = node_command(spec, node_rank=node, master_addr=addr, master_port=port, run_id=run_id,
-                      attempt=attempt, dist_backend=dist, slot=slot)
-    env = {**dict(nc.env), **memory_env(spec, run_id, host), **agent_env}
-    return wrap(spec, NodeCommand(node_rank=nc.node_rank, argv=nc.argv, env=tuple(env.items()), secret=nc.secret),
-                run_id, limits=host_limits())
-
-
-def memory_env(spec: RunSpec, run_id: str, host: str | None) -> dict[str, str]:
-    """--memory-checkpoint: the node's store is its Slurm node name's (launchers.memstore: nodes that share one
-    /dev/shm stay apart, a spare that replaces a lost node finds nothing of the lost one's)."""
-    if host is not None:
-        return memstore.worker_env(spec.memory_checkpoint, run_id, None, False, host=host)
-    env = memstore.worker_env(spec.memory_checkpoint, run_id, None, False)
-    return {**env, memstore.ENV_DIR: os.path.join(env[memstore.ENV_DIR], NODE_SHOWN)} if env else {}
-
-
-def same_env(spec: RunSpec, nc: NodeCommand) -> bool:
-    """Whether the ranks see this task's environment as the agent is given it: no container around the agent, and
-    the agent's python this interpreter itself (a --python wrapper script may change PATH on its way)."""
-    return not in_container(spec) and os.path.realpath(nc.argv[0]) == os.path.realpath(sys.executable)
-
-
-# ------------------------------------------------------------------------------------------ master address
-
-def master_address(first_host: str, other_host: str | None, nnodes: int) -> str:
-    """The first host's address as other nodes reach it; loopback only for a one-node job."""
-    try:
-        ips = [ai[4][0] for ai in socket.getaddrinfo(first_host, None, socket.AF_INET, socket.SOCK_STREAM)]
-    except socket.gaierror as e:
-        raise NodeError(f"first host {first_host!r} does not resolve on itself: {e}") from None
-    routable = [ip for ip in ips if not ip.startswith("127.")]
-    if routable:
-        return routable[0]
-    if other_host:  # the source address this host uses to reach another node of the allocation
-        try:
-            peer = socket.gethostbyname(other_host)
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.connect((peer, 9))
-                ip = s.getsockname()[0]
-            if not ip.startswith("127."):
-                return ip
-        except OSError:
-            pass
-    if nnodes == 1:
-        return ips[0] if ips else "127.0.0.1"
-    raise NodeError(f"first host {first_host!r} resolves only to loopback ({', '.join(ips)}); the other nodes "
-                    "cannot reach it: fix its /etc/hosts or DNS entry")
-
-
-class Beacon:
-    """A listening socket on the master address: binding proves the address is local, connecting proves
-    other nodes reach it."""
-
-    def __init__(self, addr: str):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            self.sock.bind((addr, 0))
-        except OSError as e:
-            raise NodeError(f"master address {addr} is not an address of this host ({socket.gethostname()}): {e}") \
-                from None
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-                conn.close()
-            except OSError:
-                return
-
-
-def check_reachable(addr: str, port: int, deadline: float, stopped) -> None:
-    last = None
-    while time.monotonic() < deadline and not stopped():
-        try:
-            with socket.create_connection((addr, port), timeout=3):
-                return
-        except OSError as e:
-            last = e
-            time.sleep(0.5)
-    raise NodeError(f"master {addr} (beacon port {port}) is not reachable from {socket.gethostname()}: {last}")
-
-
-def wait_master(path: str, stopped) -> dict[str, Any]:
-    deadline = time.monotonic() + MASTER_WAIT_S
-    while time.monotonic() < deadline and not stopped():
-        rec = layout.read_json(path)
-        if rec is not None:
-            return rec
-        time.sleep(0.02)
-    raise NodeError(f"node 0 did not publish the master address within {MASTER_WAIT_S:.0f} s ({path})")
-
-
-# ------------------------------------------------------------------------------------------ the node task
-
-class NodeRun:
+class NodeRun(NodeWatches):
     """One node's part of one attempt."""
 
     def __init__(self, run_dir: str, base_attempt: int, in_allocation: bool):
@@ -213,30 +105,14 @@ class NodeRun:
 
     def start(self) -> int:
         """Rendezvous, start the agent, record, wait; the agent's exit code."""
-        if self.step_error:
-            raise NodeError(self.step_error)
-        try:
-            hosts = list(self.env.step_hosts) or self.env.hostnames()
-        except NodelistError as e:
-            raise NodeError(str(e)) from None
-        if len(hosts) < self.ns.spec.nodes:
-            raise NodeError(f"the allocation has {len(hosts)} nodes ({self.env.nodelist}), "
-                            f"the job needs {self.ns.spec.nodes}")
+        hosts = self.allocation_hosts()
         if "gpu" in self.ns.spec.preflight:      # every node's verdict before any rendezvous (slurm.gpugate)
-            from .gpugate import check_node  # here: its GPU tools' parsers are not on a plain job's start path
-            gpus = self.ns.spec.gpus_per_node if self.ns.dist_backend == "nccl" else None    # auto: nodebackend
-            check_node(self.rd.path, {"job": self.env.job_id, "step": self.env.step_id, "restart": self.restart,
-                                      "node": self.node}, self.ns.spec.nodes, gpus, self.stopped)
+            self.gpu_gate()
         addr, port = self.rendezvous(hosts)
         nc = self.command(self.node, addr, port, hosts)
         if self.stops:
             raise NodeError(f"stopped by {self.stops[0]} before starting")
-        log = self.rd.start_agent_log(self.node, self.attempt, nc.shell(),
-                                      f"{socket.gethostname()} | slurm job {self.env.job_id}")
-        env = node_environ(os.environ, nc)
-        if self.ns.dist_backend == "auto" and same_env(self.ns.spec, nc):    # the ranks' answer, while torchrun
-            early_backend(self.rd.path, env, self.node, self.attempt, self.ns.spec.gpus_per_node)   # starts
-        agent = procs.start_session(nc.argv, env, log, cwd=step_cwd(self.ns.spec))
+        agent = self.start_agent(nc)
         self.watch_hangs(agent.pid)
         threading.Thread(target=self.watch_peers, args=(agent,), daemon=True, name="launch-peer-watch").start()
         threading.Thread(target=self.watch_gone, args=(agent,), daemon=True, name="launch-gone-watch").start()
@@ -248,59 +124,34 @@ class NodeRun:
                                                   agent_pid=agent.pid, time=time.time()))
         return agent.wait()
 
-    def watch_hangs(self, agent_pid: int) -> None:
-        """--hang-timeout: this node's monitor (it stops the node's processes once a hang is decided) and, on
-        node 0, the run's coordinator."""
-        spec = self.ns.spec
-        if not spec.hang_timeout:
-            return
-        from ...hang.verdict import hang_reason
-        from ...hang.watch import Coordinator, NodeMonitor
-        from ...remote import stop_node
+    def allocation_hosts(self) -> list[str]:
+        """The hosts of this step (--spares) or of the allocation, at least as many as the job's nodes."""
+        if self.step_error:
+            raise NodeError(self.step_error)
+        try:
+            hosts = list(self.env.step_hosts) or self.env.hostnames()
+        except NodelistError as e:
+            raise NodeError(str(e)) from None
+        if len(hosts) < self.ns.spec.nodes:
+            raise NodeError(f"the allocation has {len(hosts)} nodes ({self.env.nodelist}), "
+                            f"the job needs {self.ns.spec.nodes}")
+        return hosts
 
-        def stop(verdict: dict) -> None:          # the ranks waiting on the hung one get the stop and the grace
-            print(f"launch: node {self.node}: {hang_reason(verdict)}; stopping this node", file=sys.stderr, flush=True)
-            how = stop_decision("hang", spec.stop_grace)
-            stop_node(self.ns.run_id, self.node, sig=how.signal, wait_s=how.wait_s, agent_pid=agent_pid)
+    def gpu_gate(self) -> None:
+        """--preflight gpu: this node's GPU check, then every node's verdict (launchers.backends.slurm.gpugate)."""
+        from .gpugate import check_node  # here: its GPU tools' parsers are not on a plain job's start path
+        gpus = self.ns.spec.gpus_per_node if self.ns.dist_backend == "nccl" else None    # auto: nodebackend
+        check_node(self.rd.path, {"job": self.env.job_id, "step": self.env.step_id, "restart": self.restart,
+                                  "node": self.node}, self.ns.spec.nodes, gpus, self.stopped)
 
-        NodeMonitor(self.rd.path, self.ns.run_id, self.attempt, nodes=[self.node], on_verdict=stop).start()
-        if self.node == 0:
-            coord = Coordinator(self.rd, self.attempt, spec.hang_timeout, spec.nodes, spec.world_size)
-            threading.Thread(target=coordinate, args=(coord,), daemon=True, name="launch-hang-coordinator").start()
-
-    def watch_peers(self, agent) -> None:
-        """Another node of this attempt ended in failure without a stop signal (its agent died, its task
-        failed) while this agent still runs: its workers may already be gone (done, or stopped by that node's
-        sweep) and this agent would wait for the dead peer in torchrun's exit barrier (300 s). After
-        PEER_GRACE_S (the failure's own propagation first) this node is stopped like a cancel: the stop to
-        the agent, the programs' stop grace, then the sweep; an agent whose workers are all gone is killed."""
-        since = None
-        while agent.poll() is None and not self.stops:
-            failed = [k for k, r in self.rd.node_records(self.ns.spec.nodes, self.attempt).items()
-                      if k != self.node and r.get("state") == "EXITED" and not r.get("stop_signals")
-                      and r.get("slurm_job_id") == self.env.job_id and (r.get("exit_code") or r.get("signal"))]
-            since = (since or time.monotonic()) if failed else None
-            if since is not None and time.monotonic() - since >= PEER_GRACE_S:
-                self.peer_failed = f"node {failed[0]} ended in failure"
-                print(f"launch: node {self.node}: {self.peer_failed} while this node still runs; stopping it",
-                      file=sys.stderr, flush=True)
-                from ...remote import node_pids, stop_node
-                if [p for p in node_pids(self.ns.run_id, self.node) if p != agent.pid]:
-                    stop_node(self.ns.run_id, self.node, wait_s=wait_s(self.ns.spec.stop_grace), agent_pid=agent.pid)
-                else:        # only the agent is left, in the exit barrier: a C++ wait no signal handler interrupts
-                    procs.kill(agent.pid, signal.SIGKILL)
-                return
-            time.sleep(1.0)
-
-    def watch_gone(self, agent) -> None:
-        """The run dir removed while this node runs: its records cannot be kept. This node's processes are
-        killed at once (no grace: what a program wrote would recreate half a run dir), the node writes nothing
-        more, node 0 cancels the job (launchers.backends.slurm.gone)."""
-        if gone.watch(self.here.gone, lambda: agent.poll() is not None):
-            from ...remote import stop_node
-            self.dir_gone = True
-            how = stop_decision("run dir gone", 0)
-            stop_node(self.ns.run_id, self.node, sig=how.signal, wait_s=how.wait_s, agent_pid=agent.pid)
+    def start_agent(self, nc: NodeCommand) -> subprocess.Popen:
+        """The agent started in its own session, its output in this attempt's agent log."""
+        log = self.rd.start_agent_log(self.node, self.attempt, nc.shell(),
+                                      f"{socket.gethostname()} | slurm job {self.env.job_id}")
+        env = node_environ(os.environ, nc)
+        if self.ns.dist_backend == "auto" and same_env(self.ns.spec, nc):    # the ranks' answer, while torchrun
+            early_backend(self.rd.path, env, self.node, self.attempt, self.ns.spec.gpus_per_node)   # starts
+        return procs.start_session(nc.argv, env, log, cwd=step_cwd(self.ns.spec))
 
     def end_gone(self) -> int:
         """The run dir is gone (noticed by watch_gone, or once the agent ended): one line in this node's Slurm
@@ -368,15 +219,6 @@ class NodeRun:
             after_stop(self.rd, self.ns.spec, self.attempt, self.restart, self.env.job_id,  # requeued by launch
                        self.ns.max_requeues)                                          # (.inalloc)
         return code
-
-
-def coordinate(coord) -> None:
-    from ...hang.watch import INTERVAL_S
-    try:
-        while coord.check(time.time()) is None:
-            time.sleep(INTERVAL_S)
-    except FileNotFoundError:            # the run dir was removed: NodeRun.watch_gone ends the node
-        return
 
 
 def run_node(run_dir: str, base_attempt: int, in_allocation: bool = False) -> int:
