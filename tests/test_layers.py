@@ -20,7 +20,7 @@ L = "launchers."
 LAYERS = {
     "0a": ("launchers", L + "errors", L + "stops", L + "statcache", L + "sshimport", L + "nodeside", L + "nodeside.check",
            L + "nodeside.gone", L + "nodeside.gputools", L + "nodeside.pull", L + "nodeside.reach", L + "warmfork",
-           L + "imageref", L + "secretshape", L + "opthelp", L + "opthelp", L + "memcodec", L + "slurmpolicy",
+           L + "imageref", L + "secretshape", L + "opthelp", L + "memcodec", L + "memfiles", L + "slurmpolicy",
            L + "slotpool"),
     "0b": (L + "values", L + "notifytarget", L + "containeropts", L + "cpubind", L + "sbatchopts", L + "nodeside.probe",
            L + "rankchild"),
