@@ -43,7 +43,7 @@ LAYERS = {
            L + "sshwatch"),
     "1e": (L + "remote",),
     "2": (L + "backends.*",),
-    "3": (L + "api", L + "jobenv", L + "explain", L + "doctor.*", L + "client", L + "top", L + "detach",
+    "3": (L + "api", L + "jobenv", L + "explain", L + "doctor.*", L + "client", L + "runhandle", L + "top", L + "detach",
           L + "sweeprun", L + "viacluster", L + "clusterrun", L + "pipeline",
           L + "runstatus", L + "backendof"),
     "4": (L + "cli", L + "clihelp", L + "entry", L + "slurmnode", L + "nodescli", L + "warmstart",
