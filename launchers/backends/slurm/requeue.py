@@ -23,7 +23,7 @@ from . import cmd
 from .env import NodelistError, SlurmEnv
 from .inalloc import preempted_reason
 from .memory import forget_job
-from .nodespec import load_node_spec
+from .nodespec import NodeSpec, load_node_spec
 from .render import step_loop
 
 PEERS_WAIT_S = 30.0        # node 0 waits this long for every node's record before requeueing
@@ -107,41 +107,72 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         st = rd.read_status()
         if st.get("attempt") == attempt and st.get("state") in DECIDED:
             return 0 if st["state"] == "COMPLETED" else 1
-        usr2 = not st.get("cancel_requested") and srun_status == 128 + signal.SIGUSR2 or any("SIGUSR2" in r.get("stop_signals", ()) for r in recs.values())
         missing = [k for k in range(n) if recs.get(k, {}).get("state") != "EXITED"]
-        cancelled = "SIGTERM" if st.get("cancel_requested") else stopped_by     # launch cancel: not a failure
+        cancelled = "SIGTERM" if st.get("cancel_requested") else stopped_by    # a cancel, no failure
         signals = sorted({s for r in recs.values() for s in r.get("stop_signals", ())})
-        end = step_end_decision(StepEnd(bool(missing) or any(c != 0 for c in nodes.values()), usr2, in_allocation,
-                                        bool(cancelled), tuple(signals), on_failure is not None))
-        if end == "requeue":
-            requeue_or_fail(rd, attempt, restart, env.job_id, ns.max_requeues, nodes, step_loop(ns.spec))
+        end = step_end(st, recs, nodes, missing, srun_status, in_allocation, cancelled, signals, on_failure)
+        if end in ("requeue", "preempted"):
+            stopped_end(end, rd, ns, env.job_id, attempt, restart, nodes, signals)
             return 1
-        if end == "preempted":
-            rd.update_status(state="PREEMPTED", attempt=attempt, nodes=nodes, first_failure=None,
-                             stopped_by=signals[0], reason=preempted_reason(signals, env.job_id, rd.path))
+        failures, reason = node_failures(recs, missing)
+        if end == "recover" and recovered(rd, st, attempt, nodes, recs, missing, failures, on_failure):
             return 1
-        failures = [{"node": k, "exit_code": r.get("exit_code"), "signal": r.get("signal"), "time": r.get("time"),
-                     "host": r.get("host"), "reason": r.get("error"), "kind": r.get("kind")}
-                    for k, r in sorted(recs.items()) if r.get("state") == "EXITED" and r.get("exit_code") != 0]
-        reason = f"node(s) {', '.join(map(str, missing))} recorded no exit" if missing else None
-        if missing and not failures:
-            failures = [{"node": k, "time": time.time(), "reason": reason} for k in missing]
-        if end == "recover":
-            hang = st.get("hang") or {}
-            ff = (hang_failure(hang) if hang.get("attempt") == attempt and hang.get("stalled_ranks")
-                  else lost_node(missing, recs, down_hosts) or rd.decide_first_failure(attempt, failures))
-            why = on_failure(ff, nodes)
-            if why:
-                rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, first_failure=ff, reason=why)
-                return 1
         code = rd.record_outcome(attempt, nodes, node_failures=failures, reason=None if cancelled else reason,
                                  stopped_by=cancelled, stopped_at=st.get("cancel_at"))
-        if on_failure is None and code != 0:     # a plain run's failure: the site's node ledger (--node-ledger)
+        if on_failure is None and code != 0:     # a plain run's failure: the site's node ledger
             record_end(ns.spec, rd, attempt, None if in_allocation else job_hosts(env, n))
     if cancelled and not in_allocation:
-        forget_job(ns.spec, ns.run_id, env)      # --memory-checkpoint: before the job's scancel ends this script
+        forget_job(ns.spec, ns.run_id, env)      # --memory-checkpoint: before the scancel ends us
         end_as_cancelled(env.job_id)
     return 0 if code == 0 else 1
+
+
+def step_end(st: dict[str, Any], recs: dict[int, dict[str, Any]], nodes: dict[str, Any], missing: list[int],
+             srun_status: int | None, in_allocation: bool, cancelled: str | None, signals: list[str],
+             on_failure: Callable | None) -> str:
+    """The step's end (slurmpolicy.step_end_decision) on its facts: a failure (a node failed or recorded no exit),
+    a USR2 (srun's status 128+12 unless a cancel was asked, or a node's stop signals), a cancel, the signals, and
+    whether another attempt follows a failure in the same job (on_failure given)."""
+    usr2 = not st.get("cancel_requested") and srun_status == 128 + signal.SIGUSR2 or any("SIGUSR2" in r.get("stop_signals", ()) for r in recs.values())
+    failed = bool(missing) or any(c != 0 for c in nodes.values())
+    return step_end_decision(StepEnd(failed, usr2, in_allocation, bool(cancelled), tuple(signals),
+                                     on_failure is not None))
+
+
+def stopped_end(end: str, rd: RunDir, ns: NodeSpec, job_id: str, attempt: int, restart: int, nodes: dict[str, Any],
+                signals: list[str]) -> None:
+    """A step stopped by Slurm's signal: requeued (or FAILED once the requeues are used up), or PREEMPTED in the
+    user's own allocation."""
+    if end == "requeue":
+        requeue_or_fail(rd, attempt, restart, job_id, ns.max_requeues, nodes, step_loop(ns.spec))
+        return
+    rd.update_status(state="PREEMPTED", attempt=attempt, nodes=nodes, first_failure=None,
+                     stopped_by=signals[0], reason=preempted_reason(signals, job_id, rd.path))
+
+
+def node_failures(recs: dict[int, dict[str, Any]], missing: list[int]) -> tuple[list[dict[str, Any]], str | None]:
+    """The nodes that exited non-zero (else those that recorded no exit) as failures, and the line naming the
+    nodes that recorded no exit (None when every node did)."""
+    failures = [{"node": k, "exit_code": r.get("exit_code"), "signal": r.get("signal"), "time": r.get("time"),
+                 "host": r.get("host"), "reason": r.get("error"), "kind": r.get("kind")}
+                for k, r in sorted(recs.items()) if r.get("state") == "EXITED" and r.get("exit_code") != 0]
+    reason = f"node(s) {', '.join(map(str, missing))} recorded no exit" if missing else None
+    if missing and not failures:
+        failures = [{"node": k, "time": time.time(), "reason": reason} for k in missing]
+    return failures, reason
+
+
+def recovered(rd: RunDir, st: dict[str, Any], attempt: int, nodes: dict[str, Any], recs: dict[int, dict[str, Any]],
+              missing: list[int], failures: list[dict[str, Any]], on_failure: Callable) -> bool:
+    """A failed attempt another follows in the same job (the loop over steps): its first failure (the attempt's
+    hang, a lost node, else the rule's), handed to on_failure; REQUEUED with its line why when it gives one."""
+    hang = st.get("hang") or {}
+    ff = (hang_failure(hang) if hang.get("attempt") == attempt and hang.get("stalled_ranks")
+          else lost_node(missing, recs, down_hosts) or rd.decide_first_failure(attempt, failures))
+    why = on_failure(ff, nodes)
+    if why:
+        rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, first_failure=ff, reason=why)
+    return bool(why)
 
 
 def record_end(spec: RunSpec, rd: RunDir, attempt: int, hosts: list[str] | None) -> None:
