@@ -37,7 +37,8 @@ def inner(out_dir: str) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
     from torch.distributed.fsdp import fully_shard
 
-    from workloads.common.checkpoint import Checkpointer, ModelOptimState
+    from workloads.common.checkpoint import Checkpointer
+    from workloads.common.stateful import ModelOptimState
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()

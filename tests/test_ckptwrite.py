@@ -13,7 +13,8 @@ def test_manifest_from_digests_taken_while_writing(tmp_path, monkeypatch):
     import torch
     import torch.distributed as dist
 
-    from workloads.common.checkpoint import Checkpointer, ModelOptimState
+    from workloads.common.checkpoint import Checkpointer
+    from workloads.common.stateful import ModelOptimState
 
     read_back = []
     digest = ckptptr._digest

@@ -300,7 +300,7 @@ def test_model_state_dict_reused_only_while_storage_is_the_same():
     the reused values must still be the live parameters, and new storage must be noticed."""
     import torch
 
-    from workloads.common.checkpoint import ModelOptimState
+    from workloads.common.stateful import ModelOptimState
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))

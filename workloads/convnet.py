@@ -28,9 +28,9 @@ def train(args, env, device, data, log) -> dict:
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from workloads.common.checkpoint import seed_all
     from workloads.common.loop import TorchSteps, ddp_warmup, fit, make_scheduler, total_steps
     from workloads.common.models import convnet
+    from workloads.common.stateful import seed_all
 
     torch.manual_seed(args.seed)                       # identical init on every rank (DDP also broadcasts)
     module = convnet(data.in_shape, data.num_classes, args.dropout).to(device)

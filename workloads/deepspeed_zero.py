@@ -104,10 +104,10 @@ def train(args, env, device, data, log) -> dict:
     """The engine's steps and checkpoints inside the one training loop (workloads.common.loop.fit)."""
     import torch
 
-    from workloads.common.checkpoint import seed_all
     from workloads.common.dsloop import DeepSpeedSteps
     from workloads.common.loop import fit
     from workloads.common.models import cast_input
+    from workloads.common.stateful import seed_all
 
     engine, precision, adam = build_engine(args, env, device, data, log)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]

@@ -53,10 +53,10 @@ def shard(module, device, precision: str, reshard_after_forward: bool):
 def train(args, env, device, data, log) -> dict:
     import torch
 
-    from workloads.common.checkpoint import seed_all
     from workloads.common.loop import TorchSteps, fit, make_scheduler, total_steps
     from workloads.common.models import convnet
     from workloads.common.sharded import full_param_sha256, local_numel
+    from workloads.common.stateful import seed_all
 
     torch.manual_seed(args.seed)                       # same full init on every rank, then sharded
     model = convnet(data.in_shape, data.num_classes, args.dropout).to(device)

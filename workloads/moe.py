@@ -253,9 +253,9 @@ def train(args, env, device, data, log) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from workloads.common.checkpoint import seed_all
     from workloads.common.expert_parallel import A2ATimer
     from workloads.common.loop import TorchSteps, fit, make_scheduler, total_steps
+    from workloads.common.stateful import seed_all
 
     W = env.world_size
     timer = A2ATimer()

@@ -19,12 +19,13 @@ from launchers.ckptptr import step_of
 from launchers.layout import stamp
 from launchers.memckpt import MemCheckpoints
 
-from .checkpoint import Checkpointer, ModelOptimState, PickledState, seed_all
+from .checkpoint import Checkpointer
 from .data import resumable_loader, steps_per_epoch
 from .faults import FaultInjector
-from .metrics import Metrics, param_sha256
+from .metrics import Metrics, evaluate, global_batch_stats, param_sha256
 from .preempt import HangStop, hang_stop
 from .preempt import agreed as stop_agreed
+from .stateful import ModelOptimState, PickledState, seed_all
 
 
 def total_steps(args, n_train: int, world_size: int) -> int:
@@ -113,33 +114,6 @@ class TorchSteps:
         """The resumed run has another step budget: adapt, and say how (None: nothing to say)."""
         stretch_schedule(self.scheduler, total)
         return "lr schedule stretched"
-
-
-def global_batch_stats(loss, logits, yb, device) -> tuple[float, float]:
-    """(mean loss, accuracy) of this step's batch over all ranks (collective)."""
-    stats = torch.tensor([loss.item() * len(yb), (logits.argmax(1) == yb).sum().item(), len(yb)],
-                         dtype=torch.float64, device=device)
-    dist.all_reduce(stats)
-    return stats[0].item() / stats[2].item(), stats[1].item() / stats[2].item()
-
-
-@torch.no_grad()
-def evaluate(model, dataset, env, device, batch: int = 512) -> tuple[float, float]:
-    """(accuracy, mean loss) over `dataset`, each rank taking indices rank::W, summed over ranks."""
-    was_training = model.training
-    model.eval()
-    loss_sum, correct = 0.0, 0.0
-    idx = list(range(env.rank, len(dataset), env.world_size))
-    for i in range(0, len(idx), batch):
-        xb, yb = dataset.__getitems__(idx[i:i + batch])
-        logits = model(xb.to(device))
-        yb = yb.to(device)
-        loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
-        correct += (logits.argmax(1) == yb).sum().item()
-    t = torch.tensor([loss_sum, correct, float(len(idx))], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    model.train(was_training)
-    return t[1].item() / t[2].item(), t[0].item() / t[2].item()
 
 
 class Training:

@@ -1,4 +1,5 @@
-"""What a run reports: metrics.jsonl and final.json (rank 0), per-rank TensorBoard, param_sha256.
+"""What a run reports: metrics.jsonl and final.json (rank 0), per-rank TensorBoard, param_sha256; a step's
+global loss and accuracy, the evaluation on the test set (collectives).
 
 metrics.jsonl  one JSON object per logged step, appended across attempts ({"step", "loss", "epoch", ...})
 final.json     {"step", "loss", "accuracy", "param_sha256", "world_size", ...}, replaced atomically
@@ -73,3 +74,35 @@ class Metrics:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+def global_batch_stats(loss, logits, yb, device) -> tuple[float, float]:
+    """(mean loss, accuracy) of this step's batch over all ranks (collective)."""
+    import torch
+    import torch.distributed as dist
+    stats = torch.tensor([loss.item() * len(yb), (logits.argmax(1) == yb).sum().item(), len(yb)],
+                         dtype=torch.float64, device=device)
+    dist.all_reduce(stats)
+    return stats[0].item() / stats[2].item(), stats[1].item() / stats[2].item()
+
+
+def evaluate(model, dataset, env, device, batch: int = 512) -> tuple[float, float]:
+    """(accuracy, mean loss) over `dataset`, each rank taking indices rank::W, summed over ranks."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    with torch.no_grad():
+        was_training = model.training
+        model.eval()
+        loss_sum, correct = 0.0, 0.0
+        idx = list(range(env.rank, len(dataset), env.world_size))
+        for i in range(0, len(idx), batch):
+            xb, yb = dataset.__getitems__(idx[i:i + batch])
+            logits = model(xb.to(device))
+            yb = yb.to(device)
+            loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
+            correct += (logits.argmax(1) == yb).sum().item()
+        t = torch.tensor([loss_sum, correct, float(len(idx))], dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        model.train(was_training)
+        return t[1].item() / t[2].item(), t[0].item() / t[2].item()

@@ -2,7 +2,7 @@
 
 convnet(in_shape, num_classes, dropout)  the seeds' ConvNet (32x32 inputs) or its 8x8 sibling (digits)
 cast_input(module, dtype)                 a wrapper feeding `module` inputs of `dtype` and returning float32
-                                          logits (evaluating a DeepSpeed bf16/fp16 engine with loop.evaluate)
+                                          logits (evaluating a DeepSpeed bf16/fp16 engine with metrics.evaluate)
 """
 from __future__ import annotations
 
