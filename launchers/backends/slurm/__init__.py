@@ -6,6 +6,8 @@
     submit.py   submission through submitit (in-process, or from the warm submitter the CLI forks)
     status.py   what Slurm says about a job (squeue / scontrol / sacct -c), parsed purely
     backend.py  SlurmBackend: plan (= dry-run), preflight, start, refresh, cancel
+    jobctl.py   the job in the queue: squeue states, scancel, the wait until it is gone, launch cancel of a run
+    allocrun.py a run in the user's own allocation: its srun step followed here, its end recorded by the launcher
     nodespec.py what the launcher resolved for the nodes (slurm/spec-a<A>.json): they read, never re-derive
     node.py     the per-node task: rendezvous, then the one torchrun command
     nodecmd.py  a node's command (the torchrun builder's, its stop settings and memory store, in the container)

@@ -19,10 +19,8 @@ import contextlib
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
 from ... import __version__, layout, procs
@@ -31,12 +29,14 @@ from ...errors import LaunchError, RunDirGone, need_extra
 from ...rundir import TERMINAL, RunDir
 from ...secretenv import handover
 from ...spec import RunSpec
-from ...stops import exit_code, wait_s
+from ...stops import exit_code
 from ..base import Backend, Plan, synced_together
 from . import cmd
 from . import status as slurm_status
 from .after import check_parent, resolve_after
+from .allocrun import run_in_allocation
 from .env import SlurmEnv
+from .jobctl import cancel_run, last_job, one_line, queue_states, scancel
 from .nodecmd import slurm_node_command
 from .nodespec import resolve_for_nodes, write_node_spec
 from .options import cpu_warning, slurm_options
@@ -44,13 +44,6 @@ from .render import header_for, render_sbatch, srun_argv, step_loop
 
 MASTER_SHOWN = "<first host of the allocation, resolved to its address on that host>"
 PORT_SHOWN = "<derived from the Slurm job id>"
-CANCEL_WAIT_S = 90.0
-
-
-def one_line(text: str) -> str:
-    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    msg = " / ".join(lines[-2:]) if lines else "no output"
-    return msg.replace("sbatch: error: ", "")
 
 
 class SlurmBackend(Backend):
@@ -67,30 +60,13 @@ class SlurmBackend(Backend):
         spec = spec.replace(avoid_hosts=slurm_status.known_of(spec.avoid_hosts))   # the node ledger's, if nodes here
         resolved = resolve_for_nodes(spec)                   # bad options fail here, dry-run included
         env = SlurmEnv.read()
-        if env.in_allocation and step_loop(spec):
-            what = f"--spares {spec.spares}" if spec.spares else f"--nodes {spec.min_nodes}:{spec.max_nodes}"
-            raise LaunchError(f"{what} inside an allocation (Slurm job {env.job_id}) is not taken yet; accepted: "
-                              "--spares 0 and --nodes N here, or submit from outside (the job's allocation holds them)")
-        if env.in_allocation and spec.nodes > env.num_nodes:
-            raise LaunchError(f"--nodes {spec.nodes} is larger than the current allocation (Slurm job "
-                              f"{env.job_id}: {env.num_nodes} nodes, {env.nodelist or '?'})")
+        check_allocation(spec, env)
         dist = resolved["dist_backend"]
         port = spec.master_port if spec.master_port is not None else PORT_SHOWN
         nodes = [slurm_node_command(spec, k, MASTER_SHOWN, port, run_id, attempt, dist, resolved["agent_env"])
                  for k in range(spec.nodes)]
         hosts = [f"SLURM_NODEID={k}" + (" (the master)" if k == 0 else "") for k in range(spec.nodes)]
-        if env.in_allocation:
-            script = (f"# inside allocation {env.job_id} ({env.nodelist or '?'}): nothing is submitted\n"
-                      + shlex.join(srun_argv(spec, run_id=run_id, job_id=env.job_id, base_attempt=attempt)))
-        else:
-            script = render_sbatch(spec, base_attempt=attempt, header=header_for(sys.argv[1:], __version__))
-        script += (f"\n# each node: LAUNCH_ATTEMPT = {attempt}"
-                   + ("" if env.in_allocation else " + SLURM_RESTART_COUNT") + "; NODE_RANK = SLURM_NODEID\n"
-                   if not step_loop(spec) else f"\n# {spec.nodes} of the {spec.nodes + spec.spares} nodes run each "
-                   "attempt, an srun step (spares idle" + (f"; at least {spec.min_nodes} after a loss" if spec.min_nodes
-                   else "") + "); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its host's place in "
-                   "LAUNCH_STEP_HOSTS\n")
-        script += f"# {cpu_warning(spec)}\n" if cpu_warning(spec) and not env.in_allocation else ""
+        script = plan_script(spec, run_id, attempt, env)
         return Plan(spec=spec, run_id=run_id, attempt=attempt, master_addr=MASTER_SHOWN, master_port=port,
                     dist_backend=dist, nodes=nodes, hosts=hosts, script=script)
 
@@ -125,7 +101,7 @@ class SlurmBackend(Backend):
                              hang=None, stopped_by=None, starting=procs.self_record())   # until the job is queued
             write_node_spec(rd, plan.spec, plan.run_id, plan.attempt)
         if SlurmEnv.read().in_allocation:
-            return self._start_in_allocation(plan, rd)
+            return run_in_allocation(plan, rd)
         job_id = self._submit(plan, rd)
         with open(layout.path(rd.path, "slurm_jobs"), "a", encoding="utf-8") as f:
             f.write(f"{plan.attempt} {job_id}\n")
@@ -176,43 +152,6 @@ class SlurmBackend(Backend):
             return 130
         with rd.lock():       # the batch side's finalize ends under it: its site ledger strikes are in once we have it
             return exit_code(rd.read_status())      # the end line: restarts.run_attempts
-
-    def _start_in_allocation(self, plan: Plan, rd: RunDir) -> int:
-        from ...follow import follow_in_thread
-        from .inalloc import hold_for_requeue
-        from .requeue import finalize
-        env = SlurmEnv.read()
-        rd.mark_running(plan.attempt, slurm_job_id=env.job_id, in_allocation=True, slurm_restart=env.restart_count)
-        argv = srun_argv(plan.spec, run_id=plan.run_id, job_id=env.job_id, base_attempt=plan.attempt)
-        os.makedirs(layout.path(rd.path, "slurm"), exist_ok=True)
-        print(f"slurm job {env.job_id}: running in the current allocation; run dir {rd.path}", flush=True)
-        interrupted: list[int] = []
-        here = layout.Presence(rd.path)
-        srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-
-        def stop(signum, _frame):
-            interrupted.append(signum)
-            with contextlib.suppress(ProcessLookupError):
-                srun.send_signal(signal.SIGTERM)
-
-        old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-        thread, done = follow_in_thread(rd.path)
-        try:
-            srun.wait()
-        finally:
-            done.set()
-            thread.join(timeout=5)
-            for s, h in old.items():
-                signal.signal(s, h)
-        if here.gone():           # node 0 cancelled the step (launchers.backends.slurm.gone): nothing recorded
-            raise RunDirGone(here.gone_line())
-        by = signal.Signals(interrupted[0]).name if interrupted else None     # CANCELLED by it (launchers.stops)
-        finalize(rd.path, plan.attempt, in_allocation=True, stopped_by=by)
-        st = rd.unrecorded or rd.read_status()
-        if st.get("state") == "PREEMPTED":    # Slurm requeues the job, never this launcher (.inalloc)
-            print(f"launch: {st.get('reason')}", file=sys.stderr, flush=True)
-            hold_for_requeue(env.job_id)
-        return exit_code(st)
 
     def forget_memory(self, plan: Plan) -> None:
         """--memory-checkpoint in the user's own allocation: its srun has ended, the stores go from its nodes. A
@@ -270,37 +209,35 @@ class SlurmBackend(Backend):
         """One SIGTERM (--stop-signal) to every process of the job's steps (`scancel --signal=TERM`: each program
         gets it once, from Slurm), --stop-grace for them to end and the batch side to record CANCELLED, then
         scancel."""
-        st = rd.update_status(cancel_requested=True, cancel_at=time.time())
-        job_id = st.get("slurm_job_id") or last_job(rd)
-        if st.get("in_allocation"):
-            self._cancel_in_allocation(rd, st, job_id)
-        elif job_id and queued_only(job_id):       # nothing runs yet: no program to stop gracefully
-            scancel(job_id)
-            wait_gone(job_id)
-        elif job_id:
-            spec = rd.spec()                        # run.yaml, read once
-            scancel(job_id, "--signal=" + spec.stop_signal[3:])
-            try:
-                wait_gone(job_id, wait_s(spec.stop_grace))     # the batch side then scancels the job
-            except LaunchError:
-                scancel(job_id)
-                wait_gone(job_id)
-        with rd.lock():
-            if rd.read_status().get("state") not in TERMINAL:
-                rd.update_status(state="CANCELLED", reason=f"by launch cancel (scancel {job_id})", first_failure=None)
+        cancel_run(rd)
 
-    def _cancel_in_allocation(self, rd: RunDir, st: dict[str, Any], job_id: str | None) -> None:
-        if rd.launcher_alive(st):
-            os.kill(st["launcher"]["pid"], signal.SIGTERM)
-        if job_id:       # the step(s) this run started in the allocation, by their name
-            p = cmd.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], timeout=None)
-            for line in p.stdout.splitlines():
-                step, _, name = line.partition("|")
-                if name.strip() == f"launch-{rd.run_id}":
-                    cmd.run(["scancel", step.strip()], timeout=60)
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while procs.tagged_pids(rd.run_id) and time.monotonic() < deadline:
-            time.sleep(0.2)
+
+def check_allocation(spec: RunSpec, env: SlurmEnv) -> None:
+    """Inside an allocation: no loop over steps (--spares, --nodes MIN:MAX), and no more nodes than it has."""
+    if env.in_allocation and step_loop(spec):
+        what = f"--spares {spec.spares}" if spec.spares else f"--nodes {spec.min_nodes}:{spec.max_nodes}"
+        raise LaunchError(f"{what} inside an allocation (Slurm job {env.job_id}) is not taken yet; accepted: "
+                          "--spares 0 and --nodes N here, or submit from outside (the job's allocation holds them)")
+    if env.in_allocation and spec.nodes > env.num_nodes:
+        raise LaunchError(f"--nodes {spec.nodes} is larger than the current allocation (Slurm job "
+                          f"{env.job_id}: {env.num_nodes} nodes, {env.nodelist or '?'})")
+
+
+def plan_script(spec: RunSpec, run_id: str, attempt: int, env: SlurmEnv) -> str:
+    """The plan's script (the dry-run's): the sbatch script, or inside an allocation its srun line; then how each
+    node numbers its attempt and rank, and the too-few-CPUs warning."""
+    if env.in_allocation:
+        script = (f"# inside allocation {env.job_id} ({env.nodelist or '?'}): nothing is submitted\n"
+                  + shlex.join(srun_argv(spec, run_id=run_id, job_id=env.job_id, base_attempt=attempt)))
+    else:
+        script = render_sbatch(spec, base_attempt=attempt, header=header_for(sys.argv[1:], __version__))
+    script += (f"\n# each node: LAUNCH_ATTEMPT = {attempt}"
+               + ("" if env.in_allocation else " + SLURM_RESTART_COUNT") + "; NODE_RANK = SLURM_NODEID\n"
+               if not step_loop(spec) else f"\n# {spec.nodes} of the {spec.nodes + spec.spares} nodes run each "
+               "attempt, an srun step (spares idle" + (f"; at least {spec.min_nodes} after a loss" if spec.min_nodes
+               else "") + "); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its host's place in "
+               "LAUNCH_STEP_HOSTS\n")
+    return script + (f"# {cpu_warning(spec)}\n" if cpu_warning(spec) and not env.in_allocation else "")
 
 
 class SubmitFailed(Exception):
@@ -338,34 +275,6 @@ def check_partition(part: str | None) -> None:
         raise LaunchError(f"--partition {part!r} is unknown to Slurm; partitions: {', '.join(known) or '(none)'}")
 
 
-def scancel(job_id: str, *flags: str) -> None:
-    p = cmd.run(["scancel", *flags, job_id], timeout=60)
-    if p.returncode != 0 and "already completing or completed" not in p.stderr and "Invalid job id" not in p.stderr:
-        raise LaunchError(f"scancel {job_id} failed: {one_line(p.stderr)}")
-
-
-def queue_states(job_id: str) -> list[str] | None:
-    """The states squeue lists for the job (one per array task); None when squeue fails."""
-    p = cmd.run(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=30)
-    return p.stdout.split() if p.returncode == 0 else None
-
-
-def queued_only(job_id: str) -> bool:
-    """squeue lists the job (every task of an array) as PENDING only: `scancel --signal` would reach nothing."""
-    return set(queue_states(job_id) or ()) == {"PENDING"}
-
-
-def wait_gone(job_id: str, wait_s: float = CANCEL_WAIT_S) -> None:
-    """Until squeue no longer lists the job as pending, running or completing (all its tasks are gone)."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        states = queue_states(job_id)
-        if not states or all(s not in slurm_status.LIVE for s in states):
-            return
-        time.sleep(0.2)
-    raise LaunchError(f"Slurm job {job_id} is still listed {wait_s:.0f} s after scancel")
-
-
 def refuse_cluster(spec: RunSpec) -> None:
     """A spec whose options name a cluster (a profile's `slurm: {cluster: NAME}` given to the Python API, a
     recorded run): refused, never submitted to this machine's Slurm; only the CLI reaches a cluster."""
@@ -374,15 +283,6 @@ def refuse_cluster(spec: RunSpec) -> None:
         raise LaunchError(f"slurm option cluster {name!r} is not accepted here: a cluster is reached by the CLI, "
                           f"`launch slurm --cluster {name}` (launch runs on its login node); accepted: no cluster "
                           "option, or cluster '' (this machine's Slurm)")
-
-
-def last_job(rd: RunDir) -> str | None:
-    try:
-        with open(layout.path(rd.path, "slurm_jobs"), encoding="utf-8") as f:
-            lines = f.read().split()
-        return lines[-1] if lines else None
-    except OSError:
-        return None
 
 
 def secret_env(spec: RunSpec) -> dict[str, str]:
