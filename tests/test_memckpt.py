@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -266,6 +267,35 @@ def test_slurm_a_killed_node_is_replaced_by_a_spare_that_resumes_from_its_peers_
         (a, b), (c, d) = [x["hosts"] for x in run["attempts"]]
         assert a == c and d not in (a, b) and len({x["slurm_job_id"] for x in run["attempts"]}) == 1, run["attempts"]
         from_the_peers_copy("runs/mslurm", row, reference_sha, rid)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_slurm_a_node_and_its_peer_lost_together_fall_back_to_storage(workdir, reference_sha):
+    """2 nodes x 1 and a spare in one job: both nodes' agents, rank wrappers and programs SIGKILLed once rank 1
+    reported step 6 (storage holds step 4), and both nodes' memory lost with them (their stores removed: a process
+    kill on the dev cluster's nodes leaves tmpfs as it was, a node's loss does not). No step is whole in memory:
+    attempt 1 reads storage's step 4, says why in one line, and ends with the uninterrupted weights."""
+    require_slurm()
+    with recovery_row("slurm", "both nodes killed (a copy and its peer) with their memory, --memory-checkpoint",
+                      "runs/bslurm", "memory gone on both: resumed from storage (step-00000004); COMPLETED") as row:
+        submit_with_a_spare("runs/bslurm", *PROGRAM, "--step-delay", "1", *STORAGE_AT_4_AND_8, flags=MEMORY)
+        rid = run_id("runs/bslurm")
+        wait_for(lambda: (read_json_or_none("runs/bslurm/progress/rank1.json") or {}).get("step", 0) >= 6, 300,
+                 "rank 1 at step 6")
+        for pid in node_pids(rid, 1, attempt=0) + node_pids(rid, 0, attempt=0):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(memstore.run_store(rid))          # every node's store of the run: the two nodes' memory
+        p = subprocess.run([LAUNCH, "wait", "runs/bslurm"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        log = attempt1("runs/bslurm")
+        m = re.search(r"memory checkpoint: storage read: no memory checkpoint on any node; rollback: (\d+) step", log)
+        assert m and int(m.group(1)) >= 2, log[-3000:]
+        assert "resumed from step-00000004" in log, log[-3000:]
+        row["user_sees"] += f" ({m.group(1)} step(s) lost)"
+        assert read_json("runs/bslurm/final.json")["param_sha256"] == reference_sha
+        row["orphans"] = len(gone(rid))
+        assert row["orphans"] == 0
 
 
 FSDP = ("-m", "workloads.fsdp", "--dataset", "digits", "--seed", "7", "--batch-size", "8", "--no-tensorboard",
