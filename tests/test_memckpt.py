@@ -302,14 +302,20 @@ FSDP = ("-m", "workloads.fsdp", "--dataset", "digits", "--seed", "7", "--batch-s
         "--max-steps", "8", "--log-every", "1", *STORAGE_AT_4_AND_8)
 
 
+def uninterrupted_sha(request, key: str, program: tuple) -> str:
+    """The param_sha256 of `program`'s uninterrupted run (local, 2 nodes x 1), made once per test run (`key`)."""
+    def make(d):
+        ref = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/ref", "--", *program,
+                         cwd=d)
+        assert ref.returncode == 0, ref.stderr[-3000:]
+        return read_json(Path(d, "runs/ref/final.json"))["param_sha256"]
+    return once(request, key, make)
+
+
 @pytest.fixture(scope="module")
 def fsdp_reference(request) -> str:
     """The uninterrupted FSDP run (local, 2 nodes x 1): its param_sha256 (of the full, gathered weights)."""
-    def make(d):
-        ref = run_launch("local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/ref", "--", *FSDP, cwd=d)
-        assert ref.returncode == 0, ref.stderr[-3000:]
-        return read_json(Path(d, "runs/ref/final.json"))["param_sha256"]
-    return once(request, "memckpt-fsdp-ref", make)
+    return uninterrupted_sha(request, "memckpt-fsdp-ref", FSDP)
 
 
 @pytest.mark.slow

@@ -105,11 +105,13 @@ def train(args, env, device, data, log) -> dict:
     import torch
 
     from workloads.common.dsloop import DeepSpeedSteps
+    from workloads.common.dsstate import keep_only_storage_unless_exact
     from workloads.common.loop import fit
     from workloads.common.models import cast_input
     from workloads.common.stateful import seed_all
 
     engine, precision, adam = build_engine(args, env, device, data, log)
+    keep_only_storage_unless_exact(engine, log)     # --memory-checkpoint: ZeRO-1/2 (workloads/common/dsstate.py)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
     seed_all(args.seed * 1_000_003 + 7919 * (env.rank + 1))
     steps = DeepSpeedSteps(engine, dtype, meta={"zero_stage": args.zero_stage, "precision": precision})

@@ -27,6 +27,7 @@ from launchers import fence
 from launchers.ckptptr import commit
 
 from .checkpoint import get_rng_state, resolved, set_rng_state, step_name
+from .dsstate import EngineState
 from .dsuniversal import convert
 from .metrics import write_json_atomic
 
@@ -61,7 +62,9 @@ class DeepSpeedSteps:
         return DeepSpeedCheckpointer(self.engine, env, fault=fault, meta=self.meta, log=log)
 
     def states(self) -> dict:
-        return {}                           # the engine saves model, optimizer and its own state itself
+        """The engine saves model, optimizer and its own state into its storage checkpoints itself; this rank's
+        part of it is what the memory checkpoints keep (dsstate.EngineState; launchers.memckpt)."""
+        return {"engine": EngineState(self.engine)}
 
     def new_budget(self, total: int) -> str | None:
         return None                         # no lr schedule to stretch
