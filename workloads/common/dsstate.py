@@ -2,19 +2,21 @@
 loaded by workloads.common.loop): what engine.save_checkpoint writes for this rank and engine.load_checkpoint reads
 back at the same world size, without files.
 
-EngineState is one Stateful (state_dict/load_state_dict): the module's weights (ZeRO-1/2: every rank holds them
-whole), this rank's ZeRO optimizer partition as DeepSpeed's optimizer.state_dict() gives it (the fp32 master
-partition and the base optimizer's moments; loss scaler, paddings), the LR scheduler when the engine has one, and
-the engine's counters (global_steps, global_samples, skipped_steps). Loading is engine.load_checkpoint's own
-sequence for a rigid checkpoint (runtime/engine.py _load_checkpoint, then _load_zero_checkpoint): the module's
-state dict, the scheduler and counters, then optimizer.load_state_dict with a state-dict list in which only this
-rank's entry is set -- the rigid load reads state_dict_list[dp rank] alone (runtime/zero/stage_1_and_2.py
-_load_legacy_checkpoint, bf16_optimizer.py) -- and the fp32 partition copied as it was (load_from_fp32_weights:
-no rounding through the module's weights). So the resumed run is bit-identical to an uninterrupted one.
+EngineState is one Stateful (state_dict/load_state_dict): the module's state dict (ZeRO-1/2: every rank's weights
+whole; ZeRO-3: its buffers only, the parameters being the partitions the optimizer restores), this rank's ZeRO optimizer
+partition as DeepSpeed's optimizer.state_dict() gives it (the fp32 master partition and the base optimizer's
+moments; loss scaler, paddings), the LR scheduler when the engine has one, and the engine's counters (global_steps,
+global_samples, skipped_steps). Loading is engine.load_checkpoint's own sequence for a rigid checkpoint
+(runtime/engine.py load_checkpoint: ZeRO-3's checkpoint_event_prologue, _load_checkpoint's module state dict,
+scheduler and counters, _load_zero_checkpoint, the epilogue) with a state-dict list in which only this rank's entry
+is set -- the rigid load reads state_dict_list[dp rank] alone (runtime/zero/stage_1_and_2.py
+_load_legacy_checkpoint, stage3.py _rigid_load_state_dict, bf16_optimizer.py) -- and the fp32 partition copied as
+it was (load_from_fp32_weights: no rounding through the module's weights). So the resumed run is bit-identical to
+an uninterrupted one.
 
-unsupported(engine): why a memory checkpoint of this engine cannot be restored exactly (ZeRO-3; an elastic
-checkpoint, whose load merges every rank's partitions), or "" -- the workload then keeps storage checkpoints only
-and says so in one line (deepspeed_zero.train).
+unsupported(engine): why a memory checkpoint of this engine cannot be restored exactly (an elastic checkpoint,
+whose load merges every rank's partitions), or "" -- the workload then keeps storage checkpoints only and says so
+in one line (deepspeed_zero.train).
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ import pickle
 def unsupported(engine) -> str:
     """"" when EngineState restores this engine bit-exactly, else why not (one clause)."""
     stage = engine.zero_optimization_stage()
-    if stage not in (1, 2):
-        return f"DeepSpeed ZeRO stage {stage}: memory restore is done for stages 1 and 2 only"
+    if stage not in (1, 2, 3):
+        return f"DeepSpeed ZeRO stage {stage}: memory restore is done for stages 1, 2 and 3 only"
     if engine.zero_elastic_checkpoint():
         return "DeepSpeed zero_optimization.elastic_checkpoint is on (its load merges every rank's partitions)"
     return ""
@@ -53,15 +55,23 @@ class EngineState:
     def state_dict(self) -> dict:
         e = self.engine
         sched = e.lr_scheduler
-        return {"module": e.module_state_dict(), "optimizer": e.optimizer.state_dict(),
+        module = e.module_state_dict()
+        if e.zero_optimization_partition_weights():        # ZeRO-3: the parameters are the optimizer's partitions
+            params = {name for name, _ in e.module.named_parameters()}
+            module = {k: v for k, v in module.items() if k not in params}
+        return {"module": module, "optimizer": e.optimizer.state_dict(),
                 "lr_scheduler": pickle.dumps(sched.state_dict()) if sched is not None else None,
                 "global_steps": e.global_steps, "global_samples": e.global_samples,
                 "skipped_steps": e.skipped_steps}
 
     def load_state_dict(self, sd: dict) -> None:
+        """engine.load_checkpoint's sequence (module doc); collective under ZeRO-3 (its epilogue gathers the
+        persistent parameters), as the loop's restore is."""
         import torch.distributed as dist
         e = self.engine
-        e.module.load_state_dict(sd["module"], strict=True)
+        if e._optimizer_has_ckpt_event_prologue():         # ZeRO-3: every parameter partitioned
+            e.optimizer.checkpoint_event_prologue()
+        e.module.load_state_dict(sd["module"], strict=not e.zero_optimization_partition_weights())
         if sd["lr_scheduler"] is not None and e.lr_scheduler is not None:
             e.lr_scheduler.load_state_dict(pickle.loads(sd["lr_scheduler"]))
         e.global_steps, e.global_samples, e.skipped_steps = sd["global_steps"], sd["global_samples"], sd["skipped_steps"]
@@ -70,3 +80,5 @@ class EngineState:
         mine[dist.get_rank(group=group)] = sd["optimizer"]
         e.optimizer.load_state_dict(state_dict_list=mine, load_optimizer_states=True, load_from_fp32_weights=True,
                                     checkpoint_folder=None)
+        if e._optimizer_has_ckpt_event_epilogue():
+            e.optimizer.checkpoint_event_epilogue()
