@@ -21,6 +21,8 @@ finds `latest` resumes from it: exactly at the same world size; at another one (
 --gpus-per-node P) from DeepSpeed's universal format, converted once by rank 0 into `step-<N>-universal/`
 next to the original (workloads/common/dsuniversal.py). Keep the global batch (--batch-size x ranks) to
 continue the same trajectory.
+Memory checkpoints (launch --memory-checkpoint): each rank's engine state -- weights, its ZeRO optimizer partition,
+counters -- with its progress and RNG, restored bit-exactly at the same world size (workloads/common/dsstate.py).
 """
 from __future__ import annotations
 
