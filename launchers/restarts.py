@@ -28,26 +28,22 @@ Backend = Any      # launchers.backends.base.Backend (a layer above: the backend
 def run_attempts(backend: Backend, spec: RunSpec, rd: RunDir, plan, restarts_left: int) -> int:
     """Start the plan's attempt and, while the launcher owns restarts and an attempt failed, what the policy
     decides (attempt_loop); the end line once the run ended. Returns the last attempt's exit code."""
-    left, plans = [restarts_left], {plan.attempt: plan}
+    left, plans, ended = [restarts_left], {plan.attempt: plan}, []
 
     def run(attempt: int) -> tuple[int, Decided | None]:
         backend.warm_up(plans[attempt])          # --warm-spares: the pool's zygotes, once (Backend.warm_up)
-        code = backend.start(plans[attempt], rd)
+        decided: list[Decided] = []
+        if backend.owns_restarts:                # decided as the attempt's end is written (RunDir.on_failure)
+            rd.on_failure = lambda ff, nodes: decide(spec, rd, attempt, ff, nodes, left, decided, ended)
+        try:
+            code = backend.start(plans[attempt], rd)
+        finally:
+            rd.on_failure = None
         if not backend.owns_restarts or code != 1:
             return code, None
-        detected = time.time()                   # the launcher saw the attempt end
-        ff = rd.read_status().get("first_failure")
-        decided = restart_decision(spec, rd, attempt, ff, left[0], detected)
-        if decided.decision.action == "stop":
-            if spec.max_restarts:
-                print(f"launch: attempt {attempt} failed ({describe_failure(ff)}); not restarted: "
-                      f"{decided.decision.why}", file=sys.stderr)
-            return code, decided
-        left[0] -= 1
-        print(f"launch: attempt {attempt} failed ({describe_failure(ff)}); {decided.decision.why}; restarting from "
-              f"{decided.resume} ({left[0]} restarts left){backoff_said(backoff_s(decided.decisions))}",
-              file=sys.stderr)
-        return code, decided
+        if not decided:                          # a failure recorded another way: FAILED is already written
+            decide(spec, rd, attempt, rd.read_status().get("first_failure"), None, left, decided, ended)
+        return code, decided[-1]
 
     def restart(attempt: int, decided: Decided) -> int:
         nxt = len(rd.read_run_yaml()["attempts"])
@@ -56,12 +52,32 @@ def run_attempts(backend: Backend, spec: RunSpec, rd: RunDir, plan, restarts_lef
         return nxt
 
     code = attempt_loop(rd, plan.attempt, run, restart)
-    if backend.owns_restarts:                  # Slurm's batch step records its own (backends.slurm.steps)
+    if backend.owns_restarts and not ended:    # Slurm's batch step records its own (backends.slurm.steps)
         record_site(spec, rd)
     st = rd.unrecorded or rd.read_status()     # the verdict, also when a full disk kept it from status.json
     if backend.owns_restarts or st.get("state") in TERMINAL:
         print(end_line(st), file=sys.stderr, flush=True)
     return code
+
+
+def decide(spec: RunSpec, rd: RunDir, attempt: int, ff: dict[str, Any] | None, nodes: dict[str, Any] | None,
+           left: list[int], decided: list[Decided], ended: list[None]) -> str | None:
+    """run_attempts' policy on a failed attempt (the launcher saw it end now), appended to `decided`; the line
+    why it restarts (one restart of `left` used), or None: the run ends, its strikes in the site ledger (`ended`)
+    before its FAILED is written."""
+    decided.append(restart_decision(spec, rd, attempt, ff, left[0], time.time(), nodes))
+    d = decided[-1]
+    if d.decision.action == "stop":
+        if spec.max_restarts:
+            print(f"launch: attempt {attempt} failed ({describe_failure(ff)}); not restarted: {d.decision.why}",
+                  file=sys.stderr)
+        ended.append(record_site(spec, rd))
+        return None
+    left[0] -= 1
+    why = (f"attempt {attempt} failed ({describe_failure(ff)}); {d.decision.why}; restarting from {d.resume} "
+           f"({left[0]} restarts left){backoff_said(backoff_s(d.decisions))}")
+    print(f"launch: {why}", file=sys.stderr)
+    return why
 
 
 def attempt_loop(rd: RunDir, attempt: int, run: Callable[[int], tuple[int, Decided | None]],
@@ -88,21 +104,22 @@ def record_site(spec: RunSpec, rd: RunDir) -> None:
             siteledger.record_run(spec.node_ledger, rd.path, rd.run_id, rd.read_run_yaml().get("attempts") or [])
 
 
-def record_end(spec: RunSpec, rd: RunDir, attempt: int, hosts: list[str] | None = None) -> None:
-    """A FAILED attempt of a run with no loop over attempts (a plain Slurm job: its batch side's finalize): with
-    --node-ledger, its first failure decided by the one policy with no restart left (restart_decision: a stop,
-    written into nodes.json as local and SSH write it; the program's failure is no node's strike), then the run's
-    strikes into the site ledger (record_site). Once per attempt: a finalize run again decides nothing twice.
-    hosts: the attempt's nodes, recorded when node 0 named none (it failed before it could: --preflight gpu)."""
-    st = rd.read_status()
-    if not spec.node_ledger or st.get("state") != "FAILED":
+def record_end(spec: RunSpec, rd: RunDir, attempt: int, hosts: list[str] | None, ff: dict[str, Any] | None,
+               nodes: dict[str, Any]) -> None:
+    """A failed attempt of a run with no loop over attempts (a plain Slurm job: its batch side's finalize, as
+    RunDir.on_failure, before FAILED is written): with --node-ledger, its first failure decided by the one policy
+    with no restart left (restart_decision: a stop, written into nodes.json as local and SSH write it; the
+    program's failure is no node's strike), then the run's strikes into the site ledger (record_site). Once per
+    attempt: a finalize run again decides nothing twice. hosts: the attempt's nodes, recorded when node 0 named
+    none (it failed before it could: --preflight gpu)."""
+    if not spec.node_ledger:
         return
     led = nodeledger.read(rd.path)
     if not any(d.get("attempt") == attempt and not d.get("preflight") for d in (led or {}).get("decisions") or []):
         had = ((rd.read_run_yaml().get("attempts") or [])[attempt:] or [{}])[0].get("hosts") or [None]
         if hosts and not all(map(siteledger.host_name, had)):       # none, or the plan's `SLURM_NODEID=0 ...`
             rd.update_attempt(attempt, {"hosts": hosts}, {})
-        restart_decision(spec, rd, attempt, st.get("first_failure"), 0, time.time(), st.get("nodes") or {})
+        restart_decision(spec, rd, attempt, ff, 0, time.time(), nodes or {})
     record_site(spec, rd)
 
 

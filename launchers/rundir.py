@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import __version__, fence, firstfail, layout, notify, procs, rundircheck, runindex, secretenv, sweep, trust
@@ -34,7 +35,14 @@ def new_run_id(spec: RunSpec) -> str:
 
 class RunDir(RunRecords):
     """A run dir (RunRecords: its path, status.json and records under the lock) and its run: created or opened,
-    run.yaml and its attempts, the launcher's liveness, the end of an attempt, what the job wrote."""
+    run.yaml and its attempts, the launcher's liveness, the end of an attempt, what the job wrote.
+
+    on_failure(first failure, nodes), set by whoever decides after a failed attempt (restarts.run_attempts; a
+    plain Slurm job's finalize): record_outcome hands it a failed attempt (not a stop) under the lock, before
+    any verdict is written. It writes what the end needs (nodes.json, the site ledger) and returns the line why
+    another attempt follows (status REQUEUED with it) or None (FAILED, written last)."""
+
+    on_failure: Callable[[dict[str, Any] | None, dict[str, Any]], str | None] | None = None
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -219,8 +227,20 @@ class RunDir(RunRecords):
                 ff = self.decide_first_failure(attempt, node_failures, hosts)
             if ff is not None and ff.get("rank") is None:
                 reason = reason or ff.get("reason")
-            self.update_status(state="FAILED", nodes=nodes, first_failure=ff, reason=join(reason, killed))
-            return 1
+            return self.failed(ff, nodes, join(reason, killed))
+
+    def failed(self, ff: dict[str, Any] | None, nodes: dict[str, int | None], reason: str | None) -> int:
+        """A failed attempt's end, under the lock: on_failure first, then REQUEUED with its line why, else FAILED
+        (last: the ledgers the hook wrote are in before it shows); the verdict is written even if the hook raises."""
+        why = None
+        try:
+            why = self.on_failure(ff, nodes) if self.on_failure is not None else None
+        finally:
+            if why:                   # another attempt follows: never FAILED meanwhile (as Slurm's in-job steps)
+                self.update_status(state="REQUEUED", nodes=nodes, first_failure=ff, reason=why)
+            else:
+                self.update_status(state="FAILED", nodes=nodes, first_failure=ff, reason=reason)
+        return 1
 
     def killed_after_grace(self, attempt: int) -> str | None:
         return firstfail.killed_after_grace(self.rank_exits(attempt))

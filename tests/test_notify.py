@@ -69,10 +69,11 @@ def test_local_runs_tell_the_server(workdir, server):
 
     server.got.clear()
     p = run_launch("local", "--notify", url(server), "--env", "MY_TOKEN=hunter2-secret", "--run-dir", "runs/bad",
-                   "--", "bad.py", timeout=120)
-    assert p.returncode == 1, p.stderr[-2000:]
-    assert [b["event"] for _, _, b in server.got] == ["RUNNING", "FAILED"], server.got
-    failed = server.got[1][2]
+                   "--max-restarts", "1", "--", "bad.py", timeout=120)
+    assert p.returncode == 1, p.stderr[-2000:]       # a failed attempt the policy restarts is never FAILED meanwhile
+    assert [b["event"] for _, _, b in server.got] == ["RUNNING", "REQUEUED", "RUNNING", "FAILED"], server.got
+    assert server.got[1][2]["reason"].startswith("attempt 0 failed (rank 0 on node 0, exit code 1"), server.got[1]
+    failed = server.got[3][2]
     ff = failed["first_failure"]
     assert (ff["rank"], ff["node"], ff["exit_code"]) == (0, 0, 1), failed
     assert ff["exception"] == "RuntimeError: no access with ***", ff          # the --env token's value redacted

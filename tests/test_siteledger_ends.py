@@ -71,9 +71,8 @@ def test_a_plain_slurm_runs_failed_node_is_one_strike_on_its_host_exactly_once(t
     assert ledgerfile.load(path)[0] == site
     spec = rd.spec()
     rd.update_attempt(1, {"hosts": ["lnode1", "lnode3"]}, {})
-    rd.update_status(state="FAILED", attempt=1, nodes={"0": 3, "1": 143},
-                     first_failure={"node": 0, "rank": 0, "exit_code": 3, "signal": None, "time": time.time()})
-    restarts.record_end(spec, rd, 1)
+    ff = {"node": 0, "rank": 0, "exit_code": 3, "signal": None, "time": time.time()}
+    restarts.record_end(spec, rd, 1, None, ff, {"0": 3, "1": 143})
     led = nodeledger.read(rd.path)
     assert nodeledger.program_signs(led) == {"exit 3"} and "looks like a bug" in led["decisions"][-1]["why"], led
     assert list(ledgerfile.load(path)[0]["hosts"]) == ["lnode3"]         # no strike on lnode1 for the program's

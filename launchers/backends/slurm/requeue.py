@@ -117,10 +117,10 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         failures, reason = node_failures(recs, missing)
         if end == "recover" and recovered(rd, st, attempt, nodes, recs, missing, failures, on_failure):
             return 1
+        if on_failure is None:                   # a plain run's failure: the node ledgers, before FAILED shows
+            rd.on_failure = plain_end(ns, rd, env, attempt, n, in_allocation)
         code = rd.record_outcome(attempt, nodes, node_failures=failures, reason=None if cancelled else reason,
                                  stopped_by=cancelled, stopped_at=st.get("cancel_at"))
-        if on_failure is None and code != 0:     # a plain run's failure: the site's node ledger
-            record_end(ns.spec, rd, attempt, None if in_allocation else job_hosts(env, n))
     if cancelled and not in_allocation:
         forget_job(ns.spec, ns.run_id, env)      # --memory-checkpoint: before the scancel ends us
         end_as_cancelled(env.job_id)
@@ -175,15 +175,25 @@ def recovered(rd: RunDir, st: dict[str, Any], attempt: int, nodes: dict[str, Any
     return bool(why)
 
 
-def record_end(spec: RunSpec, rd: RunDir, attempt: int, hosts: list[str] | None) -> None:
-    """A plain run's FAILED attempt (no loop over steps) into nodes.json and the site's node ledger, once
-    (launchers.restarts.record_end); imported here, off the node task's start-up path."""
-    from ...restarts import record_end as record
-    record(spec, rd, attempt, hosts)
+def plain_end(ns: NodeSpec, rd: RunDir, env: SlurmEnv, attempt: int, n: int, in_allocation: bool) -> Callable:
+    """A plain run's RunDir.on_failure: its failed attempt into the node ledgers (record_end); None: FAILED."""
+    return lambda ff, nodes: record_end(ns.spec, rd, attempt, job_hosts(env, n, in_allocation), ff, nodes)
 
 
-def job_hosts(env: SlurmEnv, n: int) -> list[str] | None:
-    """The job's nodes in node order (SLURM_NODEID k: its k-th host); None when its nodelist is not read."""
+def record_end(spec: RunSpec, rd: RunDir, attempt: int, hosts: list[str] | None, ff: dict[str, Any] | None,
+               nodes: dict[str, Any]) -> None:
+    """A plain run's failed attempt (no loop over steps) into nodes.json and the site's node ledger, once, before
+    its FAILED is written (launchers.restarts.record_end); imported here, off the node task's start-up path."""
+    if spec.node_ledger:
+        from ...restarts import record_end as record
+        record(spec, rd, attempt, hosts, ff, nodes)
+
+
+def job_hosts(env: SlurmEnv, n: int, in_allocation: bool = False) -> list[str] | None:
+    """The job's nodes in node order (SLURM_NODEID k: its k-th host); None when its nodelist is not read (or
+    in the user's own allocation)."""
+    if in_allocation:
+        return None
     try:
         return env.hostnames()[:n]
     except NodelistError:

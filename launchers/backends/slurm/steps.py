@@ -78,7 +78,8 @@ def run_step(rd: RunDir, spec: RunSpec, env: SlurmEnv, allocation: list[str], ba
         left = spec.max_restarts - restarts_used(read_ledger(rd.path))
         decided.append(restarts.restart_decision(spec, rd, attempt, ff, left, time.time(), nodes))
         d = decided[-1].decision
-        if d.action == "stop":
+        if d.action == "stop":                   # the run ends: its strikes in the site ledger before FAILED shows
+            restarts.record_site(spec, rd)
             return None
         return (f"attempt {attempt} failed ({describe(ff)}); {d.why}; restarting in job {env.job_id} on "
                 + ",".join(allocation[s] for s in d.pool.active)
@@ -115,9 +116,13 @@ def run_steps(run_dir: str, base_attempt: int) -> int:
                               {"backend": "slurm", "slurm_job_id": env.job_id, "by": timeline.BY_POLICY,
                                "hosts": [allocation[s] for s in active]})
 
+    last: list[restarts.Decided | None] = [None]
+
     def run(attempt: int) -> tuple[int, restarts.Decided | None]:
-        return run_step(rd, spec, env, allocation, base_attempt, attempt)
+        code, last[0] = run_step(rd, spec, env, allocation, base_attempt, attempt)
+        return code, last[0]
 
     code = restarts.attempt_loop(rd, attempt, run, restart)
-    restarts.record_site(spec, rd)               # its strikes into the site's node ledger (--node-ledger)
+    if last[0] is None or last[0].decision.action != "stop":   # a stop: recorded before its FAILED (run_step)
+        restarts.record_site(spec, rd)               # its strikes into the site's node ledger (--node-ledger)
     return code
