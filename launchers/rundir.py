@@ -171,17 +171,18 @@ class RunDir(RunRecords):
     def launcher_alive(self, st: dict[str, Any] | None = None) -> bool:
         return procs.record_alive((st if st is not None else self.read_status()).get("launcher") or {})
 
-    def check_launcher(self) -> dict[str, Any]:
-        """status.json; a RUNNING/PENDING run whose launcher (recorded on this host) is dead is corrected to
-        FAILED ("launcher died"), with the run's processes still alive here listed (`launch cancel` ends them)."""
+    def check_launcher(self, live: tuple[str, ...] = ("RUNNING", "PENDING")) -> dict[str, Any]:
+        """status.json; a run in a `live` state whose launcher (recorded on this host) is dead is corrected to
+        FAILED ("launcher died"), with the run's processes still alive here listed (`launch cancel` ends them).
+        (REQUEUED is live where the launcher owns the restarts: local, SSH; on Slurm, Slurm does.)"""
         st = self.read_status()
         rec = st.get("launcher") or {}
-        if st.get("state") not in ("RUNNING", "PENDING") or not rec or rec.get("host") != socket.gethostname() \
+        if st.get("state") not in live or not rec or rec.get("host") != socket.gethostname() \
                 or self.launcher_alive(st):
             return st
         with self.lock():
             cur = self.read_status()
-            if cur.get("state") not in ("RUNNING", "PENDING") or cur.get("launcher") != rec:
+            if cur.get("state") not in live or cur.get("launcher") != rec:
                 return cur
             alive = trust.run_pids(self.run_id, self.path)      # never another run dir's (issue 35)
             return self.update_status(state="FAILED", surviving_pids=alive, reason=f"launcher died (pid {rec.get('pid')}"

@@ -100,6 +100,18 @@ def test_slurm_busy_from_status_alone(st, busy):
     assert SlurmBackend().busy(st) == busy
 
 
+def test_a_local_run_between_attempts_whose_launcher_died_is_failed_not_requeued_forever(tmp_path):
+    """Between two attempts a local/SSH run is REQUEUED (its launcher decided a restart); a launcher killed
+    then leaves no one to start the next: status shows FAILED (launcher died), as for a RUNNING one. On Slurm,
+    REQUEUED is Slurm's to end (a requeued job's batch process is gone by design)."""
+    rd = make_run(tmp_path)
+    dead = {"pid": 2 ** 22 + 1, "host": socket.gethostname(), "start": 1}
+    rd.update_status(state="REQUEUED", launcher=dead, reason="attempt 0 failed (...); restarting from scratch")
+    assert rd.check_launcher()["state"] == "REQUEUED"                     # the default: RUNNING, PENDING only
+    st = api.get_backend("local").refresh(rd)
+    assert st["state"] == "FAILED" and st["reason"].startswith("launcher died (pid 4194305"), st
+
+
 def test_list_shows_unreadable_run_dirs(tmp_path, monkeypatch):
     """A run dir whose status.json is truncated, a directory or missing, or whose run.yaml is broken: a row
     UNREADABLE with the reason, never PENDING, never dropped."""

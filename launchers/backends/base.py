@@ -140,8 +140,8 @@ class Backend:
 
     def refresh(self, rd: RunDir) -> dict[str, Any]:
         """Current status (backends with a scheduler ask it); default: status.json as written, corrected when
-        the launcher that runs it died."""
-        return rd.check_launcher()
+        the launcher that runs it died (also between two attempts: REQUEUED)."""
+        return rd.check_launcher(("RUNNING", "PENDING", "REQUEUED"))
 
     def active(self, rd: RunDir) -> bool:
         """Whether some attempt of the run may still be running (resume refuses then)."""
