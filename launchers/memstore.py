@@ -5,7 +5,7 @@ Each node has one store: a directory in host memory (/dev/shm, tmpfs) per user, 
 backend (they share one machine, so each gets its own "memory") and `/<node name>` under it for a Slurm node (a
 site's nodes may share one /dev/shm -- the dev cluster's do -- and a spare that replaces a lost node is another
 name, so it finds nothing of the lost one's; on nodes of their own the name is one more directory). The ranks write it
-(workloads.common.memckpt: their own state every M steps, and the copy a rank of the previous node sends them);
+(launchers.memckpt: their own state every M steps, and the copy a rank of the previous node sends them);
 it outlives a worker's restart and dies with its node. The launcher removes a node's store when it declares the
 node lost (local: what the node's memory going away is there) and every store of the run when the run ends.
 Stdlib only; the ranks are told through the environment (ENV_EVERY, ENV_DIR: launchers.torchrun).

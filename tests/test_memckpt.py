@@ -1,6 +1,6 @@
 """--memory-checkpoint (issue 37 item 1): every rank's state kept in host memory every M steps and copied to the
 next node; after a loss the survivors restore from their own copy, the replacement from its peer's copy, storage
-only when both are gone. Pure: the step choice (workloads.common.memckpt.choose), the option -> the ranks'
+only when both are gone. Pure: the step choice (launchers.memckpt.choose), the option -> the ranks'
 environment (each simulated node, each Slurm node by its name, its own store), a store's copies (newest 2 kept). Real runs (local, 2 simulated
 nodes x 1, --max-restarts 1, a 1 s step delay, storage checkpoints at steps 4 and 8): node 1 killed at step 6
 resumes from memory with at most M = 1 step lost and the uninterrupted run's param_sha256; both nodes killed (the
@@ -27,11 +27,12 @@ import test_recovery
 from conftest import LAUNCH, once, read_json, run_launch
 from launchers import memstore, spec, torchrun
 from launchers.errors import LaunchError
+from launchers.memckpt import KEEP, choose, listing, private_dir, why_storage, write_copy
+from launchers.memcodec import pack, unpack
 from launchers.remote import node_pids
 from launchers.request import JobSpec
 from test_recovery import PROGRAM, SSH_STATE, gone, recovery_row, require_slurm, require_ssh, submit_with_a_spare
 from test_recovery_local import ended, signal_node, started_with_a_spare
-from workloads.common.memckpt import KEEP, choose, listing, pack, private_dir, unpack, why_storage, write_copy
 
 reference_sha = test_recovery.reference_sha    # the uninterrupted run's weights: a fixture here too
 from common import read_json as read_json_or_none  # noqa: E402  (tests/faults: on the path after test_recovery)
