@@ -222,13 +222,13 @@ def main(argv: list[str]) -> int:
     if fd < 0:
         return 2
     base = dict(rank=rank, node=node, attempt=attempt)
-    why, bound, refused, workdir = prepare(env, run_dir)
+    bound, refused, workdir = prepare(env, run_dir)
     cpus = f"cpu-bind {bound['cpu_bind']}: CPUs {bound['cpus']} | " if "mempolicy" in bound else ""
     header = (f"===== launch attempt {attempt} | rank {rank} of {env.get('WORLD_SIZE', '?')} | node {node} | "
               f"{cpus}{layout.stamp()} =====\n")
     os.write(fd, header.encode())
     start = os.lseek(fd, 0, os.SEEK_CUR)         # this attempt's part of the log begins here (O_APPEND: the end)
-    extra = {"reason": why} if why else {}
+    extra = {"reason": refused} if isinstance(refused, str) else {}
     if refused is None and env.get("LAUNCH_DIST_BACKEND") == "auto":     # decided here, on the node
         refused, extra = auto_backend(env, run_dir, node, attempt, fd)
     if refused is not None:
@@ -254,16 +254,19 @@ def main(argv: list[str]) -> int:
     return die_as(code)
 
 
-def prepare(env, run_dir: str) -> tuple[str | None, dict, object, tuple[str, str] | None]:
-    """Before the program starts -> (why a secret refuses it, its CPU binding, what refuses the start -- that
-    secret, a refused CPU set or snapshot -- or None, (the run's snapshot, its work dir) with --snapshot)."""
+def prepare(env, run_dir: str) -> tuple[dict, object, tuple[str, str] | None]:
+    """Before the program starts -> (its CPU binding, what refuses the start -- the line why a secret does (a
+    str: the record's reason too), a refused CPU set or snapshot (an exception) -- or None, (the run's snapshot,
+    its work dir) with --snapshot)."""
     from .secretenv import unusable  # a secret not given (or ***) is never handed to the program
     why = unusable(env)
+    if why is not None:
+        return {}, why, None
     try:
-        bound, refused, workdir = (bind(env), None, snapshot_dir(env)) if why is None else ({}, why, None)
-        return why, bound, refused, workdir and (workdir, work_dir(run_dir, workdir))
+        bound, workdir = bind(env), snapshot_dir(env)
+        return bound, None, workdir and (workdir, work_dir(run_dir, workdir))
     except Exception as e:  # noqa: BLE001  -- LaunchError (a refused set, no snapshot) or sched_setaffinity's
-        return why, {}, e, None
+        return {}, e, None
 
 
 def open_log(run_dir: str, node: int, rank: int) -> tuple[str, int]:
