@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TextIO
 
 from . import extcache, layout, manifest, snapshot
+from .errors import LaunchError
 
 if TYPE_CHECKING:
     from .backends.base import Plan
@@ -57,8 +59,15 @@ def run(verb: Verb, spec: RunSpec, dry_run: bool = False, out: TextIO = sys.stdo
     planned, found = verb.preflight(planned)
     commit(planned[0].spec)
     from .backends.base import synced_together
-    with synced_together():           # the run dirs' files: on disk before anything starts, in one flush's wait
-        rds = verb.open(planned, lambda rd, plan: record(rd, plan, found))
+    rds: list[RunDir] = []
+    try:
+        with synced_together():       # the run dirs' files: on disk before anything starts, in one flush's wait
+            rds = verb.open(planned, lambda rd, plan: record(rd, plan, found))
+    except LaunchError:               # the flush failed (once open returned): a new run dir is left to no one
+        if planned[0].attempt == 0:   # (nothing ran in it); a resumed one keeps everything its job wrote
+            for rd in rds:
+                shutil.rmtree(rd.path, ignore_errors=True)
+        raise
     return verb.start(rds, planned)
 
 

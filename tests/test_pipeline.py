@@ -3,12 +3,17 @@ after the plan, and each per-run concern is called from the pipeline only."""
 from __future__ import annotations
 
 import ast
+import errno
 import io
+import os
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
-from launchers import pipeline
-from launchers.spec import RunSpec
+from launchers import api, pipeline
+from launchers.errors import LaunchError
+from launchers.spec import RunSpec, build_spec
 
 # a per-run concern -> the one module that may call it (its stage)
 CONCERNS = {("snapshot", "take"), ("snapshot", "commit"), ("extcache", "settle"), ("extcache", "make"),
@@ -77,3 +82,21 @@ def test_each_per_run_concern_is_called_from_the_pipeline_only():
                 if key in CONCERNS:
                     found.append(f"{Path(path).relative_to(ROOT)}:{node.lineno} {key}")
     assert found == [], found
+
+
+def test_a_flush_that_fails_is_one_line_and_leaves_no_new_run_dir(tmp_path, monkeypatch):
+    """The run dir's durable writes are flushed together as `open` ends (backends.base.synced_together): a flush
+    that fails (an I/O error at fsync; a quota on NFS) is the one-line error a failed write gives, nothing starts,
+    and the new run dir is gone (a resumed one would keep what its job wrote). os.fsync fails here: no file
+    system on this machine fails a flush on demand."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ok.py").write_text("print('x')\n")
+    spec = build_spec("local", {"run_dir": str(tmp_path / "runs" / "r")}, ["ok.py"])
+
+    def fails(fd):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(os, "fsync", fails)
+    with pytest.raises(LaunchError, match=r"runs/r/.* cannot be flushed to disk \(Input/output error\); nothing was "
+                                          r"started; accepted: a run dir on a file system that takes writes"):
+        api.submit(spec)
+    assert not (tmp_path / "runs" / "r").exists()

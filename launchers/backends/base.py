@@ -20,6 +20,7 @@ from .. import layout, procs
 from ..container import cleanup_argv, wrap
 from ..containeropts import host_limits
 from ..cpubind import describe
+from ..errors import LaunchError, brief
 from ..nodebackend import AUTO, PLANNED, Teller
 from ..rundir import TERMINAL, RunDir
 from ..spec import RunSpec
@@ -252,7 +253,8 @@ def synced_together():
     """The block's durable writes (layout.atomic_write) are fsynced together as it ends, each in a thread of its
     own: one flush's wait (the file system commits them at once) instead of one per file. They are on disk before
     anything is started (the run dir's files at open; a Slurm job's before its sbatch), as when each write waited
-    for its own. A block inside another leaves its writes to the outer one."""
+    for its own. A block inside another leaves its writes to the outer one. A flush that fails (an I/O error, a
+    quota met at fsync on a network file system): LaunchError naming the file, as a failed write says it."""
     outer, layout.SYNC_LATER = layout.SYNC_LATER, []
     ok = False
     try:
@@ -263,7 +265,7 @@ def synced_together():
         if outer is not None:
             outer.extend(paths)
         elif paths:
-            errors: list[OSError] = []
+            errors: list[tuple[str, OSError]] = []
             k = min(len(paths), 16)       # a sweep's many run dirs: 16 threads at most
             threads = [threading.Thread(target=_fsync, args=(paths[i::k], errors)) for i in range(1, k)]
             for t in threads:
@@ -272,10 +274,13 @@ def synced_together():
             for t in threads:
                 t.join()
             if errors and ok:             # as the write itself would have raised it
-                raise errors[0]
+                path, e = errors[0]
+                raise LaunchError(f"{brief(path)} cannot be flushed to disk ({e.strerror or e}); nothing was "
+                                  "started; accepted: a run dir on a file system that takes writes (free space, no "
+                                  "I/O error)")
 
 
-def _fsync(paths: list[str], errors: list[OSError]) -> None:
+def _fsync(paths: list[str], errors: list[tuple[str, OSError]]) -> None:
     """fsync files written in the block; one removed since (a run dir given up) is nothing to keep."""
     for path in paths:
         try:
@@ -287,4 +292,4 @@ def _fsync(paths: list[str], errors: list[OSError]) -> None:
         except FileNotFoundError:
             pass
         except OSError as e:
-            errors.append(e)
+            errors.append((path, e))

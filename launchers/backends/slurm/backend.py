@@ -96,10 +96,15 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------ start
     def start(self, plan: Plan, rd: RunDir) -> int:
-        with synced_together():          # on disk before the job is submitted, in one flush's wait
-            rd.start_attempt(state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None,
-                             hang=None, stopped_by=None, starting=procs.self_record())   # until the job is queued
-            write_node_spec(rd, plan.spec, plan.run_id, plan.attempt)
+        try:
+            with synced_together():      # on disk before the job is submitted, in one flush's wait
+                rd.start_attempt(state="PENDING", attempt=plan.attempt, nodes={}, first_failure=None, reason=None,
+                                 hang=None, stopped_by=None, starting=procs.self_record())   # until it is queued
+                write_node_spec(rd, plan.spec, plan.run_id, plan.attempt)
+        except LaunchError:              # not flushed: nothing submitted, and at attempt 0 no run dir left behind
+            if plan.attempt == 0:
+                shutil.rmtree(rd.path, ignore_errors=True)
+            raise
         if SlurmEnv.read().in_allocation:
             return run_in_allocation(plan, rd)
         job_id = self._submit(plan, rd)
