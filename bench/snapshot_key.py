@@ -21,7 +21,7 @@ ROUNDS = rounds(5)
 # one launch's snapshot work, timed inside its own process: argv = tree, store, cache on (1) or off (0)
 LAUNCH = """
 import os, sys, time
-from launchers import snapshot, statcache
+from launchers.frozen import snapshot, statcache
 from launchers.spec import RunSpec
 tree, store, on = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 statcache.ENABLED = on

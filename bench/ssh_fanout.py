@@ -1,5 +1,5 @@
 """SSH fan-out: connect to the test hosts and start a trivial command (`true`) on each, side by side:
-`launch ssh`'s fan-out (launchers.sshconn.fanout: one paramiko Connection per host, threads, host keys
+`launch ssh`'s fan-out (launchers.ssh.sshconn.fanout: one paramiko Connection per host, threads, host keys
 verified) vs pdsh (Debian package) vs a serial `ssh` loop. Whole-process wall time (like pdsh's), our fan-out
 alone (timed inside one process, after imports) and the process's start-up alone (interpreter, imports, the hosts
 resolved through the ssh config; no network): where the whole process's time goes. Interleaved rounds, medians.
@@ -28,8 +28,8 @@ ROUNDS = rounds(7)
 
 ONE = """
 import sys
-from launchers.hostfile import parse_hosts_option, resolve
-from launchers.sshconn import SSHSettings, fanout
+from launchers.ssh.hostfile import parse_hosts_option, resolve
+from launchers.ssh.sshconn import SSHSettings, fanout
 s = SSHSettings(ssh_config={cfg!r}, known_hosts={kh!r})
 codes = fanout(resolve(parse_hosts_option({hosts!r}), {cfg!r}), s, "true")
 sys.exit(0 if codes == [0] * {n} else 1)
@@ -60,8 +60,8 @@ def hosts_up(n: int) -> None:
 
 def measure(n: int) -> dict[str, float]:
     """Medians (ms) of the four ways to run `true` on sshhost1..sshhost<n>."""
-    from launchers.hostfile import parse_hosts_option, resolve
-    from launchers.sshconn import SSHSettings, fanout
+    from launchers.ssh.hostfile import parse_hosts_option, resolve
+    from launchers.ssh.sshconn import SSHSettings, fanout
 
     hosts = [f"sshhost{k}" for k in range(1, n + 1)]
     settings = SSHSettings(ssh_config=CFG, known_hosts=KH)

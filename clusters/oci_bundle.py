@@ -5,11 +5,11 @@ bundle DIR` with the job's interpreter (its sys.prefix and sys.base_prefix are m
 The rootfs holds directories only (the mount points), the merged-/usr links of this host and podman's marker file
 /run/.containerenv (tests/data/report.py: `container`). Everything the node task needs is this host's, mounted at
 the same paths: /usr, /etc, the checkout, the interpreter's prefixes and sys.path (read-only), launchers again at
-/opt/launchers/launchers (launchers.container: srun exports PYTHONPATH=/opt/launchers), /tmp, /var/tmp (run dirs,
+/opt/launchers/launchers (launchers.containers.container: srun exports PYTHONPATH=/opt/launchers), /tmp, /var/tmp (run dirs,
 the dev cluster's state dir), /dev/shm (NCCL, DataLoader workers) and /run/munge (scontrol requeue from a node).
 Only a mount namespace of its own: the node's network (ranks talk across the bridge), its UTS (hostname lnodeK),
 PID (the pids the rank wrappers record, the tagged sweep, py-spy) and IPC namespaces stay the host's, as with podman
-(launchers.container._podman). The job's root keeps the capabilities this host gives it (its bounding set), no
+(launchers.containers.container._podman). The job's root keeps the capabilities this host gives it (its bounding set), no
 rlimit of runc's own (the task's, as Slurm set them), every device allowed (task/none: none is fenced off).
 slurmstepd rewrites process.args, appends the job's environment to process.env, sets process.terminal false and
 root.path to BUNDLE/rootfs (slurm-22-05-8-1 src/slurmd/slurmstepd/container.c:255-466); process.cwd stays "/".
@@ -26,7 +26,7 @@ CAPS = ("CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SET
         "SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ PERFMON BPF "
         "CHECKPOINT_RESTORE").split()                 # capability(7) numbers 0..40, in order
 TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")   # merged /usr: links to usr/...; else mounted
-PACKAGE_AT = "/opt/launchers/launchers"                          # launchers.container.PACKAGE_AT + /launchers
+PACKAGE_AT = "/opt/launchers/launchers"                          # launchers.containers.container.PACKAGE_AT + /launchers
 MARKER = "run/.containerenv"
 
 

@@ -2,7 +2,7 @@
 launchers.runstatus, handed out here; the backend a spec names: launchers.backendof).
 
 One flow for every backend: spec -> NCCL env resolved and validated -> backend.plan -> (dry-run prints it)
--> run dir created -> backend.start. Local and SSH attempts are looped by launchers.restarts (the launcher
+-> run dir created -> backend.start. Local and SSH attempts are looped by launchers.resilience.restarts (the launcher
 owns restarts: the recovery policy decides each).
 """
 from __future__ import annotations
@@ -11,11 +11,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from . import layout, nodeledger, pipeline, rundircheck, runindex
+from . import layout, pipeline
 from .backendof import get_backend
 from .errors import LaunchError
-from .restarts import end_line, plan_on, pool_of, run_attempts  # noqa: F401  (api.end_line: runhandle, tests)
-from .rundir import TERMINAL, RunDir, new_run_id
+from .ledgers import nodeledger
+from .records import rundircheck, runindex
+from .records.rundir import TERMINAL, RunDir, new_run_id
+from .resilience.restarts import end_line, plan_on, pool_of, run_attempts  # noqa: F401  (api.end_line: runhandle, tests)
 from .runstatus import format_status, status, wait, wait_status  # noqa: F401  (their home: runstatus; used from here)
 
 if TYPE_CHECKING:      # what only submit and resume need is imported there: `launch status` starts in half the time
@@ -82,7 +84,7 @@ class Resume:
 
     def __init__(self, rd: RunDir, adopt: bool, requeued: str | None) -> None:
         from . import trust
-        from .secretenv import refuse_missing
+        from .credentials.secretenv import refuse_missing
         if why := trust.record_refusal(rd.path):        # another's run dir names a program and --notify (issue 35)
             raise LaunchError(why)
         self.rd, self.adopt, self.requeued, self.data = rd, adopt, requeued, rd.read_run_yaml()
@@ -98,7 +100,7 @@ class Resume:
 
     def spec_of(self, changes: dict[str, Any], program_args: tuple[str, ...] | None) -> RunSpec:
         """The recorded spec with the changes asked for, run where the run dir is now."""
-        from . import snapshot
+        from .frozen import snapshot
         changes = dict(changes, **({"min_nodes": 0, "max_nodes": 0} if changes.get("nodes") else {}))  # N: fixed
         store = snapshot.store_for(self.rd.path, os.path.dirname(self.rd.path))   # a run that had none: beside it
         spec = snapshot.for_resume(self.rd.spec(), changes.pop("snapshot", None), store)
@@ -151,7 +153,7 @@ def continue_requeued(spec: RunSpec, dry_run: bool = False, out: TextIO = sys.st
     spec (one line says so), unless the command line given again differs from it (one line naming it)."""
     from .backends.slurm.env import SlurmEnv
     from .backends.slurm.inalloc import continuing_line, verdict
-    from .restarts import resume_point
+    from .resilience.restarts import resume_point
     rd, env = RunDir.open(spec.run_dir), SlurmEnv.read()
     v = verdict(env, rd.read_status(), rd.read_run_yaml(), spec.to_dict(), rd.path)
     if v.action != "continue":

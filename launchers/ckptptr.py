@@ -4,7 +4,7 @@ manifest that proves a checkpoint complete.
 Stdlib only (no torch): the launcher reads it, the workloads write it. Writing is atomic and durable:
 write a temporary file in the same directory, fsync it, os.replace() it over `latest`, fsync the
 directory. A reader therefore sees either the old name or the new one, never a partial file.
-`launchers.rundir` re-exports both functions; this is the only place the format is defined.
+`launchers.records.rundir` re-exports both functions; this is the only place the format is defined.
 A checkpoint is committed with commit(): its manifest (every file's size and digest), then the pointer. A
 resume asks resolve() what to load (`latest` if it still matches its manifest, else the newest complete
 earlier step, else one line naming the damaged file); `launch status` shows check()'s verdict.
@@ -22,8 +22,8 @@ try:                                    # a dependency (setup.cfg); the import i
 except ImportError:                     # pragma: no cover
     xxhash = None
 
-from . import fence
 from .layout import no_symlink
+from .records import fence
 
 POINTER = "latest"
 
@@ -35,7 +35,7 @@ def _check_name(name: str) -> None:
 
 def write_latest(ckpt_dir: str, name: str) -> None:
     """Atomically make `ckpt_dir/latest` name the checkpoint directory `name` (relative to ckpt_dir). In a process
-    of an older attempt than its run's: fence.Fenced, nothing written (launchers.fence)."""
+    of an older attempt than its run's: fence.Fenced, nothing written (launchers.records.fence)."""
     _check_name(name)
     fence.require_env(f"checkpoints/latest -> {name}")
     os.makedirs(ckpt_dir, exist_ok=True)
@@ -124,7 +124,7 @@ def _fsync_dir(path: str) -> None:
 
 def write_manifest(step_dir: str, attempt: int | None = None, known: dict | None = None) -> dict:
     """Hash every file of a finished checkpoint into step_dir/manifest.json (atomic, durable; hash_name()'s
-    digest); returns it. `attempt`: the attempt that wrote it (its generation: launchers.fence), when known.
+    digest); returns it. `attempt`: the attempt that wrote it (its generation: launchers.records.fence), when known.
     `known`: {relative path: {"size": n, algo: hex}} digested while the files were written (the workloads' DCP
     writer): such a file, of that size and algorithm, is not read back; every other file is."""
     algo, known = hash_name(), known or {}
@@ -153,7 +153,7 @@ def write_manifest(step_dir: str, attempt: int | None = None, known: dict | None
 def commit(ckpt_dir: str, name: str, known: dict | None = None) -> None:
     """Make checkpoint `name` the latest: its manifest (with the attempt of a `launch` run; `known`: digests taken
     while writing, write_manifest()), then the pointer. Call once every rank's files are written (after the save's
-    barrier), on one rank. From an older attempt than its run's: fence.Fenced, nothing written (launchers.fence)."""
+    barrier), on one rank. From an older attempt than its run's: fence.Fenced, nothing written (launchers.records.fence)."""
     _check_name(name)
     attempt = fence.require_env(f"the checkpoint commit of {name}")
     write_manifest(os.path.join(ckpt_dir, name), attempt, known)

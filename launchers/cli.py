@@ -7,9 +7,9 @@ import sys
 import click
 
 from . import __version__
-from .clibase import env_named, forward, one_line_errors, via_cluster
-from .clihelp import EXAMPLES as VERB_EXAMPLES
-from .clihelp import Grouped, Shown, option_of
+from .clitools.clibase import env_named, forward, one_line_errors, via_cluster
+from .clitools.clihelp import EXAMPLES as VERB_EXAMPLES
+from .clitools.clihelp import Grouped, Shown, option_of
 from .runopts import BACKEND_OPTIONS, COMMON, Opt, envvar, options_from_cli
 
 EXAMPLES = """
@@ -66,12 +66,12 @@ class LazyGroup(click.Group):
             usage_exit(e)
 
     lazy = {"nccl": ("nccl_tuning.cli", "nccl", "NCCL presets: list, show, check; collective bench and sweep."),
-            "nodes": ("launchers.nodescli", "nodes", "The site's node ledger: each host's strikes and state.")}
+            "nodes": ("launchers.clitools.nodescli", "nodes", "The site's node ledger: each host's strikes and state.")}
     # this CLI's own verbs that live in modules of their own: imported when used, "did you mean" offers them
-    verbs = {"status": ("launchers.cliruns", "status"), "top": ("launchers.cliruns", "top"),
-             "logs": ("launchers.cliruns", "logs"), "list": ("launchers.cliruns", "list_"),
-             "cancel": ("launchers.cliruns", "cancel"), "wait": ("launchers.cliruns", "wait_"),
-             "doctor": ("launchers.clidoctor", "doctor")}
+    verbs = {"status": ("launchers.clitools.cliruns", "status"), "top": ("launchers.clitools.cliruns", "top"),
+             "logs": ("launchers.clitools.cliruns", "logs"), "list": ("launchers.clitools.cliruns", "list_"),
+             "cancel": ("launchers.clitools.cliruns", "cancel"), "wait": ("launchers.clitools.cliruns", "wait_"),
+             "doctor": ("launchers.clitools.clidoctor", "doctor")}
 
     def list_commands(self, ctx):
         return sorted([*super().list_commands(ctx), *self.lazy, *self.verbs])
@@ -189,7 +189,8 @@ def resume(run, nodes, gpus_per_node, max_restarts, dry_run, adopt, as_json, sna
     it is now: a moved run dir resumes into itself. A copy (`cp -a`) still holds the original's run id and is
     refused, naming the original, unless --adopt gives it its own; the original is never written.
     """
-    from . import api, runindex
+    from . import api
+    from .records import runindex
     from .runjson import scripted
     from .spec import positive_int
     changes = {"nodes": positive_int("--nodes", nodes) if nodes is not None else None,

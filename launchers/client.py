@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence, overload
 
 from . import api, detach, layout
+from .credentials.secretenv import handover
 from .errors import LaunchError, LaunchWarning, TimedOut, brief
+from .records.rundir import list_runs
 from .request import JobSpec, SlurmOptions
-from .rundir import list_runs
 from .runhandle import Run, RunStatus, api_notes, bool_arg
 from .runjson import DryRun
-from .secretenv import handover
 from .spec import RunSpec as RecordedSpec
 
 __all__ = ["JobSpec", "SlurmOptions", "Run", "RunStatus", "DryRun", "Sweep", "submit", "submit_sweep", "runs",
@@ -36,14 +36,14 @@ class ClusterRun:
 
     def status(self) -> RunStatus:
         """The run's status as the login node's launch reads it."""
-        from .clusterrun import ask, last_object
+        from .ssh.clusterrun import ask, last_object
         code, text = ask("status", [self.path, "--json"], self.cluster)
         return RunStatus.from_dict(last_object(text, f"cluster {self.cluster}: launch status {self.path} "
                                                      f"(exit code {code})"))
 
     def wait(self, timeout: float | None = None) -> RunStatus:
         """Until the run ends; its final status. TimeoutError after `timeout` seconds (`launch wait`'s 124)."""
-        from .clusterrun import ask
+        from .ssh.clusterrun import ask
         args = [self.path] + (["--timeout", f"{timeout:g}"] if timeout is not None else [])
         if ask("wait", args, self.cluster)[0] == TimedOut.exit_code:
             raise TimeoutError(f"run {self.path!r} on cluster {self.cluster} did not end within {timeout:g} s")
@@ -51,7 +51,7 @@ class ClusterRun:
 
     def cancel(self) -> None:
         """Stop the run (`launch cancel RUN --cluster NAME`)."""
-        from .clusterrun import ask
+        from .ssh.clusterrun import ask
         code, _ = ask("cancel", [self.path], self.cluster)
         if code != 0:
             raise LaunchError(f"cluster {self.cluster}: launch cancel {self.path} exited {code}")
@@ -79,7 +79,7 @@ def submit(spec: JobSpec | RecordedSpec, dry_run: bool = False, cluster: str | N
     if not isinstance(spec, (JobSpec, RecordedSpec)):
         raise TypeError(f"submit takes a launchers.JobSpec, got {type(spec).__name__} {brief(spec)}")
     if cluster is not None:
-        from . import clusterrun
+        from .ssh import clusterrun
         if not isinstance(spec, JobSpec):
             raise TypeError(f"submit with cluster= takes a launchers.JobSpec, got {type(spec).__name__}")
         with api_notes(spec.backend):

@@ -141,7 +141,7 @@ class Console(io.TextIOBase):
 
 def main() -> int:
     from . import api
-    from .rundir import spec_from_record
+    from .records.rundir import spec_from_record
     os.umask(os.umask(0o022) | 0o002)      # as the `launch` script: nothing a run writes is world-writable
     req = json.load(sys.stdin)
     console = Console(req["console"], req["run_dir"])

@@ -29,7 +29,7 @@ class RunDirGone(LaunchError):
 
 class NodeFault(LaunchError):
     """A node found itself unfit before its ranks started (a failed GPU check): its record's `kind` (a kind of
-    launchers.recovery.KINDS) tells the recovery policy what happened without reading the message."""
+    launchers.resilience.recovery.KINDS) tells the recovery policy what happened without reading the message."""
 
     def __init__(self, message: str, kind: str):
         super().__init__(message)

@@ -12,7 +12,8 @@ import threading
 import time
 from typing import Callable, Iterable, TextIO
 
-from . import layout, rundircheck
+from . import layout
+from .records import rundircheck
 
 Source = Callable[[], Iterable[tuple[str, str]]]      # -> (prefix, path) of every file to follow, now
 TAIL_BYTES = 1 << 20         # a reader's most per file and poll: the tail of a larger log (issue 35)

@@ -11,7 +11,7 @@
 Stdlib only and cheap: the record (<run dir>/progress/rank<R>.json: step, time, step time, `first`: the time of
 this attempt's first beat) is rewritten in place, one pwrite per call and no other system call
 (bench/hang_detection.py measures it next to a training step): the run's generation is looked at on the first
-beat, after a pause and at most once a second (launchers.fence.Watch: a beat of an older attempt is refused, said
+beat, after a pause and at most once a second (launchers.records.fence.Watch: a beat of an older attempt is refused, said
 once). The record's `total` and `first` (null when never given) were added later: readers use .get(). Outside a
 `launch` run (no LAUNCH_RUN_DIR) every call is a no-op, so a program may call it unconditionally.
 """
@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import time
 
-from . import ckptptr, fence, layout
+from . import ckptptr, layout
+from .records import fence
 
 RECORD_BYTES = 192        # the record is padded to this size and rewritten in place (one pwrite)
 _pid = os.getpid()        # getpid is a system call (glibc caches it no more): once, and again in a forked child
@@ -44,7 +45,7 @@ class Reporter:
         self.step: int | None = None
         self.last_step_at: float | None = None
         self.step_time: float | None = None
-        self.first: float | None = None          # this process's first beat (launchers.timeline: first step)
+        self.first: float | None = None          # this process's first beat (launchers.resilience.timeline: first step)
         self.fence = fence.Watch(run_dir, attempt, f"the heartbeat of rank {rank}") if run_dir else None
 
     def beat(self, step: int | None, now: float, total: int | None = None) -> None:

@@ -1,7 +1,7 @@
 """The NCCL environment a job gets, whatever set it, resolved and validated once before anything starts.
 
 Sources, lowest first: the preset(s) (--nccl-preset), the caller's variables forwarded by --forward-env GLOB,
-the job's own env (profile `env`, then --env); --secret values are the spec's own (launchers.secretenv).
+the job's own env (profile `env`, then --env); --secret values are the spec's own (launchers.credentials.secretenv).
 The NCCL_* variables of the result are checked with
 nccl_tuning's validator (NCCL's own parsers, per version): an error aborts the launch on every backend
 (nothing is created or started), warnings are printed once. The caller's exported NCCL_* that are not
@@ -14,16 +14,16 @@ import fnmatch
 import os
 from typing import Mapping, TextIO
 
+from .credentials.secretenv import content_secrets
+from .credentials.secretshape import arg_secrets, looks_secret
 from .errors import LaunchError
-from .secretenv import content_secrets
-from .secretshape import arg_secrets, looks_secret
+from .options.values import ENV_REFUSED, RESERVED_ENV
 from .spec import RunSpec
-from .values import ENV_REFUSED, RESERVED_ENV
 
 
 def forwarded(spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]:
     """The caller's variables that match a --forward-env glob (the job's own env wins over them; the ones launch
-    sets itself, e.g. MASTER_PORT for 'MASTER_*', are never forwarded: launchers.values.RESERVED_ENV); one
+    sets itself, e.g. MASTER_PORT for 'MASTER_*', are never forwarded: launchers.options.values.RESERVED_ENV); one
     whose value holds a newline is refused, as an --env value is."""
     own = dict(spec.env)
     out = {k: v for k, v in sorted(environ.items())

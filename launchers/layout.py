@@ -3,11 +3,11 @@
 Stdlib only and free of side effects except the two small atomic writers at the end: every side uses it --
 the launcher, each rank's wrapper (launchers.rankexec), an SSH host's agent (launchers.remote) and a Slurm
 node (launchers.backends.slurm.node) -- so none of them spells a path of its own. Who writes what:
-RunDir (launchers.rundir) writes run.yaml, status.json and the records; the job writes its logs (through
+RunDir (launchers.records.rundir) writes run.yaml, status.json and the records; the job writes its logs (through
 the rank wrapper and the agents), checkpoints, metrics.jsonl and final.json; the launcher never overwrites
 anything the job wrote. Nothing the launcher writes goes through a symbolic link below the run dir: every
 writer takes its path from own_path()/no_symlink() (an lstat of each component below the run dir's root);
-what launch reads of a run dir others may write is checked by launchers.rundircheck.
+what launch reads of a run dir others may write is checked by launchers.records.rundircheck.
 """
 from __future__ import annotations
 
@@ -107,9 +107,9 @@ def record_problem(data: object) -> str | None:
 FILES = {                                   # what -> path inside the run dir ({fields} filled in by path())
     "run_yaml": RUN_YAML,                   # resolved spec, per-node commands, versions, attempts
     "status": STATUS,                       # state, attempt, per-node exit codes, first failure
-    "node_ledger": "nodes.json",            # per node slot: failures, strikes, quarantine (launchers.nodeledger)
+    "node_ledger": "nodes.json",            # per node slot: failures, strikes, quarantine (launchers.ledgers.nodeledger)
     "launcher_log": "launcher.log",         # a detached launcher's own output (the Python API: launchers.detach)
-    "manifest": "manifest.json",            # what ran: the launcher's part at submit, rank 0's (launchers.manifest)
+    "manifest": "manifest.json",            # what ran: the launcher's part at submit, rank 0's (launchers.records.manifest)
     "packages": "packages.txt",             # rank 0's installed packages, `name==version` sorted (its sha256 there)
     "records": "status",                    # the per-rank and per-node exit records
     "lock": "status/.lock",                 # held by every writer of status.json and the records
@@ -117,7 +117,7 @@ FILES = {                                   # what -> path inside the run dir ({
     "node_record": "status/node{node}.json",
     "node_backend": "status/backend-a{attempt}-node{node}.json",  # --dist-backend auto: a node's GPUs, its answer
     "warm_slot": "status/warm-slot{slot}.json",    # --warm-spares: the slot's zygote is up (nodeside.zygote)
-    "generation": "status/generation",      # the attempt the run is at: older writers are fenced (launchers.fence)
+    "generation": "status/generation",      # the attempt the run is at: older writers are fenced (launchers.records.fence)
     "logs": "logs",
     "node_logs": "logs/node{node}",
     "rank_log": "logs/node{node}/rank{rank}.log",
@@ -184,7 +184,7 @@ def rank_logs(run_dir: str) -> list[tuple[int, int, str]]:
 
 def stamp(t: float | None = None) -> str:
     """A local time with milliseconds as the rank logs carry it (the rank wrapper's header, the workloads'
-    `resumed from` line): launchers.timeline reads it back."""
+    `resumed from` line): launchers.resilience.timeline reads it back."""
     t = time.time() if t is None else t
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
 

@@ -4,7 +4,7 @@ Every M steps (LAUNCH_MEMORY_CHECKPOINT) each rank packs its state -- the storag
 objects (model + optimizer, scheduler), progress and this rank's RNG -- into one byte string in CPU memory on the
 training thread (launchers.memcodec.pack: a copy, the only part on the step's critical path; FSDP2's
 DTensors: this rank's local shards), and a background thread writes it
-into its node's store (LAUNCH_MEMORY_CHECKPOINT_DIR: tmpfs, host memory, launchers.memstore) and sends it over a dedicated gloo
+into its node's store (LAUNCH_MEMORY_CHECKPOINT_DIR: tmpfs, host memory, launchers.node.memstore) and sends it over a dedicated gloo
 group (never the training group) to the same local rank of the next node (node k -> k+1 mod N, another failure
 domain), which writes it into its own node's store as a peer copy. Each store keeps the newest 2 steps of each
 copy; a step waits for the previous copy's transfer only when that is still under way (counted as blocked time).
@@ -31,8 +31,8 @@ from datetime import timedelta
 from typing import NamedTuple
 
 from .memcodec import get_rng_state, pack, set_rng_state, unpack
-from .memfiles import KEEP, file_name, listing, private_dir, write_copy
-from .memstore import ENV_DIR, ENV_EVERY
+from .node.memfiles import KEEP, file_name, listing, private_dir, write_copy
+from .node.memstore import ENV_DIR, ENV_EVERY
 
 
 class RankEnv(NamedTuple):

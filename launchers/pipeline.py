@@ -24,12 +24,14 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TextIO
 
-from . import extcache, layout, manifest, snapshot
+from . import layout
 from .errors import LaunchError
+from .frozen import extcache, snapshot
+from .records import manifest
 
 if TYPE_CHECKING:
     from .backends.base import Plan
-    from .rundir import RunDir
+    from .records.rundir import RunDir
     from .spec import RunSpec
 
 STAGES = ("settle", "plan", "preflight", "commit", "open", "record", "start")

@@ -3,7 +3,7 @@
 It appends the rank's stdout/stderr to <run dir>/logs/node<K>/rank<R>.log after a header line naming the
 attempt, runs the program as a child in its own process group (it dies with the wrapper: PR_SET_PDEATHSIG),
 passes stop signals on and records how the rank ended in status/rank<R>.json, with why when it can tell
-(launchers.rankcause: the exception line of its traceback, an OOM kill). A secret the job names (--secret, or an
+(launchers.node.rankcause: the exception line of its traceback, an OOM kill). A secret the job names (--secret, or an
 env secret still ***: secretenv.NAMES_ENV) that is not set or is *** refuses the start: one line, exit 2.
 Stdlib only: it costs a few milliseconds per rank.
 
@@ -13,7 +13,7 @@ step daemon sent to every process of the step (it reached the program directly) 
 After SIGINT/SIGTERM/SIGHUP/SIGQUIT the program has LAUNCH_STOP_GRACE seconds (default 30) to end; then it is killed
 and the record says so (`killed_after_grace`). The record of a program that ended after such a stop names it
 (`stopped_by`, also when a Slurm step daemon sent it): that end is the stop's, never the rank's own failure
-(launchers.firstfail: whatever made the stop goes first, however the program ended on it). A program stopped by
+(launchers.diagnosis.firstfail: whatever made the stop goes first, however the program ended on it). A program stopped by
 SIGSTOP is continued with its stop, as scancel does. A program that a hang's stop SIGKILLed first (it is named
 hung in hang/attempt<A>/stop.json) is recorded `ended_as: hung`. USR1/USR2 (checkpoint requests) start no grace.
 A SIGTERM is passed on as LAUNCH_STOP_SIGNAL when the job set one (--stop-signal SIGINT: Python programs get
@@ -26,9 +26,10 @@ import signal
 import sys
 import time
 
-from . import layout, rankcause
+from . import layout
 from .errors import LaunchError
-from .rankchild import FORWARDED, spawn
+from .node import rankcause
+from .node.rankchild import FORWARDED, spawn
 
 GRACE_STARTERS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DEFAULT_GRACE_S = 30.0
@@ -172,17 +173,17 @@ def auto_backend(env, run_dir: str, node: int, attempt: int, fd: int) -> tuple[s
 
 
 def node_manifest(run_dir: str, attempt: int) -> None:
-    """Global rank 0, once its program runs: the node's part of manifest.json (launchers.manifest); a failure is
+    """Global rank 0, once its program runs: the node's part of manifest.json (launchers.records.manifest); a failure is
     one line on stderr (the agent's log), never the rank's end."""
     try:
-        from . import manifest
+        from .records import manifest
         manifest.add_node_part(run_dir, attempt)
     except Exception as e:  # noqa: BLE001
         os.write(2, f"launch rankexec: rank 0: manifest.json not completed: {e}\n".encode())
 
 
 def record(run_dir: str, rec: dict) -> None:
-    from .rundir import RunDir  # only now: nothing but os/signal/sys/time before the program
+    from .records.rundir import RunDir  # only now: nothing but os/signal/sys/time before the program
     try:
         RunDir(run_dir).write_rank_record(rec)
     except OSError as e:                         # a full disk: say so, keep the program's exit status
@@ -242,11 +243,11 @@ def main(argv: list[str]) -> int:
     code, killed, stop = supervise(child, float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
                                    getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM))
     ended = time.time()                          # before any import: the records' order is the failures' order
-    from .rundir import exit_fields
+    from .records.rundir import exit_fields
     rec = dict(base, time=ended, pid=child.pid, **exit_fields(code), **bound)
     if child.warm:                               # forked from the node's zygote (--warm-spares)
         rec["warm"] = True
-    if stop is not None:                         # ended on a stop (launchers.firstfail: never a first failure)
+    if stop is not None:                         # ended on a stop (launchers.diagnosis.firstfail: never a first failure)
         rec["stopped_by"] = signal.Signals(stop).name
     rec.update({"killed_after_grace": killed} if killed else rankcause.cause(code, log, start, oom))    # why
     rec.update(ended_as(run_dir, attempt, rank, code))
@@ -258,7 +259,7 @@ def prepare(env, run_dir: str) -> tuple[dict, object, tuple[str, str] | None]:
     """Before the program starts -> (its CPU binding, what refuses the start -- the line why a secret does (a
     str: the record's reason too), a refused CPU set or snapshot (an exception) -- or None, (the run's snapshot,
     its work dir) with --snapshot)."""
-    from .secretenv import unusable  # a secret not given (or ***) is never handed to the program
+    from .credentials.secretenv import unusable  # a secret not given (or ***) is never handed to the program
     why = unusable(env)
     if why is not None:
         return {}, why, None

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from . import spec as specmod
-from .apiflags import api_words, cli_words
 from .errors import LaunchError, brief
+from .options.apiflags import api_words, cli_words
 from .runopts import BACKEND_OPTIONS, BACKENDS, COMMON
 
 _INT, _NUM, _STR = (int,), (int, float), (str, os.PathLike)
@@ -52,7 +52,7 @@ class JobSpec:
     max_restarts_per_hour: int | None = None   # --max-restarts-per-hour N: at most N restarts in any hour (0: no limit)
     spares: int | None = None         # --spares K (local only for now): idle nodes a failed node is replaced by
     quarantine_after: int | None = None   # --quarantine-after N: strikes that quarantine a node (default 2)
-    node_ledger: str | os.PathLike | None = None   # --node-ledger PATH: the site's node ledger (launchers.siteledger)
+    node_ledger: str | os.PathLike | None = None   # --node-ledger PATH: the site's node ledger (launchers.ledgers.siteledger)
     stop_grace: float | None = None
     stop_signal: str | None = None    # "SIGTERM" (None: the default) or "SIGINT", "SIGHUP", "SIGQUIT"
     hang_timeout: float | None = None
@@ -60,7 +60,7 @@ class JobSpec:
     cpu_bind: str | None = None       # "auto" (None: the default), "none", "numa" or "cores"
     nccl_preset: str | None = None
     python: str | os.PathLike | None = None
-    container_image: str | None = None        # --container-image (launchers.containeropts)
+    container_image: str | None = None        # --container-image (launchers.containers.containeropts)
     container_mounts: Sequence[str] = ()      # ("/data:/data:ro",): --container-mount
     container_runtime: str | None = None      # "auto" (None: the default), "pyxis", "apptainer", "podman", "oci"
     container_python: str | None = None       # the image's interpreter (None: python3)

@@ -12,10 +12,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, overload
 
-from . import api, detach, layout, runindex
+from . import api, detach, layout
 from .errors import LaunchError, LaunchWarning, brief
+from .records import runindex
+from .records.rundir import TERMINAL, RunDir
 from .request import api_words
-from .rundir import TERMINAL, RunDir
 from .spec import RunSpec as RecordedSpec
 from .spec import positive_int
 

@@ -15,10 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from . import layout, rundircheck, runindex, sweep
+from . import layout, sweep
 from .errors import TimedOut
-from .rundir import RunDir
-from .rundir import list_runs as _list
+from .records import rundircheck, runindex
+from .records.rundir import RunDir
+from .records.rundir import list_runs as _list
 
 
 def iso(t: float | None) -> str | None:

@@ -3,7 +3,7 @@
 From these declarations come the click options of `launch local|ssh|slurm` (launchers.cli), the profile's
 keys and their types (launchers.spec) and the
 flags `launch nccl bench|sweep` may pass on to `launch BACKEND` (nccl_tuning.cli). How each reads in help and
-completes (its help line, section, metavar or choices) is launchers.opthelp's, by key. Pure data + small
+completes (its help line, section, metavar or choices) is launchers.options.opthelp's, by key. Pure data + small
 converters; stdlib only.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import LaunchError, brief
-from .opthelp import HELP, LOOK
-from .values import Number, parse_int, parse_number
+from .options.opthelp import HELP, LOOK
+from .options.values import Number, parse_int, parse_number
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Opt:
 
     def from_profile(self, value: Any, where: str) -> Any:
         """A profile value of this option, of one of the declared types (a bool is not a number); the text of a
-        number option is read by the flag's own parser (launchers.values), whether YAML saw a number or not."""
+        number option is read by the flag's own parser (launchers.options.values), whether YAML saw a number or not."""
         if isinstance(value, str) and int in self.types and float not in self.types:
             return parse_int(f"{where}: {self.key}", str(value))
         if isinstance(value, str) and float in self.types:
@@ -154,7 +154,7 @@ BACKEND_OPTIONS: dict[str, tuple[Opt, ...]] = {
 BACKENDS = tuple(BACKEND_OPTIONS)
 
 def _looked(o: Opt) -> Opt:
-    """The declaration with how it reads in help and completes (launchers.opthelp: HELP, LOOK)."""
+    """The declaration with how it reads in help and completes (launchers.options.opthelp: HELP, LOOK)."""
     group, shown, complete = LOOK[o.key]
     choices = shown if isinstance(shown, tuple) else ()
     return replace(o, help=o.help or HELP[o.key], group=o.group or group,

@@ -8,12 +8,15 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import layout, nodebackend, nodeledger, runindex, timeline
+from . import layout, nodebackend
 from .backendof import get_backend
+from .diagnosis.firstfail import describe as describe_failure
 from .errors import LaunchError, RunDirGone, TimedOut
-from .firstfail import describe as describe_failure
-from .restarts import end_line
-from .rundir import TERMINAL, RunDir
+from .ledgers import nodeledger
+from .records import runindex
+from .records.rundir import TERMINAL, RunDir
+from .resilience import timeline
+from .resilience.restarts import end_line
 from .stops import exit_code
 
 
@@ -21,7 +24,7 @@ def status(path: str, ranks: bool = False, verify: bool = False) -> dict[str, An
     """status.json as the backend refreshes it, plus what explains it: the NCCL refusals in the rank logs, the
     latest checkpoint checked against its manifest (file sizes; with verify, their digests too) and, with
     ranks, per-rank progress (explain.rank_rows)."""
-    from . import explain
+    from .diagnosis import explain
     rd = RunDir.open(runindex.resolve(path), read_only=True)
     data = rd.read_run_yaml()            # a run dir of a newer launchers: its status as recorded, nothing written
     st = rd.read_status() if rd.newer else get_backend(data["spec"]["backend"]).refresh(rd)
@@ -55,14 +58,14 @@ def _hosts(attempts: list[dict[str, Any]], attempt: Any) -> list[str]:
 
 def format_status(st: dict[str, Any]) -> str:
     """`launch status`'s text: what the run is, its nodes, what went wrong, how far it got; then the next steps."""
-    from . import explain
+    from .diagnosis import explain
     return "\n".join([*_run_lines(st), *_node_lines(st), *_trouble_lines(st), *_progress_lines(st),
                       *explain.next_steps(st)])
 
 
 def _run_lines(st: dict[str, Any]) -> list[str]:
     """The run, its backend and shape, its state and attempts (and who wrote it, its Slurm job)."""
-    from . import explain
+    from .diagnosis import explain
     lines = [f"run:        {st['run_dir']}", f"backend:    {st['backend']}  shape {st['shape']}",
              f"state:      {st['state']}" + (f"  ({st['reason']})" if st.get("reason") else ""),
              f"attempt:    {st.get('attempt', 0)} of {st['attempts']} recorded", *explain.format_attempts(
@@ -93,7 +96,8 @@ def _node_lines(st: dict[str, Any]) -> list[str]:
 
 def _trouble_lines(st: dict[str, Any]) -> list[str]:
     """The first failure, the recovery, a hang, processes still alive, extensions still building."""
-    from . import explain, extcache
+    from .diagnosis import explain
+    from .frozen import extcache
     lines = []
     if st.get("first_failure"):
         lines.append(f"first failure: {nodeledger.on_host(describe_failure(st['first_failure']), st.get('hosts'))}")
@@ -109,7 +113,7 @@ def _trouble_lines(st: dict[str, Any]) -> list[str]:
 
 def _progress_lines(st: dict[str, Any]) -> list[str]:
     """The snapshot, the last step, the checkpoint, NCCL's refusals and, asked for, each rank's progress."""
-    from . import explain
+    from .diagnosis import explain
     lines = [f"snapshot:   {os.path.basename(st['snapshot'])}  ({st['snapshot']})"] if st.get("snapshot") else []
     lines.append(f"last step:  {st['last_step'] if st['last_step'] is not None else '-'}")
     lines.append(explain.format_checkpoint(st.get("checkpoint")) if "checkpoint" in st

@@ -13,7 +13,7 @@ import re
 import sys
 from typing import Any, Sequence, TextIO
 
-from .extcache import line
+from .frozen.extcache import line
 
 KV = re.compile(r"^([a-z][a-z ]{0,20}):\s+(.*)$")
 # terminal control: CSI (ESC [ or C1 0x9b ... final), OSC/DCS/APC/PM/SOS strings (to BEL or ST), other ESC
@@ -125,7 +125,7 @@ class Progress:
                 self.say(f"node{k}", f"node {k} started on {rec.get('host', '?')}")
         if (dist := st.get("dist_backend") or {}).get("complete"):     # decided on the nodes (nodebackend)
             self.say("dist", f"--dist-backend auto -> {dist['verdict']}")
-        for b in st.get("building") or []:      # a torch extension build (launchers.extcache): every 15 s at most
+        for b in st.get("building") or []:      # a torch extension build (launchers.frozen.extcache): every 15 s at most
             self.say(f"build{b['node']}{b['name']}", line(b["node"], b["name"], b["secs"] // 15 * 15))
 
 

@@ -8,13 +8,16 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from . import containeropts, cpubind, layout, recoveryopts, secretenv, siteledger, snapshot
+from . import cpubind, layout
+from .containers import containeropts
+from .credentials import secretenv
 from .errors import LaunchError
-from .memstore import fields as memory_fields
-from .notifytarget import parse_targets
-from .profiles import load_profile
-from .runopts import BACKENDS
-from .specvalues import (
+from .frozen import snapshot
+from .ledgers import siteledger
+from .node.memstore import fields as memory_fields
+from .options.notifytarget import parse_targets
+from .options.profiles import load_profile
+from .options.specvalues import (
     DIST_BACKENDS,
     check_choice,
     check_name,
@@ -30,6 +33,8 @@ from .specvalues import (
     parse_stop_signal,
     positive_int,
 )
+from .resilience import recoveryopts
+from .runopts import BACKENDS
 
 MAX_NODES = recoveryopts.MAX_NODES      # --nodes, the hosts of a hostfile
 MAX_PER_NODE = 1024                 # --gpus-per-node, a hostfile's slots=
@@ -48,12 +53,12 @@ class RunSpec:
     nccl_env: tuple[tuple[str, str], ...] = ()
     master_port: int | None = None
     max_restarts: int = 0
-    max_restarts_per_hour: int = 0              # --max-restarts-per-hour (0: no hourly limit; launchers.recovery)
+    max_restarts_per_hour: int = 0              # --max-restarts-per-hour (0: no hourly limit; launchers.resilience.recovery)
     spares: int = 0                             # --spares: idle node slots a failed node is replaced by (recovery)
     min_nodes: int = 0                          # --nodes MIN:MAX: the run may shrink to MIN nodes (0: no range)
     max_nodes: int = 0                          # ... and grows back to MAX (nodes: this attempt's count)
     quarantine_after: int = 2                   # --quarantine-after: strikes that quarantine a node slot
-    node_ledger: str = ""                       # --node-ledger: the site's ledger (launchers.siteledger; "" = none)
+    node_ledger: str = ""                       # --node-ledger: the site's ledger (launchers.ledgers.siteledger; "" = none)
     avoid_hosts: tuple[str, ...] = ()           # its quarantined hosts when the run started: not used
     dist_backend: str = "auto"
     python: str = field(default_factory=lambda: sys.executable)
@@ -64,18 +69,18 @@ class RunSpec:
     stop_signal: str = "SIGTERM"                # what a program gets on a stop that is not Ctrl-C (launchers.rankexec)
     cpu_bind: str = "auto"                      # each local rank's CPUs (launchers.cpubind, applied by rankexec)
     preflight: tuple[str, ...] = ()             # checks on every node before the start (launchers.doctor.preflight)
-    notify: tuple[str, ...] = ()                # --notify URL|COMMAND: told of each change of state (launchers.notify)
+    notify: tuple[str, ...] = ()                # --notify URL|COMMAND: told of each change of state (launchers.records.notify)
     explicit: tuple[str, ...] = ()              # shape fields the user set (a backend may default the others)
     secrets: tuple[tuple[str, str], ...] = ()   # --secret: name -> reference, never a value (secretenv.resolve)
-    container_image: str = ""                   # --container-image ("" = no container; launchers.containeropts)
-    container_runtime: str = ""                 # resolved: pyxis | oci | podman | apptainer (launchers.container)
+    container_image: str = ""                   # --container-image ("" = no container; launchers.containers.containeropts)
+    container_runtime: str = ""                 # resolved: pyxis | oci | podman | apptainer (launchers.containers.container)
     container_mounts: tuple[str, ...] = ()      # SRC:DST[:ro], SRC absolute
     container_python: str = ""                  # the image's interpreter (runs the agent and the program)
     container_workdir: str = ""                 # the launch dir: mounted at the same path, the program's cwd
     snapshot: str = ""                          # --snapshot: the store of the run's snapshots ("" = none)
-    snapshot_dir: str = ""                      # the snapshot the ranks run from (launchers.snapshot.take)
+    snapshot_dir: str = ""                      # the snapshot the ranks run from (launchers.frozen.snapshot.take)
     snapshot_from: str = ""                     # the tree it was taken from (a program file's path maps into it)
-    torch_extensions_dir: str = ""              # every rank's TORCH_EXTENSIONS_DIR (launchers.extcache; "": theirs)
+    torch_extensions_dir: str = ""              # every rank's TORCH_EXTENSIONS_DIR (launchers.frozen.extcache; "": theirs)
     memory_checkpoint: int = 0                  # --memory-checkpoint: every M steps in host memory (0: off; memstore)
 
     @property

@@ -16,8 +16,8 @@ from typing import Iterable, TextIO
 
 from . import api, pipeline, sweep
 from .errors import LaunchError
+from .options.specvalues import positive_int
 from .spec import RunSpec
-from .specvalues import positive_int
 
 
 def plan_sweep(spec: RunSpec, items: Iterable[str]) -> tuple[list[RunSpec], dict, int | None]:

@@ -11,16 +11,17 @@ import shlex
 from dataclasses import dataclass
 from typing import Mapping
 
-from . import layout, memstore
+from . import layout
 from .cpubind import ENV as CPU_BIND_ENV
-from .secretenv import NAMES_ENV, known_values, needed, redact_args, resolve, secret_keys
-from .snapshot import ENV as SNAPSHOT_ENV
+from .credentials.secretenv import NAMES_ENV, known_values, needed, redact_args, resolve, secret_keys
+from .frozen.snapshot import ENV as SNAPSHOT_ENV
+from .node import memstore
 from .spec import RunSpec, redact_env
 from .warmfork import SOCKET_ENV as WARM_SOCKET_ENV
 
 # Signals the agent passes on to its workers (USR2: Slurm's warning before the time limit / preemption).
 AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
-NODE_SLOT_ENV = "LAUNCH_NODE_SLOT"      # the node slot (launchers.recovery) a node runs on
+NODE_SLOT_ENV = "LAUNCH_NODE_SLOT"      # the node slot (launchers.resilience.recovery) a node runs on
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class NodeCommand:
         return dict(self.env)
 
     def secret_env(self) -> dict[str, str]:
-        """The secret variables (--secret, or secret by name or value: launchers.secretenv): never on a command
+        """The secret variables (--secret, or secret by name or value: launchers.credentials.secretenv): never on a command
         line; public_env() is the rest."""
         hidden = secret_keys(self.env_dict, self.secret)
         return {k: v for k, v in self.env if k in hidden}
@@ -127,7 +128,7 @@ def job_env(spec: RunSpec, dist_backend: str) -> dict[str, str]:
     if dist_backend == "nccl":
         env.update(flight_recorder(spec.run_dir))
     env.update(dict(spec.nccl_env))
-    if spec.torch_extensions_dir:                     # built once per environment, shared (launchers.extcache)
+    if spec.torch_extensions_dir:                     # built once per environment, shared (launchers.frozen.extcache)
         env["TORCH_EXTENSIONS_DIR"] = env["LAUNCH_TORCH_EXTENSIONS_DIR"] = spec.torch_extensions_dir
     env.update(dict(spec.env))
     env.update(resolve(spec.secrets, os.environ))

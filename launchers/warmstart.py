@@ -33,7 +33,7 @@ import socket
 import stat
 import sys
 
-from .statcache import state_dir
+from .frozen.statcache import state_dir
 from .warmfork import accept, fork_session, peer_uid, private_dir, send
 
 IDLE_S = 600

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from launchers.clihelp import renamed
+from launchers.clitools.clihelp import renamed
 
 from .cliopts import OPS, PASS, Shown, bench_config, bench_options, fail
 from .errors import NcclTuningError

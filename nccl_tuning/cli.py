@@ -137,10 +137,10 @@ def _check_env(preset, env_file, env_items, version, preset_dirs):
 
 
 def _nodes(names):
-    """--on NODE...: each node's facts from launch doctor's cache (launchers.nodefacts)."""
+    """--on NODE...: each node's facts from launch doctor's cache (launchers.diagnosis.nodefacts)."""
     if not names:
         return []
-    from launchers import nodefacts
+    from launchers.diagnosis import nodefacts
     return [nodefacts.find(n) for n in dict.fromkeys(names)]
 
 
@@ -153,7 +153,7 @@ def _on_nodes(env, version, production, nodes) -> list:
     for f in findings:
         click.echo(str(f))
     picked = {k: v for k, v in env.items() if k in IF_VARS}
-    from launchers import nodefacts
+    from launchers.diagnosis import nodefacts
     for rec in nodes:
         click.echo(nodefacts.describe(rec))
         mine = [f for f in validate(picked, version, production, devices=nodefacts.devices(rec))

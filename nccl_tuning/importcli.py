@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from launchers.clihelp import renamed
+from launchers.clitools.clihelp import renamed
 
 from .cliopts import fail
 from .errors import NcclTuningError

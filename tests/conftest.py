@@ -18,11 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LAUNCH = str(BIN / "launch")
 DATA = Path(__file__).resolve().parent / "data"
-# the runs index (launchers.runindex) of the runs the tests start: a scratch state dir, not ~/.local/state
+# the runs index (launchers.records.runindex) of the runs the tests start: a scratch state dir, not ~/.local/state
 os.environ.setdefault("LAUNCH_STATE_DIR", tempfile.mkdtemp(prefix="launch-test-state-"))
 # no warm launcher (launchers.warmstart) outlives a test: on only where a test turns it on (tests/test_warmstart.py)
 os.environ.setdefault("LAUNCH_WARM", "0")
-# what `launch doctor` learns of the nodes (launchers.nodefacts): a scratch cache, not ~/.cache/launchers/nodes
+# what `launch doctor` learns of the nodes (launchers.diagnosis.nodefacts): a scratch cache, not ~/.cache/launchers/nodes
 os.environ.setdefault("LAUNCH_NODE_FACTS_DIR", tempfile.mkdtemp(prefix="launch-test-nodes-"))
 
 

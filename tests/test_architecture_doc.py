@@ -138,7 +138,7 @@ def test_a_wrong_layer_a_missing_description_and_a_file_without_a_writer_are_cau
     assert undescribed(entries) == ["errors.py", "hang/sample.py"]
     table = section(text, "Who owns each file of the run dir")
     gone = "\n".join(line for line in table.splitlines() if "`nodes.json`" not in line)
-    wrong = table.replace("| `launchers.fence` |", "| `launchers.rundir` |")
+    wrong = table.replace("| `launchers.records.fence` |", "| `launchers.records.rundir` |")
     assert ownership_faults(text.replace(table, gone)) == ["node_ledger (nodes.json): 0 rows name it (one must)"]
-    assert ownership_faults(text.replace(table, wrong)) == ["generation: its writer launchers.rundir never names it "
+    assert ownership_faults(text.replace(table, wrong)) == ["generation: its writer launchers.records.rundir never names it "
                                                             "(\"generation\" or 'generation' or \"status/generation\")"]

@@ -149,7 +149,7 @@ CASES = [
     Case("slurm-time", slurm("--time", "abc"), ("'abc'", "04:00:00")),
     Case("slurm-cpus", slurm("--cpus-per-task", "x"), ("'x'", "an integer")),
     Case("slurm-partition-empty", slurm("--partition", ""), ("--partition ''", "non-empty")),
-    # issue 33: the node's CPUs and memory, site options (launchers.sbatchopts: sbatch's own grammar)
+    # issue 33: the node's CPUs and memory, site options (launchers.options.sbatchopts: sbatch's own grammar)
     Case("slurm-mem-gib", slurm("--mem", "64GiB"), ("--mem '64GiB'", "K, M, G or T")),
     Case("slurm-mem-per-gpu-word", slurm("--mem-per-gpu", "8X"), ("--mem-per-gpu '8X'", "K, M, G or T")),
     Case("slurm-cpus-per-gpu-zero", slurm("--cpus-per-gpu", "0"), ("--cpus-per-gpu 0", "1 to 100000")),

@@ -1,7 +1,7 @@
 """Issue 21 items 4 and 6, the leftovers: causes named before and while a run runs.
 
 - a node whose python cannot import torch is refused before anything starts, one line naming the node and the
-  interpreter (local: the check an SSH host runs, launchers.nodecheck; SSH: tests/test_ssh_backend.py);
+  interpreter (local: the check an SSH host runs, launchers.node.nodecheck; SSH: tests/test_ssh_backend.py);
 - a run dir removed while its run runs stops the launcher: one line (the job is cancelled: its records could
   not be kept), exit 1, no process of the run left, and nothing recreates the run dir;
 - the SSH backend's `node K failed` line carries the rank's exception (firstfail.node_failed, pure);
@@ -21,13 +21,16 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
-from launchers import api, firstfail, layout, nodecheck, procs, secretenv
+from launchers import api, layout, procs
 from launchers.backends.slurm import gone
 from launchers.backends.slurm import status as slurm_status
 from launchers.backends.slurm import task as slurm_task
 from launchers.backends.slurm.node import NodeRun
+from launchers.credentials import secretenv
+from launchers.diagnosis import firstfail
 from launchers.errors import RunDirGone
-from launchers.rundir import RunDir, new_run_id, redacted_spec
+from launchers.node import nodecheck
+from launchers.records.rundir import RunDir, new_run_id, redacted_spec
 from launchers.spec import RunSpec, build_spec
 from launchers.torchrun import node_command
 

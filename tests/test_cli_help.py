@@ -14,8 +14,10 @@ from click.shell_completion import ShellComplete
 from click.testing import CliRunner
 
 from conftest import run_launch
-from launchers import containeropts, cpubind, opthelp, specvalues
+from launchers import cpubind
 from launchers.cli import main
+from launchers.containers import containeropts
+from launchers.options import opthelp, specvalues
 from launchers.runopts import BACKEND_OPTIONS, COMMON
 
 SLURM_METAVARS = [

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 import launchers
-from launchers import api, clusters
+from launchers import api
 from launchers.backends.slurm import array
 from launchers.backends.slurm.backend import SlurmBackend
 from launchers.errors import LaunchError
 from launchers.spec import build_spec
+from launchers.ssh import clusters
 
 GOOD = """\
 dev:

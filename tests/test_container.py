@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from launchers import container, containeropts
 from launchers.backends.local import LocalBackend
 from launchers.backends.slurm.backend import SlurmBackend
 from launchers.backends.slurm.render import header_for, node_task_command, render_sbatch, sbatch_parameters, srun_argv
 from launchers.backends.ssh import SSHBackend
 from launchers.backends.sshplan import kill_line
+from launchers.containers import container, containeropts
 from launchers.doctor.checks import Context, container_runtime
 from launchers.errors import LaunchError
 from launchers.request import JobSpec as ApiJobSpec
@@ -332,13 +332,13 @@ def test_doctor_checks_the_image_on_the_node():
 
 
 def test_ssh_host_preflight_with_a_container_checks_the_runtime_not_torch(tmp_path):
-    """The host side of `launch ssh`'s preflight (launchers.nodecheck CHECK, stdlib, run as on a host): with a
+    """The host side of `launch ssh`'s preflight (launchers.node.nodecheck CHECK, stdlib, run as on a host): with a
     container it wants the runtime and launchers, not torch nor the program (the image has them)."""
     import json
     import subprocess
     import sys
 
-    from launchers.nodecheck import CHECK
+    from launchers.node.nodecheck import CHECK
     arg = {"cwd": str(tmp_path), "program": ["-m", "no_such_module_here"], "dirs": [], "ports": [],
            **container.host_check(spec("apptainer"))}
     arg["binaries"] = ["no-such-runtime-here"]

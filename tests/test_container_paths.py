@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from launchers import container, containeropts
+from launchers.containers import container, containeropts
 from launchers.errors import LaunchError
 from launchers.spec import RunSpec, build_spec
 

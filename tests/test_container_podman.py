@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, rank_lines, read_json, require_cluster, run_launch
-from launchers import container, procs
+from launchers import procs
+from launchers.containers import container
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
 from common import (  # noqa: E402

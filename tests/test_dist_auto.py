@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, rank_lines, read_json, require_cluster, run_launch
-from launchers import nodebackend, recovery
+from launchers import nodebackend
 from launchers.nodebackend import Verdict, dist_backend_decision, visible
+from launchers.resilience import recovery
 
 SSH_STATE = Path("/run/launch-ssh-hosts")
 BACKENDS = {

@@ -1,13 +1,16 @@
 """What a job builds once, it keeps (issue 22 item 5): torch's JIT extensions in one directory per environment
-under the runs root (launchers.extcache), and a node that builds one says so."""
+under the runs root (launchers.frozen.extcache), and a node that builds one says so."""
 import io
 import os
 import sys
 
 from conftest import run_launch
-from launchers import api, container, explain, extcache, layout, snapshot
+from launchers import api, layout
+from launchers.containers import container
+from launchers.diagnosis import explain
+from launchers.frozen import extcache, snapshot
 from launchers.hang.watch import Coordinator
-from launchers.rundir import RunDir
+from launchers.records.rundir import RunDir
 from launchers.spec import RunSpec
 from launchers.torchrun import node_command
 

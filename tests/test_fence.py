@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import read_json, run_launch
-from launchers import fence
 from launchers.heartbeat import Reporter
+from launchers.records import fence
 
 
 def fenced_lines(run_dir) -> list[str]:
@@ -109,7 +109,7 @@ def test_a_zombie_of_attempt_0_writes_nothing_into_attempt_1(workdir, monkeypatc
     then attempt 0's rank-side writers run again, as a paused rank would on waking: its heartbeat, its exit
     record, rank 0's manifest part, the workload's checkpoint save, the commit and `latest`. None lands."""
     from launchers import ckptptr, heartbeat, rankexec
-    from launchers.rundir import RunDir
+    from launchers.records.rundir import RunDir
     p = run_launch("local", "--nodes", "1", "--gpus-per-node", "1", "--run-dir", "runs/f", "--", "-m",
                    "workloads.convnet", "--dataset", "digits", "--batch-size", "8", "--no-tensorboard", "--max-steps",
                    "6", "--checkpoint-every", "2")

@@ -110,7 +110,7 @@ def _coordinator(tmp_path, ranks: dict[int, tuple[str, float]]):
     """A Coordinator over one node whose progress record says rank -> (state, last advance)."""
     from launchers import layout
     from launchers.hang.watch import Coordinator, write
-    from launchers.rundir import RunDir
+    from launchers.records.rundir import RunDir
     spec = {"backend": "local", "program": ["x.py"], "run_dir": str(tmp_path), "name": "t", "nodes": 1,
             "gpus_per_node": len(ranks)}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump({"run_id": "t", "spec": spec, "attempts": [{"attempt": 0}]}))

@@ -2,7 +2,7 @@
 import pytest
 
 from launchers.errors import LaunchError
-from launchers.hostfile import hosts_from_options, parse_host_word, parse_hostfile_text, parse_hosts_option, resolve
+from launchers.ssh.hostfile import hosts_from_options, parse_host_word, parse_hostfile_text, parse_hosts_option, resolve
 
 
 def test_hostfile_format():

@@ -9,8 +9,9 @@ import shlex
 
 import pytest
 
-from launchers import imagepull, manifest
+from launchers.containers import imagepull
 from launchers.errors import LaunchError
+from launchers.records import manifest
 from launchers.spec import RunSpec
 
 REF = "127.0.0.1:5055/launch-python:test"

@@ -25,11 +25,12 @@ import yaml
 
 import test_recovery
 from conftest import LAUNCH, once, read_json, run_launch
-from launchers import memstore, spec, torchrun
+from launchers import spec, torchrun
 from launchers.errors import LaunchError
 from launchers.memckpt import KEEP, choose, listing, private_dir, why_storage, write_copy
 from launchers.memcodec import pack, unpack
-from launchers.remote import node_pids
+from launchers.node import memstore
+from launchers.nodeagent import node_pids
 from launchers.request import JobSpec
 from test_recovery import PROGRAM, SSH_STATE, gone, recovery_row, require_slurm, require_ssh, submit_with_a_spare
 from test_recovery_local import ended, signal_node, started_with_a_spare

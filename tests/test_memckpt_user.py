@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import read_json, run_launch
-from launchers import integrations, memstore
+from launchers import integrations
+from launchers.node import memstore
 from test_recovery import gone, recovery_row
 from test_recovery_local import ended, signal_node, started_with_a_spare
 

@@ -1,5 +1,5 @@
 """Issue 24 item 3: what `launch doctor` learns of a node's interfaces and HCA ports (the probe's readers, on a
-sysfs tree laid out as the kernel lays it out), kept per node (launchers.nodefacts), and `launch nccl check --on
+sysfs tree laid out as the kernel lays it out), kept per node (launchers.diagnosis.nodefacts), and `launch nccl check --on
 NODE` saying which of them NCCL_SOCKET_IFNAME / NCCL_IB_HCA select there."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from conftest import run_launch
-from launchers import nodefacts
+from launchers.diagnosis import nodefacts
 from launchers.errors import LaunchError
 from launchers.nodeside.gputools import ib_sysfs
 from launchers.nodeside.probe import net_sysfs

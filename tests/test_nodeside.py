@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT
-from launchers import imagepull, nodecheck
+from launchers.containers import imagepull
 from launchers.doctor.probe import GONE, PROBE
-from launchers.remote import reach_line
+from launchers.node import nodecheck
+from launchers.nodeagent import reach_line
 
 MAX_PROGRAM_LINES = 5       # a string that parses as Python, imports something and is longer: a program
 
@@ -38,7 +39,7 @@ def programs_in_strings(root: Path) -> list[str]:
 
 def test_no_launcher_module_holds_a_python_program_in_a_string(tmp_path):
     assert programs_in_strings(ROOT) == []
-    (tmp_path / "launchers").mkdir()         # the rule catches what launchers/nodecheck.py held before
+    (tmp_path / "launchers").mkdir()         # the rule catches what launchers/node/nodecheck.py held before
     (tmp_path / "launchers" / "m.py").write_text("CHECK = r'''\nimport json, sys\na = json.loads(sys.argv[1])\n"
                                                  "if a:\n    print(a)\nprint('CHECK')\n'''\n")
     assert programs_in_strings(tmp_path) == ["launchers/m.py:1: a Python program in a string"]

@@ -17,8 +17,9 @@ import yaml
 
 import launchers
 from conftest import ROOT, read_json, require_cluster, run_launch
-from launchers import notify, notifytarget
 from launchers.errors import LaunchError
+from launchers.options import notifytarget
+from launchers.records import notify
 from launchers.spec import build_spec
 
 TOKEN = "ghp_9fK2mQ7xZ4vB8nR1tY6wL3pS5dH0jC2a"          # looks like a secret by its content

@@ -19,7 +19,7 @@ import pytest
 from conftest import LAUNCH, ROOT, read_json, run_launch
 from launchers import LaunchError, Run, api, procs
 from launchers.backends.slurm.backend import SlurmBackend
-from launchers.rundir import RunDir, new_run_id
+from launchers.records.rundir import RunDir, new_run_id
 from launchers.spec import build_spec
 
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import pytest
 
-from launchers import api, firstfail, jobenv, rankcause
+from launchers import api, jobenv
+from launchers.diagnosis import firstfail
 from launchers.errors import LaunchError
 from launchers.hang.verdict import hang_reason
+from launchers.node import rankcause
 from launchers.request import JobSpec
 from launchers.spec import RunSpec as RecordedSpec
 
@@ -210,7 +212,7 @@ def test_a_rank_that_ended_on_a_stop_is_not_a_first_failure(recs, nodes, want):
 def test_the_end_of_an_attempt_with_ranks_ended_on_a_stop(tmp_path):
     """RunDir.record_outcome over real records: the node that failed is named and the ranks killed after the grace
     are still said; a cancel names no failure; a hang names the hung rank (its verdict goes first)."""
-    from launchers.rundir import RunDir
+    from launchers.records.rundir import RunDir
     from launchers.spec import RunSpec
     rd = RunDir.create(RunSpec("ssh", 2, 1, ("t.py",), (), str(tmp_path / "r"), "r"), "r-1234", {})
     for rec in (end(1, 1, 5.0, "SIGTERM", **GRACE, attempt=0), end(0, 0, 8.5, "SIGTERM", **KILLED, attempt=0)):

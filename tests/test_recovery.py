@@ -1,6 +1,6 @@
-"""Recovery without a human (issue 23): the one policy (launchers.recovery) as a table, the options, the node ledger
+"""Recovery without a human (issue 23): the one policy (launchers.resilience.recovery) as a table, the options, the node ledger
 and its `launch status` block from a hand-made run dir, the SSH plan's hosts per pool, the recovery timeline
-(launchers.timeline) and its status lines from a hand-made run dir, and one real run of a lemon node on local
+(launchers.resilience.timeline) and its status lines from a hand-made run dir, and one real run of a lemon node on local
 (and one on the SSH test hosts, marked ssh): slot 1 crashes at the same step in every attempt, is quarantined
 after 2 strikes, a spare takes its place and the run ends with the uninterrupted run's weights; each restart's
 timeline is recorded, every phase in order. --nodes MIN:MAX: the policy's shrink and grow-back rows, the pool
@@ -20,23 +20,12 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, once, read_json, require_cluster, run_launch
-from launchers import (
-    api,
-    layout,
-    ledgerfile,
-    nodeledger,
-    procs,
-    recovery,
-    recoveryopts,
-    restarts,
-    siteledger,
-    slurmpolicy,
-    timeline,
-    warmfork,
-)
+from launchers import api, layout, procs, warmfork
 from launchers.errors import LaunchError
-from launchers.recovery import Failure, Pool
-from launchers.rundir import RunDir
+from launchers.ledgers import ledgerfile, nodeledger, siteledger
+from launchers.records.rundir import RunDir
+from launchers.resilience import recovery, recoveryopts, restarts, slurmpolicy, timeline
+from launchers.resilience.recovery import Failure, Pool
 from launchers.spec import RunSpec
 
 P = Pool
@@ -117,7 +106,7 @@ POLICY = {
 @pytest.mark.parametrize("case", POLICY, ids=list(POLICY))
 def test_policy_table(case):
     (fail, pool, strikes, after, left, *bounds), (action, nxt, why) = POLICY[case]
-    d = recovery.decide(Failure(*fail) if fail else None, pool, strikes, after, left, *bounds)
+    d = recovery.failure_decision(Failure(*fail) if fail else None, pool, strikes, after, left, *bounds)
     assert (d.action, d.pool) == (action, nxt) and why in d.why, d
     if fail:
         assert d.strikes[fail[0]] == strikes.get(fail[0], 0) + 1          # the failing slot, one strike more
@@ -185,8 +174,8 @@ def produced_failures() -> list[tuple[dict, str]]:
     node failures as the backends' watch loops build them (local: a paused agent; SSH: silence, a lost
     connection, a node that never finished, an agent's exit; Slurm: the node task's record of a failed GPU check,
     typed by errors.NodeFault)."""
-    from launchers import firstfail
     from launchers.backends.slurm.requeue import lost_node
+    from launchers.diagnosis import firstfail
     from launchers.hang.verdict import hang_failure
     hang = {"attempt": 0, "stalled_ranks": [1], "since": 5.0,
             "ranks": {"1": {"node": 1, "class": "stalled", "why": "process stopped (state T)"}}}
@@ -227,11 +216,11 @@ def test_decisions_never_read_a_reasons_words():
     words = ["hang: x", "lost: y", "connection lost", "did not finish", "--preflight gpu: z", "out of memory", ""]
     for ff, kind in produced_failures():
         past = (recovery.Past(4, 0, recovery.sign_of(ff), True),)     # the attempt before: another slot, same sign
-        before = recovery.decide(recovery.failure_of(ff, pool, "w"), pool, {1: 1}, 2, 3, past=past)
+        before = recovery.failure_decision(recovery.failure_of(ff, pool, "w"), pool, {1: 1}, 2, 3, past=past)
         for i, text in enumerate(words + [str(ff.get("reason"))[::-1]]):
             reworded = dict(ff, **{k: text for k in ("reason", "exception") if k in ff})
             assert recovery.kind_of(reworded) == kind, (ff, text)
-            after = recovery.decide(recovery.failure_of(reworded, pool, "w"), pool, {1: 1}, 2, 3, past=past)
+            after = recovery.failure_decision(recovery.failure_of(reworded, pool, "w"), pool, {1: 1}, 2, 3, past=past)
             assert (after.action, after.pool, after.quarantined, after.strikes) == \
                    (before.action, before.pool, before.quarantined, before.strikes), (ff, text)
 
@@ -258,7 +247,7 @@ CONTINUES = [  # (facts changed from MINE, the rule that refuses; "": continue)
 
 
 def test_requeue_continue_and_step_end_decisions_from_facts():
-    """Issue 34: Slurm's decisions are the policy's (launchers.slurmpolicy), each from the typed facts the backend
+    """Issue 34: Slurm's decisions are the policy's (launchers.resilience.slurmpolicy), each from the typed facts the backend
     gathers: a step's end, requeue or fail, continue a requeued job's run dir or refuse."""
     assert [slurmpolicy.step_end_decision(slurmpolicy.StepEnd(**f)) for f, _ in STEP_ENDS] == [d for _, d in STEP_ENDS]
     assert slurmpolicy.requeue_decision(slurmpolicy.Requeue(0, 2)) == slurmpolicy.RequeueDecision(
@@ -302,7 +291,7 @@ def failing(tmp_path, ffs, nodes=2, spares=2, left=4, after=2):
     for attempt in range(left + 1):
         ff = ffs(attempt, pool)
         fail = recovery.failure_of(ff, pool, f"rank {ff['rank']} on node {ff['node']}: attempt {attempt}")
-        d = recovery.decide(fail, pool, nodeledger.strikes(led), after, left - attempt, None, nodeledger.past(led))
+        d = recovery.failure_decision(fail, pool, nodeledger.strikes(led), after, left - attempt, None, nodeledger.past(led))
         led = nodeledger.record(str(tmp_path), led, attempt, pool, fail, {"0": 143, "1": 1}, d, after)
         seen.append((d.action, pool.active, d.pool.quarantined, d.why))
         pool = d.pool
@@ -332,7 +321,7 @@ def test_a_failure_on_every_node_is_the_programs_and_stops_after_the_budget(tmp_
     attempts = [{"hosts": ["h1", "h2" if a < 2 else "h3"]} for a in range(5)]
     assert siteledger.run_strikes(led, attempts, "bug-1", "bob", time.time()) == {}
     other = recovery.Failure(2, "rank", "x", "exit 3")          # another exit code: the node's strike
-    d = recovery.decide(other, Pool((0, 2), (3, 1)), {2: 1}, 2, 3, None, nodeledger.past(led))
+    d = recovery.failure_decision(other, Pool((0, 2), (3, 1)), {2: 1}, 2, 3, None, nodeledger.past(led))
     assert (d.action, d.quarantined, d.pool.active) == ("replace", (2,), (0, 3)), d
 
 
@@ -366,8 +355,8 @@ def test_only_consecutive_attempts_make_a_repeat():
     for past in [(P_(0, 0, "exit 1", True), P_(1, 0, "signal SIGKILL", True)),   # another failure in between
                  (P_(0, 0, "exit 1", True), P_(2, 1, "exit 1", True)),           # attempt 1 missing: only slot 1's
                  (P_(0, 0, "", True),)]:                                         # no sign (a lost node)
-        assert recovery.decide(fail, pool, {}, 2, 3, past=past).strikes[1] == 1, past
-    d = recovery.decide(fail, pool, {}, 2, 3, past=(P_(0, 1, "exit 1", True), P_(1, 0, "exit 1", True)))
+        assert recovery.failure_decision(fail, pool, {}, 2, 3, past=past).strikes[1] == 1, past
+    d = recovery.failure_decision(fail, pool, {}, 2, 3, past=(P_(0, 1, "exit 1", True), P_(1, 0, "exit 1", True)))
     assert (d.action, d.strikes, d.program) == ("restart", {1: 0, 0: 0}, (0, 1)), d
 
 
@@ -382,9 +371,9 @@ def test_the_hourly_budget_stops_a_restart_storm():
                          {"action": "restart", "decided": now - 5}, {"action": "shrink"}]}
     assert nodeledger.restarts_within(led, now) == 2 and nodeledger.restarts_within(led, now, 5000) == 3
     fail, pool = Failure(1, "rank", "x", "exit 1"), Pool((0, 1), (2,))
-    assert recovery.decide(fail, pool, {}, 2, 9, hour=(1, 2)).action == "restart"
-    assert recovery.decide(fail, pool, {}, 2, 9, hour=(7, 0)).action == "restart"          # 0: no hourly limit
-    d = recovery.decide(fail, pool, {1: 1}, 2, 9, hour=(2, 2))
+    assert recovery.failure_decision(fail, pool, {}, 2, 9, hour=(1, 2)).action == "restart"
+    assert recovery.failure_decision(fail, pool, {}, 2, 9, hour=(7, 0)).action == "restart"          # 0: no hourly limit
+    d = recovery.failure_decision(fail, pool, {1: 1}, 2, 9, hour=(2, 2))
     assert (d.action, d.quarantined) == ("stop", (1,)) and d.why == (
         "slot 1: a rank failed, strike 2 of 2: quarantined; replaced by spare slot 2; but 2 restarts in the last "
         "hour (--max-restarts-per-hour 2)"), d
@@ -470,7 +459,7 @@ def test_ledger_and_status_block(tmp_path):
     for attempt in (0, 1):
         ff = {"rank": 1, "node": 1, "exit_code": 1, "signal": None}
         fail = recovery.failure_of(ff, pool, "rank 1 on node 1, exit code 1")
-        d = recovery.decide(fail, pool, nodeledger.strikes(led), 2, 2 - attempt)
+        d = recovery.failure_decision(fail, pool, nodeledger.strikes(led), 2, 2 - attempt)
         led = nodeledger.record(rd.path, led, attempt, pool, fail, {"0": 143, "1": 1}, d, 2)
         assert nodeledger.read(rd.path) == json.loads(json.dumps(led))
         pool = nodeledger.pool_for(nodeledger.read(rd.path), 2, 1)
@@ -647,8 +636,8 @@ def test_ssh_plan_runs_on_the_pools_hosts(tmp_path, monkeypatch):
                    options=(("hosts", "h1,h2,h3,h4"), ("ssh_config", str(tmp_path / "ssh_config"))))
     backend = api.get_backend("ssh")
     first = nodeledger.pool_for(None, 2, 2)
-    lost = recovery.decide(Failure(0, "lost"), first, {}, 2, 3).pool                 # node 0's host gone
-    lemon = recovery.decide(Failure(2, "rank"), lost, {2: 1}, 2, 2).pool             # slot 2's second strike
+    lost = recovery.failure_decision(Failure(0, "lost"), first, {}, 2, 3).pool                 # node 0's host gone
+    lemon = recovery.failure_decision(Failure(2, "rank"), lost, {2: 1}, 2, 2).pool             # slot 2's second strike
     assert (first, lost, lemon) == (Pool((0, 1), (2, 3)), Pool((1, 2), (3, 0)), Pool((1, 3), (0,), (2,)))
     rows = []
     for attempt, pool in enumerate((first, lost, lemon)):
@@ -792,7 +781,7 @@ def restored_and_fenced(run_dir: str, run: dict, row: dict, reference_sha: str, 
 
 
 def woke_and_fenced(run_dir: str) -> bool:
-    """The paused node's rank 1 of attempt 0 woke and a write of it was refused (launchers.fence's line in its
+    """The paused node's rank 1 of attempt 0 woke and a write of it was refused (launchers.records.fence's line in its
     log). Seen when it ran alone; in a full run its session's end can kill it first (a race): recorded, not
     asserted. The sweeps take only their own attempt's processes, so nothing of ours kills it before it wakes."""
     log = Path(run_dir, "logs/node1/rank1.log")
@@ -1050,7 +1039,7 @@ def hand_made_restarts(tmp_path) -> RunDir:
     led, pool = None, nodeledger.pool_for(None, 2, 1)
     for attempt, fault in ((0, T0), (1, T0 + 20)):
         fail = recovery.failure_of({"rank": 1, "node": 1, "exit_code": 1}, pool, "rank 1 on node 1, exit code 1")
-        d = recovery.decide(fail, pool, nodeledger.strikes(led), 2, 1 - attempt)
+        d = recovery.failure_decision(fail, pool, nodeledger.strikes(led), 2, 1 - attempt)
         led = nodeledger.record(rd.path, led, attempt, pool, fail, {"0": 143, "1": 1}, d, 2,
                                 {"fault": fault, "detected": fault + 0.5, "decided": fault + 0.625})
     head = "===== launch attempt {a} | rank {r} of 2 | node {r} | {t} =====\n"
@@ -1103,7 +1092,7 @@ def test_a_slurm_requeue_excludes_quarantined_hosts_and_numbers_its_slots_anew(t
     led = None
     for attempt in (0, 1):
         fail = recovery.failure_of({"rank": 1, "node": 1, "exit_code": 1}, pool, "rank 1 on node 1, exit code 1")
-        d = recovery.decide(fail, pool, nodeledger.strikes(led), 2, 3)
+        d = recovery.failure_decision(fail, pool, nodeledger.strikes(led), 2, 3)
         led = nodeledger.record(str(tmp_path), led, attempt, pool, fail, {"0": 143, "1": 1}, d, 2)
     attempts = [{"hosts": ["lnode2", "lnode3"]}, {"hosts": ["lnode2", "lnode3"]}, {"hosts": ["lnode2", "lnode4"]}]
     assert led["pool"]["quarantined"] == [1] and nodeledger.quarantined_hosts(led, attempts) == ["lnode3"]

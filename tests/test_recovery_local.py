@@ -20,7 +20,7 @@ import test_recovery
 from conftest import LAUNCH, read_json, run_launch
 from launchers import procs
 from launchers.backends.local import PAUSED_S, Paused
-from launchers.remote import node_pids
+from launchers.nodeagent import node_pids
 from test_recovery import PROGRAM, frozen_records, gone, recovery_row, restored_and_fenced
 
 reference_sha = test_recovery.reference_sha    # the uninterrupted run's weights: a fixture here too

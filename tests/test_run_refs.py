@@ -15,7 +15,9 @@ import sys
 import pytest
 
 from conftest import DATA
-from launchers import LaunchError, nodeledger, runindex, runjson
+from launchers import LaunchError, runjson
+from launchers.ledgers import nodeledger
+from launchers.records import runindex
 
 
 def fake_run(d, jobs=()):

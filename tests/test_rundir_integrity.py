@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 from conftest import read_json, run_launch
-from launchers import api, ckptptr, layout, rundircheck
+from launchers import api, ckptptr, layout
 from launchers.errors import LaunchError
-from launchers.rundir import RunDir
+from launchers.records import rundircheck
+from launchers.records.rundir import RunDir
 from launchers.spec import RunSpec
 
 TINY = ["-m", "workloads.convnet", "--dataset", "digits", "--checkpoint-every", "2", "--no-tensorboard"]
@@ -128,7 +129,7 @@ BAD_LEDGERS = {
 def test_a_damaged_node_ledger_is_ignored_with_one_line_never_a_traceback(tmp_path):
     """nodes.json is data: a shape launch never writes is left out of status, --ranks, --json and a resume's pool
     with one warning line naming the file, and nothing tracebacks (it did: status --ranks on a slot's word node)."""
-    from launchers import nodeledger
+    from launchers.ledgers import nodeledger
     spec = RunSpec(backend="local", nodes=1, gpus_per_node=1, program=("t.py",), program_args=(),
                    run_dir=str(tmp_path / "r"), name="r")
     rd = RunDir.create(spec, "r-1", {})

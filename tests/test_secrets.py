@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH, run_launch
-from launchers import secretenv, secretshape
 from launchers.backends.slurm.backend import secret_env
 from launchers.backends.slurm.render import header_for
 from launchers.backends.ssh import SSHBackend
+from launchers.credentials import secretenv, secretshape
 from launchers.errors import LaunchError
-from launchers.remote import read_env_file
-from launchers.rundir import redacted_spec, spec_from_record
+from launchers.nodeagent import read_env_file
+from launchers.records.rundir import redacted_spec, spec_from_record
 from launchers.spec import RunSpec
 from launchers.torchrun import node_command
 
@@ -293,7 +293,7 @@ def test_program_args_redacted_in_every_record_given_as_is(tmp_path):
     assert ssh.remote_line(0, redact=False).endswith(" ".join(shlex.quote(a) for a in args))     # what sshd runs
     head = header_for(["slurm", "--env", f"API_AUTH={BEARER}", "--", "p.py", *args], "v")     # the sbatch header
     assert "hf_abc" not in head and "sk-proj" not in head and "Bearer ***" not in head and "API_AUTH=***" in head
-    from launchers.manifest import command_line
+    from launchers.records.manifest import command_line
     line = command_line(["launch", "local", "--env", f"S3_CREDS={AWS_SECRET}", "--", "p.py", *args])
     assert AWS_SECRET not in line and "hf_abc" not in line and "S3_CREDS=***" in line
 
@@ -316,8 +316,9 @@ def test_redacted_args_come_back_on_a_slurm_node_a_resume_without_them_refused(m
 
 
 def test_known_values_redacted_from_exception_status_and_payload(tmp_path, monkeypatch):
-    from launchers import notify, rankcause
-    from launchers.rundir import RunDir
+    from launchers.node import rankcause
+    from launchers.records import notify
+    from launchers.records.rundir import RunDir
     log = tmp_path / "rank0.log"
     log.write_text("Traceback (most recent call last):\n  File x\nRuntimeError: login as pw-file-3c9 to "
                    f"https://u:p4ss@h/x with {AWS_ID} failed\n")
@@ -396,8 +397,8 @@ def test_cluster_submit_carries_secrets_over_stdin_only(tmp_path, monkeypatch):
     environment (read from the connection's stdin), never on a command line there (its ps) nor in the dry-run."""
     import base64
 
-    from launchers import clusters, viacluster
-    from launchers.clusterssh import remote_line
+    from launchers.ssh import clusters, viacluster
+    from launchers.ssh.clusterssh import remote_line
     monkeypatch.setenv("MY_DB_PASS", "pw-env-8d1")
     args = ["--nodes", "1", "--env", f"API_AUTH={BEARER}", "--env=LR=3e-4", "--secret", "MY_DB_PASS", "--", "t.py",
             "--env", "X=1"]
@@ -448,7 +449,7 @@ def gone(pid: int) -> bool:
 def test_notify_command_that_hangs_is_ended_with_all_it_started(tmp_path, monkeypatch):
     import time
 
-    from launchers import notify
+    from launchers.records import notify
     monkeypatch.setattr(notify, "COMMAND_TIMEOUT_S", 1.0)
     pids, body = tmp_path / "pids", {"event": "FAILED", "run_dir": str(tmp_path)}
     t0 = time.monotonic()
@@ -485,7 +486,7 @@ def test_local_run_notify_that_hangs_leaves_no_process(tmp_path):
 def test_profile_dates_stay_text_and_a_huge_one_is_not_read(tmp_path):
     import time
 
-    from launchers.profiles import load_profile
+    from launchers.options.profiles import load_profile
     (tmp_path / "p.yaml").write_text("name: 2001-12-14\nenv: {WHEN: '2001-12-14t21:59:43.10-05:00', AT: 2002-12-14 "
                                      "21:59:43.10 -5}\n")
     d = load_profile(str(tmp_path / "p.yaml"))

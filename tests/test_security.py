@@ -34,8 +34,8 @@ from launchers import layout
 from launchers.backends.slurm.render import header_for, render_sbatch
 from launchers.backends.ssh import SSHBackend
 from launchers.errors import LaunchError
+from launchers.options.specvalues import check_name
 from launchers.spec import RunSpec
-from launchers.specvalues import check_name
 
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH_OPTS = ["--ssh-config", str(SSH_STATE / "ssh_config"), "--known-hosts", str(SSH_STATE / "known_hosts")]
@@ -285,7 +285,7 @@ def test_yaml_only_safe_loaded():
     assert [c for c in calls if c[2] in ("Loader", "FullLoader", "UnsafeLoader", "unsafe_load", "full_load")] == []
     import yaml
 
-    from launchers import values  # the profile's loader (numbers kept as text, duplicate keys refused)
+    from launchers.options import values  # the profile's loader (numbers kept as text, duplicate keys refused)
     assert issubclass(values.profile_loader(), yaml.SafeLoader)
 
 

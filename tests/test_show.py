@@ -176,7 +176,7 @@ def test_ssh_preflight_per_host_progress_on_a_terminal(workdir, state):
 def test_runs_index_rules_and_concurrent_appends_while_pruning(tmp_path, monkeypatch):
     """Pure logic (no launch): only run dirs outside the root are indexed; appends from several processes while
     another prunes lose nothing."""
-    from launchers import runindex
+    from launchers.records import runindex
     monkeypatch.setenv("LAUNCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("LAUNCH_RUNS_ROOT", str(tmp_path / "runs"))
     assert not runindex.note(str(tmp_path / "runs" / "a"))                  # in the root
@@ -188,7 +188,7 @@ def test_runs_index_rules_and_concurrent_appends_while_pruning(tmp_path, monkeyp
     with open(runindex.index_path(), "a") as f:
         f.write("not json\n{\"path\": 3}\n")                             # torn/foreign lines: skipped
     assert runindex.paths() == [str(live)]
-    code = ("import sys\nfrom launchers import runindex\n"
+    code = ("import sys\nfrom launchers.records import runindex\n"
             "for i in range(40):\n    runindex.note(f'{sys.argv[1]}/w{sys.argv[2]}-{i}')\n"
             "    runindex.note(f'{sys.argv[1]}/gone-{i}')\n")
     for i in range(3):                 # 3 writers x (40 live + 40 gone) while the parent prunes the gone ones

@@ -1,4 +1,4 @@
-"""Who is lost (issue 23 item 8: detection that does not cry wolf): launchers.sshwatch.Silence's verdicts over the
+"""Who is lost (issue 23 item 8: detection that does not cry wolf): launchers.ssh.sshwatch.Silence's verdicts over the
 hosts' last-heard times. Pure: stand-in streams with the three times a Prefixed stream keeps."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from launchers.sshwatch import ALL_QUIET_S, FIRST_WORD_S, LOST_S, Silence
+from launchers.ssh.sshwatch import ALL_QUIET_S, FIRST_WORD_S, LOST_S, Silence
 
 T0 = 1000.0
 
@@ -58,8 +58,8 @@ def test_a_proxyjump_hop_is_opened_by_us_with_host_keys_checked(tmp_path):
     import paramiko
 
     from launchers.errors import LaunchError
-    from launchers.hostfile import HostEntry, resolve
-    from launchers.sshconn import SSHSettings, make_connection
+    from launchers.ssh.hostfile import HostEntry, resolve
+    from launchers.ssh.sshconn import SSHSettings, make_connection
 
     cfg = tmp_path / "cfg"
     cfg.write_text("Host inner\n  HostName 10.9.9.2\n  ProxyJump bob@bastion:2222,mid\nHost bastion\n  HostName 10.9.9.1\n"

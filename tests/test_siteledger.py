@@ -1,4 +1,4 @@
-"""The site's node ledger (issue 37 item 3, launchers.siteledger): the decay and state rule, a run's nodes.json
+"""The site's node ledger (issue 37 item 3, launchers.ledgers.siteledger): the decay and state rule, a run's nodes.json
 turned into strikes on its hosts, hostile files (one warning line, ignored, never written over), several processes
 writing at once (no write lost), what a run plans from it (SSH leaves the hosts out, Slurm --exclude) and `launch
 nodes`. Pure: no run is started (the clusters' rows are in tests/test_recovery.py and at the end here)."""
@@ -20,12 +20,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import read_json, run_launch
-from launchers import api, ledgerfile, nodeledger, recovery, siteledger
+from launchers import api
 from launchers.backends.slurm.render import render_sbatch
 from launchers.backends.slurm.status import known_of
 from launchers.cli import main
 from launchers.errors import LaunchError
+from launchers.ledgers import ledgerfile, nodeledger, siteledger
 from launchers.request import JobSpec as ApiSpec
+from launchers.resilience import recovery
 from launchers.spec import RunSpec, build_spec
 
 DAY = siteledger.DAY
@@ -67,7 +69,7 @@ def lemon_nodes_json(run_dir: str, hosts: list[str]) -> tuple[dict, list[dict]]:
     pool, led = nodeledger.pool_for(None, 2, 1), None
     for attempt in (0, 1):
         fail = recovery.failure_of({"rank": 1, "node": 1, "exit_code": 3}, pool, "rank 1 on node 1, exit code 3")
-        d = recovery.decide(fail, pool, nodeledger.strikes(led), 2, 3)
+        d = recovery.failure_decision(fail, pool, nodeledger.strikes(led), 2, 3)
         led = nodeledger.record(run_dir, led, attempt, pool, fail, {"0": 143, "1": 3}, d, 2,
                                 {"fault": NOW - 10 + attempt, "detected": NOW - 9 + attempt, "decided": NOW - 8 + attempt})
         pool = d.pool
@@ -300,12 +302,12 @@ def test_a_slurm_job_excludes_the_node_the_ledger_quarantined(workdir):
 
 
 def test_the_programs_failure_on_every_node_is_no_hosts_strike(tmp_path):
-    """A bug of the program (the same rank failure in a row on slots 1 and 2: launchers.recovery.program) leaves
+    """A bug of the program (the same rank failure in a row on slots 1 and 2: launchers.resilience.recovery.program) leaves
     the site ledger as it was: no host is blamed for it, not even the one it quarantined before it was seen twice."""
     led, pool = None, recovery.Pool.fresh(2, 1)
     for attempt in range(3):
         fail = recovery.failure_of({"rank": 1, "node": 1, "exit_code": 1, "exception": "KeyError: 'lr'"}, pool, "x")
-        d = recovery.decide(fail, pool, nodeledger.strikes(led), 2, 3, None, nodeledger.past(led))
+        d = recovery.failure_decision(fail, pool, nodeledger.strikes(led), 2, 3, None, nodeledger.past(led))
         led = nodeledger.record(str(tmp_path), led, attempt, pool, fail, {"0": 143, "1": 1}, d, 2, {"decided": NOW})
         pool = d.pool
     assert nodeledger.program_signs(led) == {"exit 1"} and not led["pool"]["quarantined"], led

@@ -1,6 +1,6 @@
 """The site's node ledger (issue 37 item 3) where a run ends without the launcher's loop over attempts: a plain
 Slurm job's failed node is one strike on its host, recorded by the batch side's finalize exactly once per attempt
-(launchers.restarts.record_end), by the same policy as local and SSH (the program's repeated failure is no host's);
+(launchers.resilience.restarts.record_end), by the same policy as local and SSH (the program's repeated failure is no host's);
 `--preflight gpu`'s bad nodes are strikes with their evidence (launchers.doctor.preflight.site_strikes); a Slurm
 sweep's job array excludes the ledger's quarantined hosts as a single `launch slurm` does. The real Slurm job at
 the end: its lemon node is struck, and the next run of the same ledger excludes that host."""
@@ -14,12 +14,14 @@ import pytest
 import yaml
 
 from conftest import read_json, run_launch
-from launchers import api, ledgerfile, nodeledger, restarts, siteledger
+from launchers import api
 from launchers.backends.slurm.nodespec import write_node_spec
 from launchers.backends.slurm.requeue import finalize
 from launchers.doctor.preflight import site_strikes
 from launchers.doctor.targets import NodeRun
-from launchers.rundir import RunDir
+from launchers.ledgers import ledgerfile, nodeledger, siteledger
+from launchers.records.rundir import RunDir
+from launchers.resilience import restarts
 from launchers.spec import RunSpec, build_spec
 
 

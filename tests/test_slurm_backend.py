@@ -229,7 +229,7 @@ def test_a_job_queued_before_the_move_still_runs(workdir):
     and `... slurmnode finalize RUN`, and a node spec without `resolved`: the shim and the fallback run them."""
     from launchers.api import get_backend
     from launchers.layout import path
-    from launchers.rundir import RunDir, new_run_id, redacted_spec
+    from launchers.records.rundir import RunDir, new_run_id, redacted_spec
     from launchers.spec import build_spec
     spec = build_spec("slurm", {"nodes": 2, "gpus_per_node": 1, "run_dir": "runs/old", "options": {"time": "10"}},
                       ["report.py"])
@@ -325,7 +325,7 @@ def test_preflight_gpu_one_bad_node_fails_the_job_before_any_agent(workdir):
     st = status("runs/g")
     assert st["state"] == "FAILED" and line in st["reason"], st
     assert line in run_launch("status", "runs/g", check=True).stdout
-    from launchers.siteledger import load, quarantined
+    from launchers.ledgers.siteledger import load, quarantined
     led = load(str(Path("site.json").resolve()))[0]
     assert [(h, [s["kind"] for s in e["strikes"]]) for h, e in led["hosts"].items()] == [("lnode3", ["gpu"])], led
     assert quarantined(led) == ["lnode3"] and line in led["hosts"]["lnode3"]["strikes"][0]["reason"], led

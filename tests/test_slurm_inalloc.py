@@ -18,7 +18,7 @@ from launchers.backends.slurm import inalloc
 from launchers.backends.slurm.env import SlurmEnv
 from launchers.backends.slurm.node import NodeRun
 from launchers.backends.slurm.requeue import finalize
-from launchers.rundir import RunDir, new_run_id, redacted_spec
+from launchers.records.rundir import RunDir, new_run_id, redacted_spec
 from launchers.spec import build_spec
 
 SPEC = {"backend": "slurm", "program": ["/w/train.py"], "program_args": ["--lr", "3"], "nodes": 2, "gpus_per_node": 1}

@@ -111,7 +111,7 @@ def test_parse_time_rejects(value):
 
 
 def test_sbatch_lines():
-    """A profile's sbatch_lines and --sbatch-arg share one validator (launchers.sbatchopts): sbatch's own options;
+    """A profile's sbatch_lines and --sbatch-arg share one validator (launchers.options.sbatchopts): sbatch's own options;
     what launch sets itself (--exclusive, --nodes, ...) is refused naming launch's own option."""
     assert parse_sbatch_lines(["--contiguous", "#SBATCH --reservation=x", "--mail-type END"]) == \
         {"contiguous": True, "reservation": "x", "mail_type": "END"}

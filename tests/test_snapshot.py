@@ -1,4 +1,4 @@
-"""--snapshot (launchers.snapshot) and the run manifest (launchers.manifest).
+"""--snapshot (launchers.frozen.snapshot) and the run manifest (launchers.records.manifest).
 
 Pure: which files a snapshot takes (a temp git repo; a plain directory with .launchignore), its content hash, the
 content-addressed store (same content = same dir, no copy; written atomically), resume's choice, the bad inputs,
@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from conftest import rank_lines, run_launch
-from launchers import api, manifest, rankexec, snapshot, snaptree
+from launchers import api, rankexec
 from launchers.errors import LaunchError
-from launchers.profiles import load_profile
+from launchers.frozen import snapshot, snaptree
+from launchers.options.profiles import load_profile
+from launchers.records import manifest
 from launchers.spec import RunSpec, build_spec
 
 

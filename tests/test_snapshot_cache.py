@@ -1,4 +1,4 @@
-"""The snapshot's stat cache (launchers.statcache, issue 38 item 1): an unchanged tree is found by its stat keys and
+"""The snapshot's stat cache (launchers.frozen.statcache, issue 38 item 1): an unchanged tree is found by its stat keys and
 read no more, with the digest a full hash gives; an edit is seen even with size and mtime put back (ctime moves);
 a cache others could write, or not of the exact shape, is ignored; a wrong hash in the user's own cache leads at
 worst to a refused launch (the cache dropped) or a snapshot made again -- never to a snapshot whose content
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from launchers import api, extcache, snapshot, statcache
+from launchers import api
 from launchers.errors import LaunchError
+from launchers.frozen import extcache, snapshot, statcache
 from launchers.spec import RunSpec
 
 NOBODY = 65534

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, rank_lines, require_cluster, run_launch
-from launchers import api, extcache, rankexec, snapshot
+from launchers import api, rankexec
 from launchers.errors import LaunchError
+from launchers.frozen import extcache, snapshot
 from launchers.spec import RunSpec
 
 NOBODY = 65534

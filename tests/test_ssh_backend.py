@@ -111,7 +111,7 @@ def test_dry_run_golden_connects_nowhere(workdir):
     assert p.returncode == 0, p.stderr
     assert time.monotonic() - t0 < 30
     out = re.sub(r"dry-[0-9a-f]{8}", "RUNID", p.stdout)
-    out = re.sub(r"(\.torch_extensions/)[0-9a-f]{16}", r"\1KEY", out)     # the environment's key (launchers.extcache)
+    out = re.sub(r"(\.torch_extensions/)[0-9a-f]{16}", r"\1KEY", out)     # the environment's key (launchers.frozen.extcache)
     assert out == DRY_GOLDEN.format(CWD=workdir, PY="/opt/py/bin/python3")
     assert not (workdir / "runs").exists()
 
@@ -195,7 +195,7 @@ def test_preflight_gpu_names_the_one_bad_host_and_starts_nothing(workdir):
     (bad,) = err[1:]
     assert bad.startswith("node 1 [sshhost2 (") and bad.endswith("]: mlx5_7 port 1: State Down (physical state LinkUp, InfiniBand)"), bad
     assert not (workdir / "runs").exists() and not rank_lines(workdir / "runs/g", "REPORT ")
-    from launchers.siteledger import load, quarantined
+    from launchers.ledgers.siteledger import load, quarantined
     led = load(str(workdir / "site.json"))[0]
     assert [(h, [(s["kind"], s["reason"]) for s in e["strikes"]]) for h, e in led["hosts"].items()] == [
         ("sshhost2", [("gpu", f"--preflight gpu: {bad}")])] and quarantined(led) == ["sshhost2"], led
@@ -224,7 +224,7 @@ def test_preflight_gpu_with_a_spare_swaps_the_bad_host_of_node_0(workdir):
     check_slot0_swapped("runs/g", "sshhost1 (")
     out = run_launch("status", "runs/g", check=True).stdout
     assert "before attempt 0 (--preflight gpu; person: no): replace -- slot 0: failed the GPU check" in out, out
-    from launchers.siteledger import load, quarantined  # issue 37: the quarantine is the site's too
+    from launchers.ledgers.siteledger import load, quarantined  # issue 37: the quarantine is the site's too
     led = load(str(workdir / "site.json"))[0]
     assert [(h, [(s["kind"], s["quarantined"]) for s in e["strikes"]]) for h, e in led["hosts"].items()] == [
         ("sshhost1", [("gpu", True)])] and quarantined(led) == ["sshhost1"], led

@@ -1,5 +1,5 @@
-"""The SSH fan-out's start-up (issue 38 item 3): launchers.sshconn's Connection on paramiko alone. A fan-out process
-imports neither Fabric nor invoke (nor launchers.spec, nor importlib.metadata: launchers.sshimport) and an ssh
+"""The SSH fan-out's start-up (issue 38 item 3): launchers.ssh.sshconn's Connection on paramiko alone. A fan-out process
+imports neither Fabric nor invoke (nor launchers.spec, nor importlib.metadata: launchers.ssh.sshimport) and an ssh
 config's `Match exec` still runs (invoke then, on use), paramiko's version the same; on the SSH test hosts: exit codes, stdout and stderr apart (together on a pty), UTF-8 split across reads,
 a timeout, an unknown host key refused."""
 from __future__ import annotations
@@ -19,8 +19,8 @@ CFG, KH = STATE / "ssh_config", STATE / "known_hosts"
 
 FANOUT_IMPORTS = """
 import json, sys
-from launchers.hostfile import parse_hosts_option, resolve
-from launchers.sshconn import SSHSettings, make_connection
+from launchers.ssh.hostfile import parse_hosts_option, resolve
+from launchers.ssh.sshconn import SSHSettings, make_connection
 h = resolve(parse_hosts_option("a,b"), sys.argv[1])
 make_connection(h[0], SSHSettings(ssh_config=sys.argv[1]))
 seen = sorted(m for m in ("fabric", "invoke", "launchers.spec", "importlib.metadata") if m in sys.modules)
@@ -47,7 +47,7 @@ def test_fanout_imports_no_fabric_no_invoke_and_match_exec_still_runs(tmp_path):
 def host():
     st = subprocess.run([str(ROOT / "clusters" / "ssh-hosts.sh"), "status"], capture_output=True, text=True)
     require_cluster("the SSH test hosts sshhost1..4", st.returncode == 0 and KH.exists(), "make ssh-up")
-    from launchers.hostfile import parse_hosts_option, resolve
+    from launchers.ssh.hostfile import parse_hosts_option, resolve
 
     return resolve(parse_hosts_option("sshhost1"), str(CFG))[0]
 
@@ -55,7 +55,7 @@ def host():
 @pytest.mark.ssh
 def test_connection_runs_streams_times_out_and_refuses_unknown_keys(host, tmp_path):
     from launchers.errors import LaunchError
-    from launchers.sshconn import CommandTimedOut, SSHSettings, connect_all, make_connection
+    from launchers.ssh.sshconn import CommandTimedOut, SSHSettings, connect_all, make_connection
 
     c = make_connection(host, SSHSettings(ssh_config=str(CFG), known_hosts=str(KH)))
     try:

@@ -1,4 +1,4 @@
-"""The one SSH connection model (launchers.sshmodel, issue 34 item 4): the same ssh config and destination give one
+"""The one SSH connection model (launchers.ssh.sshmodel, issue 34 item 4): the same ssh config and destination give one
 Route whether `launch ssh` (a hostfile's host) or `--cluster` (its login node, by ProxyJump or `jump:`) asks, and
 its two renderings agree hop by hop on a 2-hop jump chain -- paramiko's Connections (sshconn) and the OpenSSH argv
 (clusterssh), read back by `ssh -G` (OpenSSH's own evaluation of the options and the config; it connects nowhere):
@@ -11,10 +11,10 @@ import subprocess
 
 import paramiko
 
-from launchers import clusterssh, sshmodel
-from launchers.clusters import Cluster, jump_entry
-from launchers.hostfile import HostEntry, parse_hosts_option, resolve
-from launchers.sshconn import make_connection
+from launchers.ssh import clusterssh, sshmodel
+from launchers.ssh.clusters import Cluster, jump_entry
+from launchers.ssh.hostfile import HostEntry, parse_hosts_option, resolve
+from launchers.ssh.sshconn import make_connection
 
 CFG = """Host inner
   HostName 10.9.9.2

@@ -65,7 +65,7 @@ def test_next_steps_name_the_first_failures_log_and_the_next_command(tmp_path):
     """The last lines of `launch status` for a failed run (rendering only; a real local run's are compared in
     docs/TROUBLESHOOTING.md by tests/test_docs_commands.py): the rank's log, on Slurm that node's own output file
     when there, the next command; a node failure without a rank: its agent log; nothing for a completed run."""
-    from launchers.explain import next_steps
+    from launchers.diagnosis.explain import next_steps
     rd = tmp_path / "my run"
     (rd / "slurm").mkdir(parents=True)
     (rd / "slurm" / "42_1_log.out").write_text("")

@@ -15,11 +15,12 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, read_json, require_cluster, run_launch
-from launchers import firstfail, procs
+from launchers import procs
 from launchers.backends.ssh import agent_ended
+from launchers.diagnosis import firstfail
 from launchers.hang.sample import rank_programs
-from launchers.remote import AGENT_ENDED, HEARTBEAT
-from launchers.sshwatch import Prefixed
+from launchers.nodeagent import AGENT_ENDED, HEARTBEAT
+from launchers.ssh.sshwatch import Prefixed
 
 SSH_STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
 SSH = ["ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", str(SSH_STATE / "ssh_config"),
@@ -211,7 +212,7 @@ def test_slurm_cancel_gives_each_program_one_stop_signal(workdir, stop_signal):
 
 # ------------------------------------------------------------------ a rank that ended on a stop (pure-ish: no run)
 # The rank wrapper and the SSH host agent on their own, in a scratch run dir: the wrapper's record names the stop
-# it gave the program (`stopped_by`), whatever the program then did, and launchers.firstfail never takes that end
+# it gave the program (`stopped_by`), whatever the program then did, and launchers.diagnosis.firstfail never takes that end
 # for a failure of the rank's own (the SSH fault row `SIGKILL one agent` under load named rank 1, killed after the
 # grace of the stop its host gave it, instead of node 1 whose agent was killed).
 PROG = '''import os, signal, sys, time

@@ -8,7 +8,7 @@ import pytest
 from launchers import api, stops
 from launchers.backends.base import Interrupts
 from launchers.client import RunStatus
-from launchers.rundir import TERMINAL
+from launchers.records.rundir import TERMINAL
 
 
 @pytest.mark.parametrize("why, got, sig, wait", [
@@ -50,7 +50,7 @@ def test_one_name_per_ending_everywhere(st, code, line):
 
 def test_a_hang_stop_is_failed_even_when_every_program_ended_well_on_it(tmp_path):
     """The survivors of a hang clean up and may exit 0 on the stop: the attempt still FAILED, on the hung rank."""
-    from launchers.rundir import RunDir
+    from launchers.records.rundir import RunDir
     from launchers.spec import RunSpec
     rd = RunDir.create(RunSpec("local", 1, 2, ("t.py",), (), str(tmp_path / "r"), "r"), "r-1234", {})
     hang = {"attempt": 0, "stalled_ranks": [1], "waiting_ranks": [0], "since": 1.0, "timeout": 3, "dir": "d",

@@ -1,4 +1,4 @@
-"""Issue 25 items 3-4: `launch top` (launchers.top) over fake run dirs written by the real writers (RunDir,
+"""Issue 25 items 3-4: `launch top` (launchers.diagnosis.top) over fake run dirs written by the real writers (RunDir,
 launchers.heartbeat), the heartbeat's total and checkpoint, the frameworks' callbacks (launchers.integrations)
 driven with stand-ins for the attributes they read, and one tmux session driving `launch top` live."""
 from __future__ import annotations
@@ -15,8 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import LAUNCH, ROOT
-from launchers import explain, heartbeat, integrations, top
-from launchers.rundir import RunDir
+from launchers import heartbeat, integrations
+from launchers.diagnosis import explain, top
+from launchers.records.rundir import RunDir
 from launchers.spec import RunSpec
 
 NOW = 1_800_000_000.0

@@ -1,5 +1,5 @@
 """Issue 21 item 7: one parser for each kind of value, used alike by flags, LAUNCH_* defaults, profiles and the
-Python API (launchers.values). Property tests: every value a profile accepts equals the flag's parse of the same
+Python API (launchers.options.values). Property tests: every value a profile accepts equals the flag's parse of the same
 text, and every one refused is refused by both; the API agrees with the flags on the text of its ints. Pure:
 build_spec chooses a run dir but creates nothing; one test runs the real `launch` with a LAUNCH_* variable.
 """
@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import LAUNCH, ROOT, run_launch
-from launchers import request, values
+from launchers import request
 from launchers.errors import LaunchError
-from launchers.profiles import load_profile
+from launchers.options import values
+from launchers.options.profiles import load_profile
 from launchers.runopts import BACKEND_OPTIONS, options_from_cli
 from launchers.spec import build_spec
 
@@ -261,7 +262,7 @@ def test_newer_run_dir_read_only_by_status_and_logs(newer_run):
                                                ("0.1.1", "0.1.0", True), ("0.0.9", "0.1.0", False),
                                                ("1.0", "0.1.0", True), ("x", "0.1.0", False)])
 def test_version_order(theirs, mine, newer):
-    from launchers import rundircheck
+    from launchers.records import rundircheck
     got = rundircheck.newer_version({"versions": {"launchers": theirs}}, mine, "r", read_only=True)
     assert (got == theirs) if newer else got is None
 

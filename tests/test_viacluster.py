@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, LAUNCH, ROOT, run_launch
-from launchers import clusters, clusterssh, viacluster
 from launchers.errors import LaunchError
-from launchers.rundir import RunDir
+from launchers.records.rundir import RunDir
 from launchers.spec import RunSpec
+from launchers.ssh import clusters, clusterssh, viacluster
 
 OPTS = ("-o BatchMode=yes -o StrictHostKeyChecking=yes -o UpdateHostKeys=no -o ConnectTimeout=10 "
         "-o ServerAliveInterval=5 -o ServerAliveCountMax=2 -o UserKnownHostsFile={d}/kh "

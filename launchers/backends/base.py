@@ -1,7 +1,7 @@
 """What a backend is. `plan()` is pure enough to print (that is --dry-run); `start()` executes exactly the plan.
 
 A backend differs from another only in how it starts nodes and watches them: it never builds a torchrun
-line (launchers.torchrun does) nor lays out a directory (launchers.rundir does).
+line (launchers.torchrun does) nor lays out a directory (launchers.records.rundir does).
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import layout, procs
-from ..container import cleanup_argv, wrap
-from ..containeropts import host_limits
+from ..containers.container import cleanup_argv, wrap
+from ..containers.containeropts import host_limits
 from ..cpubind import describe
 from ..errors import LaunchError, brief
 from ..nodebackend import AUTO, PLANNED, Teller
-from ..rundir import TERMINAL, RunDir
+from ..records.rundir import TERMINAL, RunDir
 from ..spec import RunSpec
 from ..stops import stop_decision
 from ..torchrun import NodeCommand, node_command
@@ -41,7 +41,7 @@ class Plan:
     hosts: list[str] = field(default_factory=list)     # one per node where the backend knows them
     script: str | None = None                          # e.g. the sbatch script
     cpu_sets: list | None = None                       # each local rank's CPUs where the nodes are this machine
-    slots: list[int] = field(default_factory=list)     # node k on node slot slots[k] of the pool (launchers.recovery)
+    slots: list[int] = field(default_factory=list)     # node k on node slot slots[k] of the pool (launchers.resilience.recovery)
     image_digests: dict[str, str] = field(default_factory=dict)   # host -> the image's digest there (preflight)
 
     def render(self) -> str:
@@ -69,7 +69,7 @@ class Plan:
 
     def spares_lines(self) -> list[str]:
         """--spares: how many, when a node is quarantined, the restart budget; --nodes MIN:MAX: the range
-        (launchers.recovery)."""
+        (launchers.resilience.recovery)."""
         spec, out = self.spec, []
         if spec.min_nodes:
             out.append(f"# nodes:   {spec.nodes} of {spec.min_nodes}:{spec.max_nodes}: with no spare left a node "
@@ -103,7 +103,7 @@ class Backend:
 
     def plan(self, spec: RunSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
         """The attempt's plan. slots: the run's pool's active slots, in node order (--spares, --nodes MIN:MAX:
-        launchers.recovery; restarts.plan_on): node k runs on slots[k], node 0 the rendezvous host; None: the
+        launchers.resilience.recovery; restarts.plan_on): node k runs on slots[k], node 0 the rendezvous host; None: the
         backend's first nodes. Slurm's in-job loop picks a step's hosts itself (backends.slurm.steps)."""
         raise NotImplementedError
 
@@ -120,7 +120,7 @@ class Backend:
 
     def forget_memory(self, plan: Plan) -> None:
         """--memory-checkpoint: the run ended, its in-memory checkpoints go from every node of its pool
-        (launchers.memstore). Default: nothing (Slurm: a submitted job removes them at its own end)."""
+        (launchers.node.memstore). Default: nothing (Slurm: a submitted job removes them at its own end)."""
 
     def warm_up(self, plan: Plan) -> None:
         """--warm-spares: the zygotes of the run's pool (the backend's `zygotes` kind), started once, with its first
@@ -172,8 +172,8 @@ def busy_line(path: str, why: str) -> str:
 
 def node_commands(spec: RunSpec, run_id: str, attempt: int, master_addr: str, master_port: int,
                   dist_backend: str, one_machine: bool = False, slots: list[int] | None = None) -> list[NodeCommand]:
-    """Each node's command from the one builder, in the job's container when it has one (launchers.container);
-    slots: node k runs on node slot slots[k] of the run's pool (launchers.recovery), told as LAUNCH_NODE_SLOT;
+    """Each node's command from the one builder, in the job's container when it has one (launchers.containers.container);
+    slots: node k runs on node slot slots[k] of the run's pool (launchers.resilience.recovery), told as LAUNCH_NODE_SLOT;
     a container's resource limits are this host's (an SSH host's may differ: its hard limits must not be lower)."""
     limits = host_limits()
     slot = [slots[k] if slots else None for k in range(spec.nodes)]
@@ -187,7 +187,7 @@ def node_commands(spec: RunSpec, run_id: str, attempt: int, master_addr: str, ma
 
 def remove_containers(spec: RunSpec, run_id: str, nodes) -> None:
     """The nodes' containers (run here), when the job's runtime leaves one behind a SIGKILLed agent
-    (launchers.container.cleanup_argv: podman); one already gone is not an error."""
+    (launchers.containers.container.cleanup_argv: podman); one already gone is not an error."""
     for k in nodes:
         argv = cleanup_argv(spec, run_id, k)
         if argv:

@@ -9,15 +9,18 @@ import subprocess
 import sys
 import time
 
-from .. import container, extcache, imagepull, memstore, nodecheck, procs, warmfork
+from .. import procs, warmfork
+from ..containers import container, imagepull
 from ..cpubind import node_plan
 from ..errors import LaunchError, RunDirGone
 from ..follow import follow_in_thread
+from ..frozen import extcache
 from ..hang.watch import LauncherWatch, describe, end_hung
 from ..layout import Presence
+from ..node import memstore, nodecheck
+from ..nodeagent import node_pids
 from ..ports import choose_port
-from ..remote import node_pids
-from ..rundir import TERMINAL, RunDir, exit_fields
+from ..records.rundir import TERMINAL, RunDir, exit_fields
 from ..spec import RunSpec
 from ..stops import stop_decision, wait_s
 from ..torchrun import node_environ
@@ -25,7 +28,7 @@ from .base import Backend, Interrupts, Plan, node_commands, node_exit, remove_co
 
 MASTER = "127.0.0.1"
 PAUSED_S = 10.0    # a node whose agent is stopped this long while another's runs is lost (as an SSH host silent
-                   # for launchers.sshwatch.LOST_S)
+                   # for launchers.ssh.sshwatch.LOST_S)
 
 
 class Zygotes:
@@ -72,7 +75,7 @@ class LocalBackend(Backend):
 
     def plan(self, spec: RunSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> Plan:
         """slots: the simulated node each node rank runs on (default 0..nodes-1; --spares: the pool's active
-        slots, launchers.recovery); the rendezvous is node 0's, here 127.0.0.1 whichever slot that is."""
+        slots, launchers.resilience.recovery); the rendezvous is node 0's, here 127.0.0.1 whichever slot that is."""
         port = choose_port(run_id, spec.master_port, MASTER)
         dist = spec.dist_backend
         slots = list(slots) if slots is not None else list(range(spec.nodes))
@@ -84,8 +87,8 @@ class LocalBackend(Backend):
 
     def preflight(self, plan: Plan) -> None:
         """The nodes' python, once (they all run here, in one environment): torch and launchers importable, the
-        program found -- the check an SSH host runs (launchers.nodecheck); one line naming the nodes and python.
-        Then the job's image on this machine's runtime, pulled when missing (launchers.imagepull): its digest
+        program found -- the check an SSH host runs (launchers.node.nodecheck); one line naming the nodes and python.
+        Then the job's image on this machine's runtime, pulled when missing (launchers.containers.imagepull): its digest
         goes into the plan (the manifest records it)."""
         spec = plan.spec
         errors = nodecheck.run_here(spec.python, node_environ(os.environ, plan.nodes[0]), os.getcwd(), spec.program,
@@ -156,7 +159,7 @@ class LocalBackend(Backend):
                 for k, (_, why) in sorted(lost.items()):
                     print(f"launch: node {k} is {why}; stopping the other nodes", file=sys.stderr, flush=True)
                 return codes, "lost"
-            for tell in tells:            # a torch extension build under way (launchers.extcache), the nodes'
+            for tell in tells:            # a torch extension build under way (launchers.frozen.extcache), the nodes'
                 tell()                    # --dist-backend auto verdict (launchers.nodebackend): said
             time.sleep(0.05)
         return [a.poll() for a in agents], None
@@ -188,7 +191,7 @@ class LocalBackend(Backend):
 
 class Paused:
     """A paused simulated node: its torchrun agent stopped (state T: SIGSTOP) for PAUSED_S while another node's
-    agent runs -- here what an SSH host gone silent is there (launchers.sshwatch.Silence): lost, the node's fault.
+    agent runs -- here what an SSH host gone silent is there (launchers.ssh.sshwatch.Silence): lost, the node's fault.
     Every live agent stopped alike is a paused run (a person's kill -STOP), not a lost node: no verdict.
     `lost`: node -> (when its pause was first seen, wall clock; the reason, `lost: ...`)."""
 
@@ -223,7 +226,7 @@ class Paused:
 
 def lost_memory(plan: Plan, codes: list, lost: dict, swept: set[int]) -> None:
     """--memory-checkpoint: a simulated node that died (its agent SIGKILLed, or paused and lost) loses its memory,
-    as a real node would: its store is removed (launchers.memstore), the next attempt's ranks there find nothing.
+    as a real node would: its store is removed (launchers.node.memstore), the next attempt's ranks there find nothing.
     A node whose agent the launcher's own sweep killed (it outlived the stop grace: a loaded machine) is not lost."""
     if not plan.spec.memory_checkpoint:
         return

@@ -1,4 +1,4 @@
-"""SSH hosts without a scheduler, over paramiko (launchers.sshconn): one Connection and one thread per host.
+"""SSH hosts without a scheduler, over paramiko (launchers.ssh.sshconn): one Connection and one thread per host.
 
 plan (no network; that is --dry-run; --spares: the hosts of the pool slots it is given) -> preflight (of the
 attempt's hosts only: connect all in parallel with verified host keys; on every host python/torch/launchers/program
@@ -19,16 +19,17 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from .. import memstore, procs
+from .. import procs
+from ..diagnosis.firstfail import node_failed
 from ..errors import RunDirGone
-from ..firstfail import node_failed
 from ..hang import watch as hang_watch
 from ..layout import Presence
-from ..remote import AGENT_ENDED, HEARTBEAT, env_file
-from ..rundir import TERMINAL, RunDir
+from ..node import memstore
+from ..nodeagent import AGENT_ENDED, HEARTBEAT, env_file
+from ..records.rundir import TERMINAL, RunDir
 from ..spec import RunSpec
-from ..sshconn import close_all, connect_all, describe, make_connection, put_private
-from ..sshwatch import Prefixed, Silence
+from ..ssh.sshconn import close_all, connect_all, describe, make_connection, put_private
+from ..ssh.sshwatch import Prefixed, Silence
 from ..stops import Stop, stop_decision, wait_s
 from . import sshcheck
 from .base import Backend, Interrupts, node_code_fields
@@ -164,7 +165,7 @@ class SSHBackend(Backend):
         code = rd.record_outcome(plan.attempt, nodes, stopped_by=stopped, stopped_at=intr.at, node_failures=failures,
                                  hosts=[h.entry.word for h in plan.rhosts])
         ff = rd.read_status().get("first_failure") or {}
-        if code == 1 and ff.get("node") is not None:     # the rank's exception line too (launchers.rankcause)
+        if code == 1 and ff.get("node") is not None:     # the rank's exception line too (launchers.node.rankcause)
             k = ff["node"]
             print(f"launch: node {k} on {plan.rhosts[k].label} failed: {node_failed(ff, nodes.get(str(k)))}",
                   file=sys.stderr, flush=True)

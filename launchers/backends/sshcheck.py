@@ -1,8 +1,8 @@
 """The SSH backend's preflight, before the run dir exists, over connections already open (verified host keys):
-every host checked in parallel with the job's python (launchers.nodecheck: working directory, torch and
+every host checked in parallel with the job's python (launchers.node.nodecheck: working directory, torch and
 launchers importable, the program, the node log directory, a free master port on the master), then the master
 reachable at MASTER_ADDR:port from every other host (remote.reach_line); with a podman image, the image on each host
-(launchers.imagepull: pulled once per host when missing). Errors: one line naming each node and host.
+(launchers.containers.imagepull: pulled once per host when missing). Errors: one line naming each node and host.
 """
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ import secrets
 import sys
 import threading
 
-from .. import container, imagepull, layout, nodecheck, ports
+from .. import layout, ports
+from ..containers import container, imagepull
 from ..errors import LaunchError
-from ..remote import reach_line
+from ..node import nodecheck
+from ..nodeagent import reach_line
 from ..show import counted
-from ..sshconn import describe, run_all
+from ..ssh.sshconn import describe, run_all
 
 
 def check_hosts(plan, conns) -> int:
@@ -63,7 +65,7 @@ def decide_backend(plan, conns) -> str:
 
 
 def check_image(plan, conns) -> None:
-    """The job's image on every host, pulled there when missing (launchers.imagepull; the first node of each host
+    """The job's image on every host, pulled there when missing (launchers.containers.imagepull; the first node of each host
     pulls, the hosts side by side); plan.image_digests gets each host's digest (the manifest records them). A
     failure: LaunchError naming each failing node, host and cause."""
     spec = plan.spec

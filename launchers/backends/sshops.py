@@ -8,11 +8,11 @@ import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from ..hostfile import ResolvedHost
-from ..rundir import RunDir
+from ..records.rundir import RunDir
 from ..show import counted
-from ..sshconn import describe, get_tree, make_connection
-from ..sshmodel import SSHSettings
+from ..ssh.hostfile import ResolvedHost
+from ..ssh.sshconn import describe, get_tree, make_connection
+from ..ssh.sshmodel import SSHSettings
 from .sshplan import SSHPlan, kill_line
 
 FORGET_S = 15.0           # how long the end of a --memory-checkpoint run waits for its hosts to drop their stores

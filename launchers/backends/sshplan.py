@@ -10,13 +10,14 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import container, ports
+from .. import ports
+from ..containers import container
 from ..errors import LaunchError
-from ..hostfile import ResolvedHost, avoiding, hosts_from_options, pool_hosts, resolve
-from ..remote import env_file
+from ..nodeagent import env_file
 from ..spec import RunSpec, redact_env
-from ..sshmodel import SSHSettings
-from ..sshmodel import settings as ssh_settings
+from ..ssh.hostfile import ResolvedHost, avoiding, hosts_from_options, pool_hosts, resolve
+from ..ssh.sshmodel import SSHSettings
+from ..ssh.sshmodel import settings as ssh_settings
 from .base import Plan, node_commands
 
 STAGING_ROOT = "/tmp/launch-staging"
@@ -52,7 +53,7 @@ class SSHPlan(Plan):
         out = [f"# run dir: {self.spec.run_dir}", f"# run id:  {self.run_id}  attempt {self.attempt}",
                self.world_line(), f"# master:  {self.master_addr}:{self.master_port} (probed at launch)",
                *self.spares_lines(), *self.cpu_bind_lines()]
-        if self.spec.avoid_hosts:           # the site's node ledger (launchers.siteledger)
+        if self.spec.avoid_hosts:           # the site's node ledger (launchers.ledgers.siteledger)
             out.append(f"# node ledger {self.spec.node_ledger}: quarantined, not used: "
                        + ", ".join(self.spec.avoid_hosts))
         if self.staged:
@@ -68,7 +69,7 @@ class SSHPlan(Plan):
 
 
 def make_plan(spec: RunSpec, run_id: str, attempt: int, slots: list[int] | None = None) -> SSHPlan:
-    """slots: the pool's slots the nodes run on, in node order (--spares, --nodes MIN:MAX: launchers.recovery;
+    """slots: the pool's slots the nodes run on, in node order (--spares, --nodes MIN:MAX: launchers.resilience.recovery;
     one node per slot); slot k is the k-th host of MAX + spares, node 0 (the master) the host of slots[0].
     Default: the first hosts, every one when --nodes is not given (less the spares)."""
     opts, settings = spec.opts, ssh_settings(spec.opts)

@@ -10,7 +10,7 @@ import shlex
 import threading
 
 from .. import layout, procs, warmfork
-from ..sshconn import close_all, make_connection
+from ..ssh.sshconn import close_all, make_connection
 
 
 class Zygotes:

@@ -208,7 +208,7 @@ def nccl_env(r: dict, c: Context) -> Check:
 
 
 def container_runtime(r: dict, c: Context) -> Check:
-    """--container-runtime: one of its binaries is on the node's PATH (launchers.containeropts.BINARIES);
+    """--container-runtime: one of its binaries is on the node's PATH (launchers.containers.containeropts.BINARIES);
     --container-image: a runtime found there has the image (r["image"]: runtime -> None, or why it has not)."""
     what, bins = c.container
     found = {b: p for b, p in (r.get("container") or {}).items() if p}

@@ -10,9 +10,11 @@ import threading
 import time
 from typing import TextIO
 
-from .. import containeropts, layout, nodefacts, ports
+from .. import layout, ports
+from ..containers import containeropts
+from ..diagnosis import nodefacts
 from ..errors import LaunchError
-from ..specvalues import parse_env, parse_port, positive_int
+from ..options.specvalues import parse_env, parse_port, positive_int
 from .checks import Context
 from .options import from_cli
 from .report import as_json, failures, render, verdict
@@ -34,8 +36,8 @@ def target_of(opts: dict) -> str:
 
 
 def ssh_hosts(opts: dict, nodes: int | None):
-    from ..hostfile import hosts_from_options, resolve
-    from ..sshmodel import settings as ssh_settings
+    from ..ssh.hostfile import hosts_from_options, resolve
+    from ..ssh.sshmodel import settings as ssh_settings
     settings = ssh_settings(opts)
     entries = hosts_from_options(opts)
     if nodes is not None and nodes > len(entries):

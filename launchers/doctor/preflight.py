@@ -6,7 +6,7 @@ and fact. Warnings are printed and the launch goes on.
 local: the one machine the simulated nodes share, probed once. ssh: every host of the plan, through the
 doctor's SSH target (verified host keys). With --spares (local, ssh) every slot of the pool is checked, the
 spares too (local: the tools once per simulated node slot, in its environment: LAUNCH_NODE_SLOT), and the
-recovery policy picks the slots the run starts on (launchers.recovery.preflight_start): a bad node is
+recovery policy picks the slots the run starts on (launchers.resilience.recovery.preflight_start): a bad node is
 quarantined and a good spare takes its place; the run stops as above only when too few slots are good.
 slurm: not here -- the nodes are only known once the job runs, so each node task runs the same check on its
 node before its agent starts and waits for every node's verdict (launchers.backends.slurm.node); a bad node
@@ -20,10 +20,12 @@ import sys
 import time
 from typing import Any
 
-from .. import layout, nodeledger, ports, recovery, siteledger
+from .. import layout, ports
 from ..errors import LaunchError
 from ..gpuhealth.verdict import bad_line, node_findings, summary, warnings
-from ..restarts import plan_on
+from ..ledgers import nodeledger, siteledger
+from ..resilience import recovery
+from ..resilience.restarts import plan_on
 from ..torchrun import NODE_SLOT_ENV
 from .targets import NodeRun, run_local, run_local_slots, run_ssh
 

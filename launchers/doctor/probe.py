@@ -8,7 +8,7 @@ about 1 KiB in two) and `DOCTOR-END`. The record: versions (python, torch, launc
 only), free disk under the run root, /dev/shm, the open-file limit, the NCCL_* / TORCH_NCCL_* environment; with
 `gpu`, the GPU and NIC tools' raw outputs (launchers.gpuhealth.tools); always the network interfaces
 (/sys/class/net: name, operstate, loopback) and the HCA ports' files (/sys/class/infiniband, read by
-nodeside.gputools' ib_sysfs), which doctor keeps per node (launchers.nodefacts).
+nodeside.gputools' ib_sysfs), which doctor keeps per node (launchers.diagnosis.nodefacts).
 Node 0 writes `<root>/.launch-doctor-<token>`, then (after its imports) binds the master port (when it is
 taken, its holder is named from /proc) and serves every other node: a node connects to MASTER:port, must read
 the token, then reads the probe file (shared storage) and reports back. With `collective`, once every node

@@ -1,4 +1,4 @@
-"""Where `launch doctor` runs its probe: this machine (local), SSH hosts (launchers.sshconn on paramiko, verified
+"""Where `launch doctor` runs its probe: this machine (local), SSH hosts (launchers.ssh.sshconn on paramiko, verified
 host keys, each host on its own: an unreachable one is a row, not the end), or Slurm nodes (one srun step, a task per node).
 
 Every target returns one NodeRun per node: the probe's result, or why there is none, and the arrival time
@@ -181,7 +181,7 @@ def by_task(lines: list[tuple[float, str]]) -> dict[int, list[tuple[float, str]]
 def run_ssh(hosts, settings, python: str, base: dict, timeout: float) -> list[NodeRun]:
     """Connect to each host on its own (a refused key or a dead host is named, the others still run), then
     the probe on every connected host at once; node 0 is the master at its address from the ssh config."""
-    from ..sshconn import close_all, describe, make_connection
+    from ..ssh.sshconn import close_all, describe, make_connection
 
     runs = [NodeRun(k, h.label) for k, h in enumerate(hosts)]
     conns = [make_connection(h, settings) for h in hosts]
@@ -212,7 +212,7 @@ def run_ssh(hosts, settings, python: str, base: dict, timeout: float) -> list[No
 
 def ssh_probe(conns, k: int, runs: list[NodeRun], hosts, settings, python: str, args: dict, timeout: float) -> None:
     """The probe on host k; when it cannot start there, node 0 (waiting for it) hears that it is gone."""
-    from ..sshconn import describe
+    from ..ssh.sshconn import describe
 
     sink, err = Lines(), Lines()
     cmd = " ".join(shlex.quote(w) for w in probe_argv(python, args))

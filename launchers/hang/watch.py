@@ -19,8 +19,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import extcache, layout
-from ..rundir import RunDir
+from .. import layout
+from ..frozen import extcache
+from ..records.rundir import RunDir
 from . import stacks
 from .sample import ENDED, Tracker, rank_programs
 from .verdict import hang_reason, hung_ranks

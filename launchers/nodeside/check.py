@@ -1,4 +1,4 @@
-"""The preflight's check of a node (launchers.nodecheck: what it checks, how it is sent and read), stdlib only:
+"""The preflight's check of a node (launchers.node.nodecheck: what it checks, how it is sent and read), stdlib only:
 sent as `python -c` because it runs before `launchers` is known to be importable there. One JSON argument; one
 line `CHECK {host, errors[, port]}`.
 """

@@ -1,4 +1,4 @@
-"""The job's image on this host's podman (launchers.imagepull: why, and how the answer is read), stdlib only: sent
+"""The job's image on this host's podman (launchers.containers.imagepull: why, and how the answer is read), stdlib only: sent
 as `python -c` (like the host check). One JSON argument {image, answer_s, pull_s}; one line
 `IMAGE {host, pulled, digest | error}`.
 """

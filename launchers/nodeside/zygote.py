@@ -18,8 +18,9 @@ import socket
 import struct
 import sys
 
-from .. import fence, layout
+from .. import layout
 from ..errors import LaunchError
+from ..records import fence
 from ..warmfork import FORKED_ENV, accept, fork_session, private_dir
 
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.run", "torch._dynamo", "torch.distributed.checkpoint",

@@ -1,7 +1,7 @@
 """Test worker for preemption: a deterministic step loop that checkpoints and exits on USR2/SIGTERM.
 
 Every step all ranks all_reduce a "stop" flag, so they stop at the same step. Rank 0 writes
-checkpoints/step-<N>/state.json and points checkpoints/latest at it (launchers.rundir.write_latest); the
+checkpoints/step-<N>/state.json and points checkpoints/latest at it (launchers.records.rundir.write_latest); the
 next attempt resumes from there. At the end rank 0 writes final.json {step, value, attempt, resumed_from}.
 Knobs: TEST_STEPS (default 40), TEST_STEP_SLEEP (seconds per step, attempt 0), TEST_STEP_SLEEP_LATER
 (seconds per step in later attempts; default 0.02).

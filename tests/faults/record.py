@@ -76,7 +76,7 @@ PHASES = ("detected", "decided", "new world formed", "checkpoint loaded", "first
 
 
 def timeline_lines(rows: list[dict]) -> list[str]:
-    """The recovery timeline of each restart (rows with `timeline`: status.json's `recovery`, launchers.timeline):
+    """The recovery timeline of each restart (rows with `timeline`: status.json's `recovery`, launchers.resilience.timeline):
     each phase in seconds after the fault (after the detection where the fault's time is unknown: a lost node)."""
     found = [(r, e) for r in rows for e in r.get("timeline") or []]
     if not found:

@@ -343,7 +343,7 @@ def launcher_on_full_disk(run_dir: str, mnt: Path) -> None:
     temporary left, the old status.json intact (the issue saw `OSError: [Errno 28]` from the status write)."""
     fill(mnt, 0)
     before = Path(run_dir, "status.json").read_text()
-    code = ("import sys; from launchers.rundir import RunDir; "
+    code = ("import sys; from launchers.records.rundir import RunDir; "
             f"st = RunDir({run_dir!r}).update_status(reason='x'); print(st['reason'])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout == "x\n", p.stderr

@@ -7,7 +7,7 @@ rank, host) and cause, no process carrying the run id on any of the 4 hosts, che
 complete checkpoint, and `launch resume` ending with the param_sha256 of an uninterrupted run (computed once).
 Every row is recorded (tests/faults/record.py), pass or fail. A cut host (network down, processes running)
 is named within CUT_BOUND_S: the host agents' heartbeat (launchers.remote, every second) stops, and the
-launcher calls a host lost after launchers.sshwatch.LOST_S seconds without a word from it.
+launcher calls a host lost after launchers.ssh.sshwatch.LOST_S seconds without a word from it.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from conftest import LAUNCH, ROOT, once, read_json, require_cluster, run_launch
-from launchers.sshwatch import LOST_S
+from launchers.ssh.sshwatch import LOST_S
 from record import record
 
 pytestmark = pytest.mark.ssh

@@ -14,7 +14,7 @@ rewrites `latest` (launchers.ckptptr.commit), and a barrier ends the save. The d
 are written, each rank its own (ckptwrite.DigestingWriter, which also starts each file's write-back as it goes):
 nothing is read back at the commit.
 A crash anywhere before the pointer is written leaves `latest` on the previous complete checkpoint.
-A rank of an older attempt than its run's (a paused or partitioned node that came back: launchers.fence) writes
+A rank of an older attempt than its run's (a paused or partitioned node that came back: launchers.records.fence) writes
 nothing: the save and the commit raise fence.Fenced in that rank.
 Repeated saves reuse DCP's cached save plans (the state layout does not change between steps), which
 skips most of the plan gather/scatter.
@@ -42,9 +42,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from launchers import fence
 from launchers.ckptptr import commit, read_latest, resolve
 from launchers.memcodec import get_rng_state, set_rng_state  # noqa: F401  (dsloop's too)
+from launchers.records import fence
 
 from .stateful import ModelOptimState
 

@@ -23,8 +23,8 @@ import time
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from launchers import fence
 from launchers.ckptptr import commit
+from launchers.records import fence
 
 from .checkpoint import get_rng_state, resolved, set_rng_state, step_name
 from .dsstate import EngineState

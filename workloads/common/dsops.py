@@ -24,7 +24,7 @@ def shared_cache_dir() -> str:
 
 def use_shared_cache() -> str:
     """This venv's prebuilt cache unless the user set TORCH_EXTENSIONS_DIR; the launcher's own directory
-    (LAUNCH_TORCH_EXTENSIONS_DIR: launchers.extcache, per environment under the runs root) gives way to the
+    (LAUNCH_TORCH_EXTENSIONS_DIR: launchers.frozen.extcache, per environment under the runs root) gives way to the
     venv's when that holds a build (the Makefile's prebuild), so a run under launch loads it instead of
     compiling it again."""
     mine, given = shared_cache_dir(), os.environ.get("TORCH_EXTENSIONS_DIR")

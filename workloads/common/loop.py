@@ -165,7 +165,7 @@ class Training:
             if note:
                 log(f"note: step budget {progress.get('total_steps')} -> {self.total}: {note}")
         log(f"resumed from {name} (step {self.step}, epoch {self.epoch}, load {time.perf_counter() - t0:.3f}s, "
-            f"at {stamp()})")                  # the recovery timeline's `checkpoint loaded` (launchers.timeline)
+            f"at {stamp()})")                  # the recovery timeline's `checkpoint loaded` (launchers.resilience.timeline)
 
     def progress(self) -> dict:
         return {"epoch": self.epoch, "epoch_offset": self.offset, "last_loss": self.last_loss,

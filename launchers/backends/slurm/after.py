@@ -10,7 +10,7 @@ import os
 
 from ... import layout, sweep
 from ...errors import LaunchError, brief
-from ...rundir import RunDir
+from ...records.rundir import RunDir
 from ...spec import RunSpec
 from . import status as slurm_status
 from .options import AFTER_ACCEPTED, JOB_ID, dependency, split_after

@@ -11,7 +11,7 @@ import sys
 
 from ... import layout
 from ...errors import RunDirGone
-from ...rundir import RunDir
+from ...records.rundir import RunDir
 from ...stops import exit_code
 from ..base import Plan
 from .env import SlurmEnv

@@ -18,7 +18,7 @@ from typing import Callable
 
 from ... import __version__, layout, sweep
 from ...errors import LaunchError
-from ...rundir import RunDir, new_run_id
+from ...records.rundir import RunDir, new_run_id
 from ...spec import RunSpec
 from ..base import Plan
 from .backend import SlurmBackend, SubmitFailed, submit_script

@@ -10,7 +10,7 @@
     requeue:         Slurm's USR2 (--signal, or a preemption) -> checkpoint -> node 0 `scontrol requeue`
                      -> next attempt (LAUNCH_ATTEMPT + 1) resumes from checkpoints/latest. Slurm owns restarts.
     status / cancel: squeue/scontrol/`sacct -c` (status, cached); scancel and wait until nothing is left.
-    a cluster:       not here: `launch slurm --cluster NAME` runs launch on its login node (launchers.viacluster);
+    a cluster:       not here: `launch slurm --cluster NAME` runs launch on its login node (launchers.ssh.viacluster);
                      a spec whose options name one is refused (refuse_cluster), `cluster: ''` is this machine.
 """
 from __future__ import annotations
@@ -24,10 +24,10 @@ import sys
 from typing import Any
 
 from ... import __version__, layout, procs
-from ...containeropts import check_srun_pyxis
+from ...containers.containeropts import check_srun_pyxis
+from ...credentials.secretenv import handover
 from ...errors import LaunchError, RunDirGone, need_extra
-from ...rundir import TERMINAL, RunDir
-from ...secretenv import handover
+from ...records.rundir import TERMINAL, RunDir
 from ...spec import RunSpec
 from ...stops import exit_code
 from ..base import Backend, Plan, synced_together

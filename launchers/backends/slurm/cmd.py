@@ -4,7 +4,7 @@
 
 subprocess.run(argv, capture_output=True, text=True, timeout=...): a missing binary raises OSError, a timeout
 subprocess.TimeoutExpired. A cluster reached through its login node is not this module's: `--cluster NAME` runs
-the whole `launch` there (launchers.viacluster), whose own Slurm commands then run here, on the login node.
+the whole `launch` there (launchers.ssh.viacluster), whose own Slurm commands then run here, on the login node.
 """
 from __future__ import annotations
 

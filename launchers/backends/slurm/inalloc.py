@@ -5,7 +5,7 @@ backend's in-allocation path). When Slurm requeues the job -- a preemption with 
 failure with the script's `#SBATCH --requeue`, `scontrol requeue` -- the script runs again, the same job id,
 SLURM_RESTART_COUNT one higher, and gives the same `--run-dir X` again.
 
-Continue or refuse (the policy: launchers.slurmpolicy.continue_decision on the facts requeued_facts gathers; differs,
+Continue or refuse (the policy: launchers.resilience.slurmpolicy.continue_decision on the facts requeued_facts gathers; differs,
 verdict: pure). The run continues -- a new attempt past every attempt in
 run.yaml, resumed from checkpoints/latest exactly as `launch resume` would (launchers.api.resume, the one owner:
 the recorded spec, its snapshot, the node ledger's pool) -- only when all of these hold:
@@ -42,7 +42,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from ...slurmpolicy import ContinueDecision, Requeued, continue_decision
+from ...resilience.slurmpolicy import ContinueDecision, Requeued, continue_decision
 from .env import SlurmEnv
 
 # what a requeued run must give again as it was recorded (run.yaml spec), with the option naming it

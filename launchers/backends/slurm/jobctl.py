@@ -11,7 +11,7 @@ from typing import Any
 
 from ... import layout, procs
 from ...errors import LaunchError
-from ...rundir import TERMINAL, RunDir
+from ...records.rundir import TERMINAL, RunDir
 from ...stops import wait_s
 from . import cmd
 from . import status as slurm_status

@@ -1,6 +1,6 @@
 """--memory-checkpoint on Slurm: the run's in-memory checkpoints go at the job's end, from every node it had.
 
-Each node keeps its ranks' copies under its own Slurm node name (launchers.memstore: nodes that share a /dev/shm,
+Each node keeps its ranks' copies under its own Slurm node name (launchers.node.memstore: nodes that share a /dev/shm,
 as the dev cluster's do, stay apart). What the ranks of a completed run wrote they remove themselves; what is left
 -- a lost node's store, a spare's, the copies of a failed or cancelled run -- goes here, at the batch script's end
 (after the loop over steps, or after the node tasks' srun and its finalize; before a `launch cancel` ends the job):
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from ... import memstore
+from ...node import memstore
 from .env import NodelistError, SlurmEnv
 
 FORGET_S = 15.0

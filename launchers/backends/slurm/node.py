@@ -32,10 +32,10 @@ from dataclasses import replace
 from typing import Any
 
 from ... import layout, ports, procs
-from ...container import agent_code, step_cwd
+from ...containers.container import agent_code, step_cwd
 from ...errors import LaunchError
 from ...nodebackend import early as early_backend
-from ...rundir import RunDir, exit_fields
+from ...records.rundir import RunDir, exit_fields
 from ...stops import wait_s
 from ...torchrun import NodeCommand, node_environ
 from . import gone
@@ -157,7 +157,7 @@ class NodeRun(NodeWatches):
         """The run dir is gone (noticed by watch_gone, or once the agent ended): one line in this node's Slurm
         log, what is left of the run on this node killed, node 0 cancels the job; nothing written."""
         print(f"launch: node {self.node}: {self.here.gone_line()}", file=sys.stderr, flush=True)
-        from ...remote import stop_node
+        from ...nodeagent import stop_node
         from ..base import remove_containers
         stop_node(self.ns.run_id, self.node, sig=signal.SIGKILL, wait_s=0)
         remove_containers(self.ns.spec, self.ns.run_id, [self.node])
@@ -171,7 +171,7 @@ class NodeRun(NodeWatches):
         parents) loses both. Rank wrappers get the stop (their programs the stop grace), then the leftovers
         are SIGKILLed; with no wrapper left there is nothing to wait for. After the node record, so the node
         (not the ranks this stops) is the first failure when its agent died."""
-        from ...remote import node_pids, stop_node
+        from ...nodeagent import node_pids, stop_node
         from ..base import remove_containers
         remove_containers(self.ns.spec, self.ns.run_id, [self.node])     # a podman container its agent left
         left = node_pids(self.ns.run_id, self.node, self.attempt)      # this attempt's: never another's node K

@@ -7,9 +7,9 @@ import os
 import sys
 from typing import Any
 
-from ... import memstore
-from ...container import in_container, wrap
-from ...containeropts import host_limits
+from ...containers.container import in_container, wrap
+from ...containers.containeropts import host_limits
+from ...node import memstore
 from ...spec import RunSpec
 from ...torchrun import NodeCommand, node_command
 
@@ -19,7 +19,7 @@ NODE_SHOWN = "<its Slurm node name>"     # the dry-run's, in a node's --memory-c
 def slurm_node_command(spec: RunSpec, node: int, addr: str, port: Any, run_id: str, attempt: int, dist: str,
                        agent_env: dict[str, str], slot: int | None = None, host: str | None = None) -> NodeCommand:
     """The builder's command, plus what the agent needs to pass stop signals on (shown in the dry-run), in the
-    job's container (launchers.container: a pyxis/OCI step is inside already, podman/apptainer wrap the agent).
+    job's container (launchers.containers.container: a pyxis/OCI step is inside already, podman/apptainer wrap the agent).
     slot: the node's place in the allocation when the run has spares (LAUNCH_NODE_SLOT). host: the node's name
     in Slurm, its in-memory checkpoints' store (--memory-checkpoint; None: the dry-run's placeholder)."""
     nc = node_command(spec, node_rank=node, master_addr=addr, master_port=port, run_id=run_id,
@@ -30,7 +30,7 @@ def slurm_node_command(spec: RunSpec, node: int, addr: str, port: Any, run_id: s
 
 
 def memory_env(spec: RunSpec, run_id: str, host: str | None) -> dict[str, str]:
-    """--memory-checkpoint: the node's store is its Slurm node name's (launchers.memstore: nodes that share one
+    """--memory-checkpoint: the node's store is its Slurm node name's (launchers.node.memstore: nodes that share one
     /dev/shm stay apart, a spare that replaces a lost node finds nothing of the lost one's)."""
     if host is not None:
         return memstore.worker_env(spec.memory_checkpoint, run_id, None, False, host=host)

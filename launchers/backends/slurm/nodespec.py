@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import layout
-from ...rundir import RunDir, redacted_spec, spec_from_record
+from ...records.rundir import RunDir, redacted_spec, spec_from_record
 from ...spec import RunSpec
 
 

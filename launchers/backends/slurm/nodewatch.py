@@ -28,7 +28,7 @@ class NodeWatches:
             return
         from ...hang.verdict import hang_reason
         from ...hang.watch import Coordinator, NodeMonitor
-        from ...remote import stop_node
+        from ...nodeagent import stop_node
 
         def stop(verdict: dict) -> None:          # the ranks waiting on the hung one get the stop and the grace
             print(f"launch: node {self.node}: {hang_reason(verdict)}; stopping this node", file=sys.stderr, flush=True)
@@ -56,7 +56,7 @@ class NodeWatches:
                 self.peer_failed = f"node {failed[0]} ended in failure"
                 print(f"launch: node {self.node}: {self.peer_failed} while this node still runs; stopping it",
                       file=sys.stderr, flush=True)
-                from ...remote import node_pids, stop_node
+                from ...nodeagent import node_pids, stop_node
                 if [p for p in node_pids(self.ns.run_id, self.node) if p != agent.pid]:
                     stop_node(self.ns.run_id, self.node, wait_s=wait_s(self.ns.spec.stop_grace), agent_pid=agent.pid)
                 else:        # only the agent is left, in the exit barrier: a C++ wait no signal handler interrupts
@@ -69,7 +69,7 @@ class NodeWatches:
         killed at once (no grace: what a program wrote would recreate half a run dir), the node writes nothing
         more, node 0 cancels the job (launchers.backends.slurm.gone)."""
         if gone.watch(self.here.gone, lambda: agent.poll() is not None):
-            from ...remote import stop_node
+            from ...nodeagent import stop_node
             self.dir_gone = True
             how = stop_decision("run dir gone", 0)
             stop_node(self.ns.run_id, self.node, sig=how.signal, wait_s=how.wait_s, agent_pid=agent.pid)

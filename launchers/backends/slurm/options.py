@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ... import sbatchopts
 from ...errors import LaunchError, brief
+from ...options import sbatchopts
 from ...spec import RunSpec
 
 DEFAULT_SIGNAL_SECONDS = 120
@@ -48,7 +48,7 @@ def parse_time(value: str) -> int:
 
 def parse_sbatch_lines(lines: Any, what: str = "slurm.sbatch_lines entry") -> dict[str, Any]:
     """Profile `sbatch_lines` or --sbatch-arg (["--reservation=x", "#SBATCH --mail-type=END", ...]) -> {flag:
-    value|True}, each checked against sbatch's own options (launchers.sbatchopts, the one validator of both)."""
+    value|True}, each checked against sbatch's own options (launchers.options.sbatchopts, the one validator of both)."""
     return {k.replace("-", "_"): v for k, v in sbatchopts.parse(lines, what).items()}
 
 

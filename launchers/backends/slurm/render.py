@@ -12,9 +12,10 @@ import os
 import shlex
 from typing import Any
 
-from ... import container, layout
-from ...secretenv import redact_argv, secret_keys
-from ...siteledger import HOST
+from ... import layout
+from ...containers import container
+from ...credentials.secretenv import redact_argv, secret_keys
+from ...ledgers.siteledger import HOST
 from ...spec import RunSpec
 from .options import dependency, node_cpus, slurm_options
 
@@ -71,7 +72,7 @@ def srun_binding(spec: RunSpec) -> list[str]:
 
 
 def step_container(spec: RunSpec) -> list[str]:
-    """srun's container flags (launchers.container: pyxis, Slurm's OCI); the secrets cross by name only."""
+    """srun's container flags (launchers.containers.container: pyxis, Slurm's OCI); the secrets cross by name only."""
     names = secret_keys({**dict(spec.env), **dict(spec.secrets)}, [k for k, _ in spec.secrets])
     return container.srun_args(spec, tuple(sorted(names)))
 

@@ -16,8 +16,8 @@ import time
 from typing import Any, Callable
 
 from ...hang.verdict import hang_failure
-from ...rundir import RunDir
-from ...slurmpolicy import Requeue, StepEnd, requeue_decision, step_end_decision
+from ...records.rundir import RunDir
+from ...resilience.slurmpolicy import Requeue, StepEnd, requeue_decision, step_end_decision
 from ...spec import RunSpec
 from . import cmd
 from .env import NodelistError, SlurmEnv
@@ -73,7 +73,7 @@ def requeue_or_fail(rd: RunDir, attempt: int, restart: int, job_id: str, max_req
 def exclude_quarantined(rd: RunDir, job_id: str) -> None:
     """`scontrol update JobId=J ExcNodeList=...`: the quarantined hosts (the node ledger) never in the requeued job's
     next allocation; a refusal is said in the job's log, the requeue goes on."""
-    from ...nodeledger import quarantined_hosts, read
+    from ...ledgers.nodeledger import quarantined_hosts, read
     hosts = quarantined_hosts(read(rd.path), rd.read_run_yaml().get("attempts") or [])
     if hosts:
         p = cmd.run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(hosts)}"], timeout=60)
@@ -183,9 +183,9 @@ def plain_end(ns: NodeSpec, rd: RunDir, env: SlurmEnv, attempt: int, n: int, in_
 def record_end(spec: RunSpec, rd: RunDir, attempt: int, hosts: list[str] | None, ff: dict[str, Any] | None,
                nodes: dict[str, Any]) -> None:
     """A plain run's failed attempt (no loop over steps) into nodes.json and the site's node ledger, once, before
-    its FAILED is written (launchers.restarts.record_end); imported here, off the node task's start-up path."""
+    its FAILED is written (launchers.resilience.restarts.record_end); imported here, off the node task's start-up path."""
     if spec.node_ledger:
-        from ...restarts import record_end as record
+        from ...resilience.restarts import record_end as record
         record(spec, rd, attempt, hosts, ff, nodes)
 
 

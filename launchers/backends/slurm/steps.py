@@ -5,11 +5,11 @@ attempt is one srun step on the pool's active slots (slot k = the k-th host of t
 last: slot_hosts; the spares idle),
 the step's hosts given in node-rank order (LAUNCH_STEP_HOSTS: its first host is node 0, the master) with the
 attempt's number (LAUNCH_STEP_ATTEMPT). When a step fails -- not stopped: a cancel, a USR2 (preemption, the time
-limit: Slurm requeues the job as before) -- the one policy decides (launchers.recovery
-through launchers.restarts.restart_decision: restart on the same slots, replace the failed slot by a spare, or
+limit: Slurm requeues the job as before) -- the one policy decides (launchers.resilience.recovery
+through launchers.resilience.restarts.restart_decision: restart on the same slots, replace the failed slot by a spare, or
 stop; the node ledger keeps the strikes and quarantines), and the next attempt of the run starts in the same job, from
 checkpoints/latest: a new step without the lost node, node 0 chosen anew when it was node 0 that was lost.
-The loop is the launcher's own (launchers.restarts.attempt_loop); what differs is one attempt (run_step): an
+The loop is the launcher's own (launchers.resilience.restarts.attempt_loop); what differs is one attempt (run_step): an
 srun step, and the decision made inside finalize, under the run's lock, as the step's outcome is recorded.
 
     python -m launchers.backends.slurm.task steps RUN_DIR --base-attempt A      (the batch script's command)
@@ -24,10 +24,10 @@ import sys
 import time
 from typing import Any
 
-from ... import restarts, timeline
-from ...container import step_python
-from ...firstfail import describe
-from ...rundir import RunDir
+from ...containers.container import step_python
+from ...diagnosis.firstfail import describe
+from ...records.rundir import RunDir
+from ...resilience import restarts, timeline
 from ...spec import RunSpec
 from .env import STEP_ATTEMPT, STEP_HOSTS, STEP_SLOTS, SlurmEnv
 from .nodespec import load_node_spec
@@ -64,7 +64,7 @@ def run_step(rd: RunDir, spec: RunSpec, env: SlurmEnv, allocation: list[str], ba
              attempt: int) -> tuple[int, restarts.Decided | None]:
     """One attempt: an srun step on the pool's active slots; a failed one -- the policy's decision (in finalize's
     on_failure, under the run's lock), said in one line -> (its exit code, the decision; None: none made)."""
-    from ...nodeledger import read as read_ledger
+    from ...ledgers.nodeledger import read as read_ledger
     pool = restarts.pool_of(spec, read_ledger(rd.path))
     hosts = [allocation[s] for s in pool.active]
     argv = step_srun_argv(spec, hosts, node_task_command(step_python(spec), rd.path, base_attempt))
@@ -98,15 +98,15 @@ def run_step(rd: RunDir, spec: RunSpec, env: SlurmEnv, allocation: list[str], ba
 def run_steps(run_dir: str, base_attempt: int) -> int:
     """Attempts of the run inside this allocation until one ends without a restart (restarts.attempt_loop, the
     launcher's own loop); its exit code."""
-    from ...nodeledger import read as read_ledger
+    from ...ledgers.nodeledger import read as read_ledger
     rd, env = RunDir(run_dir), SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
     spec: RunSpec = ns.spec
     allocation = slot_hosts(env.hostnames(), env.node_name or socket.gethostname())
     attempt = first_attempt(rd, base_attempt, env.restart_count)
     if attempt != base_attempt:                  # requeued: another allocation, its slots anew (the quarantined
-        from ...nodeledger import new_allocation  # hosts were excluded from it: requeue.exclude_quarantined)
-        from ...recovery import Pool
+        from ...ledgers.nodeledger import new_allocation  # hosts were excluded from it: requeue.exclude_quarantined)
+        from ...resilience.recovery import Pool
         new_allocation(rd.path, read_ledger(rd.path), Pool.fresh(spec.nodes, spec.spares))
         rd.add_attempt(spec, {"backend": "slurm", "slurm_job_id": env.job_id, "reason": "requeued by Slurm"})
 

@@ -17,7 +17,8 @@ import os
 import sys
 from typing import Any
 
-from ... import layout, notify, sweep
+from ... import layout, sweep
+from ...records import notify
 from . import gone
 from .env import SlurmEnv
 from .node import run_node
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def forget_job_of(run_dir: str, base_attempt: int) -> None:
     """--memory-checkpoint: the run's in-memory checkpoints go from every node of the job (backends.slurm.memory)."""
-    from ...rundir import RunDir
+    from ...records.rundir import RunDir
     from .memory import forget_job
     from .nodespec import load_node_spec
     try:

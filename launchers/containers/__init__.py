@@ -1,0 +1,1 @@
+"""Containers: their options, image references, the image pull, a node's command wrapped."""
