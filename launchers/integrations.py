@@ -208,11 +208,11 @@ class LightningMemory:
         if self.handle.mem is None:
             return ckpt_path
         memckpt.init_dist()
-        storage = memckpt.load_file(ckpt_path).get("global_step") if ckpt_path else None
+        storage = memcodec.load_file(ckpt_path).get("global_step") if ckpt_path else None
         if self.handle.restore(storage) is None:
             return ckpt_path
         self.resume_path = os.path.join(self.handle.mem.store, f"resume-r{self.handle.mem.rank}.ckpt")
-        memckpt.write_file(self.whole.loaded, self.resume_path)
+        memcodec.write_file(self.whole.loaded, self.resume_path)
         self.whole.loaded, self.rng = None, memcodec.get_rng_state()      # set again at the batch start
         return self.resume_path
 
@@ -269,7 +269,7 @@ class HFMemory:
                           ("scheduler.pt", got["scheduler"]),
                           (f"rng_state_{mem.rank}.pth" if mem.world > 1 else "rng_state.pth", rng)):
             if obj is not None:
-                memckpt.write_file(obj, os.path.join(out, name))
+                memcodec.write_file(obj, os.path.join(out, name))
         with open(os.path.join(out, "trainer_state.json"), "w", encoding="utf-8") as f:
             json.dump(got["trainer_state"], f, indent=2, sort_keys=True)
         self.whole.loaded = None

@@ -294,14 +294,3 @@ def init_dist() -> None:
     if not dist.is_initialized():
         dist.init_process_group(os.environ.get("LAUNCH_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo"))
 
-
-def load_file(path: str):
-    """A torch.save file's object (memory-mapped: reading its step costs little); write_file() the inverse."""
-    import torch
-    return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-
-
-def write_file(obj, path: str) -> None:
-    import torch
-    torch.save(obj, f"{path}.tmp-{os.getpid()}")
-    os.replace(f"{path}.tmp-{os.getpid()}", path)

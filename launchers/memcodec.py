@@ -7,10 +7,12 @@ parameters and optimizer state) is packed as this rank's local shard only: a mem
 world size, each rank its own shards. unpack() is the inverse, every tensor its own copy; a shard becomes a DTensor
 again on the mesh and placements of the tensor at the same place in the state it is loaded into (template).
 get_rng_state()/set_rng_state(): a rank's RNG streams, kept with its state (the workloads' storage checkpoints too).
+load_file()/write_file(): a state as a torch.save file (the Lightning and Trainer integrations' checkpoints).
 """
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import random
 import struct
@@ -138,3 +140,15 @@ def shard(local, path: tuple, root: list, template: Callable[[], object] | None)
     from torch.distributed.tensor import DTensor
     return DTensor.from_local(local.to(mine.device), like.device_mesh, like.placements, run_check=False,
                               shape=like.shape, stride=like.stride())
+
+
+def load_file(path: str):
+    """A torch.save file's object (memory-mapped: reading its step costs little); write_file() the inverse."""
+    import torch
+    return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+
+
+def write_file(obj, path: str) -> None:
+    import torch
+    torch.save(obj, f"{path}.tmp-{os.getpid()}")
+    os.replace(f"{path}.tmp-{os.getpid()}", path)

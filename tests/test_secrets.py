@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH, run_launch
-from launchers.backends.slurm.backend import secret_env
 from launchers.backends.slurm.render import header_for
+from launchers.backends.slurm.submit import secret_env
 from launchers.backends.ssh import SSHBackend
 from launchers.credentials import secretenv, secretshape
 from launchers.errors import LaunchError

@@ -136,29 +136,6 @@ def build_model(args, env, timer):
     return MoEBlock(), first, per_rank
 
 
-def roundtrip_check(model, env, device, d: int, log) -> dict:
-    """Dispatch random rows to their experts' ranks and straight back: every row must come back
-    bit-identical, and the tokens received over all ranks must equal those sent."""
-    import torch
-    import torch.distributed as dist
-    g = torch.Generator().manual_seed(99 + env.rank)
-    n = 64 + 7 * env.rank
-    rows = torch.randn(n, d, generator=g).to(device)
-    experts = torch.randint(0, model.dispatcher.E, (n,), generator=g).to(device)
-    received, local_e, state = model.dispatcher.dispatch(rows, experts)
-    ok_owner = bool((local_e < model.dispatcher.El).all())
-    back = model.dispatcher.combine(received, state)
-    same = bool(torch.equal(back, rows)) and ok_owner
-    t = torch.tensor([n, received.shape[0], int(not same)], dtype=torch.int64, device=device)
-    dist.all_reduce(t)
-    res = {"sent": int(t[0]), "received": int(t[1]), "ok": int(t[2]) == 0 and int(t[0]) == int(t[1])}
-    print(f"moe-rank {env.rank}: a2a round trip sent {n} received {received.shape[0]} identical {same}", flush=True)
-    log(f"moe: a2a round trip over all ranks: {res}")
-    if not res["ok"]:
-        raise RuntimeError(f"all-to-all round trip lost or changed tokens: {res}")
-    return res
-
-
 def grad_sync(dense, expert_params, world_size: int):
     """An optimizer step pre-hook. Dense: average over ranks. Experts: their backward already summed every
     rank's loss -> / W."""
@@ -179,28 +156,6 @@ def grad_sync(dense, expert_params, world_size: int):
                 p.grad /= world_size
 
     return sync_grads
-
-
-def full_hash(m, world_size: int) -> str:
-    """sha256 over dense params (replicated) then every expert in global id order (gathered)."""
-    import hashlib
-
-    import torch
-    import torch.distributed as dist
-    mine = {n: p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-            for n, p in m.named_parameters() if n.startswith("experts.")}
-    parts: list = [None] * world_size
-    dist.all_gather_object(parts, mine)
-    experts = {k: v for part in parts for k, v in part.items()}
-    h = hashlib.sha256()
-    for n, p in m.named_parameters():
-        if not n.startswith("experts."):
-            h.update(n.encode())
-            h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    for n in sorted(experts, key=lambda k: (int(k.split(".")[1]), k)):
-        h.update(n.encode())
-        h.update(experts[n])
-    return h.hexdigest()
 
 
 class A2ALog:
@@ -253,7 +208,7 @@ def train(args, env, device, data, log) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from workloads.common.expert_parallel import A2ATimer
+    from workloads.common.expert_parallel import A2ATimer, full_hash, roundtrip_check
     from workloads.common.loop import TorchSteps, fit, make_scheduler, total_steps
     from workloads.common.stateful import seed_all
 

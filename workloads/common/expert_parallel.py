@@ -1,4 +1,5 @@
-"""Expert parallelism: token dispatch/combine with all_to_all_single, timed around every collective.
+"""Expert parallelism: token dispatch/combine with all_to_all_single, timed around every collective; its
+round-trip check (roundtrip_check) and the weights' hash with every expert gathered (full_hash).
 
 Experts are numbered 0..E-1 globally; rank r owns experts [r*E/W, (r+1)*E/W). A token slot routed to
 expert e goes to rank e // (E/W). Dispatch: exchange per-expert counts (all_to_all_single on an int
@@ -8,6 +9,7 @@ the gradient from every source rank's loss (= world size x the gradient of the g
 """
 from __future__ import annotations
 
+import hashlib
 import time
 
 import torch
@@ -90,3 +92,42 @@ def run_experts(experts, received, local_expert, first_global: int):
         if idx.numel():
             out = out.index_copy(0, idx, experts[str(first_global + j)](received[idx]))
     return out
+
+
+def roundtrip_check(model, env, device, d: int, log) -> dict:
+    """Dispatch random rows to their experts' ranks and straight back: every row must come back
+    bit-identical, and the tokens received over all ranks must equal those sent."""
+    g = torch.Generator().manual_seed(99 + env.rank)
+    n = 64 + 7 * env.rank
+    rows = torch.randn(n, d, generator=g).to(device)
+    experts = torch.randint(0, model.dispatcher.E, (n,), generator=g).to(device)
+    received, local_e, state = model.dispatcher.dispatch(rows, experts)
+    ok_owner = bool((local_e < model.dispatcher.El).all())
+    back = model.dispatcher.combine(received, state)
+    same = bool(torch.equal(back, rows)) and ok_owner
+    t = torch.tensor([n, received.shape[0], int(not same)], dtype=torch.int64, device=device)
+    dist.all_reduce(t)
+    res = {"sent": int(t[0]), "received": int(t[1]), "ok": int(t[2]) == 0 and int(t[0]) == int(t[1])}
+    print(f"moe-rank {env.rank}: a2a round trip sent {n} received {received.shape[0]} identical {same}", flush=True)
+    log(f"moe: a2a round trip over all ranks: {res}")
+    if not res["ok"]:
+        raise RuntimeError(f"all-to-all round trip lost or changed tokens: {res}")
+    return res
+
+
+def full_hash(m, world_size: int) -> str:
+    """sha256 over dense params (replicated) then every expert in global id order (gathered)."""
+    mine = {n: p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            for n, p in m.named_parameters() if n.startswith("experts.")}
+    parts: list = [None] * world_size
+    dist.all_gather_object(parts, mine)
+    experts = {k: v for part in parts for k, v in part.items()}
+    h = hashlib.sha256()
+    for n, p in m.named_parameters():
+        if not n.startswith("experts."):
+            h.update(n.encode())
+            h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    for n in sorted(experts, key=lambda k: (int(k.split(".")[1]), k)):
+        h.update(n.encode())
+        h.update(experts[n])
+    return h.hexdigest()

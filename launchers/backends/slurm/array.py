@@ -21,9 +21,10 @@ from ...errors import LaunchError
 from ...records.rundir import RunDir, new_run_id
 from ...spec import RunSpec
 from ..base import Plan
-from .backend import SlurmBackend, SubmitFailed, submit_script
+from .backend import SlurmBackend
 from .nodespec import write_node_spec
 from .render import header_for, render_sbatch
+from .submit import SubmitFailed, submit_script
 
 
 def array_script(first: RunSpec, sweep_dir: str, runs: int, max_parallel: int | None) -> str:

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import shutil
 import subprocess
@@ -25,7 +24,6 @@ from typing import Any
 
 from ... import __version__, layout, procs
 from ...containers.containeropts import check_srun_pyxis
-from ...credentials.secretenv import handover
 from ...errors import LaunchError, RunDirGone, need_extra
 from ...records.rundir import TERMINAL, RunDir
 from ...spec import RunSpec
@@ -39,8 +37,9 @@ from .env import SlurmEnv
 from .jobctl import cancel_run, last_job, one_line, queue_states, scancel
 from .nodecmd import slurm_node_command
 from .nodespec import resolve_for_nodes, write_node_spec
-from .options import cpu_warning, slurm_options
+from .options import cpu_warning
 from .render import header_for, render_sbatch, srun_argv, step_loop
+from .submit import SubmitFailed, submit_script
 
 MASTER_SHOWN = "<first host of the allocation, resolved to its address on that host>"
 PORT_SHOWN = "<derived from the Slurm job id>"
@@ -245,29 +244,6 @@ def plan_script(spec: RunSpec, run_id: str, attempt: int, env: SlurmEnv) -> str:
     return script + (f"# {cpu_warning(spec)}\n" if cpu_warning(spec) and not env.in_allocation else "")
 
 
-class SubmitFailed(Exception):
-    """sbatch (through submitit) refused the script; the message is one line."""
-
-
-def submit_script(spec: RunSpec, script: str, run_dir: str, attempt: int) -> str:
-    """Submit `script` through submitit (the warm submitter when there is one) from run_dir/slurm; the job id."""
-    from . import submit as slurm_submit
-    req = slurm_submit.SubmitRequest(
-        folder=layout.path(run_dir, "slurm"), script=script, nodes=spec.nodes,
-        max_requeues=slurm_options(spec)["max_requeues"], python=spec.python, run_dir=run_dir,
-        attempt=attempt, secret_env=secret_env(spec))
-    warm = slurm_submit.take()
-    try:
-        if warm is not None:
-            try:
-                return warm.submit(req)
-            except slurm_submit.SubmitterGone:
-                pass                                      # it never got the request: submit from here
-        return slurm_submit.submit(req)
-    except slurm_submit.SubmitError as e:
-        raise SubmitFailed(one_line(str(e))) from None
-
-
 def check_partition(part: str | None) -> None:
     """After Slurm refused a job with --partition: one sinfo call tells an unknown partition apart."""
     if not part:
@@ -288,13 +264,6 @@ def refuse_cluster(spec: RunSpec) -> None:
         raise LaunchError(f"slurm option cluster {name!r} is not accepted here: a cluster is reached by the CLI, "
                           f"`launch slurm --cluster {name}` (launch runs on its login node); accepted: no cluster "
                           "option, or cluster '' (this machine's Slurm)")
-
-
-def secret_env(spec: RunSpec) -> dict[str, str]:
-    """run.yaml shows secret --env values as *** and --secret by name; the nodes take them from the job's
-    environment (sbatch exports the submitter's: slurmctld keeps it in its state dir while the job lives), so
-    they are put there for the sbatch call only, never in the script nor on sbatch's command line."""
-    return handover(spec, os.environ)
 
 
 def check_pyxis(spec: RunSpec) -> None:

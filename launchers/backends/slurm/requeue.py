@@ -95,8 +95,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
     In the user's allocation: stopped_by, the signal the launcher itself got (CANCELLED by it); steps stopped by
     Slurm's signal while the launcher was not (a preemption's notice, the --signal warning) are PREEMPTED. Which of
     these the step's end is: slurmpolicy.step_end_decision, on the facts gathered here."""
-    rd = RunDir(run_dir)
-    env = SlurmEnv.read()
+    rd, env = RunDir(run_dir), SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
     restart = 0 if in_allocation else env.restart_count
     attempt = base_attempt + restart if attempt is None else attempt
@@ -108,7 +107,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         if st.get("attempt") == attempt and st.get("state") in DECIDED:
             return 0 if st["state"] == "COMPLETED" else 1
         missing = [k for k in range(n) if recs.get(k, {}).get("state") != "EXITED"]
-        cancelled = "SIGTERM" if st.get("cancel_requested") else stopped_by    # a cancel, no failure
+        cancelled = "SIGTERM" if st.get("cancel_requested") else stopped_by  # a cancel, no failure
         signals = sorted({s for r in recs.values() for s in r.get("stop_signals", ())})
         end = step_end(st, recs, nodes, missing, srun_status, in_allocation, cancelled, signals, on_failure)
         if end in ("requeue", "preempted"):
@@ -117,7 +116,7 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
         failures, reason = node_failures(recs, missing)
         if end == "recover" and recovered(rd, st, attempt, nodes, recs, missing, failures, on_failure):
             return 1
-        if on_failure is None:                   # a plain run's failure: the node ledgers, before FAILED shows
+        if on_failure is None:  # a plain run's: the node ledgers before FAILED
             rd.on_failure = plain_end(ns, rd, env, attempt, n, in_allocation)
         code = rd.record_outcome(attempt, nodes, node_failures=failures, reason=None if cancelled else reason,
                                  stopped_by=cancelled, stopped_at=st.get("cancel_at"))

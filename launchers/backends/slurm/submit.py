@@ -18,7 +18,15 @@ import shlex
 import signal
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ... import layout
+from ...credentials.secretenv import handover
+from .jobctl import one_line
+from .options import slurm_options
+
+if TYPE_CHECKING:
+    from ...spec import RunSpec
 
 
 class SubmitError(Exception):
@@ -191,3 +199,32 @@ def discard() -> None:
     w = take()
     if w is not None:
         w.close()
+
+
+class SubmitFailed(Exception):
+    """sbatch (through submitit) refused the script; the message is one line."""
+
+
+def submit_script(spec: RunSpec, script: str, run_dir: str, attempt: int) -> str:
+    """Submit `script` through submitit (the warm submitter when there is one) from run_dir/slurm; the job id."""
+    req = SubmitRequest(
+        folder=layout.path(run_dir, "slurm"), script=script, nodes=spec.nodes,
+        max_requeues=slurm_options(spec)["max_requeues"], python=spec.python, run_dir=run_dir,
+        attempt=attempt, secret_env=secret_env(spec))
+    warm = take()
+    try:
+        if warm is not None:
+            try:
+                return warm.submit(req)
+            except SubmitterGone:
+                pass                                      # it never got the request: submit from here
+        return submit(req)
+    except SubmitError as e:
+        raise SubmitFailed(one_line(str(e))) from None
+
+
+def secret_env(spec: RunSpec) -> dict[str, str]:
+    """run.yaml shows secret --env values as *** and --secret by name; the nodes take them from the job's
+    environment (sbatch exports the submitter's: slurmctld keeps it in its state dir while the job lives), so
+    they are put there for the sbatch call only, never in the script nor on sbatch's command line."""
+    return handover(spec, os.environ)
