@@ -93,8 +93,8 @@ def finalize(run_dir: str, base_attempt: int, in_allocation: bool = False, srun_
     follows in the same job -- the line why, written as REQUEUED instead of FAILED (never FAILED meanwhile).
     nodes_run: the step's node count when the loop ran it on fewer than --nodes (a shrunk run, MIN:MAX).
     In the user's allocation: stopped_by, the signal the launcher itself got (CANCELLED by it); steps stopped by
-    Slurm's signal while the launcher was not (a preemption's notice, the --signal warning) are PREEMPTED. Which of
-    these the step's end is: slurmpolicy.step_end_decision, on the facts gathered here."""
+    Slurm's signal while the launcher was not (a preemption's notice, the --signal warning) are PREEMPTED. Which end
+    it is: slurmpolicy.step_end_decision, on the facts gathered here."""
     rd, env = RunDir(run_dir), SlurmEnv.read()
     ns = load_node_spec(rd, base_attempt)
     restart = 0 if in_allocation else env.restart_count
