@@ -1,4 +1,6 @@
-"""Benchmark worker: prints the time from T0_NS (set by the driver) to the first barrier, then exits."""
+"""Benchmark worker: prints the time from T0_NS (set by the driver) to the first barrier, then
+exits."""
+
 import json
 import os
 import time

@@ -1,11 +1,13 @@
-"""Hang detection: latency from the moment a rank hangs (SIGSTOP) to the end of the run, against --hang-timeout,
-per backend (local always; SSH and Slurm when the dev clusters are up), and the cost of launchers.heartbeat on a
-training step measured side by side (the same step loop with and without heartbeat.step).
+"""Hang detection: latency from the moment a rank hangs (SIGSTOP) to the end of the run, against
+--hang-timeout, per backend (local always; SSH and Slurm when the dev clusters are up), and the cost
+of launchers.heartbeat on a training step measured side by side (the same step loop with and without
+heartbeat.step).
 
-The hanging program is copied into the directory launched from (a scratch one), as a user's program lives in
-their project: `launch slurm` runs the ranks from a snapshot of that tree (on by default there), and a program
-outside it is refused. BENCH_BACKENDS=local,ssh,slurm: only those (default: local and every dev cluster that is
-up); BENCH_TINY=1: the tiny form (tests/test_bench_tiny.py)."""
+The hanging program is copied into the directory launched from (a scratch one), as a user's program
+lives in their project: `launch slurm` runs the ranks from a snapshot of that tree (on by default
+there), and a program outside it is refused. BENCH_BACKENDS=local,ssh,slurm: only those (default:
+local and every dev cluster that is up); BENCH_TINY=1: the tiny form (tests/test_bench_tiny.py)."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +21,15 @@ from benchlib import ROOT, TINY, compile_project, figure, interleaved, median, r
 
 TIMEOUT = 3 if TINY else 10
 LAUNCH = os.path.join(os.path.dirname(sys.executable), "launch")
-SSH = ["ssh", "--hosts", "sshhost1,sshhost2", "--ssh-config", "/run/launch-ssh-hosts/ssh_config",
-       "--known-hosts", "/run/launch-ssh-hosts/known_hosts"]
+SSH = [
+    "ssh",
+    "--hosts",
+    "sshhost1,sshhost2",
+    "--ssh-config",
+    "/run/launch-ssh-hosts/ssh_config",
+    "--known-hosts",
+    "/run/launch-ssh-hosts/known_hosts",
+]
 
 
 def hung_at(run_dir: str) -> float:
@@ -36,19 +45,43 @@ def hung_at(run_dir: str) -> float:
 def latency(backend: list[str], tmp: str, i: int) -> float:
     run_dir = os.path.join(tmp, "runs", f"h{i}")
     extra = ["--wait", "--time", "10"] if backend[0] == "slurm" else []
-    p = subprocess.run([LAUNCH, *backend, "--nodes", "2", "--gpus-per-node", "1", "--hang-timeout", str(TIMEOUT),
-                        *extra, "--env", "TEST_HANG_RANK=1", "--env", f"TEST_HANG_STEP={1 if TINY else 3}", "--run-dir", run_dir, "--",
-                        "hang_worker.py"], capture_output=True, text=True, timeout=300, cwd=tmp)
+    p = subprocess.run(
+        [
+            LAUNCH,
+            *backend,
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "--hang-timeout",
+            str(TIMEOUT),
+            *extra,
+            "--env",
+            "TEST_HANG_RANK=1",
+            "--env",
+            f"TEST_HANG_STEP={1 if TINY else 3}",
+            "--run-dir",
+            run_dir,
+            "--",
+            "hang_worker.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp,
+    )
     try:
         return time.time() - hung_at(run_dir)
     except (RuntimeError, OSError):
-        raise SystemExit(f"hang_detection: {backend[0]}: no rank hung; launch exited {p.returncode}: "
-                         f"{(p.stderr.strip().splitlines() or ['(no output)'])[-1][:500]}") from None
+        raise SystemExit(
+            f"hang_detection: {backend[0]}: no rank hung; launch exited {p.returncode}: "
+            f"{(p.stderr.strip().splitlines() or ['(no output)'])[-1][:500]}"
+        ) from None
 
 
 def heartbeat_cost(rounds: int = 7, steps: int = 1000, calls: int = 20000) -> None:
-    """A small CPU training step (a 256x256 matmul + SGD) against the same step plus heartbeat.step, interleaved
-    round by round in one process (the machine's noise hits both alike)."""
+    """A small CPU training step (a 256x256 matmul + SGD) against the same step plus heartbeat.step,
+    interleaved round by round in one process (the machine's noise hits both alike)."""
     code = f"""
 import os, sys, time, tempfile
 os.environ["LAUNCH_RUN_DIR"] = tempfile.mkdtemp()
@@ -75,10 +108,17 @@ a.sort(); b.sort()
 print(a[len(a) // 2], b[len(b) // 2], call)
 """
     env = {**os.environ, "OMP_NUM_THREADS": "1"} if TINY else None
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
     with_hb, without, call = float(out[0]), float(out[1]), float(out[2])
-    figure("heartbeat: training step with / without", with_hb, without, "<= 1.02 (noisy: see the next line)",
-           unit="us")
+    figure(
+        "heartbeat: training step with / without",
+        with_hb,
+        without,
+        "<= 1.02 (noisy: see the next line)",
+        unit="us",
+    )
     figure("heartbeat: one call / the step alone", call, without, "< 0.01 (1%)", unit="us")
     figure("heartbeat: one call / a 0.5 ms step", call, 500.0, "< 0.01 (1%)", unit="us")
 
@@ -88,24 +128,45 @@ def main() -> None:
     heartbeat_cost(1, 5, 200) if TINY else heartbeat_cost()
     only = set(filter(None, os.environ.get("BENCH_BACKENDS", "").split(",")))
     backends = {"local": ["local"]} if not only or "local" in only else {}
-    if (not only or "ssh" in only) and subprocess.run([os.path.join(ROOT, "clusters", "ssh-hosts.sh"), "status"], capture_output=True).returncode == 0:
+    if (not only or "ssh" in only) and subprocess.run(
+        [os.path.join(ROOT, "clusters", "ssh-hosts.sh"), "status"], capture_output=True
+    ).returncode == 0:
         backends["ssh"] = SSH
-    if (not only or "slurm" in only) and shutil.which("sbatch") and subprocess.run([os.path.join(ROOT, "slurm", "dev-cluster.sh"), "status"],
-                                                 capture_output=True).returncode == 0:
+    if (
+        (not only or "slurm" in only)
+        and shutil.which("sbatch")
+        and subprocess.run(
+            [os.path.join(ROOT, "slurm", "dev-cluster.sh"), "status"], capture_output=True
+        ).returncode
+        == 0
+    ):
         backends["slurm"] = ["slurm"]
     if only - set(backends):
-        sys.exit(f"hang_detection: BENCH_BACKENDS names {','.join(sorted(only - set(backends)))}: not up or not known; "
-                 "accepted: local, ssh, slurm (their dev cluster up)")
-    tmp = tempfile.mkdtemp(prefix="bench-hang-", dir="/tmp")      # /tmp: the dev clusters' nodes see it
+        sys.exit(
+            f"hang_detection: BENCH_BACKENDS names {','.join(sorted(only - set(backends)))}: not "
+            "up or not known; accepted: local, ssh, slurm (their dev cluster up)"
+        )
+    tmp = tempfile.mkdtemp(prefix="bench-hang-", dir="/tmp")  # /tmp: the dev clusters' nodes see it
     shutil.copy(os.path.join(ROOT, "tests", "data", "hang_worker.py"), tmp)
     counter = iter(range(10_000))
-    res = interleaved({k: (lambda b=b: latency(b, tmp, next(counter))) for k, b in backends.items()}, rounds=rounds(2), warmup=0)
+    res = interleaved(
+        {k: (lambda b=b: latency(b, tmp, next(counter))) for k, b in backends.items()},
+        rounds=rounds(2),
+        warmup=0,
+    )
     for k, v in res.items():
-        figure(f"hang: end of run after a SIGSTOP, {k}", median(v), TIMEOUT, f"<= {(TIMEOUT + 15) / TIMEOUT:.2f} "
-               f"(timeout + 15 s)", unit="s")
+        figure(
+            f"hang: end of run after a SIGSTOP, {k}",
+            median(v),
+            TIMEOUT,
+            f"<= {(TIMEOUT + 15) / TIMEOUT:.2f} (timeout + 15 s)",
+            unit="s",
+        )
     for k in ("ssh", "slurm"):
         if k not in backends and (not only or k in only):
-            print(f"hang: {k}: the dev cluster is not up (make clusters-up); not measured", flush=True)
+            print(
+                f"hang: {k}: the dev cluster is not up (make clusters-up); not measured", flush=True
+            )
     shutil.rmtree(tmp, ignore_errors=True)
 
 

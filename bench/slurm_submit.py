@@ -1,12 +1,15 @@
-"""Slurm submit -> all ranks running, on the dev cluster (`make slurm-up`): `launch slurm` vs a hand-written
-sbatch script running the same torchrun line (srun, one task per node, node rank from SLURM_NODEID).
+"""Slurm submit -> all ranks running, on the dev cluster (`make slurm-up`): `launch slurm` vs a
+hand-written sbatch script running the same torchrun line (srun, one task per node, node rank from
+SLURM_NODEID).
 
-`launch slurm` runs as a user's second and later submits do: handed to the warm launcher (launchers.warmstart) the
-first one left behind; the same without it (LAUNCH_WARM=0) is printed alongside.
-The program only writes a marker file per rank (named by RANK) and exits, so the figure is the time from
-starting the submit command until every rank's program has started. Interleaved rounds, medians; after each
-job the cluster is drained before the next one. Fails clearly when the cluster is not up.
+`launch slurm` runs as a user's second and later submits do: handed to the warm launcher
+(launchers.warmstart) the first one left behind; the same without it (LAUNCH_WARM=0) is printed
+alongside. The program only writes a marker file per rank (named by RANK) and exits, so the figure
+is the time from starting the submit command until every rank's program has started. Interleaved
+rounds, medians; after each job the cluster is drained before the next one. Fails clearly when the
+cluster is not up.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,10 +24,11 @@ from benchlib import compile_project, figure, interleaved, median, ms_since, rou
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
-# Slurm's own start latency (submit -> batch script running) is set by the backfill pass that starts the job
-# (every second on the dev cluster; the main scheduler does not start batch jobs at submit time): ~uniform
-# 0-1 s for both sides alike. For such bounded noise a mean is a better estimate than a median, so the
-# figure is the 10%-trimmed mean over more rounds than the other benches (medians are printed too).
+# Slurm's own start latency (submit -> batch script running) is set by the backfill pass that starts
+# the job (every second on the dev cluster; the main scheduler does not start batch jobs at submit
+# time): ~uniform 0-1 s for both sides alike. For such bounded noise a mean is a better estimate
+# than a median, so the figure is the 10%-trimmed mean over more rounds than the other benches
+# (medians are printed too).
 ROUNDS = rounds(15)
 NODES, PER_NODE = 2, 2
 PORT = 29731
@@ -47,24 +51,32 @@ srun bash -c 'exec {python} -m torch.distributed.run --nnodes {nodes} --nproc-pe
 
 
 def cluster_up() -> bool:
-    p = subprocess.run([os.path.join(ROOT, "slurm", "dev-cluster.sh"), "status"], capture_output=True, text=True)
+    p = subprocess.run(
+        [os.path.join(ROOT, "slurm", "dev-cluster.sh"), "status"], capture_output=True, text=True
+    )
     return p.returncode == 0
 
 
 def drain(deadline_s: float = 120) -> None:
     end = time.monotonic() + deadline_s
-    while subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.strip():
+    while subprocess.run(
+        ["squeue", "-h", "-o", "%i"], capture_output=True, text=True
+    ).stdout.strip():
         if time.monotonic() > end:
             sys.exit("bench: the cluster did not drain within 120 s")
         time.sleep(0.1)
-    time.sleep(0.5)          # the last job's processes finish exiting before the next one is timed
+    time.sleep(0.5)  # the last job's processes finish exiting before the next one is timed
 
 
 def prime(env: dict[str, str], cwd: str, deadline_s: float = 60) -> None:
-    """Leave the warm launcher behind (what a user's first submit does) and wait until it listens (its socket is
-    bound once it has imported everything)."""
-    subprocess.run([os.path.join(BIN, "launch"), "slurm", "--nodes", "abc", "--", "x.py"], cwd=cwd, env=env,
-                   capture_output=True)
+    """Leave the warm launcher behind (what a user's first submit does) and wait until it listens
+    (its socket is bound once it has imported everything)."""
+    subprocess.run(
+        [os.path.join(BIN, "launch"), "slurm", "--nodes", "abc", "--", "x.py"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+    )
     warm = os.path.join(env["LAUNCH_STATE_DIR"], "warm")
     end = time.monotonic() + deadline_s
     while not (os.path.isdir(warm) and any(f.endswith(".sock") for f in os.listdir(warm))):
@@ -89,7 +101,10 @@ def until_ranks(markers: str, t0: float, timeout: float = 180) -> float:
     world = NODES * PER_NODE
     while len(os.listdir(markers)) < world:
         if time.perf_counter() - t0 > timeout:
-            sys.exit(f"bench: only {len(os.listdir(markers))} of {world} ranks started within {timeout:.0f} s")
+            sys.exit(
+                f"bench: only {len(os.listdir(markers))} of {world} ranks started within "
+                f"{timeout:.0f} s"
+            )
         time.sleep(0.01)
     return ms_since(t0)
 
@@ -99,13 +114,16 @@ def main() -> None:
     if not cluster_up():
         sys.exit("bench slurm_submit: the dev Slurm cluster is not up; run `make slurm-up` first")
     tmp = tempfile.mkdtemp(prefix="bench-slurm-", dir="/tmp")
-    proj = os.path.join(tmp, "proj")     # the launch directory holds the program only, as a project would: the run
-    os.makedirs(os.path.join(tmp, "markers"))      # dirs, markers and the state dir lie beside it, not in its snapshot
+    # the launch directory holds the program only, as a project would: the run
+    proj = os.path.join(tmp, "proj")
+    # dirs, markers and the state dir lie beside it, not in its snapshot
+    os.makedirs(os.path.join(tmp, "markers"))
     os.makedirs(proj)
     with open(os.path.join(proj, "marker.py"), "w") as f:
         f.write(MARKER)
     n = [0]
-    returned: dict[str, list[float]] = {"launch": [], "cold": [], "hand": []}   # until the submit command returned
+    # until the submit command returned
+    returned: dict[str, list[float]] = {"launch": [], "cold": [], "hand": []}
 
     def fresh() -> str:
         n[0] += 1
@@ -117,10 +135,30 @@ def main() -> None:
         drain()
         markers = fresh()
         t0 = time.perf_counter()
-        subprocess.run([os.path.join(BIN, "launch"), "slurm", "--nodes", str(NODES), "--gpus-per-node",
-                        str(PER_NODE), "--time", "5", "--master-port", str(PORT), "--run-dir",
-                        os.path.join(tmp, "runs", f"r{n[0]}"), "--", os.path.join(proj, "marker.py"), markers],
-                       cwd=proj, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        subprocess.run(
+            [
+                os.path.join(BIN, "launch"),
+                "slurm",
+                "--nodes",
+                str(NODES),
+                "--gpus-per-node",
+                str(PER_NODE),
+                "--time",
+                "5",
+                "--master-port",
+                str(PORT),
+                "--run-dir",
+                os.path.join(tmp, "runs", f"r{n[0]}"),
+                "--",
+                os.path.join(proj, "marker.py"),
+                markers,
+            ],
+            cwd=proj,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
         returned[into].append(ms_since(t0))
         return until_ranks(markers, t0)
 
@@ -139,8 +177,16 @@ def main() -> None:
         markers = fresh()
         script = os.path.join(tmp, f"hand{n[0]}.sbatch")
         with open(script, "w") as f:
-            f.write(HAND.format(nodes=NODES, per_node=PER_NODE, tmp=tmp, python=sys.executable, port=PORT,
-                                markers=markers))
+            f.write(
+                HAND.format(
+                    nodes=NODES,
+                    per_node=PER_NODE,
+                    tmp=tmp,
+                    python=sys.executable,
+                    port=PORT,
+                    markers=markers,
+                )
+            )
         t0 = time.perf_counter()
         subprocess.run(["sbatch", script], cwd=tmp, check=True, stdout=subprocess.DEVNULL)
         returned["hand"].append(ms_since(t0))
@@ -150,20 +196,45 @@ def main() -> None:
     res = interleaved({"launch": ours, "hand": hand, "cold": cold}, rounds=ROUNDS)
     drain()
     stop_servers(os.path.join(tmp, "state"))
-    print(f"  launch slurm: {[round(x) for x in res['launch']]} ms; hand-written sbatch: "
-          f"{[round(x) for x in res['hand']]} ms", flush=True)
-    print(f"  submit command returned after (median): launch slurm {median(returned['launch']):.0f} ms, "
-          f"sbatch {median(returned['hand']):.0f} ms (goal: launch slurm <= sbatch + 50 ms)", flush=True)
-    print(f"  without the warm launcher (LAUNCH_WARM=0): submit -> ranks {median(res['cold']):.0f} ms, the command "
-          f"returned after {median(returned['cold']):.0f} ms (medians; the goals are for the warm launcher)", flush=True)
-    print(f"  load average (1 min): {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end (the machine's "
-          "other work is in every figure)", flush=True)
-    print(f"  medians: launch slurm {median(res['launch']):.0f} ms, hand-written sbatch {median(res['hand']):.0f} ms "
-          f"(ratio {median(res['launch']) / median(res['hand']):.2f})", flush=True)
-    figure(f"slurm submit -> {NODES}x{PER_NODE} ranks running", trimmed_mean(res["launch"]), trimmed_mean(res["hand"]),
-           "<= 1.05")
-    figure("slurm submit command returns: launch slurm / sbatch", median(returned["launch"]),
-           median(returned["hand"]), "<= sbatch + 50 ms")
+    print(
+        f"  launch slurm: {[round(x) for x in res['launch']]} ms; hand-written sbatch: "
+        f"{[round(x) for x in res['hand']]} ms",
+        flush=True,
+    )
+    print(
+        "  submit command returned after (median): launch slurm "
+        f"{median(returned['launch']):.0f} ms, sbatch {median(returned['hand']):.0f} ms (goal: "
+        "launch slurm <= sbatch + 50 ms)",
+        flush=True,
+    )
+    print(
+        f"  without the warm launcher (LAUNCH_WARM=0): submit -> ranks {median(res['cold']):.0f} "
+        f"ms, the command returned after {median(returned['cold']):.0f} ms (medians; the goals "
+        "are for the warm launcher)",
+        flush=True,
+    )
+    print(
+        f"  load average (1 min): {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the "
+        "end (the machine's other work is in every figure)",
+        flush=True,
+    )
+    print(
+        f"  medians: launch slurm {median(res['launch']):.0f} ms, hand-written sbatch "
+        f"{median(res['hand']):.0f} ms (ratio {median(res['launch']) / median(res['hand']):.2f})",
+        flush=True,
+    )
+    figure(
+        f"slurm submit -> {NODES}x{PER_NODE} ranks running",
+        trimmed_mean(res["launch"]),
+        trimmed_mean(res["hand"]),
+        "<= 1.05",
+    )
+    figure(
+        "slurm submit command returns: launch slurm / sbatch",
+        median(returned["launch"]),
+        median(returned["hand"]),
+        "<= sbatch + 50 ms",
+    )
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -1,4 +1,6 @@
-"""get_backend: the backend a spec names, imported on use (a command pays only for its own backend)."""
+"""get_backend: the backend a spec names, imported on use (a command pays only for its own
+backend)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -13,11 +15,14 @@ def get_backend(name: str) -> Backend:
     """The backend named in a spec (imported on use: a command pays only for its own backend)."""
     if name == "local":
         from .backends.local import LocalBackend
+
         return LocalBackend()
     if name == "ssh":
         from .backends.ssh import SSHBackend
+
         return SSHBackend()
     if name == "slurm":
         from .backends.slurm.backend import SlurmBackend
+
         return SlurmBackend()
     raise LaunchError(f"backend {name!r} is not accepted; choose one of: local, ssh, slurm")

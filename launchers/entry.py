@@ -1,41 +1,50 @@
-"""The `launch` console script. A `launch slurm` that will submit is first handed to a warm launcher, when this
-user has one for this code (launchers.warmstart: the command runs in a fork of a process that imported everything
-already), and leaves one behind when it had none. Run here, the warm submitter (backends/slurm/submit.py) is forked
-first, before click and the rest are imported, so submitit's import overlaps all of that; then the click CLI
-(launchers.cli) takes over."""
+"""The `launch` console script. A `launch slurm` that will submit is first handed to a warm
+launcher, when this user has one for this code (launchers.warmstart: the command runs in a fork of a
+process that imported everything already), and leaves one behind when it had none. Run here, the
+warm submitter (backends/slurm/submit.py) is forked first, before click and the rest are imported,
+so submitit's import overlaps all of that; then the click CLI (launchers.cli) takes over."""
+
 from __future__ import annotations
 
 import sys
 
 
 def will_submit_to_slurm(argv: list[str]) -> bool:
-    """`launch slurm ...` that will submit here: not a dry-run or help, not through --cluster (the login node
-    submits), not inside an allocation. A guess from argv
-    before it is parsed; a wrong guess only costs or saves a fork (the submitter submits only what it is
-    handed, and exits on EOF when the launcher ends without handing it anything)."""
+    """`launch slurm ...` that will submit here: not a dry-run or help, not through --cluster (the
+    login node submits), not inside an allocation. A guess from argv before it is parsed; a wrong
+    guess only costs or saves a fork (the submitter submits only what it is handed, and exits on EOF
+    when the launcher ends without handing it anything)."""
     import os
+
     if len(argv) < 2 or argv[1] != "slurm" or os.environ.get("SLURM_JOB_ID"):
-        return False      # in an allocation: SlurmEnv.in_allocation's rule, without its import (~13 ms)
-    opts = argv[2:argv.index("--")] if "--" in argv else argv[2:]
-    return not any(a in ("--dry-run", "-h", "--help", "--cluster") or a.startswith("--cluster=") for a in opts)
+        return False  # in an allocation: SlurmEnv.in_allocation's rule, without its import (~13 ms)
+    opts = argv[2 : argv.index("--")] if "--" in argv else argv[2:]
+    return not any(
+        a in ("--dry-run", "-h", "--help", "--cluster") or a.startswith("--cluster=") for a in opts
+    )
 
 
 def main() -> None:
     import os
-    os.umask(os.umask(0o022) | 0o002)      # the user's umask, but nothing a run writes is ever world-writable
+
+    # the user's umask, but nothing a run writes is ever world-writable
+    os.umask(os.umask(0o022) | 0o002)
     warm = will_submit_to_slurm(sys.argv)
-    served = warm and "--wait" not in sys.argv[:sys.argv.index("--") if "--" in sys.argv else None]
+    served = warm and "--wait" not in sys.argv[: sys.argv.index("--") if "--" in sys.argv else None]
     if served:
         from . import warmstart
+
         served = warmstart.enabled()
         code = warmstart.run(sys.argv) if served else None
         if code is not None:
             sys.exit(code)
     if warm:
         from .backends.slurm import submit as slurm_submit
+
         slurm_submit.prestart()
     try:
         from .cli import main as cli
+
         cli()
     finally:
         if warm:

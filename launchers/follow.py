@@ -1,9 +1,10 @@
 """The one log tailer: every line of a rank log becomes "[nK rR] line".
 
-Used by `launch logs [-f]`, by the local and Slurm backends while a job runs, and on every SSH host by
-launchers.remote (which streams its node's logs back over the connection). Stdlib + launchers.layout and
-.rundircheck only.
+Used by `launch logs [-f]`, by the local and Slurm backends while a job runs, and on every SSH host
+by launchers.remote (which streams its node's logs back over the connection). Stdlib +
+launchers.layout and .rundircheck only.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,16 +16,20 @@ from typing import Callable, Iterable, TextIO
 from . import layout
 from .records import rundircheck
 
-Source = Callable[[], Iterable[tuple[str, str]]]      # -> (prefix, path) of every file to follow, now
-TAIL_BYTES = 1 << 20         # a reader's most per file and poll: the tail of a larger log (issue 35)
+Source = Callable[[], Iterable[tuple[str, str]]]  # -> (prefix, path) of every file to follow, now
+TAIL_BYTES = 1 << 20  # a reader's most per file and poll: the tail of a larger log (issue 35)
 
 
 class LogTail:
-    """Follows a changing set of files (new ones are picked up), printing whole lines with their prefix."""
+    """Follows a changing set of files (new ones are picked up), printing whole lines with their
+    prefix."""
 
-    def __init__(self, sources: Source, out: TextIO | None = None, root: str | None = None, raw: bool = True):
-        """root: a reader's (`launch logs`): files opened inside it only (rundircheck.open_inside), at most TAIL_BYTES
-        of each per poll; raw False: terminal control sequences removed from the lines (show.clean)."""
+    def __init__(
+        self, sources: Source, out: TextIO | None = None, root: str | None = None, raw: bool = True
+    ):
+        """root: a reader's (`launch logs`): files opened inside it only (rundircheck.open_inside),
+        at most TAIL_BYTES of each per poll; raw False: terminal control sequences removed from the
+        lines (show.clean)."""
         self.sources, self.out, self.root, self.raw = sources, out or sys.stdout, root, raw
         self._offsets: dict[str, int] = {}
         self._partial: dict[str, bytes] = {}
@@ -38,8 +43,8 @@ class LogTail:
                 continue
 
     def poll(self, final: bool = False) -> int:
-        """Print what was appended since the last poll; returns the number of lines printed. `final` prints
-        an unterminated last line too."""
+        """Print what was appended since the last poll; returns the number of lines printed. `final`
+        prints an unterminated last line too."""
         out = []
         for prefix, path in self.sources():
             try:
@@ -47,14 +52,21 @@ class LogTail:
             except OSError:
                 continue
             if skipped:
-                out.append(f"{prefix}... {skipped} earlier bytes not shown (the last {TAIL_BYTES >> 20} MiB of {path})")
-                self._partial.pop(path, None)         # its first line may be the end of a longer one
+                out.append(
+                    f"{prefix}... {skipped} earlier bytes not shown (the last {TAIL_BYTES >> 20} "
+                    f"MiB of {path})"
+                )
+                self._partial.pop(path, None)  # its first line may be the end of a longer one
             lines = (self._partial.pop(path, b"") + data).split(b"\n")
             if lines[-1] and not final:
                 self._partial[path] = lines[-1]
-            out += [prefix + ln.decode("utf-8", "replace") for ln in (lines if final and lines[-1] else lines[:-1])]
+            out += [
+                prefix + ln.decode("utf-8", "replace")
+                for ln in (lines if final and lines[-1] else lines[:-1])
+            ]
         if out and not self.raw:
             from .show import clean
+
             out = [clean(ln) for ln in out]
         if out:
             self.out.write("\n".join(out) + "\n")
@@ -62,8 +74,8 @@ class LogTail:
         return len(out)
 
     def _read(self, path: str) -> tuple[bytes, int]:
-        """What was appended to path since the last poll, and how many bytes of it were skipped (a reader reads
-        at most TAIL_BYTES: the end)."""
+        """What was appended to path since the last poll, and how many bytes of it were skipped (a
+        reader reads at most TAIL_BYTES: the end)."""
         fd = rundircheck.open_inside(self.root, path) if self.root else os.open(path, os.O_RDONLY)
         with os.fdopen(fd, "rb") as f:
             start = self._offsets.get(path, 0)
@@ -74,7 +86,9 @@ class LogTail:
             self._offsets[path] = f.tell()
         return data, skipped
 
-    def follow(self, done: Callable[[], bool], interval: float = 0.2, stop: threading.Event | None = None) -> None:
+    def follow(
+        self, done: Callable[[], bool], interval: float = 0.2, stop: threading.Event | None = None
+    ) -> None:
         """Poll until done() is true (then print the rest) or `stop` is set."""
         while not (stop and stop.is_set()):
             finished = done()
@@ -87,35 +101,51 @@ class LogTail:
 
 def run_logs(run_dir: str, rank: int | None = None, prefix: bool = True) -> Source:
     """Every rank log of a run ("[nK rR] "), or one rank's (unprefixed when prefix is False)."""
+
     def sources():
         for node, r, path in layout.rank_logs(run_dir):
             if rank is None or r == rank:
                 yield (f"[n{node} r{r}] " if prefix else ""), path
+
     return sources
 
 
 def node_logs(run_dir: str, node: int) -> Source:
-    """One node's rank logs ("[nK rR] "): what an SSH host streams back. The agent's own noise (c10d warnings,
-    its traceback on a stop) stays in agent.log, as on the other backends."""
+    """One node's rank logs ("[nK rR] "): what an SSH host streams back. The agent's own noise (c10d
+    warnings, its traceback on a stop) stays in agent.log, as on the other backends."""
+
     def sources():
         d = layout.path(run_dir, "node_logs", node=node)
         for name in sorted(os.listdir(d)) if os.path.isdir(d) else ():
             if name.startswith("rank") and name.endswith(".log"):
                 yield f"[n{node} r{name[4:-4]}] ", os.path.join(d, name)
+
     return sources
 
 
-def follower(run_dir: str, rank: int | None = None, out: TextIO | None = None, prefix: bool = True,
-             reader: bool = False, raw: bool = True) -> LogTail:
-    """reader: `launch logs` (files inside the run dir only, tails, control sequences removed unless raw)."""
+def follower(
+    run_dir: str,
+    rank: int | None = None,
+    out: TextIO | None = None,
+    prefix: bool = True,
+    reader: bool = False,
+    raw: bool = True,
+) -> LogTail:
+    """reader: `launch logs` (files inside the run dir only, tails, control sequences removed unless
+    raw)."""
     return LogTail(run_logs(run_dir, rank, prefix), out, root=run_dir if reader else None, raw=raw)
 
 
-def follow_in_thread(run_dir: str, out: TextIO | None = None) -> tuple[threading.Thread, threading.Event]:
-    """Stream a running job's rank logs from a daemon thread; set the event to stop (prints the rest)."""
+def follow_in_thread(
+    run_dir: str, out: TextIO | None = None
+) -> tuple[threading.Thread, threading.Event]:
+    """Stream a running job's rank logs from a daemon thread; set the event to stop (prints the
+    rest)."""
     stop = threading.Event()
     tail = follower(run_dir, out=out)
     tail.skip_existing()
-    t = threading.Thread(target=tail.follow, args=(lambda: False,), kwargs={"stop": stop}, daemon=True)
+    t = threading.Thread(
+        target=tail.follow, args=(lambda: False,), kwargs={"stop": stop}, daemon=True
+    )
     t.start()
     return t, stop

@@ -8,13 +8,15 @@
     heartbeat.checkpoint(path)      # rank 0, once a checkpoint under $LAUNCH_CHECKPOINT_DIR is complete
     heartbeat.hang_stop()           # in a stop handler: a hang's stop (skip a save agreed over all ranks)?
 
-Stdlib only and cheap: the record (<run dir>/progress/rank<R>.json: step, time, step time, `first`: the time of
-this attempt's first beat) is rewritten in place, one pwrite per call and no other system call
-(bench/hang_detection.py measures it next to a training step): the run's generation is looked at on the first
-beat, after a pause and at most once a second (launchers.records.fence.Watch: a beat of an older attempt is refused, said
-once). The record's `total` and `first` (null when never given) were added later: readers use .get(). Outside a
-`launch` run (no LAUNCH_RUN_DIR) every call is a no-op, so a program may call it unconditionally.
-"""
+Stdlib only and cheap: the record (<run dir>/progress/rank<R>.json: step, time, step time, `first`:
+the time of this attempt's first beat) is rewritten in place, one pwrite per call and no other
+system call (bench/hang_detection.py measures it next to a training step): the run's generation is
+looked at on the first beat, after a pause and at most once a second (launchers.records.fence.Watch:
+a beat of an older attempt is refused, said once). The record's `total` and `first` (null when never
+given) were added later: readers use .get(). Outside a `launch` run (no LAUNCH_RUN_DIR) every call
+is a no-op, so a program may call it unconditionally.
+"""  # noqa: E501
+
 from __future__ import annotations
 
 import os
@@ -23,8 +25,9 @@ import time
 from . import ckptptr, layout
 from .records import fence
 
-RECORD_BYTES = 192        # the record is padded to this size and rewritten in place (one pwrite)
-_pid = os.getpid()        # getpid is a system call (glibc caches it no more): once, and again in a forked child
+RECORD_BYTES = 192  # the record is padded to this size and rewritten in place (one pwrite)
+# getpid is a system call (glibc caches it no more): once, and again in a forked child
+_pid = os.getpid()
 
 
 def _forked() -> None:
@@ -45,8 +48,11 @@ class Reporter:
         self.step: int | None = None
         self.last_step_at: float | None = None
         self.step_time: float | None = None
-        self.first: float | None = None          # this process's first beat (launchers.resilience.timeline: first step)
-        self.fence = fence.Watch(run_dir, attempt, f"the heartbeat of rank {rank}") if run_dir else None
+        # this process's first beat (launchers.resilience.timeline: first step)
+        self.first: float | None = None
+        self.fence = (
+            fence.Watch(run_dir, attempt, f"the heartbeat of rank {rank}") if run_dir else None
+        )
 
     def beat(self, step: int | None, now: float, total: int | None = None) -> None:
         if total is not None:
@@ -60,21 +66,24 @@ class Reporter:
             self.step, self.last_step_at = step, now
         if self.first is None:
             self.first = now
-        self.write(now)      # every step: the last one before a hang must be on record
+        self.write(now)  # every step: the last one before a hang must be on record
 
     def write(self, now: float) -> None:
-        if self.fence is not None and self.fence.refused(now):   # an older attempt's beat: nothing written
+        # an older attempt's beat: nothing written
+        if self.fence is not None and self.fence.refused(now):
             return
         if self.fd is None:
             path = layout.path(self.run_dir, "progress", rank=self.rank)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         st = "null" if self.step_time is None else f"{self.step_time:.6f}"
-        rec = (f'{{"rank": {self.rank}, "attempt": {self.attempt}, "step": {self.step}, "time": {now:.3f}, '
-               f'"step_time": {st}, "total": {"null" if self.total is None else self.total}, "pid": {_pid}, '
-               f'"first": {"null" if self.first is None else f"{self.first:.3f}"}}}')
+        rec = (
+            f'{{"rank": {self.rank}, "attempt": {self.attempt}, "step": {self.step}, "time": '
+            f'{now:.3f}, "step_time": {st}, "total": '
+            f'{"null" if self.total is None else self.total}, "pid": {_pid}, "first": '
+            f"{'null' if self.first is None else f'{self.first:.3f}'}}}"
+        )
         os.pwrite(self.fd, rec.ljust(RECORD_BYTES - 1).encode() + b"\n", 0)
-
 
     def close(self) -> None:
         if self.fd is not None:
@@ -89,22 +98,27 @@ def _reporter() -> Reporter:
     global _beat
     if _beat is None:
         env = os.environ
-        _beat = Reporter(env.get("LAUNCH_RUN_DIR"), int(env.get("RANK", "0")), int(env.get("LAUNCH_ATTEMPT", "0")))
+        _beat = Reporter(
+            env.get("LAUNCH_RUN_DIR"),
+            int(env.get("RANK", "0")),
+            int(env.get("LAUNCH_ATTEMPT", "0")),
+        )
     return _beat
 
 
 def step(n: int | None = None, total: int | None = None) -> None:
-    """Report that training reached step n (default: the previous step + 1); total: the steps the run will take,
-    when known (given once is enough; `launch top` shows an ETA from it)."""
+    """Report that training reached step n (default: the previous step + 1); total: the steps the
+    run will take, when known (given once is enough; `launch top` shows an ETA from it)."""
     beat = _reporter()
     if beat.run_dir:
         beat.beat(n, time.time(), total)
 
 
 def checkpoint(path: str) -> bool:
-    """Report a complete checkpoint (a directory or file) on global rank 0: when it lies directly in this run's
-    checkpoints dir ($LAUNCH_CHECKPOINT_DIR), `checkpoints/latest` names it (what `launch status` shows as
-    `checkpoint:`). False (nothing written) elsewhere, on other ranks, or outside a `launch` run."""
+    """Report a complete checkpoint (a directory or file) on global rank 0: when it lies directly in
+    this run's checkpoints dir ($LAUNCH_CHECKPOINT_DIR), `checkpoints/latest` names it (what `launch
+    status` shows as `checkpoint:`). False (nothing written) elsewhere, on other ranks, or outside a
+    `launch` run."""
     beat, ckpt_dir = _reporter(), os.environ.get("LAUNCH_CHECKPOINT_DIR")
     if not (beat.run_dir and ckpt_dir) or beat.rank != 0:
         return False
@@ -116,11 +130,12 @@ def checkpoint(path: str) -> bool:
 
 
 def hang_stop() -> dict | None:
-    """This attempt's stop is a hang's (--hang-timeout): the record ({"reason": "hang", "hung_ranks": [...],
-    "time"}) that the launcher writes (hang/attempt<A>/stop.json) before it ends the hung ranks (SIGKILL) and
-    stops the others (their stop signal); None otherwise (a preemption, a cancel, no stop, outside a `launch`
-    run). A program that saves collectively on a stop skips that save then -- a collective with the hung ranks
-    fails -- and keeps its last good checkpoint."""
+    """This attempt's stop is a hang's (--hang-timeout): the record ({"reason": "hang",
+    "hung_ranks": [...], "time"}) that the launcher writes (hang/attempt<A>/stop.json) before it
+    ends the hung ranks (SIGKILL) and stops the others (their stop signal); None otherwise (a
+    preemption, a cancel, no stop, outside a `launch` run). A program that saves collectively on a
+    stop skips that save then -- a collective with the hung ranks fails -- and keeps its last good
+    checkpoint."""
     env = os.environ
     run_dir = env.get("LAUNCH_RUN_DIR")
     if not run_dir:
@@ -136,8 +151,10 @@ NUMBERS = ("rank", "attempt", "step", "time", "step_time", "total", "pid", "firs
 
 
 def read(run_dir: str, rank: int) -> dict | None:
-    """A rank's last progress record, or None (not reported yet, caught mid-write, or not what a rank writes:
-    a field of another type is a planted record, issue 35)."""
+    """A rank's last progress record, or None (not reported yet, caught mid-write, or not what a
+    rank writes: a field of another type is a planted record, issue 35)."""
     rec = layout.read_json(layout.path(run_dir, "progress", rank=rank))
-    ok = rec is not None and all(rec.get(k) is None or type(rec[k]) in (int, float) for k in NUMBERS)
+    ok = rec is not None and all(
+        rec.get(k) is None or type(rec[k]) in (int, float) for k in NUMBERS
+    )
     return rec if ok else None

@@ -1,14 +1,16 @@
 """Where everything lives in a run directory: the one place its paths are spelled (FILES below).
 
-Stdlib only and free of side effects except the two small atomic writers at the end: every side uses it --
-the launcher, each rank's wrapper (launchers.rankexec), an SSH host's agent (launchers.remote) and a Slurm
-node (launchers.backends.slurm.node) -- so none of them spells a path of its own. Who writes what:
-RunDir (launchers.records.rundir) writes run.yaml, status.json and the records; the job writes its logs (through
-the rank wrapper and the agents), checkpoints, metrics.jsonl and final.json; the launcher never overwrites
-anything the job wrote. Nothing the launcher writes goes through a symbolic link below the run dir: every
-writer takes its path from own_path()/no_symlink() (an lstat of each component below the run dir's root);
-what launch reads of a run dir others may write is checked by launchers.records.rundircheck.
+Stdlib only and free of side effects except the two small atomic writers at the end: every side uses
+it -- the launcher, each rank's wrapper (launchers.rankexec), an SSH host's agent (launchers.remote)
+and a Slurm node (launchers.backends.slurm.node) -- so none of them spells a path of its own. Who
+writes what: RunDir (launchers.records.rundir) writes run.yaml, status.json and the records; the job
+writes its logs (through the rank wrapper and the agents), checkpoints, metrics.jsonl and
+final.json; the launcher never overwrites anything the job wrote. Nothing the launcher writes goes
+through a symbolic link below the run dir: every writer takes its path from own_path()/no_symlink()
+(an lstat of each component below the run dir's root); what launch reads of a run dir others may
+write is checked by launchers.records.rundircheck.
 """
+
 from __future__ import annotations
 
 import errno
@@ -22,19 +24,25 @@ RUN_YAML = "run.yaml"
 STATUS = "status.json"
 
 
-# ------------------------------------------------------------------------------------------ choosing a run dir
+# ------------------------------------------------------------------------------- choosing a run dir
+
 
 def runs_root(root: str | None = None) -> str:
     return os.path.abspath(root or os.environ.get("LAUNCH_RUNS_ROOT") or "runs")
 
 
-def choose_run_dir(run_dir: str | None, name: str, root: str | None = None, existing: bool = False) -> str:
-    """--run-dir as given (absolute), else <runs root>/<name>-<time>-<random>; never an existing path, unless
-    `existing` (a run Slurm requeued inside the user's allocation: launchers.backends.slurm.inalloc); never ''
-    nor a path inside another run dir (its checkpoints/, logs/: that run's files)."""
+def choose_run_dir(
+    run_dir: str | None, name: str, root: str | None = None, existing: bool = False
+) -> str:
+    """--run-dir as given (absolute), else <runs root>/<name>-<time>-<random>; never an existing
+    path, unless `existing` (a run Slurm requeued inside the user's allocation:
+    launchers.backends.slurm.inalloc); never '' nor a path inside another run dir (its checkpoints/,
+    logs/: that run's files)."""
     if run_dir is not None and not run_dir.strip():
-        raise LaunchError(f"--run-dir {run_dir!r} is empty; give a directory path, or leave --run-dir out "
-                          "(<runs root>/<name>-<time>)")
+        raise LaunchError(
+            f"--run-dir {run_dir!r} is empty; give a directory path, or leave --run-dir out "
+            "(<runs root>/<name>-<time>)"
+        )
     if run_dir:
         path = os.path.abspath(run_dir)
     else:
@@ -43,39 +51,58 @@ def choose_run_dir(run_dir: str | None, name: str, root: str | None = None, exis
     if existing and run_dir and is_run_dir(path):
         return path
     if os.path.lexists(path):
-        raise LaunchError(f"run dir {path!r} already exists; use `launch resume {path}` or another --run-dir")
-    from pathlib import PurePath  # here: every rank's wrapper imports this module on its way to the program
+        raise LaunchError(
+            f"run dir {path!r} already exists; use `launch resume {path}` or another --run-dir"
+        )
+    # here: every rank's wrapper imports this module on its way to the program
+    from pathlib import PurePath
+
     outer = next((str(p) for p in PurePath(path).parents if is_run_dir(str(p))), None)
     if outer is not None:
-        raise LaunchError(f"run dir {path!r} is inside the run dir {outer!r} (its files); give a --run-dir outside "
-                          "any run dir")
+        raise LaunchError(
+            f"run dir {path!r} is inside the run dir {outer!r} (its files); give a --run-dir "
+            "outside any run dir"
+        )
     check_creatable(path)
     return path
 
 
 def check_creatable(path: str) -> None:
-    """A run dir can be made at `path`: names within the file system's limits, the nearest existing parent a
-    directory you may write on a writable file system. Raises LaunchError naming the path and what is accepted."""
+    """A run dir can be made at `path`: names within the file system's limits, the nearest existing
+    parent a directory you may write on a writable file system. Raises LaunchError naming the path
+    and what is accepted."""
     accepted = "give --run-dir (or $LAUNCH_RUNS_ROOT) in a directory you can write"
     bad = next((c for c in path if ord(c) < 32 or ord(c) == 127), None)
-    if bad is not None:        # a newline would end an #SBATCH line of the script and start a command
-        raise LaunchError(f"run dir {brief(path)} contains the control character {bad!r}; accepted: a path "
-                          "without control characters (newline, tab, ...)")
+    if bad is not None:  # a newline would end an #SBATCH line of the script and start a command
+        raise LaunchError(
+            f"run dir {brief(path)} contains the control character {bad!r}; accepted: a path "
+            "without control characters (newline, tab, ...)"
+        )
     parent = path
     while not os.path.lexists(parent):
         parent = os.path.dirname(parent)
     limit = os.pathconf(parent, "PC_NAME_MAX") if os.path.isdir(parent) else 255
     longest = max(len(os.fsencode(c)) for c in path.split(os.sep))
     if longest > limit or len(os.fsencode(path)) >= 4096:
-        raise LaunchError(f"run dir {brief(path)} is too long ({longest} bytes in one name, {len(path)} in all); "
-                          f"accepted: names of at most {limit} bytes, paths under 4096")
+        raise LaunchError(
+            f"run dir {brief(path)} is too long ({longest} bytes in one name, {len(path)} in all); "
+            f"accepted: names of at most {limit} bytes, paths under 4096"
+        )
     if path != parent and not os.path.isdir(parent):
-        raise LaunchError(f"run dir {brief(path)} cannot be created: {brief(parent)} is not a directory; {accepted}")
+        raise LaunchError(
+            f"run dir {brief(path)} cannot be created: {brief(parent)} is not a directory; "
+            f"{accepted}"
+        )
     if os.statvfs(parent).f_flag & os.ST_RDONLY:
-        raise LaunchError(f"run dir {brief(path)} cannot be created: {brief(parent)} is on a read-only file system; "
-                          f"{accepted}")
+        raise LaunchError(
+            f"run dir {brief(path)} cannot be created: {brief(parent)} is on a read-only file "
+            f"system; {accepted}"
+        )
     if path != parent and not os.access(parent, os.W_OK | os.X_OK):
-        raise LaunchError(f"run dir {brief(path)} cannot be created: {brief(parent)} is not writable by you; {accepted}")
+        raise LaunchError(
+            f"run dir {brief(path)} cannot be created: {brief(parent)} is not writable by you; "
+            f"{accepted}"
+        )
 
 
 def is_run_dir(run_dir: str) -> bool:
@@ -83,63 +110,89 @@ def is_run_dir(run_dir: str) -> bool:
 
 
 def record_problem(data: object) -> str | None:
-    """Why a loaded run.yaml (or the exception reading it) is not a launcher's record; None when it is one."""
+    """Why a loaded run.yaml (or the exception reading it) is not a launcher's record; None when it
+    is one."""
     if isinstance(data, BaseException):
-        return f"cannot be read ({brief(str(data).splitlines()[0] if str(data) else type(data).__name__)})"
+        return (
+            "cannot be read "
+            f"({brief(str(data).splitlines()[0] if str(data) else type(data).__name__)})"
+        )
     if not isinstance(data, dict):
         return f"is not a mapping (got {type(data).__name__})"
-    from .runopts import BACKENDS  # here: the rank wrapper imports this module, not the option table
+    # here: the rank wrapper imports this module, not the option table
+    from .runopts import BACKENDS
+
     spec = data.get("spec")
-    if not isinstance(data.get("run_id"), str) or not isinstance(data.get("attempts"), list) or not data["attempts"]:
+    if (
+        not isinstance(data.get("run_id"), str)
+        or not isinstance(data.get("attempts"), list)
+        or not data["attempts"]
+    ):
         return "lacks run_id or attempts"
     if not all(isinstance(a, dict) for a in data["attempts"]):
         return "has attempts that are not mappings"
-    if not isinstance(spec, dict) or spec.get("backend") not in BACKENDS \
-            or not isinstance(spec.get("program"), list) or not all(isinstance(spec.get(k), str) for k in ("run_dir", "name")):
+    if (
+        not isinstance(spec, dict)
+        or spec.get("backend") not in BACKENDS
+        or not isinstance(spec.get("program"), list)
+        or not all(isinstance(spec.get(k), str) for k in ("run_dir", "name"))
+    ):
         return "has no spec with a backend, a program, a run_dir and a name"
-    if not all(isinstance(spec.get(k), int) and not isinstance(spec.get(k), bool) for k in ("nodes", "gpus_per_node")):
+    if not all(
+        isinstance(spec.get(k), int) and not isinstance(spec.get(k), bool)
+        for k in ("nodes", "gpus_per_node")
+    ):
         return "has a spec without integer nodes and gpus_per_node"
     return None
 
 
 # ------------------------------------------------------------------------------------------ paths
 
-FILES = {                                   # what -> path inside the run dir ({fields} filled in by path())
-    "run_yaml": RUN_YAML,                   # resolved spec, per-node commands, versions, attempts
-    "status": STATUS,                       # state, attempt, per-node exit codes, first failure
-    "node_ledger": "nodes.json",            # per node slot: failures, strikes, quarantine (launchers.ledgers.nodeledger)
-    "launcher_log": "launcher.log",         # a detached launcher's own output (the Python API: launchers.detach)
-    "manifest": "manifest.json",            # what ran: the launcher's part at submit, rank 0's (launchers.records.manifest)
-    "packages": "packages.txt",             # rank 0's installed packages, `name==version` sorted (its sha256 there)
-    "records": "status",                    # the per-rank and per-node exit records
-    "lock": "status/.lock",                 # held by every writer of status.json and the records
+FILES = {  # what -> path inside the run dir ({fields} filled in by path())
+    "run_yaml": RUN_YAML,  # resolved spec, per-node commands, versions, attempts
+    "status": STATUS,  # state, attempt, per-node exit codes, first failure
+    # per node slot: failures, strikes, quarantine (launchers.ledgers.nodeledger)
+    "node_ledger": "nodes.json",
+    # a detached launcher's own output (the Python API: launchers.detach)
+    "launcher_log": "launcher.log",
+    # what ran: the launcher's part at submit, rank 0's (launchers.records.manifest)
+    "manifest": "manifest.json",
+    # rank 0's installed packages, `name==version` sorted (its sha256 there)
+    "packages": "packages.txt",
+    "records": "status",  # the per-rank and per-node exit records
+    "lock": "status/.lock",  # held by every writer of status.json and the records
     "rank_record": "status/rank{rank}.json",
     "node_record": "status/node{node}.json",
-    "node_backend": "status/backend-a{attempt}-node{node}.json",  # --dist-backend auto: a node's GPUs, its answer
-    "warm_slot": "status/warm-slot{slot}.json",    # --warm-spares: the slot's zygote is up (nodeside.zygote)
-    "generation": "status/generation",      # the attempt the run is at: older writers are fenced (launchers.records.fence)
+    # --dist-backend auto: a node's GPUs, its answer
+    "node_backend": "status/backend-a{attempt}-node{node}.json",
+    # --warm-spares: the slot's zygote is up (nodeside.zygote)
+    "warm_slot": "status/warm-slot{slot}.json",
+    # the attempt the run is at: older writers are fenced (launchers.records.fence)
+    "generation": "status/generation",
     "logs": "logs",
     "node_logs": "logs/node{node}",
     "rank_log": "logs/node{node}/rank{rank}.log",
     "agent_log": "logs/node{node}/agent.log",
-    "checkpoints": "checkpoints",           # step-<N>/ and `latest` (launchers.ckptptr), written by the job
-    "metrics": "metrics.jsonl",             # written by the job (rank 0)
-    "work": "work",                         # --snapshot: the program's cwd, links to the frozen tree (rankexec)
-    "progress": "progress/rank{rank}.json",             # the program's heartbeat (launchers.heartbeat)
-    "node_progress": "progress/node{node}.json",        # a node's view of its ranks (launchers.hang)
-    "nccl": "nccl",                                     # NCCL's and PyTorch's dumps (--dist-backend nccl)
-    "nccl_flight": "nccl/flight_rank_",                 # the flight recorder's dump, per rank (+ rank number)
-    "hang": "hang/attempt{attempt}",                    # stacks and verdict of a detected hang
+    "checkpoints": "checkpoints",  # step-<N>/ and `latest` (launchers.ckptptr), written by the job
+    "metrics": "metrics.jsonl",  # written by the job (rank 0)
+    "work": "work",  # --snapshot: the program's cwd, links to the frozen tree (rankexec)
+    "progress": "progress/rank{rank}.json",  # the program's heartbeat (launchers.heartbeat)
+    "node_progress": "progress/node{node}.json",  # a node's view of its ranks (launchers.hang)
+    "nccl": "nccl",  # NCCL's and PyTorch's dumps (--dist-backend nccl)
+    "nccl_flight": "nccl/flight_rank_",  # the flight recorder's dump, per rank (+ rank number)
+    "hang": "hang/attempt{attempt}",  # stacks and verdict of a detected hang
     "hang_request": "hang/attempt{attempt}/request.json",
     "hang_node": "hang/attempt{attempt}/node{node}.json",
     "hang_stack": "hang/attempt{attempt}/rank{rank}.txt",
     "hang_verdict": "hang/attempt{attempt}/verdict.json",
-    "hang_stop": "hang/attempt{attempt}/stop.json",     # this attempt's stop is a hang's (launchers.heartbeat.hang_stop)
-    "slurm": "slurm",                       # submitit's folder: sbatch output, pickles, the files below
-    "slurm_jobs": "slurm/jobs",             # "<attempt> <job id>" per submission
-    "node_spec": "slurm/spec-a{attempt}.json",                  # what the launcher resolved for the nodes
+    # this attempt's stop is a hang's (launchers.heartbeat.hang_stop)
+    "hang_stop": "hang/attempt{attempt}/stop.json",
+    "slurm": "slurm",  # submitit's folder: sbatch output, pickles, the files below
+    "slurm_jobs": "slurm/jobs",  # "<attempt> <job id>" per submission
+    "node_spec": "slurm/spec-a{attempt}.json",  # what the launcher resolved for the nodes
     "rendezvous": "slurm/master-{job}-{step}-r{restart}.json",  # node 0's address and port
-    "gpu_verdict": "slurm/gpucheck-{job}-{step}-r{restart}-node{node}.json",  # --preflight gpu: a node's verdict
+    # --preflight gpu: a node's verdict
+    "gpu_verdict": "slurm/gpucheck-{job}-{step}-r{restart}-node{node}.json",
 }
 
 
@@ -149,23 +202,29 @@ def path(run_dir: str, what: str, **fields: object) -> str:
 
 
 def own_path(run_dir: str, what: str, **fields: object) -> str:
-    """path() for a file or directory the launcher writes: refused when it goes through a symlink below run_dir."""
+    """path() for a file or directory the launcher writes: refused when it goes through a symlink
+    below run_dir."""
     return no_symlink(run_dir, path(run_dir, what, **fields))
 
 
 def no_symlink(run_dir: str, target: str) -> str:
-    """`target` (under run_dir) when no existing component of it below run_dir is a symbolic link (lstat each:
-    the launcher never writes out of the run dir through one); else a LaunchError naming the link."""
+    """`target` (under run_dir) when no existing component of it below run_dir is a symbolic link
+    (lstat each: the launcher never writes out of the run dir through one); else a LaunchError
+    naming the link."""
     rel = os.path.relpath(target, run_dir)
     if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
-        raise LaunchError(f"{brief(target)} is outside the run dir {brief(run_dir)}; accepted: a path inside it")
+        raise LaunchError(
+            f"{brief(target)} is outside the run dir {brief(run_dir)}; accepted: a path inside it"
+        )
     here = run_dir
-    for part in ([] if rel == os.curdir else rel.split(os.sep)):
+    for part in [] if rel == os.curdir else rel.split(os.sep):
         here = os.path.join(here, part)
         if os.path.islink(here):
-            raise LaunchError(f"{os.path.relpath(here, run_dir)!r} in the run dir {brief(run_dir)} is a symbolic "
-                              "link; the launcher writes only inside the run dir (accepted: plain files and "
-                              "directories there)")
+            raise LaunchError(
+                f"{os.path.relpath(here, run_dir)!r} in the run dir {brief(run_dir)} is a symbolic "
+                "link; the launcher writes only inside the run dir (accepted: plain files and "
+                "directories there)"
+            )
     return target
 
 
@@ -183,8 +242,8 @@ def rank_logs(run_dir: str) -> list[tuple[int, int, str]]:
 
 
 def stamp(t: float | None = None) -> str:
-    """A local time with milliseconds as the rank logs carry it (the rank wrapper's header, the workloads'
-    `resumed from` line): launchers.resilience.timeline reads it back."""
+    """A local time with milliseconds as the rank logs carry it (the rank wrapper's header, the
+    workloads' `resumed from` line): launchers.resilience.timeline reads it back."""
     t = time.time() if t is None else t
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
 
@@ -196,21 +255,28 @@ def agent_header(attempt: int | str, node: int, where: str = "") -> str:
 
 
 class Presence:
-    """A run dir as an attempt found it at its start (the directory's device and inode, run.yaml in it): gone()
-    once it was removed or replaced while the attempt ran (`rm -rf`); gone_line() is the launcher's one line."""
+    """A run dir as an attempt found it at its start (the directory's device and inode, run.yaml in
+    it): gone() once it was removed or replaced while the attempt ran (`rm -rf`); gone_line() is the
+    launcher's one line."""
 
     def __init__(self, run_dir: str) -> None:
         self.run_dir, self.ident = run_dir, file_ident(run_dir)
 
     def gone(self) -> bool:
-        return self.ident is None or file_ident(self.run_dir) != self.ident or not os.path.exists(path(self.run_dir, "run_yaml"))
+        return (
+            self.ident is None
+            or file_ident(self.run_dir) != self.ident
+            or not os.path.exists(path(self.run_dir, "run_yaml"))
+        )
 
     def gone_line(self) -> str:
-        return (f"run dir {self.run_dir!r} was removed while the run ran; the job is cancelled (every rank stopped "
-                "now): its records could not be kept")
+        return (
+            f"run dir {self.run_dir!r} was removed while the run ran; the job is cancelled "
+            "(every rank stopped now): its records could not be kept"
+        )
 
 
-def file_ident(d: str) -> tuple[int, int] | None:      # (device, inode); None when it cannot be stat'ed
+def file_ident(d: str) -> tuple[int, int] | None:  # (device, inode); None when it cannot be stat'ed
     try:
         st = os.stat(d)
     except OSError:
@@ -219,23 +285,28 @@ def file_ident(d: str) -> tuple[int, int] | None:      # (device, inode); None w
 
 
 def present(run_dir: str) -> None:
-    """A record is written only into a run dir that is there: FileNotFoundError when it was removed (writing would
-    recreate half a run dir)."""
+    """A record is written only into a run dir that is there: FileNotFoundError when it was removed
+    (writing would recreate half a run dir)."""
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(errno.ENOENT, "the run dir is gone", run_dir)
 
 
-# ------------------------------------------------------------------------------------------ atomic writes
+# ------------------------------------------------------------------------------------ atomic writes
 
-SYNC_LATER: list[str] | None = None     # in backends.base.synced_together(): its durable writes, fsynced as it ends
+# in backends.base.synced_together(): its durable writes, fsynced as it ends
+SYNC_LATER: list[str] | None = None
+
 
 def atomic_write(path: str, text: str, durable: bool = True) -> None:
-    """Replace path at once: readers (on any node) see the old file or the new one, never a part; durable: on disk
-    before it returns (in backends.base.synced_together(): before that ends, with its other writes, at once)."""
+    """Replace path at once: readers (on any node) see the old file or the new one, never a part;
+    durable: on disk before it returns (in backends.base.synced_together(): before that ends, with
+    its other writes, at once)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp, later = f"{path}.tmp.{os.getpid()}", SYNC_LATER if durable else None
     try:
-        with open(tmp, "w", encoding="utf-8", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW, 0o666)) as f:
+        with open(
+            tmp, "w", encoding="utf-8", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW, 0o666)
+        ) as f:
             f.write(text)
             if durable and later is None:
                 f.flush()
@@ -243,7 +314,7 @@ def atomic_write(path: str, text: str, durable: bool = True) -> None:
         os.replace(tmp, path)
         later is None or later.append(path)
     except OSError:
-        if os.path.exists(tmp):         # a full disk: leave no empty temporary behind
+        if os.path.exists(tmp):  # a full disk: leave no empty temporary behind
             os.unlink(tmp)
         raise
 
@@ -257,8 +328,10 @@ def _no_constant(word: str) -> Any:
 
 
 def load_json(f: Any) -> Any:
-    """json.load of a record: NaN/Infinity refused, a nesting too deep for the parser a ValueError (issue 35)."""
+    """json.load of a record: NaN/Infinity refused, a nesting too deep for the parser a ValueError
+    (issue 35)."""
     import json  # here: rank wrappers import this module before their program starts
+
     try:
         return json.load(f, parse_constant=_no_constant)
     except RecursionError:
@@ -277,13 +350,14 @@ def read_json(path: str) -> dict | None:
 
 def load_run_yaml(run_dir: str) -> tuple[dict | None, str | None]:
     """(run.yaml's record, None), or (None, why it is not a launcher's record: a short phrase)."""
-    import yaml  # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
+    # imported where used: a Slurm node's start-up reads its spec from JSON, without yaml
+    import yaml
+
     try:
         with open(path(run_dir, "run_yaml"), encoding="utf-8") as f:
             data = yaml.safe_load(f)
-    except (OSError, ValueError, RecursionError, yaml.YAMLError) as e:     # UnicodeDecodeError is a ValueError
+    # UnicodeDecodeError is a ValueError
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as e:
         data = e
     why = record_problem(data)
     return (None, why) if why else (data, None)
-
-

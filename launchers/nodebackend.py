@@ -1,19 +1,22 @@
-"""`--dist-backend auto`, decided where the ranks run (issue 33), never on the submitting machine (a login node
-without a GPU would make every node of a GPU job train on CPUs with gloo, in silence).
+"""`--dist-backend auto`, decided where the ranks run (issue 33), never on the submitting machine (a
+login node without a GPU would make every node of a GPU job train on CPUs with gloo, in silence).
 
-The node command carries LAUNCH_DIST_BACKEND=auto; on each node the rank wrapper (launchers.rankexec) settles it
-before the program starts: local rank 0 counts the GPUs the node's ranks can use (the driver's own tool,
-`nvidia-smi -q -x`, narrowed by CUDA_VISIBLE_DEVICES as Slurm's GPU binding sets it) and records the node's answer
-(status/backend-a<attempt>-node<K>.json) -- on Slurm the node's task has counted them already, while torchrun
-started (early()), so the ranks find it there; every rank then waits for every node's record and applies one pure rule
+The node command carries LAUNCH_DIST_BACKEND=auto; on each node the rank wrapper
+(launchers.rankexec) settles it before the program starts: local rank 0 counts the GPUs the node's
+ranks can use (the driver's own tool, `nvidia-smi -q -x`, narrowed by CUDA_VISIBLE_DEVICES as
+Slurm's GPU binding sets it) and records the node's answer (status/backend-a<attempt>-node<K>.json)
+-- on Slurm the node's task has counted them already, while torchrun started (early()), so the ranks
+find it there; every rank then waits for every node's record and applies one pure rule
 (dist_backend_decision()), so all nodes reach the same verdict:
   - no node has a GPU: gloo, said in one line (`no GPU on any node: gloo on CPU`);
   - every node has a GPU for each of its ranks: nccl;
-  - else the job stops before training: a node short of GPUs while another has them fails with one line naming
-    it and what it has (kind `gpu`: with --spares it is quarantined and a spare takes its place); the nodes that
-    have their GPUs start nothing and wait for the stop. Every node short: each fails (not one node's fault).
+  - else the job stops before training: a node short of GPUs while another has them fails with one
+    line naming it and what it has (kind `gpu`: with --spares it is quarantined and a spare takes
+    its place); the nodes that have their GPUs start nothing and wait for the stop. Every node
+    short: each fails (not one node's fault).
 Stdlib only (and the pure nvidia-smi parser); the submitting side reads the records (lines()).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,26 +28,39 @@ from typing import Any, NamedTuple
 from . import layout
 
 AUTO = "auto"
-PLANNED = "auto: decided on each node (nccl where the node has GPUs, else gloo)"    # what a dry-run says
+# what a dry-run says
+PLANNED = "auto: decided on each node (nccl where the node has GPUs, else gloo)"
 NO_GPU = "no GPU on any node: gloo on CPU"
-SMI_TIMEOUT_S = 20.0          # a driver that does not answer in this long: the node has no usable GPU
-WAIT_S = 120.0                # how long a rank waits for every node's record (torchrun's rendezvous came first)
-POLL_S = (0.002, 0.1)         # its looks at the records: every 2 ms at first, then less often, at most 0.1 s apart
+SMI_TIMEOUT_S = 20.0  # a driver that does not answer in this long: the node has no usable GPU
+WAIT_S = 120.0  # how long a rank waits for every node's record (torchrun's rendezvous came first)
+# its looks at the records: every 2 ms at first, then less often, at most 0.1 s apart
+POLL_S = (0.002, 0.1)
 
 
-def usable_gpus(env: dict[str, str] | os._Environ, timeout: float = SMI_TIMEOUT_S) -> tuple[int, str]:
-    """(how many GPUs this node's ranks can use, why): the GPUs `nvidia-smi -q -x` lists (none when the tool is
-    missing, fails or hangs), narrowed by CUDA_VISIBLE_DEVICES when it is set."""
-    import shutil  # here, not at the top: the rank wrapper imports this module on every rank's start-up path
+def usable_gpus(
+    env: dict[str, str] | os._Environ, timeout: float = SMI_TIMEOUT_S
+) -> tuple[int, str]:
+    """(how many GPUs this node's ranks can use, why): the GPUs `nvidia-smi -q -x` lists (none when
+    the tool is missing, fails or hangs), narrowed by CUDA_VISIBLE_DEVICES when it is set."""
+    # here, not at the top: the rank wrapper imports this module on every rank's start-up path
+    import shutil
+
     exe = shutil.which("nvidia-smi", path=env.get("PATH"))
     if not exe:
         return 0, "no nvidia-smi on PATH"
     import subprocess
 
     from .gpuhealth.smi import parse as parse_smi
+
     try:
-        p = subprocess.run([exe, "-q", "-x"], capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL, errors="replace")
+        p = subprocess.run(
+            [exe, "-q", "-x"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            errors="replace",
+        )
     except subprocess.TimeoutExpired:
         return 0, f"nvidia-smi gave no answer in {timeout:g} s"
     except OSError as e:
@@ -60,8 +76,9 @@ def usable_gpus(env: dict[str, str] | os._Environ, timeout: float = SMI_TIMEOUT_
 
 
 def visible(cvd: str | None, listed: int) -> tuple[int, str]:
-    """The GPUs of `listed` that CUDA_VISIBLE_DEVICES leaves (CUDA's rule: entries up to the first invalid one;
-    an index must exist, a GPU-/MIG- UUID is taken as one device); unset: all of them."""
+    """The GPUs of `listed` that CUDA_VISIBLE_DEVICES leaves (CUDA's rule: entries up to the first
+    invalid one; an index must exist, a GPU-/MIG- UUID is taken as one device); unset: all of
+    them."""
     said = f"nvidia-smi lists {listed}"
     if cvd is None:
         return listed, said
@@ -75,20 +92,31 @@ def visible(cvd: str | None, listed: int) -> tuple[int, str]:
 
 
 def record(run_dir: str, env, node: int, attempt: int) -> dict[str, Any]:
-    """Local rank 0 (or, earlier, the node's task: early()): this node's answer, written for every rank of the job
-    (atomic)."""
+    """Local rank 0 (or, earlier, the node's task: early()): this node's answer, written for every
+    rank of the job (atomic)."""
     gpus, why = usable_gpus(env)
-    rec = {"node": node, "host": os.uname().nodename, "attempt": attempt, "gpus": gpus,      # = socket.gethostname()
-           "ranks": int(env.get("LOCAL_WORLD_SIZE") or 1), "backend": "nccl" if gpus else "gloo", "why": why,
-           "time": time.time()}
-    layout.atomic_write(layout.own_path(run_dir, "node_backend", attempt=attempt, node=node), json.dumps(rec))
+    # = socket.gethostname()
+    rec = {
+        "node": node,
+        "host": os.uname().nodename,
+        "attempt": attempt,
+        "gpus": gpus,
+        "ranks": int(env.get("LOCAL_WORLD_SIZE") or 1),
+        "backend": "nccl" if gpus else "gloo",
+        "why": why,
+        "time": time.time(),
+    }
+    layout.atomic_write(
+        layout.own_path(run_dir, "node_backend", attempt=attempt, node=node), json.dumps(rec)
+    )
     return rec
 
 
-def collect(run_dir: str, attempt: int, nodes: int, got: dict[int, dict[str, Any]] | None = None
-            ) -> dict[int, dict[str, Any]]:
-    """Every node's record of this attempt that is there now (a record not whole yet is not there); got: the
-    records found by an earlier look, kept (only the others are read again)."""
+def collect(
+    run_dir: str, attempt: int, nodes: int, got: dict[int, dict[str, Any]] | None = None
+) -> dict[int, dict[str, Any]]:
+    """Every node's record of this attempt that is there now (a record not whole yet is not there);
+    got: the records found by an earlier look, kept (only the others are read again)."""
     got = dict(got or {})
     for k in range(nodes):
         if k in got:
@@ -100,11 +128,13 @@ def collect(run_dir: str, attempt: int, nodes: int, got: dict[int, dict[str, Any
 
 
 def early(run_dir: str, env, node: int, attempt: int, ranks: int):
-    """The node's task (Slurm), as it starts its agent: this node's record, in a thread, while torchrun imports
-    torch, so that its ranks find it there (local rank 0 records only when it is not: settle()). env: the agent's
-    environment (the ranks inherit it: the same PATH and CUDA_VISIBLE_DEVICES); ranks: its ranks on this node."""
+    """The node's task (Slurm), as it starts its agent: this node's record, in a thread, while
+    torchrun imports torch, so that its ranks find it there (local rank 0 records only when it is
+    not: settle()). env: the agent's environment (the ranks inherit it: the same PATH and
+    CUDA_VISIBLE_DEVICES); ranks: its ranks on this node."""
     import threading
-    try:                                 # an answer left by an earlier task of this attempt is not this node's now
+
+    try:  # an answer left by an earlier task of this attempt is not this node's now
         os.unlink(layout.path(run_dir, "node_backend", attempt=attempt, node=node))
     except OSError:
         pass
@@ -115,16 +145,17 @@ def early(run_dir: str, env, node: int, attempt: int, ranks: int):
             record(run_dir, env, node, attempt)
         except Exception:  # noqa: BLE001  -- local rank 0 records it then (and says why it cannot)
             pass
+
     t = threading.Thread(target=run, daemon=True, name="launch-node-backend")
     t.start()
     return t
 
 
 class Verdict(NamedTuple):
-    backend: str | None                 # gloo | nccl, None: the job stops
-    line: str                           # one line, said by every rank and by `launch status`
-    failed: dict[int, str] = {}         # node -> why it fails (the job stops); never changed in place
-    kind: str | None = None             # "gpus": the failing nodes' own fault (recovery quarantines them)
+    backend: str | None  # gloo | nccl, None: the job stops
+    line: str  # one line, said by every rank and by `launch status`
+    failed: dict[int, str] = {}  # node -> why it fails (the job stops); never changed in place
+    kind: str | None = None  # "gpus": the failing nodes' own fault (recovery quarantines them)
 
 
 def _name(rec: dict[str, Any]) -> str:
@@ -138,22 +169,39 @@ def dist_backend_decision(recs: dict[int, dict[str, Any]]) -> Verdict:
     short = {k: r for k, r in recs.items() if r["gpus"] < r.get("ranks", 1)}
     if not short:
         counts = sorted({r["gpus"] for r in recs.values()})
-        return Verdict("nccl", f"nccl: every node has its GPUs ({'/'.join(map(str, counts))} per node)")
+        return Verdict(
+            "nccl", f"nccl: every node has its GPUs ({'/'.join(map(str, counts))} per node)"
+        )
     full = [r for k, r in sorted(recs.items()) if k not in short]
     peer = f" while {_name(full[0])} has {full[0]['gpus']}" if full else " (so has every node)"
-    failed = {k: f"{_name(r)} has {r['gpus']} usable GPU(s) for {r.get('ranks', 1)} rank(s) ({r['why']}){peer}; "
-                 "accepted with --dist-backend auto: every node with a GPU per rank, or none (gloo)"
-              for k, r in sorted(short.items())}
+    failed = {
+        k: f"{_name(r)} has {r['gpus']} usable GPU(s) for {r.get('ranks', 1)} rank(s) "
+        f"({r['why']}){peer}; accepted with --dist-backend auto: every node with a GPU per rank, "
+        "or none (gloo)"
+        for k, r in sorted(short.items())
+    }
     more = f" (and {len(failed) - 1} more node(s))" if len(failed) > 1 else ""
-    return Verdict(None, f"the job stops before training: {failed[min(failed)]}{more}", failed,
-                   "gpus" if full else None)
+    return Verdict(
+        None,
+        f"the job stops before training: {failed[min(failed)]}{more}",
+        failed,
+        "gpus" if full else None,
+    )
 
 
-def settle(run_dir: str, env, node: int, attempt: int, nodes: int, local_rank: int, wait, timeout: float = WAIT_S
-           ) -> Verdict:
-    """A rank's part: local rank 0 records its node unless the node's task did already (early()); every rank
-    waits for all `nodes` records (wait(s): sleeps up to s seconds, returns True when a stop came meanwhile -- then
-    the verdict is None with line "stopped") and decides."""
+def settle(
+    run_dir: str,
+    env,
+    node: int,
+    attempt: int,
+    nodes: int,
+    local_rank: int,
+    wait,
+    timeout: float = WAIT_S,
+) -> Verdict:
+    """A rank's part: local rank 0 records its node unless the node's task did already (early());
+    every rank waits for all `nodes` records (wait(s): sleeps up to s seconds, returns True when a
+    stop came meanwhile -- then the verdict is None with line "stopped") and decides."""
     recs = collect(run_dir, attempt, nodes)
     if local_rank == 0 and node not in recs:
         recs[node] = record(run_dir, env, node, attempt)
@@ -172,28 +220,39 @@ def settle(run_dir: str, env, node: int, attempt: int, nodes: int, local_rank: i
 
 
 def summary(run_dir: str, attempt: int, nodes: int) -> dict[str, Any] | None:
-    """`launch status` (--json too): what each node of the attempt recorded for --dist-backend auto and the job's
-    verdict; None before any node has recorded."""
+    """`launch status` (--json too): what each node of the attempt recorded for --dist-backend auto
+    and the job's verdict; None before any node has recorded."""
     recs = collect(run_dir, attempt, nodes)
     if not recs:
         return None
-    v = dist_backend_decision(recs) if len(recs) == nodes else Verdict(None, f"waiting for {nodes - len(recs)} node(s)")
+    v = (
+        dist_backend_decision(recs)
+        if len(recs) == nodes
+        else Verdict(None, f"waiting for {nodes - len(recs)} node(s)")
+    )
     keep = ("node", "host", "gpus", "ranks", "backend", "why")
-    return {"backend": v.backend, "verdict": v.line, "complete": len(recs) == nodes,
-            "nodes": [{k: r.get(k) for k in keep} for _, r in sorted(recs.items())]}
+    return {
+        "backend": v.backend,
+        "verdict": v.line,
+        "complete": len(recs) == nodes,
+        "nodes": [{k: r.get(k) for k in keep} for _, r in sorted(recs.items())],
+    }
 
 
 def lines(summ: dict[str, Any] | None) -> list[str]:
     """summary() as `launch status` says it: the verdict, then one line per node."""
     if not summ:
         return []
-    return [f"auto -> {summ['verdict']}"] + [f"  node {r['node']} ({r['host']}): {r['gpus']} GPU(s) for "
-                                             f"{r['ranks']} rank(s), {r['why']}" for r in summ["nodes"]]
+    return [f"auto -> {summ['verdict']}"] + [
+        f"  node {r['node']} ({r['host']}): {r['gpus']} GPU(s) for {r['ranks']} rank(s), {r['why']}"
+        for r in summ["nodes"]
+    ]
 
 
 class Teller:
-    """The launcher's own line while it watches an attempt (local, SSH): `launch: --dist-backend auto -> VERDICT`,
-    once every node has recorded (it looks at most every 0.5 s); call it in the launcher's wait loop."""
+    """The launcher's own line while it watches an attempt (local, SSH): `launch: --dist-backend
+    auto -> VERDICT`, once every node has recorded (it looks at most every 0.5 s); call it in the
+    launcher's wait loop."""
 
     def __init__(self, run_dir: str, attempt: int, nodes: int, out=None) -> None:
         self.run_dir, self.attempt, self.nodes, self.out = run_dir, attempt, nodes, out
@@ -207,32 +266,46 @@ class Teller:
         summ = summary(self.run_dir, self.attempt, self.nodes)
         if summ and summ["complete"]:
             self.said = True
-            print(f"launch: --dist-backend auto -> {summ['verdict']}", file=self.out or sys.stderr, flush=True)
+            print(
+                f"launch: --dist-backend auto -> {summ['verdict']}",
+                file=self.out or sys.stderr,
+                flush=True,
+            )
 
 
 def program_env(backend: str, run_dir: str) -> dict[str, str]:
-    """What the program is given once the verdict is in: LAUNCH_DIST_BACKEND, and with nccl the flight recorder's
-    defaults (launchers.torchrun.flight_recorder; a value the job set wins) and its dump directory."""
+    """What the program is given once the verdict is in: LAUNCH_DIST_BACKEND, and with nccl the
+    flight recorder's defaults (launchers.torchrun.flight_recorder; a value the job set wins) and
+    its dump directory."""
     if backend != "nccl":
         return {"LAUNCH_DIST_BACKEND": backend}
     from .torchrun import flight_recorder
+
     os.makedirs(layout.own_path(run_dir, "nccl"), exist_ok=True)
     return {**flight_recorder(run_dir), "LAUNCH_DIST_BACKEND": backend}
 
 
 def probe_line(line_prefix: str = "GPUS ") -> str:
-    """`python -m launchers.nodebackend` on a node (launch ssh --no-shared-storage: the hosts cannot see each
-    other's records, so the launcher gathers every host's answer in its preflight and decides): one line."""
+    """`python -m launchers.nodebackend` on a node (launch ssh --no-shared-storage: the hosts cannot
+    see each other's records, so the launcher gathers every host's answer in its preflight and
+    decides): one line."""
     gpus, why = usable_gpus(os.environ)
     return line_prefix + json.dumps({"host": os.uname().nodename, "gpus": gpus, "why": why})
 
 
 def from_probes(answers: list[str | None], hosts: list[str], ranks: int) -> Verdict:
-    """Every host's probe_line() output (None: no answer) -> the verdict, as if the nodes had recorded it."""
+    """Every host's probe_line() output (None: no answer) -> the verdict, as if the nodes had
+    recorded it."""
     recs = {}
     for k, (out, host) in enumerate(zip(answers, hosts)):
-        got = next((json.loads(ln[5:]) for ln in (out or "").splitlines() if ln.startswith("GPUS ")), None)
-        gpus, why = (got["gpus"], got["why"]) if isinstance(got, dict) else (0, "no answer from its GPU probe")
+        got = next(
+            (json.loads(ln[5:]) for ln in (out or "").splitlines() if ln.startswith("GPUS ")), None
+        )
+        gpus, why = (
+            (got["gpus"], got["why"])
+            if isinstance(got, dict)
+            else (0, "no answer from its GPU probe")
+        )
         recs[k] = {"node": k, "host": host, "gpus": gpus, "ranks": ranks, "why": why}
     return dist_backend_decision(recs)
 

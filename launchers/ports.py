@@ -1,9 +1,10 @@
 """The master port: one chooser for every backend (local, SSH, a Slurm node).
 
-The default port is derived from a key (the run id, or the Slurm job id), so it is stable across the attempts
-of a run; when it is taken the next candidates are derived from "<key>:<i>". --master-port is taken as given.
-Stdlib only (a Slurm node imports this on its way to torchrun).
+The default port is derived from a key (the run id, or the Slurm job id), so it is stable across the
+attempts of a run; when it is taken the next candidates are derived from "<key>:<i>". --master-port
+is taken as given. Stdlib only (a Slurm node imports this on its way to torchrun).
 """
+
 from __future__ import annotations
 
 import functools
@@ -16,7 +17,7 @@ TRIES = 32
 
 
 EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
-MIN_WINDOW = 4096            # ports left outside the ephemeral range that are enough to derive from
+MIN_WINDOW = 4096  # ports left outside the ephemeral range that are enough to derive from
 
 
 @functools.lru_cache(maxsize=1)
@@ -31,9 +32,10 @@ def _ephemeral() -> tuple[int, int] | None:
 
 
 def window(ephemeral: tuple[int, int] | None = None) -> tuple[int, int]:
-    """[low, high): [20000, 60000) less the kernel's ephemeral range (ip_local_port_range) when what is left below
-    or above it is at least MIN_WINDOW wide. A port in that range may be given to any outgoing connection between
-    our probe and the agent's bind (seen under the test suite's load: EADDRINUSE on a free-probed derived port)."""
+    """[low, high): [20000, 60000) less the kernel's ephemeral range (ip_local_port_range) when what
+    is left below or above it is at least MIN_WINDOW wide. A port in that range may be given to any
+    outgoing connection between our probe and the agent's bind (seen under the test suite's load:
+    EADDRINUSE on a free-probed derived port)."""
     ephemeral = ephemeral or _ephemeral()
     if ephemeral is None:
         return PORT_LOW, PORT_HIGH
@@ -46,8 +48,10 @@ def window(ephemeral: tuple[int, int] | None = None) -> tuple[int, int]:
 
 
 def derive_port(key: str) -> int:
-    """A port in window() (within [20000, 60000)) that is stable for a given run id (or Slurm job id) on a machine."""
+    """A port in window() (within [20000, 60000)) that is stable for a given run id (or Slurm job
+    id) on a machine."""
     import hashlib  # here: the Slurm nodes import this module on their way to torchrun
+
     low, high = window()
     h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
     return low + h % (high - low)
@@ -69,15 +73,19 @@ def port_free(addr: str, port: int) -> bool:
 
 
 def choose_port(key: str, fixed: int | None, probe_addr: str | None) -> int:
-    """`fixed` (--master-port) if given -- it must be free where probed --, else the first free candidate.
-    Without a probe address (nothing to probe from here) the first candidate."""
+    """`fixed` (--master-port) if given -- it must be free where probed --, else the first free
+    candidate. Without a probe address (nothing to probe from here) the first candidate."""
     if fixed is not None:
         if probe_addr and not port_free(probe_addr, fixed):
-            raise LaunchError(f"--master-port {fixed} is in use on {probe_addr}; pick another or omit it")
+            raise LaunchError(
+                f"--master-port {fixed} is in use on {probe_addr}; pick another or omit it"
+            )
         return fixed
     for port in candidates(key):
         if probe_addr is None or port_free(probe_addr, port):
             return port
     low, high = window()
-    raise LaunchError(f"no free master port on {probe_addr} among {TRIES} derived from {key!r} "
-                      f"({low}-{high - 1}); give --master-port")
+    raise LaunchError(
+        f"no free master port on {probe_addr} among {TRIES} derived from {key!r} "
+        f"({low}-{high - 1}); give --master-port"
+    )

@@ -1,5 +1,6 @@
-"""`python -m launchers.remote ...`: the entry name every rendered command uses (the SSH hosts' lines, the dry-run)
-for launchers.nodeagent; nothing imports this module."""
+"""`python -m launchers.remote ...`: the entry name every rendered command uses (the SSH hosts'
+lines, the dry-run) for launchers.nodeagent; nothing imports this module."""
+
 import sys
 
 from .nodeagent import main

@@ -1,11 +1,13 @@
 """What `launch` shows people: tables and progress lines.
 
-Tables (`launch list`, `launch status`): on a terminal, rich tables; otherwise (a pipe, a file) plain text with
-aligned columns; `--json` is the CLI's and never comes here. rich is imported only when the stream is a
-terminal, so scripts and pipes never pay for it (and a missing rich falls back to the plain text).
-Progress (waiting in the Slurm queue, SSH preflight, file collection): one line on stderr per change, the
-same on a terminal and in a log -- never a spinner. Stdlib only otherwise; reads nothing but what it is given.
+Tables (`launch list`, `launch status`): on a terminal, rich tables; otherwise (a pipe, a file)
+plain text with aligned columns; `--json` is the CLI's and never comes here. rich is imported only
+when the stream is a terminal, so scripts and pipes never pay for it (and a missing rich falls back
+to the plain text). Progress (waiting in the Slurm queue, SSH preflight, file collection): one line
+on stderr per change, the same on a terminal and in a log -- never a spinner. Stdlib only otherwise;
+reads nothing but what it is given.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,14 +18,18 @@ from typing import Any, Sequence, TextIO
 from .frozen.extcache import line
 
 KV = re.compile(r"^([a-z][a-z ]{0,20}):\s+(.*)$")
-# terminal control: CSI (ESC [ or C1 0x9b ... final), OSC/DCS/APC/PM/SOS strings (to BEL or ST), other ESC
-# sequences, and every C0/C1 control but tab and newline (issue 35: names, reasons and log lines are data)
-CONTROL = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?|(?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f])[^\x07\x1b\x9c]*"
-                     r"(?:\x07|\x1b\\|\x9c)?|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# terminal control: CSI (ESC [ or C1 0x9b ... final), OSC/DCS/APC/PM/SOS strings (to BEL or ST),
+# other ESC sequences, and every C0/C1 control but tab and newline (issue 35: names, reasons and log
+# lines are data)
+CONTROL = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?|(?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f])[^\x07\x1b\x9c]*"
+    r"(?:\x07|\x1b\\|\x9c)?|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
 
 
 def clean(text: Any) -> str:
-    """text as people may see it on a terminal: its control sequences removed (tab and newline kept)."""
+    """text as people may see it on a terminal: its control sequences removed (tab and newline
+    kept)."""
     return CONTROL.sub("", str(text))
 
 
@@ -59,6 +65,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | N
         out.write(plain_table(headers, rows))
         return
     from rich.table import Table
+
     t = Table(*headers, header_style="bold", pad_edge=False)
     for r in rows:
         t.add_row(*(clean(c) for c in r))
@@ -66,17 +73,25 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | N
 
 
 def status(text: str, out: TextIO | None = None) -> None:
-    """`launch status`'s text (api.format_status): as is when not a terminal; on one, its `key: value` lines
-    as a two-column grid and its per-rank block (a header line of upper-case words) as a table."""
+    """`launch status`'s text (api.format_status): as is when not a terminal; on one, its `key:
+    value` lines as a two-column grid and its per-rank block (a header line of upper-case words) as
+    a table."""
     out, text = out or sys.stdout, clean(text)
     console = _rich(out)
     if console is None:
         out.write(text + "\n")
         return
     from rich.table import Table
+
     lines = text.splitlines()
-    head = next((i for i, ln in enumerate(lines) if len(ln.split()) > 2 and ln.split()[0].isupper() and ":" not in ln),
-                len(lines))
+    head = next(
+        (
+            i
+            for i, ln in enumerate(lines)
+            if len(ln.split()) > 2 and ln.split()[0].isupper() and ":" not in ln
+        ),
+        len(lines),
+    )
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
@@ -87,13 +102,14 @@ def status(text: str, out: TextIO | None = None) -> None:
     if head < len(lines):
         names = lines[head].split()
         t = Table(*names, header_style="bold", pad_edge=False)
-        for ln in lines[head + 1:]:
-            t.add_row(*ln.split(None, len(names) - 1))     # the last column may hold words (FLAGS)
+        for ln in lines[head + 1 :]:
+            t.add_row(*ln.split(None, len(names) - 1))  # the last column may hold words (FLAGS)
         console.print(t)
 
 
 class Progress:
-    """Progress lines on stderr ("launch: ..."), each printed once: a key's line again only when it changed."""
+    """Progress lines on stderr ("launch: ..."), each printed once: a key's line again only when it
+    changed."""
 
     def __init__(self, out: TextIO | None = None):
         self.out = out
@@ -108,32 +124,47 @@ class Progress:
         out.flush()
 
     def run(self, st: dict[str, Any], node_records: dict[int, dict[str, Any]]) -> None:
-        """A run being waited for: its state (with Slurm's state and pending reason), then each node as its
-        record says it started (Slurm nodes write one when their agent starts)."""
+        """A run being waited for: its state (with Slurm's state and pending reason), then each node
+        as its record says it started (Slurm nodes write one when their agent starts)."""
         job = st.get("slurm_job_id")
         what = f"slurm job {job}" if job else "run"
         state = st.get("state", "?")
         if state in ("COMPLETED", "FAILED", "CANCELLED"):
-            return                      # the end line says it
+            return  # the end line says it
         slurm = st.get("slurm_state")
-        why = (st.get("reason") or st.get("slurm_reason")) if slurm == "PENDING" else st.get("reason")   # in words
-        detail = "; ".join(x for x in ((f"Slurm {slurm}" if slurm and slurm != state else ""),
-                                       (f"reason: {why}" if why and why != "None" else "")) if x)
+        # in words
+        why = (
+            (st.get("reason") or st.get("slurm_reason")) if slurm == "PENDING" else st.get("reason")
+        )
+        detail = "; ".join(
+            x
+            for x in (
+                (f"Slurm {slurm}" if slurm and slurm != state else ""),
+                (f"reason: {why}" if why and why != "None" else ""),
+            )
+            if x
+        )
         self.say("state", f"{what} {state}" + (f" ({detail})" if detail else ""))
         for k, rec in sorted(node_records.items()):
             if rec.get("state") == "RUNNING":
                 self.say(f"node{k}", f"node {k} started on {rec.get('host', '?')}")
-        if (dist := st.get("dist_backend") or {}).get("complete"):     # decided on the nodes (nodebackend)
+        # decided on the nodes (nodebackend)
+        if (dist := st.get("dist_backend") or {}).get("complete"):
             self.say("dist", f"--dist-backend auto -> {dist['verdict']}")
-        for b in st.get("building") or []:      # a torch extension build (launchers.frozen.extcache): every 15 s at most
-            self.say(f"build{b['node']}{b['name']}", line(b["node"], b["name"], b["secs"] // 15 * 15))
+        # a torch extension build (launchers.frozen.extcache): every 15 s at most
+        for b in st.get("building") or []:
+            self.say(
+                f"build{b['node']}{b['name']}", line(b["node"], b["name"], b["secs"] // 15 * 15)
+            )
 
 
 def counted(what: str, total: int, out: TextIO | None = None, terminal_only: bool = False):
-    """A thread-safe callback(name, word) printing "launch: <what> k/N: <name> <word>" as each of N parts ends
-    (SSH hosts answering the preflight, hosts' files collected). terminal_only: silent unless the stream is a
-    terminal (a preflight that fails must leave its one-line error alone in a log)."""
+    """A thread-safe callback(name, word) printing "launch: <what> k/N: <name> <word>" as each of N
+    parts ends (SSH hosts answering the preflight, hosts' files collected). terminal_only: silent
+    unless the stream is a terminal (a preflight that fails must leave its one-line error alone in a
+    log)."""
     import threading
+
     lock, seen = threading.Lock(), [0]
     stream = out or sys.stderr
     live = not terminal_only or is_terminal(stream)
@@ -144,4 +175,5 @@ def counted(what: str, total: int, out: TextIO | None = None, terminal_only: boo
             if live:
                 stream.write(f"launch: {what} {seen[0]}/{total}: {name} {word}\n")
                 stream.flush()
+
     return say

@@ -1,19 +1,22 @@
-"""--warm-spares (issue 37 item 2): a node's torchrun agent and its ranks' programs forked from a python that has
-torch imported already, instead of started cold. This is the client side; stdlib only.
+"""--warm-spares (issue 37 item 2): a node's torchrun agent and its ranks' programs forked from a
+python that has torch imported already, instead of started cold. This is the client side; stdlib
+only.
 
-Each node slot of the run's pool (the active nodes and the spares) has a zygote (launchers.nodeside.zygote): a
-python of the job's that imported torch once and listens on a Unix socket in a private directory of the user's
-(SOCKET_ENV; /tmp/launch-warm-<uid>/<run>-s<slot>.sock). Two clients use it:
-- the node's command, `python -m launchers.warmfork -- python -m torch.distributed.run ...`: the agent is forked
-  from the zygote; this process stands in for it (stop signals passed on; it ends as the agent ended, with its
-  exit status or its signal);
+Each node slot of the run's pool (the active nodes and the spares) has a zygote
+(launchers.nodeside.zygote): a python of the job's that imported torch once and listens on a Unix
+socket in a private directory of the user's (SOCKET_ENV; /tmp/launch-warm-<uid>/<run>-s<slot>.sock).
+Two clients use it:
+- the node's command, `python -m launchers.warmfork -- python -m torch.distributed.run ...`: the
+  agent is forked from the zygote; this process stands in for it (stop signals passed on; it ends as
+  the agent ended, with its exit status or its signal);
 - the rank wrapper (launchers.rankexec): each program is forked from the zygote (`Warm.spawn`).
-A client that finds no zygote (not started yet, still importing torch, gone, refusing) starts its command cold:
-warm is never a reason to fail. A forked process's environment, as /proc shows it, is its own (the zygote keeps
-room for it), with FORKED_ENV=agent|program: the sweeps, the hang sampler and `launch cancel` find it as they
-find a cold one. The zygote's fork that waits for it (the session) kills its process group when the client
-goes away, as PR_SET_PDEATHSIG would.
+A client that finds no zygote (not started yet, still importing torch, gone, refusing) starts its
+command cold: warm is never a reason to fail. A forked process's environment, as /proc shows it, is
+its own (the zygote keeps room for it), with FORKED_ENV=agent|program: the sweeps, the hang sampler
+and `launch cancel` find it as they find a cold one. The zygote's fork that waits for it (the
+session) kills its process group when the client goes away, as PR_SET_PDEATHSIG would.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +29,15 @@ import struct
 import sys
 
 SOCKET_ENV = "LAUNCH_WARM_SOCKET"
-FORKED_ENV = "LAUNCH_WARM_FORKED"          # agent | program: in the environment of a process forked warm
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+FORKED_ENV = "LAUNCH_WARM_FORKED"  # agent | program: in the environment of a process forked warm
+STOPS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 MAX_REQUEST = 1 << 22
 
 
@@ -37,13 +47,16 @@ def socket_dir() -> str:
 
 def socket_path(run_id: str, slot: int) -> str:
     """A node slot's zygote socket (short: a run id of any length fits sun_path)."""
-    import hashlib  # here: the warm launcher's client imports this module, and never needs OpenSSL (~3 ms)
+    # here: the warm launcher's client imports this module, and never needs OpenSSL (~3 ms)
+    import hashlib
+
     key = hashlib.sha256(run_id.encode()).hexdigest()[:16]
     return os.path.join(socket_dir(), f"{key}-s{slot}.sock")
 
 
 def private_dir(d: str, make: bool = False) -> bool:
-    """d is a real directory of this user's that no one else may enter (made so when make and missing)."""
+    """d is a real directory of this user's that no one else may enter (made so when make and
+    missing)."""
     if make:
         with contextlib.suppress(OSError):
             os.mkdir(d, 0o700)
@@ -59,7 +72,8 @@ def peer_uid(s: socket.socket) -> int:
 
 
 def send(s: socket.socket, req: dict, fds: list[int]) -> None:
-    """A request (with this process's umask) and fds over a connected Unix socket (receive() reads it)."""
+    """A request (with this process's umask) and fds over a connected Unix socket (receive() reads
+    it)."""
     mask = os.umask(0)
     os.umask(mask)
     body = json.dumps(dict(req, umask=mask)).encode()
@@ -69,7 +83,8 @@ def send(s: socket.socket, req: dict, fds: list[int]) -> None:
 
 
 def receive(conn: socket.socket, nfds: int) -> tuple[dict, list[int]]:
-    """The request and its nfds fds, only from this user (ValueError, OSError: refused; no fd left open)."""
+    """The request and its nfds fds, only from this user (ValueError, OSError: refused; no fd left
+    open)."""
     fds: list[int] = []
     try:
         data, fds, _flags, _addr = socket.recv_fds(conn, 65536, nfds)
@@ -92,8 +107,8 @@ def receive(conn: socket.socket, nfds: int) -> tuple[dict, list[int]]:
 
 
 def accept(conn: socket.socket, nfds: int, check=lambda req: None) -> tuple[dict, list[int]] | None:
-    """A server's side of one request: (it, its fds), or None once answered `no` (not this user's, malformed,
-    or check(req) raised ValueError/KeyError/TypeError)."""
+    """A server's side of one request: (it, its fds), or None once answered `no` (not this user's,
+    malformed, or check(req) raised ValueError/KeyError/TypeError)."""
     conn.settimeout(10)
     try:
         req, fds = receive(conn, nfds)
@@ -113,8 +128,8 @@ def accept(conn: socket.socket, nfds: int, check=lambda req: None) -> tuple[dict
 
 
 def fork_session(sock: socket.socket, fds: list[int], session) -> None:
-    """A server's fork for one accepted request: it runs session() and exits (1 if that raised; it never returns
-    into the server's loop); the server closes its copies of the request's fds."""
+    """A server's fork for one accepted request: it runs session() and exits (1 if that raised; it
+    never returns into the server's loop); the server closes its copies of the request's fds."""
     if os.fork() == 0:
         code = 0
         try:
@@ -128,10 +143,12 @@ def fork_session(sock: socket.socket, fds: list[int], session) -> None:
         os.close(fd)
 
 
-def request(path: str | None, kind: str, argv: list[str], fds: list[int], env: dict[str, str],
-            cwd: str) -> tuple[socket.socket, int] | None:
-    """Ask the zygote at path to fork argv (`python [-u] -m MOD ...` or `python [-u] FILE ...`) with fds as its
-    0, 1, 2, env, cwd and this umask: (the connection, its pid), or None (nothing was started: start it cold)."""
+def request(
+    path: str | None, kind: str, argv: list[str], fds: list[int], env: dict[str, str], cwd: str
+) -> tuple[socket.socket, int] | None:
+    """Ask the zygote at path to fork argv (`python [-u] -m MOD ...` or `python [-u] FILE ...`) with
+    fds as its 0, 1, 2, env, cwd and this umask: (the connection, its pid), or None (nothing was
+    started: start it cold)."""
     if not path or not private_dir(os.path.dirname(path)):
         return None
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -141,13 +158,13 @@ def request(path: str | None, kind: str, argv: list[str], fds: list[int], env: d
             raise OSError("not ours")
         s.settimeout(10)
         s.connect(path)
-        if peer_uid(s) != os.getuid():              # a listener swapped in: it is sent nothing (env: secrets)
+        if peer_uid(s) != os.getuid():  # a listener swapped in: it is sent nothing (env: secrets)
             raise OSError("not ours")
         send(s, {"kind": kind, "argv": argv, "cwd": cwd, "env": env}, fds)
         first = _line(s).split()
         if first[:1] != [b"pid"]:
             raise OSError("refused")
-        s.sendall(b"g")                             # the go: the zygote's worker runs only once we hold its pid
+        s.sendall(b"g")  # the go: the zygote's worker runs only once we hold its pid
         s.settimeout(None)
     except OSError:
         s.close()
@@ -156,8 +173,8 @@ def request(path: str | None, kind: str, argv: list[str], fds: list[int], env: d
 
 
 def _line(s: socket.socket) -> bytes:
-    """One line, byte by byte: a buffered read could take the `exit` line after it too (a program that ends at once),
-    which read_exit() must find on the socket."""
+    """One line, byte by byte: a buffered read could take the `exit` line after it too (a program
+    that ends at once), which read_exit() must find on the socket."""
     line = b""
     while not line.endswith(b"\n") and len(line) < 64:
         chunk = s.recv(1)
@@ -168,8 +185,8 @@ def _line(s: socket.socket) -> bytes:
 
 
 def read_exit(s: socket.socket, block: bool) -> int | None:
-    """The forked process's end from its session: its exit code (-N: signal N), None while it runs; a session
-    gone without a word reads as SIGKILL."""
+    """The forked process's end from its session: its exit code (-N: signal N), None while it runs;
+    a session gone without a word reads as SIGKILL."""
     s.setblocking(block)
     try:
         line = b""
@@ -190,7 +207,9 @@ def read_exit(s: socket.socket, block: bool) -> int | None:
 
 
 class Warm:
-    """A program forked warm for the rank wrapper: pid, poll() (its exit code or None), kill_wait()."""
+    """A program forked warm for the rank wrapper: pid, poll() (its exit code or None),
+    kill_wait()."""
+
     warm = True
 
     def __init__(self, conn: socket.socket, pid: int) -> None:
@@ -200,7 +219,14 @@ class Warm:
     def spawn(cls, argv: list[str], fd: int, env: dict[str, str], cwd: str) -> "Warm | None":
         null = os.open(os.devnull, os.O_RDONLY)
         try:
-            got = request(env.get(SOCKET_ENV), "program", [sys.executable, "-u", *argv], [null, fd, fd], env, cwd)
+            got = request(
+                env.get(SOCKET_ENV),
+                "program",
+                [sys.executable, "-u", *argv],
+                [null, fd, fd],
+                env,
+                cwd,
+            )
         finally:
             os.close(null)
         return cls(*got) if got else None
@@ -219,8 +245,11 @@ class Warm:
 
 
 def stand_in(argv: list[str]) -> int:
-    """The node's command: the agent forked warm, this process ending as it ends; cold (exec) without a zygote."""
-    got = request(os.environ.get(SOCKET_ENV), "agent", argv, [0, 1, 2], dict(os.environ), os.getcwd())
+    """The node's command: the agent forked warm, this process ending as it ends; cold (exec)
+    without a zygote."""
+    got = request(
+        os.environ.get(SOCKET_ENV), "agent", argv, [0, 1, 2], dict(os.environ), os.getcwd()
+    )
     if got is None:
         os.execv(argv[0], argv)
     conn, pid = got
@@ -228,10 +257,11 @@ def stand_in(argv: list[str]) -> int:
     def forward(sig, _frame):
         with contextlib.suppress(OSError):
             os.kill(pid, sig)
+
     for sig in STOPS:
         signal.signal(sig, forward)
     code = read_exit(conn, block=True)
-    if code < 0:                                   # die as the agent died: the backend reads its signal
+    if code < 0:  # die as the agent died: the backend reads its signal
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code

@@ -1,27 +1,33 @@
-"""A warm `launch slurm`: a resident copy of the launcher, its modules imported, that runs a submit in a fresh fork.
+"""A warm `launch slurm`: a resident copy of the launcher, its modules imported, that runs a submit
+in a fresh fork.
 
-What a `launch slurm` submit spends before `sbatch` is mostly the interpreter importing the launcher, click, yaml
-and submitit (~130 ms, against ~40 ms of work and ~10 ms of sbatch). So after a submit run in-process, the launcher
-leaves a *warm server* behind (a detached process, this module's `serve`): it imports all of that once and waits on
-a Unix socket; the next `launch slurm` (entry.main, before it imports anything else) hands it the command (argv,
-working directory, environment, umask and its stdin/stdout/stderr, passed as file descriptors), and the server
-forks a worker that runs the command exactly as the launcher would in-process. The client forwards Ctrl-C and
-other signals to the worker and exits with its exit status.
+What a `launch slurm` submit spends before `sbatch` is mostly the interpreter importing the
+launcher, click, yaml and submitit (~130 ms, against ~40 ms of work and ~10 ms of sbatch). So after
+a submit run in-process, the launcher leaves a *warm server* behind (a detached process, this
+module's `serve`): it imports all of that once and waits on a Unix socket; the next `launch slurm`
+(entry.main, before it imports anything else) hands it the command (argv, working directory,
+environment, umask and its stdin/stdout/stderr, passed as file descriptors), and the server forks a
+worker that runs the command exactly as the launcher would in-process. The client forwards Ctrl-C
+and other signals to the worker and exits with its exit status.
 
 What keeps it honest:
-  * one server per user, host and code: the socket lies in the user's state dir (`warm/`, 0700, the user's), named
-    by the host and a fingerprint of the interpreter, sys.path, the launcher's source files (sizes, mtimes), the
-    site directories' mtimes (a package installed or upgraded), the user's groups, the PYTHON*/locale
-    environment, the process's namespaces (a client in a container is never served outside it) and limits. A
-    server whose files changed on disk exits; the client of other code finds no socket.
-  * each command runs in a fork of a server that never ran one itself: no state of one launch reaches another.
-  * the client uses only a socket in a directory that is its own and private, served by a process of its own user
-    (SO_PEERCRED, checked before anything is sent), and the server serves only its own user; a client whose
-    request was refused or never answered runs the command in-process. Nothing runs twice: the worker starts
-    only after the client holds its pid.
-  * it idles out after IDLE_S seconds; LAUNCH_WARM=0 neither uses nor leaves one (the tests' default).
+  * one server per user, host and code: the socket lies in the user's state dir (`warm/`, 0700, the
+    user's), named by the host and a fingerprint of the interpreter, sys.path, the launcher's source
+    files (sizes, mtimes), the site directories' mtimes (a package installed or upgraded), the
+    user's groups, the PYTHON*/locale environment, the process's namespaces (a client in a container
+    is never served outside it) and limits. A server whose files changed on disk exits; the client
+    of other code finds no socket.
+  * each command runs in a fork of a server that never ran one itself: no state of one launch
+    reaches another.
+  * the client uses only a socket in a directory that is its own and private, served by a process of
+    its own user (SO_PEERCRED, checked before anything is sent), and the server serves only its own
+    user; a client whose request was refused or never answered runs the command in-process. Nothing
+    runs twice: the worker starts only after the client holds its pid.
+  * it idles out after IDLE_S seconds; LAUNCH_WARM=0 neither uses nor leaves one (the tests'
+    default).
 Stdlib only until the server imports the launcher.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,13 +43,26 @@ from .frozen.statcache import state_dir
 from .warmfork import accept, fork_session, peer_uid, private_dir, send
 
 IDLE_S = 600
-CHECK_S = 5.0                 # how often an idle server looks whether its code changed
-MAX_PATH = 104                # sun_path is 108 bytes with its NUL; a longer path goes through /proc/self/fd
-NAMESPACES = ("mnt", "pid", "net", "uts", "user", "ipc")     # a client in a container is not served outside it
-LIMITS = (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CORE,
-          resource.RLIMIT_STACK)
-PRELOAD = ("launchers.cli", "launchers.api", "launchers.pipeline", "launchers.backends.slurm.backend",
-           "launchers.backends.slurm.submit", "launchers.backends.slurm.task", "submitit.slurm.slurm")
+CHECK_S = 5.0  # how often an idle server looks whether its code changed
+MAX_PATH = 104  # sun_path is 108 bytes with its NUL; a longer path goes through /proc/self/fd
+# a client in a container is not served outside it
+NAMESPACES = ("mnt", "pid", "net", "uts", "user", "ipc")
+LIMITS = (
+    resource.RLIMIT_NOFILE,
+    resource.RLIMIT_NPROC,
+    resource.RLIMIT_AS,
+    resource.RLIMIT_CORE,
+    resource.RLIMIT_STACK,
+)
+PRELOAD = (
+    "launchers.cli",
+    "launchers.api",
+    "launchers.pipeline",
+    "launchers.backends.slurm.backend",
+    "launchers.backends.slurm.submit",
+    "launchers.backends.slurm.task",
+    "submitit.slurm.slurm",
+)
 
 
 def enabled() -> bool:
@@ -53,15 +72,30 @@ def enabled() -> bool:
 def fingerprint() -> str:
     """What a server's imported code and interpreter state depend on (see the module doc)."""
     try:
-        from _blake2 import blake2b as digest  # not hashlib: its OpenSSL would cost every client ~3 ms
+        # not hashlib: its OpenSSL would cost every client ~3 ms
+        from _blake2 import blake2b as digest
     except ImportError:
         from hashlib import blake2b as digest
     h = digest(digest_size=20)
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_")) or k == "LANG")
-    h.update(repr((sys.executable, sys.path, tuple(sys.flags), os.getuid(), os.getgid(), sorted(os.getgroups()), env,
-                   [_readlink(f"/proc/self/ns/{n}") for n in NAMESPACES],
-                   [resource.getrlimit(r) for r in LIMITS])).encode())
-    for p in sys.path:                    # a package installed, upgraded or removed changes its site dir
+    env = sorted(
+        (k, v) for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_")) or k == "LANG"
+    )
+    h.update(
+        repr(
+            (
+                sys.executable,
+                sys.path,
+                tuple(sys.flags),
+                os.getuid(),
+                os.getgid(),
+                sorted(os.getgroups()),
+                env,
+                [_readlink(f"/proc/self/ns/{n}") for n in NAMESPACES],
+                [resource.getrlimit(r) for r in LIMITS],
+            )
+        ).encode()
+    )
+    for p in sys.path:  # a package installed, upgraded or removed changes its site dir
         if os.path.basename(p) in ("site-packages", "dist-packages"):
             with contextlib.suppress(OSError):
                 h.update(f"{p}:{os.stat(p).st_mtime_ns}".encode())
@@ -84,7 +118,7 @@ def _readlink(p: str) -> str:
         return ""
 
 
-_mine: list[str | None] = []        # this client's socket path: run() and spawn() walk the package once
+_mine: list[str | None] = []  # this client's socket path: run() and spawn() walk the package once
 
 
 def socket_path(fp: str | None = None) -> str | None:
@@ -99,8 +133,8 @@ def socket_path(fp: str | None = None) -> str | None:
 
 @contextlib.contextmanager
 def address(path: str):
-    """path as a socket address that fits sun_path: itself, or, in a deep state dir, the same file reached through
-    /proc/self/fd/N of its directory (open while the caller binds or connects)."""
+    """path as a socket address that fits sun_path: itself, or, in a deep state dir, the same file
+    reached through /proc/self/fd/N of its directory (open while the caller binds or connects)."""
     if len(os.fsencode(path)) <= MAX_PATH:
         yield path
         return
@@ -113,9 +147,10 @@ def address(path: str):
 
 # ---- the client (entry.main, before anything else is imported) ----
 
+
 def run(argv: list[str]) -> int | None:
-    """Run `argv` in the warm server: its exit status; None when there is none to use or it refused the command
-    (nothing ran: run it in-process)."""
+    """Run `argv` in the warm server: its exit status; None when there is none to use or it refused
+    the command (nothing ran: run it in-process)."""
     path = socket_path()
     if path is None or not private_dir(os.path.dirname(path)):
         return None
@@ -126,7 +161,8 @@ def run(argv: list[str]) -> int | None:
             return None
         with address(path) as addr:
             s.connect(addr)
-        if peer_uid(s) != os.getuid():    # whoever swapped a directory in between gets nothing (env: secrets)
+        # whoever swapped a directory in between gets nothing (env: secrets)
+        if peer_uid(s) != os.getuid():
             s.close()
             return None
         send(s, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, [0, 1, 2])
@@ -143,9 +179,11 @@ def run(argv: list[str]) -> int | None:
 
 def _wait(s: socket.socket, f, pid: int) -> int:
     """Forward signals to the worker until it ends; its exit status."""
+
     def forward(sig, _frame):
         with contextlib.suppress(OSError):
             os.kill(pid, sig)
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, forward)
     try:
@@ -155,30 +193,42 @@ def _wait(s: socket.socket, f, pid: int) -> int:
     s.close()
     if last[:1] == [b"exit"]:
         return int(last[1])
-    print(f"launch: error: the warm launcher's worker (pid {pid}) ended without an exit status; see `launch list` "
-          f"for what it submitted", file=sys.stderr)
+    print(
+        f"launch: error: the warm launcher's worker (pid {pid}) ended without an exit status; "
+        "see `launch list` for what it submitted",
+        file=sys.stderr,
+    )
     return 1
 
 
 def spawn() -> None:
     """Leave a warm server behind (detached, its own session); silent when it cannot."""
     import subprocess
+
     path = socket_path()
     if path is None:
         return
     with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         if private_dir(os.path.dirname(path)):
-            subprocess.Popen([sys.executable, "-m", "launchers.warmstart", path, json.dumps(sys.path)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True, close_fds=True, cwd="/")
+            subprocess.Popen(
+                [sys.executable, "-m", "launchers.warmstart", path, json.dumps(sys.path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                cwd="/",
+            )
 
 
 # ---- the server (`python -m launchers.warmstart SOCKET`, started by spawn()) ----
 
+
 def serve(path: str) -> None:
     import importlib
     import time
+
     fp = fingerprint()
     if path != socket_path(fp) or not private_dir(os.path.dirname(path)):
         return
@@ -187,7 +237,7 @@ def serve(path: str) -> None:
     sock = _bind(path)
     if sock is None:
         return
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))      # the socket file goes with the server
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the socket file goes with the server
     ino = os.stat(path).st_ino
     idle_since = time.monotonic()
     try:
@@ -198,7 +248,11 @@ def serve(path: str) -> None:
             try:
                 conn, _ = sock.accept()
             except socket.timeout:
-                if time.monotonic() - idle_since > IDLE_S or fingerprint() != fp or not os.path.exists(path):
+                if (
+                    time.monotonic() - idle_since > IDLE_S
+                    or fingerprint() != fp
+                    or not os.path.exists(path)
+                ):
                     return
                 continue
             idle_since = time.monotonic()
@@ -206,13 +260,15 @@ def serve(path: str) -> None:
                 _accept(sock, conn)
     finally:
         with contextlib.suppress(OSError):
-            if os.stat(path).st_ino == ino:       # still this server's socket file (not a newer server's)
+            # still this server's socket file (not a newer server's)
+            if os.stat(path).st_ino == ino:
                 os.unlink(path)
         sock.close()
 
 
 def _bind(path: str) -> socket.socket | None:
-    """Listen on path; None when another live server holds it. A socket file no server answers is replaced."""
+    """Listen on path; None when another live server holds it. A socket file no server answers is
+    replaced."""
     try:
         with address(path) as addr:
             return _listen(path, addr)
@@ -224,7 +280,7 @@ def _listen(path: str, addr: str) -> socket.socket | None:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(addr)
-        return None                       # a live server: it serves
+        return None  # a live server: it serves
     except FileNotFoundError:
         pass
     except ConnectionRefusedError:
@@ -249,7 +305,8 @@ def _accept(sock: socket.socket, conn: socket.socket) -> None:
     if got is None:
         return
     req, fds = got
-    fork_session(sock, fds, lambda: _session(conn, req, fds))   # it forks the worker, hands over its pid, its end
+    # it forks the worker, hands over its pid, its end
+    fork_session(sock, fds, lambda: _session(conn, req, fds))
 
 
 def _session(conn: socket.socket, req: dict, fds: list[int]) -> None:
@@ -258,7 +315,7 @@ def _session(conn: socket.socket, req: dict, fds: list[int]) -> None:
     if pid == 0:
         os.close(w)
         conn.close()
-        _worker(req, fds, r)              # never returns
+        _worker(req, fds, r)  # never returns
     os.close(r)
     for fd in fds:
         os.close(fd)
@@ -266,7 +323,7 @@ def _session(conn: socket.socket, req: dict, fds: list[int]) -> None:
         conn.sendall(f"pid {pid}\n".encode())
         os.write(w, b"g")
     finally:
-        os.close(w)                       # without the go the worker exits having run nothing
+        os.close(w)  # without the go the worker exits having run nothing
     status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
     conn.sendall(f"exit {code if code >= 0 else 128 - code}\n".encode())
@@ -275,6 +332,7 @@ def _session(conn: socket.socket, req: dict, fds: list[int]) -> None:
 def _worker(req: dict, fds: list[int], go: int) -> None:
     """The command, run as a fresh `launch` would run it in the client's place."""
     import atexit
+
     code = 1
     try:
         if os.read(go, 1) != b"g":
@@ -284,7 +342,8 @@ def _worker(req: dict, fds: list[int], go: int) -> None:
             os.dup2(fd, i)
             os.close(fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):     # SIGPIPE stays ignored, as Python sets it
+        # SIGPIPE stays ignored, as Python sets it
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_DFL)
         os.chdir(req["cwd"])
         os.environ.clear()
@@ -293,11 +352,17 @@ def _worker(req: dict, fds: list[int], go: int) -> None:
         sys.argv = list(req["argv"])
         sys.stdout.reconfigure(line_buffering=os.isatty(1))
         from .cli import main
+
         main()
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1])
+        code = (
+            e.code
+            if isinstance(e.code, int)
+            else (0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1])
+        )
     except BaseException as e:  # noqa: BLE001 (shown as the interpreter would show it)
         import traceback
+
         traceback.print_exc()
         code = 130 if isinstance(e, KeyboardInterrupt) else 1
     finally:
@@ -310,5 +375,6 @@ def _worker(req: dict, fds: list[int], go: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.path[:] = json.loads(sys.argv[2])     # the client's, its script's directory first (part of the fingerprint)
+    # the client's, its script's directory first (part of the fingerprint)
+    sys.path[:] = json.loads(sys.argv[2])
     serve(sys.argv[1])

@@ -3,6 +3,7 @@
 Torch-free: the launcher imports this. The NCCL version defaults to the one pip installed with
 torch (nvidia-nccl-cu* metadata), else the newest known rules.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,13 +27,25 @@ def select_version(nccl_version) -> tuple[int, int, int]:
 
 
 def check_min_nccl(presets, version) -> list[Finding]:
-    return [Finding("error", f"preset:{p.name}", vstr(p.min_nccl),
-                    f"needs NCCL >= {vstr(p.min_nccl)}; the selected NCCL is {vstr(version)}")
-            for p in presets if p.min_nccl and p.min_nccl > version]
+    return [
+        Finding(
+            "error",
+            f"preset:{p.name}",
+            vstr(p.min_nccl),
+            f"needs NCCL >= {vstr(p.min_nccl)}; the selected NCCL is {vstr(version)}",
+        )
+        for p in presets
+        if p.min_nccl and p.min_nccl > version
+    ]
 
 
-def resolve(preset_spec: str, run_dir: str | None = None, nccl_version=None, extra_dirs=(),
-            production: bool = True) -> tuple[dict, list[Finding]]:
+def resolve(
+    preset_spec: str,
+    run_dir: str | None = None,
+    nccl_version=None,
+    extra_dirs=(),
+    production: bool = True,
+) -> tuple[dict, list[Finding]]:
     """'moe,roce' -> (env, findings). Raises NcclTuningError (a ValueError, one line) for an
     unknown preset, a bad file, a conflict, or any error finding."""
     version = select_version(nccl_version)
@@ -41,8 +54,11 @@ def resolve(preset_spec: str, run_dir: str | None = None, nccl_version=None, ext
     env = P.expand(env, run_dir)
     if has_errors(findings):
         errors = [f for f in findings if f.severity == "error"]
-        more = f" (+{len(errors) - 1} more error(s); run: launch nccl check {preset_spec})" \
-            if len(errors) > 1 else ""
+        more = (
+            f" (+{len(errors) - 1} more error(s); run: launch nccl check {preset_spec})"
+            if len(errors) > 1
+            else ""
+        )
         raise NcclTuningError(f"NCCL preset {preset_spec}: {errors[0]}{more}")
     return env, findings
 
@@ -67,7 +83,7 @@ def parse_env_lines(text: str, source: str) -> dict:
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):].strip()
+            line = line[len("export ") :].strip()
         key, sep, value = line.partition("=")
         key = key.strip()
         if not sep or not P._NAME_RE.fullmatch(key):
@@ -104,8 +120,11 @@ def render(preset_spec: str, fmt: str = "env", run_dir: str | None = None, extra
         return _render_yaml(presets, env, reasons, preset_spec)
     lines = []
     if fmt == "sbatch":
-        lines += ["#!/bin/bash", f"# NCCL preset {title}",
-                  "# exported here, inherited by every srun step of the batch script"]
+        lines += [
+            "#!/bin/bash",
+            f"# NCCL preset {title}",
+            "# exported here, inherited by every srun step of the batch script",
+        ]
     else:
         lines.append(f"# NCCL preset {title}")
     if not env:
@@ -124,6 +143,7 @@ def render(preset_spec: str, fmt: str = "env", run_dir: str | None = None, extra
 
 def _render_yaml(presets, env, reasons, spec) -> str:
     import yaml
+
     if len(presets) == 1:
         p = presets[0]
         data = {"name": p.name, "description": p.description, "affects": list(p.affects)}
@@ -131,7 +151,10 @@ def _render_yaml(presets, env, reasons, spec) -> str:
             data["min_nccl"] = vstr(p.min_nccl)
     else:
         affects = sorted({a for p in presets for a in p.affects})
-        data = {"name": spec.replace(",", "+"),
-                "description": "; ".join(p.description for p in presets), "affects": affects}
+        data = {
+            "name": spec.replace(",", "+"),
+            "description": "; ".join(p.description for p in presets),
+            "affects": affects,
+        }
     data["vars"] = {n: {"value": v, "reason": reasons[n].split("] ", 1)[1]} for n, v in env.items()}
     return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)

@@ -14,6 +14,7 @@ sweep uses (0 with one block). Every result is checked exactly
 $LAUNCH_RUN_DIR/results.csv when run by `launch` (rank 0 writes it). Backend: nccl on CUDA, else
 gloo (results are labelled with the backend). Only the module's main() imports torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,10 @@ def parse_size(text: str) -> int:
     """'1K' -> 1024, '256M', '4096', '1GiB', '2KB' (binary units); anything else is an error."""
     m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
     if not m or int(m.group(1)) == 0:
-        raise NcclTuningError(f"size {text!r} is not a size (accepted: a positive number of bytes "
-                              f"with an optional K, M, G or T suffix, e.g. 1K, 256M)")
+        raise NcclTuningError(
+            f"size {text!r} is not a size (accepted: a positive number of bytes "
+            f"with an optional K, M, G or T suffix, e.g. 1K, 256M)"
+        )
     return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
@@ -54,8 +57,10 @@ def parse_ops(text: str) -> list[str]:
     ops = [o.strip() for o in text.split(",") if o.strip()]
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
-        raise NcclTuningError(f"--ops {text!r}: unknown op(s) {', '.join(bad) or '(none)'} "
-                              f"(accepted: {', '.join(OPS)})")
+        raise NcclTuningError(
+            f"--ops {text!r}: unknown op(s) {', '.join(bad) or '(none)'} "
+            f"(accepted: {', '.join(OPS)})"
+        )
     return ops
 
 
@@ -77,16 +82,23 @@ def element_count(op: str, nbytes: int, n: int, elem: int = 4) -> int:
 
 
 def _cli(argv):
-    ap = argparse.ArgumentParser(prog="python -m nccl_tuning.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m nccl_tuning.bench", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--min-bytes", default="1K")
     ap.add_argument("--max-bytes", default="1M")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=1, help="timed blocks of --iters (noise estimate)")
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="timed blocks of --iters (noise estimate)"
+    )
     ap.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
-    ap.add_argument("--out", default=None, help="results.csv path, or a directory for results.csv "
-                    "(default: $LAUNCH_RUN_DIR when set)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="results.csv path, or a directory for results.csv (default: $LAUNCH_RUN_DIR when set)",
+    )
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = os.environ.get("LAUNCH_RUN_DIR") or None
@@ -94,14 +106,17 @@ def _cli(argv):
         args.ops = parse_ops(args.ops)
         args.sizes = sizes(parse_size(args.min_bytes), parse_size(args.max_bytes))
         if args.warmup < 0 or args.iters < 1 or args.repeats < 1:
-            raise NcclTuningError(f"--warmup {args.warmup} / --iters {args.iters} / --repeats "
-                                  f"{args.repeats}: accepted are warmup >= 0, iters >= 1, repeats >= 1")
+            raise NcclTuningError(
+                f"--warmup {args.warmup} / --iters {args.iters} / --repeats "
+                f"{args.repeats}: accepted are warmup >= 0, iters >= 1, repeats >= 1"
+            )
     except NcclTuningError as e:
         ap.exit(2, f"launch: error: {e}\n")
     return args
 
 
 # ---- the torch part (only runs under torchrun) -------------------------------------------------
+
 
 def _pattern(torch, rank, count, device, salt=0):
     """Small integers (exact in float32 even when summed over many ranks)."""
@@ -137,7 +152,7 @@ class _Case:
             self.reset = lambda: None
         elif op == "reduce_scatter":
             self.inp, self.out = pat(rank, c * n), torch.zeros(c, device=device)
-            self.expect = sum(pat(r, c * n) for r in range(n))[rank * c:(rank + 1) * c]
+            self.expect = sum(pat(r, c * n) for r in range(n))[rank * c : (rank + 1) * c]
             scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
             self.run = lambda: scatter(self.out, self.inp)
             self.result = lambda: self.out
@@ -182,10 +197,14 @@ def main(argv=None) -> int:
     rank, n = dist.get_rank(), dist.get_world_size()
     rows, unsupported = [], {}
     if rank == 0:
-        print(f"# nccl_tuning.bench: backend {backend}, {n} ranks, float32, sum, "
-              f"warmup {args.warmup}, iters {args.iters}, repeats {args.repeats}")
-        print(f"# {'op':>14} {'size':>12} {'count':>10} {'time(us)':>10} {'algbw':>8} "
-              f"{'busbw':>8} {'#wrong':>7}")
+        print(
+            f"# nccl_tuning.bench: backend {backend}, {n} ranks, float32, sum, "
+            f"warmup {args.warmup}, iters {args.iters}, repeats {args.repeats}"
+        )
+        print(
+            f"# {'op':>14} {'size':>12} {'count':>10} {'time(us)':>10} {'algbw':>8} "
+            f"{'busbw':>8} {'#wrong':>7}"
+        )
     for op in args.ops:
         for nbytes in args.sizes:
             count = element_count(op, nbytes, n)
@@ -198,8 +217,11 @@ def main(argv=None) -> int:
             r = _row(torch, dist, op, count, n, timed, device, backend)
             rows.append(r)
             if rank == 0:
-                print(f"  {op:>14} {r['bytes']:>12} {count:>10} {r['time_us']:>10.1f} {r['algbw_gbps']:>8.3f} "
-                      f"{r['busbw_gbps']:>8.3f} {r['wrong']:>7}", flush=True)
+                print(
+                    f"  {op:>14} {r['bytes']:>12} {count:>10} {r['time_us']:>10.1f} "
+                    f"{r['algbw_gbps']:>8.3f} {r['busbw_gbps']:>8.3f} {r['wrong']:>7}",
+                    flush=True,
+                )
     if rank == 0:
         _summary(rows, unsupported, backend, args.out)
     dist.barrier()
@@ -208,9 +230,12 @@ def main(argv=None) -> int:
 
 
 def _device(torch, backend: str):
-    """-> (backend, device, sync): --backend auto is $LAUNCH_DIST_BACKEND, else nccl with CUDA, else gloo."""
+    """-> (backend, device, sync): --backend auto is $LAUNCH_DIST_BACKEND, else nccl with CUDA, else
+    gloo."""
     if backend == "auto":
-        backend = os.environ.get("LAUNCH_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+        backend = os.environ.get("LAUNCH_DIST_BACKEND") or (
+            "nccl" if torch.cuda.is_available() else "gloo"
+        )
     if backend == "nccl":
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
@@ -219,8 +244,8 @@ def _device(torch, backend: str):
 
 
 def _row(torch, dist, op: str, count: int, n: int, timed, device, backend: str) -> dict:
-    """One size's result row from _measure's (seconds, blocks, wrong): the slowest rank's times, every rank's
-    wrong elements."""
+    """One size's result row from _measure's (seconds, blocks, wrong): the slowest rank's times,
+    every rank's wrong elements."""
     elapsed, blocks, wrong = timed
     slowest = torch.tensor([elapsed, *blocks], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
@@ -232,14 +257,24 @@ def _row(torch, dist, op: str, count: int, n: int, timed, device, backend: str) 
     real_bytes = count * 4
     algbw = real_bytes / t_s / 1e9
     busbw = algbw * bus_factor(op, n)
-    return {"op": op, "bytes": real_bytes, "ranks": n, "time_us": t_s * 1e6,
-            "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong_total,
-            "backend": backend, "count": count, "dtype": "float32",
-            "spread_pct": spread}
+    return {
+        "op": op,
+        "bytes": real_bytes,
+        "ranks": n,
+        "time_us": t_s * 1e6,
+        "algbw_gbps": algbw,
+        "busbw_gbps": busbw,
+        "wrong": wrong_total,
+        "backend": backend,
+        "count": count,
+        "dtype": "float32",
+        "spread_pct": spread,
+    }
 
 
 def _summary(rows: list, unsupported: dict, backend: str, out) -> None:
-    """Rank 0's end: the ops the backend lacks, results.csv (--out), the count of results and wrong elements."""
+    """Rank 0's end: the ops the backend lacks, results.csv (--out), the count of results and wrong
+    elements."""
     for op, why in unsupported.items():
         print(f"# {op}: not supported by the {backend} backend here ({why})")
     if out:

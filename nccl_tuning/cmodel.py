@@ -1,14 +1,16 @@
 """Python models of NCCL's C string parsers, function by function (pure, torch-free).
 
-Each function mirrors one C function of NCCL's code as read at each tag (file:line in the docstring, "<tag>"
-meaning every tag read unless named). The C originals once compiled side by side agreed with these models on
-all 40,744 generated inputs; that agreement is kept as recorded verdicts (tests/data/nccl_verdicts.json,
-tests/test_nccl_cmodel.py), so a model that drifts from what NCCL's code does fails there.
+Each function mirrors one C function of NCCL's code as read at each tag (file:line in the docstring,
+"<tag>" meaning every tag read unless named). The C originals once compiled side by side agreed with
+these models on all 40,744 generated inputs; that agreement is kept as recorded verdicts
+(tests/data/nccl_verdicts.json, tests/test_nccl_cmodel.py), so a model that drifts from what NCCL's
+code does fails there.
 """
+
 from __future__ import annotations
 
-C_SPACE = " \t\n\v\f\r"            # isspace() in the C locale
-INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def strtok(text: str, delims: str) -> list[tuple[int, str]]:
@@ -31,7 +33,8 @@ def strtok(text: str, delims: str) -> list[tuple[int, str]]:
 def strcasecmp_eq(a: str, b: str) -> bool:
     """strcasecmp(a, b) == 0 in the C locale (ASCII letters only fold)."""
     return len(a) == len(b) and all(
-        x == y or (x.isascii() and y.isascii() and x.lower() == y.lower()) for x, y in zip(a, b))
+        x == y or (x.isascii() and y.isascii() and x.lower() == y.lower()) for x, y in zip(a, b)
+    )
 
 
 def strtoll(text: str) -> tuple[int, int, bool]:
@@ -44,7 +47,7 @@ def strtoll(text: str) -> tuple[int, int, bool]:
     neg = False
     if i < n and text[i] in "+-":
         neg, i = text[i] == "-", i + 1
-    if text[i:i + 2] in ("0x", "0X") and i + 2 < n and text[i + 2] in "0123456789abcdefABCDEF":
+    if text[i : i + 2] in ("0x", "0X") and i + 2 < n and text[i + 2] in "0123456789abcdefABCDEF":
         base, i = 16, i + 2
         digits = "0123456789abcdefABCDEF"
     elif i < n and text[i] == "0":
@@ -123,7 +126,7 @@ def parse_list_prefixed(value: str, prefixes, elems, start: list[int]):
             if pos != 0:
                 return out, ("first-prefix", entry)
             elem_list, prefix = prefix, None
-        if elem_list is None:             # first entry made only of ':': elemList[0] on NULL
+        if elem_list is None:  # first entry made only of ':': elemList[0] on NULL
             return out, ("crash", entry)
         unset = elem_list.startswith("^")
         if unset:
@@ -222,12 +225,13 @@ def get_level(value: str, names, old_levels) -> int | None:
             return i
     if value[:1] in tuple("0123456789"):
         old, _, _ = strtoll(value)
-        old = min(to_int(old), len(old_levels) - 1)     # strtol -> int oldLevel, clamped
-        return old_levels[old] if old >= 0 else None    # (a wrapped negative index is UB in C)
+        old = min(to_int(old), len(old_levels) - 1)  # strtol -> int oldLevel, clamped
+        return old_levels[old] if old >= 0 else None  # (a wrapped negative index is UB in C)
     return None
 
 
 # ---- NCCL_SOCKET_IFNAME / NCCL_IB_HCA: parseStringList, matchIfList and the readers' prefixes ----
+
 
 def atoi(text: str) -> int:
     """glibc atoi: (int) strtol(text, NULL, 10): leading C whitespace, one sign, decimal digits;
@@ -258,7 +262,7 @@ def parse_string_list_scan(value: str, max_list: int) -> list[tuple[str, int]]:
         c = value[i] if i < n else ""
         if c == ":":
             if name:
-                out.append((name, atoi(value[i + 1:])))
+                out.append((name, atoi(value[i + 1 :])))
                 name = ""
             while i < n and value[i] != ",":
                 i += 1
@@ -293,7 +297,8 @@ def parse_string_list_tok(value: str, max_list: int) -> list[tuple[str, int]]:
 
 def match_if(name: str, ref: str, exact: bool) -> bool:
     """matchIf (src/misc/utils.cc:171, 2.23.4-2.27.7:169, 2.30.7:220): exact -> strncmp over
-    strlen(name)+1, i.e. equal; else strncmp over strlen(ref): ref is a prefix of name (case-sensitive)."""
+    strlen(name)+1, i.e. equal; else strncmp over strlen(ref): ref is a prefix of name
+    (case-sensitive)."""
     return name == ref if exact else name.startswith(ref)
 
 
@@ -311,9 +316,9 @@ def match_if_list(name: str, port: int, entries, exact: bool) -> bool:
 
 
 def if_selector(value: str, max_list: int, parser: str) -> tuple[bool, bool, list]:
-    """The readers' prefixes (findInterfaces in src/misc/socket.cc, 2.30.7 src/os/linux.cc; ncclIbInit
-    in src/transport/net_ib.cc, 2.30.7 net_ib/init.cc): a leading '^' excludes (searchNot), then a
-    leading '=' makes names exact (searchExact); the rest is parseStringList's.
+    """The readers' prefixes (findInterfaces in src/misc/socket.cc, 2.30.7 src/os/linux.cc;
+    ncclIbInit in src/transport/net_ib.cc, 2.30.7 net_ib/init.cc): a leading '^' excludes
+    (searchNot), then a leading '=' makes names exact (searchExact); the rest is parseStringList's.
     -> (excluded, exact, [(name, port)])."""
     excluded = value.startswith("^")
     rest = value[1:] if excluded else value

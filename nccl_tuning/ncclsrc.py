@@ -1,12 +1,13 @@
 """NCCL facts per source tag, each with the file:line it was read from.
 
 The tags are the NCCL releases whose code was read (NVIDIA/nccl at each tag; the commits are in
-../shared/reference/nccl/README.md): read, never copied. A version between two tags is checked with the
-nearest tag at or below its major.minor (said in the output); below the oldest, with the oldest. Every fact
-below names its source line; CITES maps a rule key to {tag: line} in one file and the text that line holds
-(a reference for a reader checking it with `git show TAG:PATH`; the tables are cites_tuning, cites_params and
-cites_iflist); tests/test_nccl_rules.py pins the facts.
+../shared/reference/nccl/README.md): read, never copied. A version between two tags is checked with
+the nearest tag at or below its major.minor (said in the output); below the oldest, with the oldest.
+Every fact below names its source line; CITES maps a rule key to {tag: line} in one file and the
+text that line holds (a reference for a reader checking it with `git show TAG:PATH`; the tables are
+cites_tuning, cites_params and cites_iflist); tests/test_nccl_rules.py pins the facts.
 """
+
 from __future__ import annotations
 
 from .cites_iflist import IF_CITES
@@ -25,23 +26,27 @@ def rules_tag(version: tuple, tags: tuple = TAGS) -> tuple[tuple, str | None]:
     """-> (tag whose rules apply, a note saying so when the tag is not the version itself)."""
     below = [t for t in tags if t[:2] <= tuple(version[:2])]
     if not below:
-        return tags[0], (f"older than the oldest NCCL release read ({vstr(tags[0])}); checked with "
-                         f"{vstr(tags[0])}'s rules")
+        return tags[0], (
+            f"older than the oldest NCCL release read ({vstr(tags[0])}); checked with "
+            f"{vstr(tags[0])}'s rules"
+        )
     tag = below[-1]
     if tuple(version) == tag:
         return tag, None
     if tuple(version) > tags[-1]:
         return tag, f"newer than the newest NCCL release read; checked with {vstr(tag)}'s rules"
-    return tag, (f"no rules read from this exact version; checked with {vstr(tag)}, the nearest "
-                 f"NCCL release read at or below {version[0]}.{version[1]}")
+    return tag, (
+        f"no rules read from this exact version; checked with {vstr(tag)}, the nearest "
+        f"NCCL release read at or below {version[0]}.{version[1]}"
+    )
 
 
-CITES = {**TUNING_CITES, **PARAM_CITES}     # rule key -> citation.Cite (tuning model, then parameters)
+CITES = {**TUNING_CITES, **PARAM_CITES}  # rule key -> citation.Cite (tuning model, then parameters)
 
 
-# NCCL_SOCKET_IFNAME / NCCL_IB_HCA (parseStringList, matchIfList and their readers) were also read at 2.16.5 and
-# 2.17.1, so they have their own tag list; a version is checked with the nearest of IF_TAGS at or below it
-# (if_rules_tag). Their citations are IF_CITES (cites_iflist).
+# NCCL_SOCKET_IFNAME / NCCL_IB_HCA (parseStringList, matchIfList and their readers) were also read
+# at 2.16.5 and 2.17.1, so they have their own tag list; a version is checked with the nearest of
+# IF_TAGS at or below it (if_rules_tag). Their citations are IF_CITES (cites_iflist).
 IF_TAGS = ((2, 16, 5), (2, 17, 1)) + TAGS
 
 
@@ -59,11 +64,11 @@ def has(key: str, tag: tuple) -> bool:
 
 # ---- facts per tag (each line names its citation key) -------------------------------------
 
-FUNCS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")      # func_names
-PROTOS = ("LL", "LL128", "Simple")                                                # proto_names
+FUNCS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")  # func_names
+PROTOS = ("LL", "LL128", "Simple")  # proto_names
 
 
-def algorithms(tag) -> tuple:                                                     # algo_names
+def algorithms(tag) -> tuple:  # algo_names
     base = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree")
     return base + (("PAT",) if tag >= (2, 23, 4) else ())
 
@@ -87,11 +92,11 @@ SIMPLE_ONLY = {"CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
 CONDITIONAL = {"CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
 
 WARP_SIZE = 32
-NTHREADS = (64, 512)            # nthreads_call: min 2*WARP_SIZE, max NCCL_SIMPLE_MAX_NTHREADS
-LL128_NTHREADS = (160, 640)     # ll128_nthreads_call: NCCL_LL128_MAX_NTHREADS/4 .. 640
-NCCL_STEPS = 8                  # nccl_steps
-DEFAULT_BUFFSIZE = 1 << 22      # buffsize_default
-DEFAULT_NET_CHUNK = 1 << 17     # net_chunk_param
+NTHREADS = (64, 512)  # nthreads_call: min 2*WARP_SIZE, max NCCL_SIMPLE_MAX_NTHREADS
+LL128_NTHREADS = (160, 640)  # ll128_nthreads_call: NCCL_LL128_MAX_NTHREADS/4 .. 640
+NCCL_STEPS = 8  # nccl_steps
+DEFAULT_BUFFSIZE = 1 << 22  # buffsize_default
+DEFAULT_NET_CHUNK = 1 << 17  # net_chunk_param
 
 
 def maxchannels(tag) -> int:
@@ -111,8 +116,20 @@ def debug_levels(tag) -> tuple:
 
 def debug_subsys(tag) -> tuple:
     """debug_subsys_strtok / debug_subsys_param: NCCL_DEBUG_SUBSYS names per tag."""
-    names = ["INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL",
-             "PROXY", "NVLS"]
+    names = [
+        "INIT",
+        "COLL",
+        "P2P",
+        "SHM",
+        "NET",
+        "GRAPH",
+        "TUNING",
+        "ENV",
+        "ALLOC",
+        "CALL",
+        "PROXY",
+        "NVLS",
+    ]
     if tag >= (2, 21, 5):
         names += ["BOOTSTRAP", "REG"]
     if tag >= (2, 23, 4):
@@ -134,10 +151,11 @@ def path_levels(tag) -> tuple:
     return ("LOC", "NVL", "NVB", "PIX", "PXB", "PXN", "PHB", "SYS")
 
 
-LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")   # level_table
+LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")  # level_table
 
 
 # ---- NCCL_SOCKET_IFNAME / NCCL_IB_HCA facts per tag (IF_TAGS; each names its IF_CITES key) -------
+
 
 def if_rules_tag(version: tuple) -> tuple[tuple, str | None]:
     return rules_tag(version, IF_TAGS)
@@ -154,8 +172,8 @@ def if_parser(tag) -> str:
     return "tok" if tag >= (2, 30, 7) else "scan"
 
 
-MAX_IFS = 16                    # max_ifs: NCCL_SOCKET_IFNAME entries read (if_max_scan/if_max_tok)
-IF_PREFIX_MAX = 63              # struct netIf prefix[64] (utils.h), with its terminating NUL
+MAX_IFS = 16  # max_ifs: NCCL_SOCKET_IFNAME entries read (if_max_scan/if_max_tok)
+IF_PREFIX_MAX = 63  # struct netIf prefix[64] (utils.h), with its terminating NUL
 
 
 def max_ib_devs(tag) -> int:

@@ -21,8 +21,8 @@ cell is re-inserted. A row that is cut, mixed with other output, or a piece of a
 lines is one error line naming the file and line, never a traceback and never dropped silently.
 
 A failure nccl-tests prints (`Test NCCL failure`, `Test CUDA failure`, `Test timeout`, the old `NCCL
-failure FILE:LINE`: infolog.failure) is named in one line: a file whose test failed before any table is
-refused with that failure, never 'no table header'; after a table it is kept with the run
+failure FILE:LINE`: infolog.failure) is named in one line: a file whose test failed before any table
+is refused with that failure, never 'no table header'; after a table it is kept with the run
 (Run.failures). NCCL WARN lines are kept too (Run.warnings), and the banner's `nccl-library=CODE`
 (nccl-tests 2.18+, src/util.cu:623) gives Run.nccl_version.
 
@@ -31,6 +31,7 @@ in a note. The average bus bandwidth is nccl-tests' (v2.13.3 src/common.cu:538-5
 over out-of-place and in-place); where the file's own footer differs beyond the 2-decimal rounding
 of the rows, a note says which rows are missing (the banner's size range, src/common.cu:573).
 """
+
 from __future__ import annotations
 
 import os
@@ -40,31 +41,45 @@ from .errors import NcclTuningError
 from .infolog import ALGOS, PROTOS, failure, nccl_version, parse_info_log, summarize_choices  # noqa: F401 (public API)
 from .nccltable import NUM_RE, Run, read_row
 
-BINARIES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-            "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
-            "sendrecv": "sendrecv", "gather": "gather", "scatter": "scatter",
-            "hypercube": "hypercube"}
-_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)"     # RFC 3339
+BINARIES = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "sendrecv": "sendrecv",
+    "gather": "gather",
+    "scatter": "scatter",
+    "hypercube": "hypercube",
+}
+_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)"  # RFC 3339
 # what launchers and log collectors put before each line (stripped, stacked ones too)
-PREFIXES = (("mpirun --tag-output", r"\[\d+,\d+\]<(?:stdout|stderr)>:"),
-            ("mpiexec -prepend-rank", r"\[\d+\] "),
-            ("srun --label", r" *\d+: "),
-            ("kubectl logs --timestamps", _TS + " "),
-            ("AWS console log table", r"\| " + _TS + r" \| "),
-            ("[date time] stamp", r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] "),
-            ("markdown-escaped '#'", r"\\(?=#)"))
-_BIN_RE = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(sorted(BINARIES, key=len, reverse=True))
-                     + r")_perf(?![A-Za-z0-9])")
+PREFIXES = (
+    ("mpirun --tag-output", r"\[\d+,\d+\]<(?:stdout|stderr)>:"),
+    ("mpiexec -prepend-rank", r"\[\d+\] "),
+    ("srun --label", r" *\d+: "),
+    ("kubectl logs --timestamps", _TS + " "),
+    ("AWS console log table", r"\| " + _TS + r" \| "),
+    ("[date time] stamp", r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] "),
+    ("markdown-escaped '#'", r"\\(?=#)"),
+)
+_BIN_RE = re.compile(
+    r"(?<![A-Za-z0-9])("
+    + "|".join(sorted(BINARIES, key=len, reverse=True))
+    + r")_perf(?![A-Za-z0-9])"
+)
 _PREFIX_RE = re.compile("|".join(p for _, p in PREFIXES))
 _HEADER_RE = re.compile(r"#?\s*size\s+count\s+type\s")
 _RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group|Pid|on)\b")
-_BANNER_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
-                        r"\s+step:\s+(\d+)\((factor|bytes)\)")
+_BANNER_RE = re.compile(
+    r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
+    r"\s+step:\s+(\d+)\((factor|bytes)\)"
+)
 _REDUCED_RE = re.compile(r"Reducing maxBytes to (\d+)")
 _LIBRARY_RE = re.compile(r"nccl-library=(\d+)")
 _WARN_RE = re.compile(r"\bNCCL WARN (.+?)\s*$")
 _ELLIPSIS_RE = re.compile(r"^(?:\.{3,}|\u2026)$")
-
 
 
 def detect_op(text: str, filename: str = "") -> str | None:
@@ -79,7 +94,7 @@ def strip_prefix(raw: str) -> str:
         m = _PREFIX_RE.match(s)
         if not m or not m.end():
             break
-        s = s[m.end():]
+        s = s[m.end() :]
     return s
 
 
@@ -123,9 +138,11 @@ class _Reader:
             return
         if (m := _HEADER_RE.search(raw)) and not _HEADER_RE.match(s):
             known = ", ".join(k for k, _ in PREFIXES)
-            raise NcclTuningError(f"{self.name} line {n}: the table header comes after "
-                                  f"{raw[:m.start()]!r}, a line prefix not known here (known: "
-                                  f"{known}); refused: strip it, then import")
+            raise NcclTuningError(
+                f"{self.name} line {n}: the table header comes after "
+                f"{raw[: m.start()]!r}, a line prefix not known here (known: "
+                f"{known}); refused: strip it, then import"
+            )
         self.names(s)
         if words[:1] == ["nThread"]:
             self.banners += 1
@@ -165,18 +182,29 @@ class _Reader:
                 f"{self.name} line {n}: {max(self.banners, 2)} runs printed into one file at the "
                 f"same time ({self.banners} '# nThread' banners, rank numbers repeated before one "
                 f"table): nccl-tests was started once per process without MPI; refused, their rows "
-                f"cannot be told apart (import one log per process, or build nccl-tests with MPI=1)")
+                f"cannot be told apart (import one log per process, or build nccl-tests with MPI=1)"
+            )
         op = self.named or self.op or self.file_op
         if not op:
-            raise NcclTuningError(f"{self.name}: cannot tell which collective the table at line "
-                                  f"{n} is (no <name>_perf in the text before it or in the file "
-                                  f"name); give --op; accepted binaries: "
-                                  f"{', '.join(b + '_perf' for b in BINARIES)}")
+            raise NcclTuningError(
+                f"{self.name}: cannot tell which collective the table at line "
+                f"{n} is (no <name>_perf in the text before it or in the file "
+                f"name); give --op; accepted binaries: "
+                f"{', '.join(b + '_perf' for b in BINARIES)}"
+            )
         first = not self.runs
-        self.runs.append(Run(len(self.runs) + 1, words, n, op,
-                             ranks=max(self.ranks) + 1 if self.ranks else None,
-                             sizes=_sizes(self.range) if self.range else None, nccl_version=self.library))
-        if first:                                   # what the file said before its first table
+        self.runs.append(
+            Run(
+                len(self.runs) + 1,
+                words,
+                n,
+                op,
+                ranks=max(self.ranks) + 1 if self.ranks else None,
+                sizes=_sizes(self.range) if self.range else None,
+                nccl_version=self.library,
+            )
+        )
+        if first:  # what the file said before its first table
             self.runs[0].failures, self.runs[0].warnings = self.failures, self.warnings
         self.banners, self.ranks, self.dup, self.range = 0, set(), False, None
         self.named, self.open = None, True
@@ -197,8 +225,10 @@ class _Reader:
         elif words[0].isdigit():
             read_row(run, words, self.name, n, s)
         else:
-            run.errors.append(f"{self.name} line {n}: a piece of a row between other output (the "
-                              f"row was split by log lines; its values are not read): {s[:80]!r}")
+            run.errors.append(
+                f"{self.name} line {n}: a piece of a row between other output (the "
+                f"row was split by log lines; its values are not read): {s[:80]!r}"
+            )
 
 
 def parse_runs(text: str, op: str | None = None, filename: str = "") -> list[Run]:
@@ -209,11 +239,19 @@ def parse_runs(text: str, op: str | None = None, filename: str = "") -> list[Run
     for n, raw in enumerate(text.splitlines(), 1):
         reader.line(n, raw)
     if not reader.runs and reader.failures:
-        more = f" ({len(reader.failures) - 1} more failure line(s))" if len(reader.failures) > 1 else ""
-        raise NcclTuningError(f"no nccl-tests table to read: the test failed: {reader.failures[0]}{more}")
+        more = (
+            f" ({len(reader.failures) - 1} more failure line(s))"
+            if len(reader.failures) > 1
+            else ""
+        )
+        raise NcclTuningError(
+            f"no nccl-tests table to read: the test failed: {reader.failures[0]}{more}"
+        )
     if not reader.runs:
-        raise NcclTuningError(f"{filename or 'input'}: no nccl-tests table header ('size  count  "
-                              f"type ... busbw', with or without '#') found")
+        raise NcclTuningError(
+            f"{filename or 'input'}: no nccl-tests table header ('size  count  "
+            f"type ... busbw', with or without '#') found"
+        )
     return reader.runs
 
 
@@ -225,8 +263,9 @@ def parse(text: str, op: str | None = None, filename: str = "") -> list[dict]:
     if not rows:
         errors = [e for run in runs for e in run.errors]
         why = f": {errors[0]}" if errors else ""
-        raise NcclTuningError(f"{filename or 'input'}: the nccl-tests table has no complete data "
-                              f"row{why}")
+        raise NcclTuningError(
+            f"{filename or 'input'}: the nccl-tests table has no complete data row{why}"
+        )
     return rows
 
 

@@ -1,4 +1,6 @@
-"""PNG plots of a sweep: busbw vs message size, one file per op, one line per preset (matplotlib, Agg)."""
+"""PNG plots of a sweep: busbw vs message size, one file per op, one line per preset (matplotlib,
+Agg)."""
+
 from __future__ import annotations
 
 import os
@@ -14,6 +16,7 @@ def _size_label(n: int) -> str:
 def plot_busbw(rows: list[dict], out_dir: str) -> list[str]:
     """-> the PNG paths written (plots/busbw_<op>.png)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -23,12 +26,21 @@ def plot_busbw(rows: list[dict], out_dir: str) -> list[str]:
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
         sizes = sorted({r["bytes"] for r in rows if r["op"] == op})
         for preset in dict.fromkeys(r["preset"] for r in rows):
-            pts = sorted((r["bytes"], r["busbw_gbps"]) for r in rows
-                         if r["op"] == op and r["preset"] == preset)
+            pts = sorted(
+                (r["bytes"], r["busbw_gbps"])
+                for r in rows
+                if r["op"] == op and r["preset"] == preset
+            )
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
-                        label=preset, linewidth=1.5 if preset == "default" else 1.2,
-                        linestyle="--" if preset == "default" else "-")
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    marker="o",
+                    markersize=3,
+                    label=preset,
+                    linewidth=1.5 if preset == "default" else 1.2,
+                    linestyle="--" if preset == "default" else "-",
+                )
         first = next(r for r in rows if r["op"] == op)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes)

@@ -8,6 +8,7 @@ File format:
     vars:
       NCCL_X: {value: "4", reason: "why"}  # strings only; "{run_dir}" is the only placeholder
 """
+
 from __future__ import annotations
 
 import re
@@ -23,8 +24,16 @@ from .knowledge import parse_version
 TOP_KEYS = {"name", "description", "affects", "vars", "min_nccl"}
 REQUIRED = {"name", "description", "affects", "vars"}
 VAR_KEYS = {"value", "reason"}
-AFFECTS = ("all", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-           "reduce", "send_recv")
+AFFECTS = (
+    "all",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "send_recv",
+)
 PLACEHOLDERS = ("run_dir",)
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -34,7 +43,7 @@ class Preset:
     name: str
     description: str
     affects: tuple[str, ...]
-    vars: dict          # NAME -> (value, reason); insertion-ordered
+    vars: dict  # NAME -> (value, reason); insertion-ordered
     min_nccl: tuple | None
     path: str
 
@@ -68,8 +77,11 @@ def load_file(path) -> Preset:
         _fail(path, "must be a mapping with keys " + ", ".join(sorted(REQUIRED)))
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
-        _fail(path, f"unknown key(s) {', '.join(map(str, unknown))} (accepted: "
-              f"{', '.join(sorted(TOP_KEYS))})")
+        _fail(
+            path,
+            f"unknown key(s) {', '.join(map(str, unknown))} (accepted: "
+            f"{', '.join(sorted(TOP_KEYS))})",
+        )
     missing = sorted(REQUIRED - set(data))
     if missing:
         _fail(path, f"missing key(s) {', '.join(missing)}")
@@ -89,8 +101,14 @@ def load_file(path) -> Preset:
         if not isinstance(min_nccl, str):
             _fail(path, f"'min_nccl' must be a quoted string like \"2.14\", got {min_nccl!r}")
         min_nccl = parse_version(min_nccl)
-    return Preset(data["name"], data["description"].strip(), tuple(affects),
-                  _load_vars(path, data["vars"]), min_nccl, str(path))
+    return Preset(
+        data["name"],
+        data["description"].strip(),
+        tuple(affects),
+        _load_vars(path, data["vars"]),
+        min_nccl,
+        str(path),
+    )
 
 
 def _load_vars(path, raw) -> dict:
@@ -111,14 +129,20 @@ def _load_vars(path, raw) -> dict:
             if key not in entry:
                 _fail(path, f"{name} is missing '{key}'")
             if not isinstance(entry[key], str):
-                _fail(path, f"{name}.{key} must be a quoted string, got {entry[key]!r} "
-                      f"({type(entry[key]).__name__}); write {key}: \"{entry[key]}\"")
+                _fail(
+                    path,
+                    f"{name}.{key} must be a quoted string, got {entry[key]!r} "
+                    f'({type(entry[key]).__name__}); write {key}: "{entry[key]}"',
+                )
         if not entry["reason"].strip():
             _fail(path, f"{name}.reason is empty; every variable needs a reason")
         for ph in re.findall(r"\{([^{}]*)\}", entry["value"]):
             if ph not in PLACEHOLDERS:
-                _fail(path, f"{name}.value has placeholder {{{ph}}} (accepted: "
-                      f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)})")
+                _fail(
+                    path,
+                    f"{name}.value has placeholder {{{ph}}} (accepted: "
+                    f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)})",
+                )
         out[name] = (entry["value"], entry["reason"].strip())
     return out
 
@@ -146,8 +170,10 @@ def load(item: str, extra_dirs=()) -> Preset:
             if preset.name != item:
                 _fail(path, f"'name' is {preset.name!r} but the file is {item}.yaml")
             return preset
-    raise NcclTuningError(f"unknown NCCL preset {item!r} (known: "
-                          f"{', '.join(known_names(extra_dirs))}; or give a path to a .yaml file)")
+    raise NcclTuningError(
+        f"unknown NCCL preset {item!r} (known: "
+        f"{', '.join(known_names(extra_dirs))}; or give a path to a .yaml file)"
+    )
 
 
 def list_presets(extra_dirs=()) -> list[Preset]:
@@ -172,8 +198,9 @@ def combine(spec: str, extra_dirs=()) -> tuple[list[Preset], dict, dict]:
         presets.append(p)
         for name, (value, _) in p.vars.items():
             if name in env and env[name] != value:
-                conflicts.append(f"{name} is {env[name]!r} in {origin[name]} but {value!r} in "
-                                 f"{p.name}")
+                conflicts.append(
+                    f"{name} is {env[name]!r} in {origin[name]} but {value!r} in {p.name}"
+                )
                 continue
             env.setdefault(name, value)
             origin.setdefault(name, p.name)

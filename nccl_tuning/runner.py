@@ -2,6 +2,7 @@
 so the benchmark goes through the same spec -> preset -> torchrun -> backend flow as training, on
 every backend, and collect its rows from the run directory. Torch-free.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,14 +17,17 @@ from .bench import parse_ops, parse_size, sizes
 from .errors import NcclTuningError
 
 BACKENDS = ("local", "ssh", "slurm")
-_ROW = re.compile(r"^\s*(?:\[n\d+ r\d+\]\s*)?([a-z_]+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+"
-                  r"([\d.]+)\s+(\d+)\s*$")
+_ROW = re.compile(
+    r"^\s*(?:\[n\d+ r\d+\]\s*)?([a-z_]+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+"
+    r"([\d.]+)\s+(\d+)\s*$"
+)
 _HEAD = re.compile(r"# nccl_tuning\.bench: backend (\w+), (\d+) ranks")
 
 
 @dataclass
 class BenchConfig:
     """Validated benchmark settings; building one checks every value (nothing starts before)."""
+
     backend: str
     nodes: int
     gpus_per_node: int
@@ -33,11 +37,22 @@ class BenchConfig:
     warmup: int = 5
     iters: int = 20
     repeats: int = 1
-    launch_args: list = field(default_factory=list)   # backend options passed to `launch <backend>`
+    launch_args: list = field(default_factory=list)  # backend options passed to `launch <backend>`
 
     @classmethod
-    def build(cls, backend, nodes, gpus_per_node, ops, min_bytes, max_bytes, warmup=5, iters=20,
-              repeats=1, launch_args=()):
+    def build(
+        cls,
+        backend,
+        nodes,
+        gpus_per_node,
+        ops,
+        min_bytes,
+        max_bytes,
+        warmup=5,
+        iters=20,
+        repeats=1,
+        launch_args=(),
+    ):
         if backend not in BACKENDS:
             raise NcclTuningError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}")
         n = _positive("--nodes", nodes)
@@ -45,24 +60,58 @@ class BenchConfig:
         lo, hi = parse_size(min_bytes), parse_size(max_bytes)
         sizes(lo, hi)
         if int(warmup) < 0 or int(iters) < 1 or int(repeats) < 1:
-            raise NcclTuningError(f"--warmup {warmup} / --iters {iters} / --repeats {repeats}: "
-                                  f"accepted are warmup >= 0, iters >= 1, repeats >= 1")
-        return cls(backend, n, g, parse_ops(ops) if isinstance(ops, str) else list(ops), lo, hi,
-                   int(warmup), int(iters), int(repeats), list(launch_args))
+            raise NcclTuningError(
+                f"--warmup {warmup} / --iters {iters} / --repeats {repeats}: "
+                f"accepted are warmup >= 0, iters >= 1, repeats >= 1"
+            )
+        return cls(
+            backend,
+            n,
+            g,
+            parse_ops(ops) if isinstance(ops, str) else list(ops),
+            lo,
+            hi,
+            int(warmup),
+            int(iters),
+            int(repeats),
+            list(launch_args),
+        )
 
     def bench_args(self) -> list[str]:
-        return ["-m", "nccl_tuning.bench", "--ops", ",".join(self.ops),
-                "--min-bytes", str(self.min_bytes), "--max-bytes", str(self.max_bytes),
-                "--warmup", str(self.warmup), "--iters", str(self.iters),
-                "--repeats", str(self.repeats)]
+        return [
+            "-m",
+            "nccl_tuning.bench",
+            "--ops",
+            ",".join(self.ops),
+            "--min-bytes",
+            str(self.min_bytes),
+            "--max-bytes",
+            str(self.max_bytes),
+            "--warmup",
+            str(self.warmup),
+            "--iters",
+            str(self.iters),
+            "--repeats",
+            str(self.repeats),
+        ]
 
     def launch_argv(self, run_dir: str, preset: str | None, dry_run: bool = False) -> list[str]:
-        argv = [sys.executable, "-m", "launchers.cli", self.backend, "--nodes", str(self.nodes),
-                "--gpus-per-node", str(self.gpus_per_node), "--run-dir", run_dir]
+        argv = [
+            sys.executable,
+            "-m",
+            "launchers.cli",
+            self.backend,
+            "--nodes",
+            str(self.nodes),
+            "--gpus-per-node",
+            str(self.gpus_per_node),
+            "--run-dir",
+            run_dir,
+        ]
         if preset:
             argv += ["--nccl-preset", preset]
         if self.backend == "slurm" and "--wait" not in self.launch_args and not dry_run:
-            argv.append("--wait")        # the results are needed before we go on
+            argv.append("--wait")  # the results are needed before we go on
         argv += list(self.launch_args)
         if dry_run:
             argv.append("--dry-run")
@@ -81,21 +130,33 @@ def _positive(flag, value) -> int:
 
 def default_run_dir(name: str) -> str:
     from launchers.layout import choose_run_dir  # torch-free
+
     return choose_run_dir(None, name)
 
 
 def dry_run(cfg: BenchConfig, run_dir: str, preset: str | None) -> None:
     """Let the launcher validate everything (preset, backend options) without starting anything."""
-    p = subprocess.run(cfg.launch_argv(run_dir, preset, dry_run=True), capture_output=True,
-                       text=True, cwd=os.getcwd())
+    p = subprocess.run(
+        cfg.launch_argv(run_dir, preset, dry_run=True),
+        capture_output=True,
+        text=True,
+        cwd=os.getcwd(),
+    )
     if p.returncode != 0:
         err = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise NcclTuningError(err.removeprefix("launch: error: ")
-                              + (f" [preset {preset}]" if preset else ""))
+        raise NcclTuningError(
+            err.removeprefix("launch: error: ") + (f" [preset {preset}]" if preset else "")
+        )
 
 
-def run(cfg: BenchConfig, run_dir: str, preset: str | None, log_path: str | None = None,
-        progress=None, stdout=None) -> tuple[int, list[dict]]:
+def run(
+    cfg: BenchConfig,
+    run_dir: str,
+    preset: str | None,
+    log_path: str | None = None,
+    progress=None,
+    stdout=None,
+) -> tuple[int, list[dict]]:
     """Start the bench job and wait; -> (launcher exit code, rows). With log_path the launcher's
     output goes there and progress(line) gets each result line of rank 0 as it appears; else to
     `stdout` (a file; default ours: --json sends it to stderr, keeping stdout for the object)."""
@@ -149,12 +210,25 @@ def parse_log(lines) -> list[dict]:
     for line in lines:
         h = _HEAD.search(line)
         if h:
-            backend, ranks, rows = h.group(1), int(h.group(2)), []   # newest attempt wins
+            backend, ranks, rows = h.group(1), int(h.group(2)), []  # newest attempt wins
             continue
         m = _ROW.match(line)
         if m and ranks:
             op, nbytes, count, t, alg, bus, wrong = m.groups()
-            rows.append(R.typed({"op": op, "bytes": nbytes, "ranks": ranks, "time_us": t,
-                                 "algbw_gbps": alg, "busbw_gbps": bus, "wrong": wrong,
-                                 "backend": backend, "count": count, "dtype": "float32"}))
+            rows.append(
+                R.typed(
+                    {
+                        "op": op,
+                        "bytes": nbytes,
+                        "ranks": ranks,
+                        "time_us": t,
+                        "algbw_gbps": alg,
+                        "busbw_gbps": bus,
+                        "wrong": wrong,
+                        "backend": backend,
+                        "count": count,
+                        "dtype": "float32",
+                    }
+                )
+            )
     return rows

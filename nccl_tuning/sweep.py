@@ -14,6 +14,7 @@ above the noise floor: max(--noise, spread_pct of both runs at that size); below
 `default`, so nothing slower than default (or not measurably faster) is ever recommended.
 Torch-free.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,13 +31,33 @@ from .errors import NcclTuningError
 
 BASELINE = "default"
 WORKLOADS = {"moe": ["all_to_all"], "dense": ["all_reduce", "reduce_scatter", "all_gather"]}
-TUNER_COLL = {"all_reduce": "allreduce", "all_gather": "allgather",
-              "reduce_scatter": "reducescatter", "broadcast": "broadcast", "reduce": "reduce"}
-TUNER_ALGO = {"tree": "tree", "ring": "ring", "collnetdirect": "collnet_direct",
-              "collnetchain": "collnet_chain", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
+TUNER_COLL = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reducescatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+}
+TUNER_ALGO = {
+    "tree": "tree",
+    "ring": "ring",
+    "collnetdirect": "collnet_direct",
+    "collnetchain": "collnet_chain",
+    "nvls": "nvls",
+    "nvlstree": "nvls_tree",
+    "pat": "pat",
+}
 TUNER_PROTO = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
-TUNER_COLUMNS = ("collective", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
-                 "nNodes", "nRanks")
+TUNER_COLUMNS = (
+    "collective",
+    "min_bytes",
+    "max_bytes",
+    "algorithm",
+    "protocol",
+    "channels",
+    "nNodes",
+    "nRanks",
+)
 TUNER_HEADER = """\
 # NCCL tuner plugin config (the CSV format of NCCL's ext-tuner/example; NCCL_TUNER_CONFIG_FILE=<this>)
 # columns: collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks
@@ -48,22 +69,34 @@ TUNER_HEADER = """\
 #   nNodes,nRanks  the shape this was measured on (rows match only that shape)
 # Rows exist only for bands won by a preset that forces exactly one algorithm and one protocol;
 # bands won by other presets (buffer/channel/transport knobs) need that preset's env, not the tuner.
-"""
+"""  # noqa: E501
 
 
-def plan(presets_text: str, out: str, workload: str | None, dominant: str | None,
-         preset_dirs=(), ops=None) -> tuple[list[str], list[str], dict]:
+def plan(
+    presets_text: str,
+    out: str,
+    workload: str | None,
+    dominant: str | None,
+    preset_dirs=(),
+    ops=None,
+) -> tuple[list[str], list[str], dict]:
     """Validate the sweep's inputs -> (presets with the baseline first, dominant ops,
     {label: resolved env}). Combined presets are written with '+': default,moe,moe+roce."""
     if os.path.exists(out):
-        raise NcclTuningError(f"--out {out} exists; a sweep never overwrites (choose a new directory)")
+        raise NcclTuningError(
+            f"--out {out} exists; a sweep never overwrites (choose a new directory)"
+        )
     names = P.split_spec(presets_text.replace(" ", ""))
     if not names:
         raise NcclTuningError("no candidate preset (e.g. --nccl-preset moe --nccl-preset dense)")
     if BASELINE not in [label(n) for n in names]:
         names.insert(0, BASELINE)
-    envs = {label(n): resolve(n.replace("+", ","), run_dir=os.path.join(out, "runs", label(n)),
-                              extra_dirs=preset_dirs)[0] for n in names}
+    envs = {
+        label(n): resolve(
+            n.replace("+", ","), run_dir=os.path.join(out, "runs", label(n)), extra_dirs=preset_dirs
+        )[0]
+        for n in names
+    }
     labels = [label(n) for n in names]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
@@ -72,32 +105,44 @@ def plan(presets_text: str, out: str, workload: str | None, dominant: str | None
         raise NcclTuningError(f"--workload {workload!r} is not one of {', '.join(WORKLOADS)}")
     dom = runner.parse_ops(dominant) if dominant else list(WORKLOADS.get(workload) or [])
     if ops is not None and dom and not set(dom) & set(ops):
-        raise NcclTuningError(f"the dominant op(s) {','.join(dom)} are not benchmarked (--ops "
-                              f"{','.join(ops)}); add them to --ops")
+        raise NcclTuningError(
+            f"the dominant op(s) {','.join(dom)} are not benchmarked (--ops "
+            f"{','.join(ops)}); add them to --ops"
+        )
     return names, [o for o in dom if ops is None or o in ops], envs
 
 
 def label(preset: str) -> str:
     """'moe' -> moe, 'moe,roce' -> moe+roce, './x/mine.yaml' -> mine (used for dirs and the CSV)."""
-    parts = [os.path.splitext(os.path.basename(p))[0] if P.is_path(p) else p
-             for p in preset.split("+")]
+    parts = [
+        os.path.splitext(os.path.basename(p))[0] if P.is_path(p) else p for p in preset.split("+")
+    ]
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", "+".join(parts))
 
 
 def run(cfg: runner.BenchConfig, names: list[str], out: str, echo=print) -> dict:
     """Run every preset's bench job (sequentially) -> {label: (exit code, rows)}."""
-    for n in names:            # the launcher itself validates each job before anything is written
-        runner.dry_run(cfg, os.path.abspath(os.path.join(out, "runs", label(n))), n.replace("+", ","))
+    for n in names:  # the launcher itself validates each job before anything is written
+        runner.dry_run(
+            cfg, os.path.abspath(os.path.join(out, "runs", label(n))), n.replace("+", ",")
+        )
     for sub in ("runs", "logs"):
         os.makedirs(os.path.join(out, sub))
     done = {}
     for i, n in enumerate(names, 1):
         lab = label(n)
         rd = os.path.abspath(os.path.join(out, "runs", lab))
-        echo(f"[{i}/{len(names)}] preset {lab}: {cfg.backend} {cfg.nodes}x{cfg.gpus_per_node}, "
-             f"run dir {rd}")
-        code, rows = runner.run(cfg, rd, n.replace("+", ","), os.path.join(out, "logs", f"{lab}.log"),
-                                progress=lambda line, lab=lab: echo(f"  {lab:>10} | {line}"))
+        echo(
+            f"[{i}/{len(names)}] preset {lab}: {cfg.backend} {cfg.nodes}x{cfg.gpus_per_node}, "
+            f"run dir {rd}"
+        )
+        code, rows = runner.run(
+            cfg,
+            rd,
+            n.replace("+", ","),
+            os.path.join(out, "logs", f"{lab}.log"),
+            progress=lambda line, lab=lab: echo(f"  {lab:>10} | {line}"),
+        )
         for r in rows:
             r["preset"] = lab
         state = "ok" if code == 0 and rows else f"FAILED (exit {code}; see {out}/logs/{lab}.log)"
@@ -112,20 +157,31 @@ def recommend(rows: list[dict], dominant: list[str], noise_pct: float, workload=
     presets = list(dict.fromkeys(r["preset"] for r in rows))
     ops = list(dict.fromkeys(r["op"] for r in rows))
     if BASELINE not in presets:
-        raise NcclTuningError(f"no results for the baseline preset {BASELINE!r}; nothing to compare")
+        raise NcclTuningError(
+            f"no results for the baseline preset {BASELINE!r}; nothing to compare"
+        )
     first = rows[0]
     dominant = [o for o in dominant or () if o in ops] or ops
-    rec = {"baseline": BASELINE, "presets": presets, "backend": first.get("backend"),
-           "ranks": first["ranks"], "noise_pct": noise_pct, "workload": workload,
-           "dominant_ops": dominant, "ops": {}}
+    rec = {
+        "baseline": BASELINE,
+        "presets": presets,
+        "backend": first.get("backend"),
+        "ranks": first["ranks"],
+        "noise_pct": noise_pct,
+        "workload": workload,
+        "dominant_ops": dominant,
+        "ops": {},
+    }
     for op in ops:
         sizes_ = sorted({r["bytes"] for r in rows if r["op"] == op and r["preset"] == BASELINE})
         points = [_best_at(by, presets, op, s, noise_pct) for s in sizes_]
         rec["ops"][op] = {"bands": _bands(points)}
     rec.update(_overall(by, presets, rec["dominant_ops"], noise_pct))
     if rec.get("backend") == "gloo":
-        rec["caveat_backend"] = ("measured on gloo (CPU): NCCL variables have no effect there, so "
-                                 "differences are noise; rerun on GPUs with NCCL before acting")
+        rec["caveat_backend"] = (
+            "measured on gloo (CPU): NCCL variables have no effect there, so "
+            "differences are noise; rerun on GPUs with NCCL before acting"
+        )
     return rec
 
 
@@ -156,11 +212,18 @@ def _bands(points) -> list[dict]:
             b["max_bytes"] = p["bytes"]
             b["_gains"].append(p["gain_pct"])
         else:
-            bands.append({"min_bytes": p["bytes"], "max_bytes": p["bytes"], "best": p["best"],
-                          "_gains": [p["gain_pct"]]})
+            bands.append(
+                {
+                    "min_bytes": p["bytes"],
+                    "max_bytes": p["bytes"],
+                    "best": p["best"],
+                    "_gains": [p["gain_pct"]],
+                }
+            )
         if "within_noise" in p:
             bands[-1].setdefault("within_noise", []).append(
-                f"{p['within_noise']['preset']} +{p['within_noise']['gain_pct']}% at {p['bytes']} B")
+                f"{p['within_noise']['preset']} +{p['within_noise']['gain_pct']}% at {p['bytes']} B"
+            )
     for b in bands:
         g = b.pop("_gains")
         b["gain_pct_min"], b["gain_pct_max"] = min(g), max(g)
@@ -187,20 +250,31 @@ def _overall(by, presets, dominant, noise_pct) -> dict:
     ops = ",".join(dominant)
     if ranking and ranking[0][1][0] > ranking[0][1][1]:
         p, (g, fl) = ranking[0]
-        out.update(recommended=p, gain_pct=round(g, 2),
-                   reason=f"{p} is {g:.1f}% faster than default (geometric mean over all sizes of "
-                          f"{ops}), above the noise floor of {fl:.1f}%")
+        out.update(
+            recommended=p,
+            gain_pct=round(g, 2),
+            reason=(
+                f"{p} is {g:.1f}% faster than default (geometric mean over all sizes of "
+                f"{ops}), above the noise floor of {fl:.1f}%"
+            ),
+        )
         if len(ranking) > 1 and ranking[0][1][0] - ranking[1][1][0] <= fl:
-            out["caveat"] = (f"{ranking[1][0]} is within noise of {p} "
-                             f"({ranking[1][1][0]:.1f}% vs {g:.1f}%)")
+            out["caveat"] = (
+                f"{ranking[1][0]} is within noise of {p} ({ranking[1][1][0]:.1f}% vs {g:.1f}%)"
+            )
     else:
         lead = f"; best was {ranking[0][0]} at {ranking[0][1][0]:+.1f}%" if ranking else ""
-        out.update(recommended=BASELINE, gain_pct=0.0,
-                   reason=f"no preset beat default by more than the noise floor on {ops}{lead}")
+        out.update(
+            recommended=BASELINE,
+            gain_pct=0.0,
+            reason=f"no preset beat default by more than the noise floor on {ops}{lead}",
+        )
         if ranking:
-            out["caveat"] = ("differences are within noise (noise floor "
-                             f"{ranking[0][1][1]:.1f}%); keep default or measure with more "
-                             "--iters/--repeats")
+            out["caveat"] = (
+                "differences are within noise (noise floor "
+                f"{ranking[0][1][1]:.1f}%); keep default or measure with more "
+                "--iters/--repeats"
+            )
     return out
 
 
@@ -218,14 +292,24 @@ def tuner_rows(rec: dict, preset_env: dict, nodes: int) -> list[dict]:
                 continue
             lo, hi = env.get("NCCL_MIN_NCHANNELS"), env.get("NCCL_MAX_NCHANNELS")
             channels = lo if lo and lo == hi and lo.isdigit() else "-1"
-            out.append({"collective": TUNER_COLL[op], "min_bytes": b["min_bytes"],
-                        "max_bytes": b["max_bytes"], "algorithm": algo, "protocol": proto,
-                        "channels": channels, "nNodes": nodes, "nRanks": rec["ranks"]})
+            out.append(
+                {
+                    "collective": TUNER_COLL[op],
+                    "min_bytes": b["min_bytes"],
+                    "max_bytes": b["max_bytes"],
+                    "algorithm": algo,
+                    "protocol": proto,
+                    "channels": channels,
+                    "nNodes": nodes,
+                    "nRanks": rec["ranks"],
+                }
+            )
     return out
 
 
 def write_outputs(out: str, done: dict, dominant, noise_pct, workload, preset_env, nodes) -> dict:
     from . import plots
+
     rows = [r for _, (_, rs) in done.items() for r in rs]
     if not rows:
         raise NcclTuningError(f"no preset produced results; see {out}/logs/")
@@ -238,7 +322,9 @@ def write_outputs(out: str, done: dict, dominant, noise_pct, workload, preset_en
     with open(os.path.join(out, "tuner.csv"), "x") as f:
         f.write(TUNER_HEADER)
         if not tuner:
-            f.write("# (no rows: no band was won by a preset that forces NCCL_ALGO and NCCL_PROTO)\n")
+            f.write(
+                "# (no rows: no band was won by a preset that forces NCCL_ALGO and NCCL_PROTO)\n"
+            )
         for t in tuner:
             f.write(",".join(str(t[c]) for c in TUNER_COLUMNS) + "\n")
     rec["tuner_rows"] = len(tuner)

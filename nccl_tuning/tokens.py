@@ -7,23 +7,38 @@ fallback before 2.24, Ring kept for non-allreduce in 2.18, the Ring restore of 2
 returns, per collective, the algorithm/protocol pairs that can still run.
 Every message names its source line (ncclsrc.cite).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from . import cmodel
-from .ncclsrc import CONDITIONAL, FUNCS, PROTOS, SIMPLE_ONLY, algorithms, cite, coll_algorithms, vstr
+from .ncclsrc import (
+    CONDITIONAL,
+    FUNCS,
+    PROTOS,
+    SIMPLE_ONLY,
+    algorithms,
+    cite,
+    coll_algorithms,
+    vstr,
+)
 
-PRETTY = {"Broadcast": "broadcast", "Reduce": "reduce", "AllGather": "all_gather",
-          "ReduceScatter": "reduce_scatter", "AllReduce": "all_reduce"}
+PRETTY = {
+    "Broadcast": "broadcast",
+    "Reduce": "reduce",
+    "AllGather": "all_gather",
+    "ReduceScatter": "reduce_scatter",
+    "AllReduce": "all_reduce",
+}
 PREFIXED_SINCE = (2, 24, 3)
 
 
 @dataclass
 class ParsedList:
-    values: dict[str, dict[str, int]]      # collective -> element -> 0 | 1 | 2 (2: LL128 default)
-    problems: list[tuple[str, str]] = field(default_factory=list)   # (severity, message)
-    ignored: list[str] = field(default_factory=list)                # tokens NCCL skipped
+    values: dict[str, dict[str, int]]  # collective -> element -> 0 | 1 | 2 (2: LL128 default)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
+    ignored: list[str] = field(default_factory=list)  # tokens NCCL skipped
 
     @property
     def ok(self) -> bool:
@@ -54,7 +69,7 @@ def parse_list(var: str, value: str, tag) -> ParsedList:
     start = [v for c in FUNCS for v in default_values(var, tag)[c].values()]
     flat, problem = cmodel.parse_list_prefixed(value, [f for f in FUNCS], elems, start)
     n = len(elems)
-    out = ParsedList({c: dict(zip(elems, flat[i * n:(i + 1) * n])) for i, c in enumerate(FUNCS)})
+    out = ParsedList({c: dict(zip(elems, flat[i * n : (i + 1) * n])) for i, c in enumerate(FUNCS)})
     if problem:
         out.problems.append(("error", _prefixed_error(problem, kind, ", ".join(elems), tag)))
     return out
@@ -66,52 +81,77 @@ def _parse_flat(value: str, tag, elems: tuple, kind: str) -> ParsedList:
     flat = cmodel.parse_list_flat(value, elems)
     out = ParsedList({c: dict(zip(elems, flat)) for c in FUNCS})
     body = value[1:] if value.startswith("^") else value
-    out.ignored = [t for _, t in cmodel.strtok(body, ",")
-                   if not any(cmodel.strcasecmp_eq(t, e) for e in elems)]
+    out.ignored = [
+        t for _, t in cmodel.strtok(body, ",") if not any(cmodel.strcasecmp_eq(t, e) for e in elems)
+    ]
     if out.ignored:
         now = ", ".join(e for e in elems if out.values["AllReduce"][e]) or "none"
-        syntax = (" (the per-collective 'coll:list;...' form needs NCCL >= 2.24)"
-                  if any(":" in t or ";" in t for t in out.ignored) else "")
-        out.problems.append(("warning", (
-            f"ignored: {', '.join(repr(t) for t in out.ignored)} is not a {kind} NCCL "
-            f"{vstr(tag)} knows{syntax}; NCCL will use {kind}s {now} (accepted: {accepted}; "
-            f"case-insensitive; '^' excludes; unknown tokens are skipped: "
-            f"{cite('list_strtok', tag)})")))
+        syntax = (
+            " (the per-collective 'coll:list;...' form needs NCCL >= 2.24)"
+            if any(":" in t or ";" in t for t in out.ignored)
+            else ""
+        )
+        out.problems.append(
+            (
+                "warning",
+                (
+                    f"ignored: {', '.join(repr(t) for t in out.ignored)} is not a {kind} NCCL "
+                    f"{vstr(tag)} knows{syntax}; NCCL will use {kind}s {now} (accepted: "
+                    f"{accepted}; case-insensitive; '^' excludes; unknown tokens are skipped: "
+                    f"{cite('list_strtok', tag)})"
+                ),
+            )
+        )
     if value == "":
-        out.problems.append(("warning", (
-            f"is set but empty: NCCL {vstr(tag)} still parses it and disables every {kind} "
-            f"({cite('parse_list', tag)})")))
+        out.problems.append(
+            (
+                "warning",
+                (
+                    f"is set but empty: NCCL {vstr(tag)} still parses it and disables every {kind} "
+                    f"({cite('parse_list', tag)})"
+                ),
+            )
+        )
     return out
 
 
 def _prefixed_error(problem: tuple, kind: str, accepted: str, tag) -> str:
-    """From 2.24.3 a bad 'coll:list;...' fails communicator init: what is wrong, and NCCL's line for it."""
+    """From 2.24.3 a bad 'coll:list;...' fails communicator init: what is wrong, and NCCL's line for
+    it."""
     what, tok = problem
     if what == "first-prefix":
-        return (f"entry {tok!r} has no 'collective:' prefix but is not the first entry (a "
-                f"leading ';' counts: {cite('fulltoken_check', tag)}); NCCL {vstr(tag)} fails "
-                f"communicator init ('All entries except the first must have a prefix', "
-                f"{cite('first_prefix', tag)})")
+        return (
+            f"entry {tok!r} has no 'collective:' prefix but is not the first entry (a "
+            f"leading ';' counts: {cite('fulltoken_check', tag)}); NCCL {vstr(tag)} fails "
+            f"communicator init ('All entries except the first must have a prefix', "
+            f"{cite('first_prefix', tag)})"
+        )
     if what == "crash":
-        return (f"its first entry {tok!r} is made only of ':': NCCL {vstr(tag)} takes the prefix "
-                f"as the list, finds none, and reads elemList[0] through a NULL pointer "
-                f"({cite('elemlist_null', tag)}): the process crashes (SIGSEGV) at "
-                f"communicator init")
+        return (
+            f"its first entry {tok!r} is made only of ':': NCCL {vstr(tag)} takes the prefix "
+            f"as the list, finds none, and reads elemList[0] through a NULL pointer "
+            f"({cite('elemlist_null', tag)}): the process crashes (SIGSEGV) at "
+            f"communicator init"
+        )
     if what == "prefix":
-        return (f"{tok!r} is not a collective (accepted prefixes: "
-                f"{', '.join(f.lower() for f in FUNCS)}; case-insensitive); NCCL {vstr(tag)} "
-                f"fails communicator init ('Unrecognized prefix token', "
-                f"{cite('unknown_prefix', tag)})")
+        return (
+            f"{tok!r} is not a collective (accepted prefixes: "
+            f"{', '.join(f.lower() for f in FUNCS)}; case-insensitive); NCCL {vstr(tag)} "
+            f"fails communicator init ('Unrecognized prefix token', "
+            f"{cite('unknown_prefix', tag)})"
+        )
     known = [e for e in algorithms((9, 0, 0)) if cmodel.strcasecmp_eq(tok, e)]
-    why = (f"{known[0]} needs a newer NCCL" if known else f"not a {kind}")
-    return (f"{tok!r} is {why} (accepted: {accepted}; case-insensitive; '^' excludes; "
-            f"no spaces); NCCL {vstr(tag)} fails communicator init ('Unrecognized element "
-            f"token', {cite('unknown_element', tag)})")
+    why = f"{known[0]} needs a newer NCCL" if known else f"not a {kind}"
+    return (
+        f"{tok!r} is {why} (accepted: {accepted}; case-insensitive; '^' excludes; "
+        f"no spaces); NCCL {vstr(tag)} fails communicator init ('Unrecognized element "
+        f"token', {cite('unknown_element', tag)})"
+    )
 
 
 def effective(algo: ParsedList | None, proto: ParsedList | None, tag):
-    """-> (pairs, notes): pairs[coll] = {(algo, proto)} NCCL can still pick (LL128 at 2 counts:
-    the platform decides); notes = [(severity, message, blamed var)] for the fallbacks that fired."""
+    """-> (pairs, notes): pairs[coll] = {(algo, proto)} NCCL can still pick (LL128 at 2 counts: the
+    platform decides); notes = [(severity, message, blamed var)] for the fallbacks that fired."""
     a_vals = algo.values if algo else default_values("NCCL_ALGO", tag)
     p_vals = proto.values if proto else default_values("NCCL_PROTO", tag)
     a_vals = {c: dict(v) for c, v in a_vals.items()}
@@ -121,10 +161,17 @@ def effective(algo: ParsedList | None, proto: ParsedList | None, tag):
         if not any(v.get(x) for x in ("Ring", "Tree", "NVLS", "NVLSTree")):
             for c in FUNCS:
                 a_vals[c]["Ring"] = a_vals[c]["Tree"] = 1
-            notes.append(("warning", (
-                f"leaves none of Ring, Tree, NVLS, NVLSTree enabled: where CollNet is not "
-                f"supported (no CollNet plugin), NCCL {vstr(tag)} silently re-enables Ring and Tree "
-                f"({cite('collnet_fallback', tag)})"), "NCCL_ALGO"))
+            notes.append(
+                (
+                    "warning",
+                    (
+                        "leaves none of Ring, Tree, NVLS, NVLSTree enabled: where CollNet is "
+                        f"not supported (no CollNet plugin), NCCL {vstr(tag)} silently "
+                        f"re-enables Ring and Tree ({cite('collnet_fallback', tag)})"
+                    ),
+                    "NCCL_ALGO",
+                )
+            )
     pairs, restored = {}, []
     for c in FUNCS:
         got = set()
@@ -145,9 +192,16 @@ def effective(algo: ParsedList | None, proto: ParsedList | None, tag):
     if tag < (2, 21, 5) and algo is not None:
         kept = [c for c in FUNCS if c != "AllReduce" and not a_vals[c]["Ring"]]
         if kept:
-            notes.append(("note", (
-                f"does not switch Ring off for {colls(kept)}: NCCL {vstr(tag)} never disables Ring "
-                f"outside all_reduce ({cite('ring_never_disabled', tag)})"), "NCCL_ALGO"))
+            notes.append(
+                (
+                    "note",
+                    (
+                        f"does not switch Ring off for {colls(kept)}: NCCL {vstr(tag)} never "
+                        f"disables Ring outside all_reduce ({cite('ring_never_disabled', tag)})"
+                    ),
+                    "NCCL_ALGO",
+                )
+            )
     return pairs, notes
 
 
@@ -161,19 +215,30 @@ def _ring_restore(p_vals, tag) -> set:
 
 def _restore_note(restored, pairs, p_vals, tag):
     protos = sorted({p for c in restored for _, p in pairs[c]})
-    extra = ("; LL128 included without its platform check, since 2.21 does not clear the Ring "
-             "bandwidths of disabled protocols (fixed in 2.23)" if tag < (2, 23, 4) else "")
+    extra = (
+        "; LL128 included without its platform check, since 2.21 does not clear the Ring "
+        "bandwidths of disabled protocols (fixed in 2.23)"
+        if tag < (2, 23, 4)
+        else ""
+    )
     blame = "NCCL_PROTO" if not any(any(p_vals[c].values()) for c in restored) else "NCCL_ALGO"
-    return ("warning", (
-        f"leaves {colls(restored)} with nothing enabled: NCCL {vstr(tag)} silently falls back to "
-        f"Ring with {', '.join(protos)} ({cite('ring_restore', tag)}){extra}"), blame)
+    return (
+        "warning",
+        (
+            f"leaves {colls(restored)} with nothing enabled: NCCL {vstr(tag)} silently falls "
+            f"back to Ring with {', '.join(protos)} ({cite('ring_restore', tag)}){extra}"
+        ),
+        blame,
+    )
 
 
 def empty_message(empty, tag) -> str:
-    return (f"leaves {colls(empty)} with no algorithm/protocol pair NCCL {vstr(tag)} can run "
-            f"(CollNet, NVLS, NVLSTree and PAT run only with Simple; Broadcast and Reduce only "
-            f"with Ring): the first such call fails with 'no algorithm/protocol available' "
-            f"({cite('no_algorithm', tag)}), while all-to-all (send/recv) keeps working and hides it")
+    return (
+        f"leaves {colls(empty)} with no algorithm/protocol pair NCCL {vstr(tag)} can run "
+        f"(CollNet, NVLS, NVLSTree and PAT run only with Simple; Broadcast and Reduce only "
+        f"with Ring): the first such call fails with 'no algorithm/protocol available' "
+        f"({cite('no_algorithm', tag)}), while all-to-all (send/recv) keeps working and hides it"
+    )
 
 
 def conditional_only(pairs) -> list[str]:
@@ -189,8 +254,13 @@ def disabled_summary(parsed: ParsedList, tag) -> str:
     """'all_reduce: NVLS, Tree; all_gather, reduce_scatter: PAT' -- what NCCL_ALGO switches off."""
     groups: dict[tuple, list[str]] = {}
     for c in FUNCS:
-        off = tuple(sorted(a for a in coll_algorithms(c, tag) & set(algorithms(tag))
-                           if not parsed.values[c].get(a)))
+        off = tuple(
+            sorted(
+                a
+                for a in coll_algorithms(c, tag) & set(algorithms(tag))
+                if not parsed.values[c].get(a)
+            )
+        )
         if off:
             groups.setdefault(off, []).append(c)
     return "; ".join(f"{colls(cs)}: {', '.join(off)}" for off, cs in groups.items())

@@ -12,7 +12,8 @@ dereference; integers in decimal; "X" for a rejected 2.30 bitset).
 
 Regenerate (only after a reading of NCCL's code shows cmodel must change, and say so in the commit):
     .venv/bin/python tests/nccl_verdicts.py tests/data/nccl_verdicts.json
-"""
+"""  # noqa: E501
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,9 @@ from nccl_tuning import cmodel  # noqa: E402
 from nccl_tuning import ncclsrc as S  # noqa: E402
 
 TABLE = Path(__file__).resolve().parent / "data" / "nccl_verdicts.json"
-N = 1200                       # generated values per parser and tag (as the harness had)
+N = 1200  # generated values per parser and tag (as the harness had)
 SEED = 14
-FIRST = 96                     # the first generated values kept besides the branch-covering ones
+FIRST = 96  # the first generated values kept besides the branch-covering ones
 KINDS = ("algo", "proto", "int", "nthreads", "subsys", "level")
 
 
@@ -52,8 +53,13 @@ def verdict(kind: str, tag, v: str) -> str:
         if tag >= (2, 24, 3):
             start = [2 if kind == "proto" and e == "LL128" else 1 for _ in S.FUNCS for e in elems]
             lst, problem = cmodel.parse_list_prefixed(v, S.FUNCS, elems, start)
-            return ("SIG11" if problem and problem[0] == "crash" else "5" if problem
-                    else "0 " + " ".join(map(str, lst)))
+            return (
+                "SIG11"
+                if problem and problem[0] == "crash"
+                else "5"
+                if problem
+                else "0 " + " ".join(map(str, lst))
+            )
         return "0 " + " ".join(map(str, cmodel.parse_list_flat(v, elems)))
     if kind == "int":
         return str(cmodel.load_param(v, -2))
@@ -71,7 +77,9 @@ def verdict(kind: str, tag, v: str) -> str:
     raise ValueError(kind)
 
 
-# ---- the seeded generators (each parser's own alphabet) -------------------------------------------------
+# ---- the seeded generators (each parser's own alphabet)
+# -------------------------------------------------
+
 
 def rcase(rng, word):
     return "".join(c.upper() if rng.random() < 0.5 else c.lower() for c in word)
@@ -100,13 +108,42 @@ def gen_lists(rng, names, prefixes, n):
             parts.append(rng.choice(seps))
         s = "".join(parts[:-1] if parts and rng.random() < 0.6 else parts)
         return ("^" + s) if rng.random() < 0.2 else s
+
     return distinct(make, n)
 
 
 def gen_ints(rng, n):
-    atoms = ["0", "1", "7", "8", "9", "32", "64", "96", "100", "0x", "0X", "ff", "1f", "-", "+",
-             " ", "\t", "k", "M", "G", "08", "010", "9223372036854775807", "9223372036854775808",
-             "99999999999999999999", "4294967360", "2147483648", "abc", "."]
+    atoms = [
+        "0",
+        "1",
+        "7",
+        "8",
+        "9",
+        "32",
+        "64",
+        "96",
+        "100",
+        "0x",
+        "0X",
+        "ff",
+        "1f",
+        "-",
+        "+",
+        " ",
+        "\t",
+        "k",
+        "M",
+        "G",
+        "08",
+        "010",
+        "9223372036854775807",
+        "9223372036854775808",
+        "99999999999999999999",
+        "4294967360",
+        "2147483648",
+        "abc",
+        ".",
+    ]
     return distinct(lambda: "".join(rng.choice(atoms) for _ in range(rng.randint(0, 4))), n)
 
 
@@ -115,11 +152,15 @@ def gen_names(rng, names, n, sep=","):
 
     def make():
         k = rng.randint(0, 4)
-        items = [(rng.choice([" ", "", "\t"]) if rng.random() < 0.3 else "") +
-                 rcase(rng, rng.choice(names if rng.random() < 0.75 else junk)) +
-                 (rng.choice([" ", "\t"]) if rng.random() < 0.2 else "") for _ in range(k)]
+        items = [
+            (rng.choice([" ", "", "\t"]) if rng.random() < 0.3 else "")
+            + rcase(rng, rng.choice(names if rng.random() < 0.75 else junk))
+            + (rng.choice([" ", "\t"]) if rng.random() < 0.2 else "")
+            for _ in range(k)
+        ]
         s = sep.join(items)
         return ("^" + s) if rng.random() < 0.2 else s
+
     return distinct(make, n)
 
 
@@ -134,7 +175,9 @@ def generated(kind: str, tag) -> list[str]:
     if kind == "nthreads":
         rng = random.Random(f"{SEED}{tag}nt")
         values = gen_ints(rng, N // 2)
-        return values + [v for v in distinct(lambda: str(rng.randint(-300, 3000)), N) if v not in values]
+        return values + [
+            v for v in distinct(lambda: str(rng.randint(-300, 3000)), N) if v not in values
+        ]
     if kind == "subsys":
         return gen_names(random.Random(f"{SEED}{tag}subsys"), S.debug_subsys(tag), N)
     if kind == "level":
@@ -142,7 +185,9 @@ def generated(kind: str, tag) -> list[str]:
     raise ValueError(kind)
 
 
-# ---- branch coverage of cmodel (line-to-line arcs inside nccl_tuning/cmodel.py) -------------------------
+# ---- branch coverage of cmodel (line-to-line arcs inside nccl_tuning/cmodel.py)
+# -------------------------
+
 
 def arcs(kind: str, tag, value: str) -> frozenset:
     """The arcs of cmodel's code that computing one verdict takes."""
@@ -170,7 +215,8 @@ def arcs(kind: str, tag, value: str) -> frozenset:
 
 
 def select(kind: str, tag) -> list[str]:
-    """The first FIRST generated values, then every value that reaches an arc none before it reached."""
+    """The first FIRST generated values, then every value that reaches an arc none before it
+    reached."""
     values = generated(kind, tag)
     chosen, covered = list(values[:FIRST]), set()
     for v in chosen:
@@ -188,13 +234,21 @@ def key(kind: str, tag) -> str:
 
 
 def record(path: Path) -> dict:
-    cases = {key(k, t): [[v, verdict(k, t, v)] for v in select(k, t)] for t in S.TAGS for k in kinds(t)}
-    data = {"about": __doc__.strip().splitlines()[0], "generated_per_parser_and_tag": N, "seed": SEED,
-            "cases": cases}
-    tables = ",\n".join(f"{json.dumps(k)}: [\n" + ",\n".join(json.dumps(c) for c in v) + "\n]"
-                         for k, v in cases.items())
+    cases = {
+        key(k, t): [[v, verdict(k, t, v)] for v in select(k, t)] for t in S.TAGS for k in kinds(t)
+    }
+    data = {
+        "about": __doc__.strip().splitlines()[0],
+        "generated_per_parser_and_tag": N,
+        "seed": SEED,
+        "cases": cases,
+    }
+    tables = ",\n".join(
+        f"{json.dumps(k)}: [\n" + ",\n".join(json.dumps(c) for c in v) + "\n]"
+        for k, v in cases.items()
+    )
     head = json.dumps({k: v for k, v in data.items() if k != "cases"})[:-1]
-    path.write_text(f"{head},\n\"cases\": {{\n{tables}\n}}}}\n")
+    path.write_text(f'{head},\n"cases": {{\n{tables}\n}}}}\n')
     return data
 
 

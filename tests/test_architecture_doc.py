@@ -1,7 +1,8 @@
-"""docs/ARCHITECTURE.md, checked against the tree: its layer table gives every module of launchers/ the layer
-tests/test_layers.py gives it, every module has a description in its "Modules" section, and every file of the
-run dir (launchers/layout.py's FILES) has a row in "Who owns each file of the run dir" naming its one writer
-module, a module that really names that file."""
+"""docs/ARCHITECTURE.md, checked against the tree: its layer table gives every module of launchers/
+the layer tests/test_layers.py gives it, every module has a description in its "Modules" section,
+and every file of the run dir (launchers/layout.py's FILES) has a row in "Who owns each file of the
+run dir" naming its one writer module, a module that really names that file."""
+
 from __future__ import annotations
 
 import re
@@ -10,14 +11,22 @@ from launchers.layout import FILES
 from test_layers import LAYERS, ROOT, layer_of, modules
 
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
-FIELDS = {"rank": "R", "node": "K", "attempt": "A", "job": "JOB", "step": "STEP", "restart": "RESTART", "slot": "S"}
+FIELDS = {
+    "rank": "R",
+    "node": "K",
+    "attempt": "A",
+    "job": "JOB",
+    "step": "STEP",
+    "restart": "RESTART",
+    "slot": "S",
+}
 
 
 def section(text: str, title: str) -> str:
     """The text under the `## title...` heading, up to the next `## ` heading."""
     start = text.index("\n## " + title)
     end = text.find("\n## ", start + 1)
-    return text[start:end if end >= 0 else None]
+    return text[start : end if end >= 0 else None]
 
 
 def code_block(text: str) -> list[str]:
@@ -26,8 +35,9 @@ def code_block(text: str) -> list[str]:
 
 def doc_layers(text: str) -> dict[str, str]:
     """module (as test_layers.LAYERS names it) -> its layer, from the layer table: `layer 0a  name ...` lines
-    (and lines continuing them); `__init__` is the package launchers, `P/` a package's own module, `P/*` the
-    package and everything under it, `P/m` a module of it; words in parentheses are comments."""
+    (and lines continuing them); `__init__` is the package launchers, `P/` a package's own module,
+    `P/*` the package and everything under it, `P/m` a module of it; words in parentheses are
+    comments."""  # noqa: E501
     out, layer = {}, None
     for line in code_block(section(text, "The layer rule")):
         line = re.sub(r"\([^)]*\)", "", line)
@@ -35,7 +45,9 @@ def doc_layers(text: str) -> dict[str, str]:
         if words[:1] == ["layer"]:
             layer, words = words[1], words[2:]
         for w in words:
-            name = "launchers" if w == "__init__" else "launchers." + w.rstrip("/").replace("/", ".")
+            name = (
+                "launchers" if w == "__init__" else "launchers." + w.rstrip("/").replace("/", ".")
+            )
             out[name] = layer
     return out
 
@@ -48,13 +60,13 @@ def test_the_layer_table_gives_every_module_its_layer():
 
 def module_entries(text: str) -> dict[str, str]:
     """`  path  description` entries of the Modules block (path: a file or a package dir/ under launchers/,
-    two spaces in), each with its description (the lines indented further below it)."""
+    two spaces in), each with its description (the lines indented further below it)."""  # noqa: E501
     out, key = {}, None
     for line in code_block(section(text, "Modules")):
         m = re.match(r"  (\S+?(?:\.py|/))(?:\s|$)", line)
         if m:
             key = m.group(1)
-            out[key] = line[m.end():]
+            out[key] = line[m.end() :]
         elif line.startswith("   ") and key is not None:
             out[key] += " " + line.strip()
         else:
@@ -63,8 +75,9 @@ def module_entries(text: str) -> dict[str, str]:
 
 
 def undescribed(entries: dict[str, str]) -> list[str]:
-    """Modules of launchers/ with neither an entry of their own (`errors.py`) nor their name as a word in the
-    entry of their package (`hang/`: `sample.py ...`); a package's __init__ is described by the package's entry."""
+    """Modules of launchers/ with neither an entry of their own (`errors.py`) nor their name as a
+    word in the entry of their package (`hang/`: `sample.py ...`); a package's __init__ is described
+    by the package's entry."""
     out = []
     for name, path in modules(ROOT, ("launchers",)).items():
         rel = path.relative_to(ROOT / "launchers").as_posix()
@@ -80,10 +93,15 @@ def undescribed(entries: dict[str, str]) -> list[str]:
 def test_every_module_has_a_description():
     entries = module_entries(DOC.read_text())
     assert undescribed(entries) == []
-    here = {p.relative_to(ROOT / "launchers").as_posix() for p in (ROOT / "launchers").rglob("*.py")}
-    dirs = {d.relative_to(ROOT / "launchers").as_posix() + "/" for d in (ROOT / "launchers").rglob("*")
-            if d.is_dir() and (d / "__init__.py").exists()}
-    assert [e for e in entries if e not in here | dirs] == []      # no entry for a module that is gone
+    here = {
+        p.relative_to(ROOT / "launchers").as_posix() for p in (ROOT / "launchers").rglob("*.py")
+    }
+    dirs = {
+        d.relative_to(ROOT / "launchers").as_posix() + "/"
+        for d in (ROOT / "launchers").rglob("*")
+        if d.is_dir() and (d / "__init__.py").exists()
+    }
+    assert [e for e in entries if e not in here | dirs] == []  # no entry for a module that is gone
 
 
 def run_dir_rows(text: str) -> list[tuple[list[str], list[str]]]:
@@ -91,7 +109,12 @@ def run_dir_rows(text: str) -> list[tuple[list[str], list[str]]]:
     rows = []
     for line in section(text, "Who owns each file of the run dir").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and len(cells) >= 3 and not set(cells[0]) <= set("-") and cells[0] != "file":
+        if (
+            line.startswith("|")
+            and len(cells) >= 3
+            and not set(cells[0]) <= set("-")
+            and cells[0] != "file"
+        ):
             rows.append((re.findall(r"`([^`]+)`", cells[0]), re.findall(r"`([^`]+)`", cells[-1])))
     return rows
 
@@ -111,7 +134,9 @@ def ownership_faults(text: str) -> list[str]:
     bad, rows = [], run_dir_rows(text)
     for paths, mods in rows:
         if len(mods) != 1 or mods[0] not in known:
-            bad.append(f"row {paths}: its writer column must name one module of the tree, not {mods}")
+            bad.append(
+                f"row {paths}: its writer column must name one module of the tree, not {mods}"
+            )
     for key, template in FILES.items():
         found = [mods for paths, mods in rows if any(names(p, shown(template)) for p in paths)]
         if len(found) != 1:
@@ -120,7 +145,9 @@ def ownership_faults(text: str) -> list[str]:
             source = known[found[0][0]].read_text()
             spelled = [f'"{key}"', f"'{key}'"] + ([f'"{template}"'] if "{" not in template else [])
             if not any(s in source for s in spelled):
-                bad.append(f"{key}: its writer {found[0][0]} never names it ({' or '.join(spelled)})")
+                bad.append(
+                    f"{key}: its writer {found[0][0]} never names it ({' or '.join(spelled)})"
+                )
     return bad
 
 
@@ -130,7 +157,9 @@ def test_every_run_dir_file_has_one_writer_module_that_names_it():
 
 def test_a_wrong_layer_a_missing_description_and_a_file_without_a_writer_are_caught():
     text = DOC.read_text()
-    moved = text.replace("layer 0d  layout", "layer 0d  ").replace("layer 0e  ", "layer 0e  layout  ")
+    moved = text.replace("layer 0d  layout", "layer 0d  ").replace(
+        "layer 0e  ", "layer 0e  layout  "
+    )
     assert doc_layers(moved)["launchers.layout"] == "0e" != layer_of("launchers.layout")
     entries = module_entries(text)
     del entries["errors.py"]
@@ -139,6 +168,10 @@ def test_a_wrong_layer_a_missing_description_and_a_file_without_a_writer_are_cau
     table = section(text, "Who owns each file of the run dir")
     gone = "\n".join(line for line in table.splitlines() if "`nodes.json`" not in line)
     wrong = table.replace("| `launchers.records.fence` |", "| `launchers.records.rundir` |")
-    assert ownership_faults(text.replace(table, gone)) == ["node_ledger (nodes.json): 0 rows name it (one must)"]
-    assert ownership_faults(text.replace(table, wrong)) == ["generation: its writer launchers.records.rundir never names it "
-                                                            "(\"generation\" or 'generation' or \"status/generation\")"]
+    assert ownership_faults(text.replace(table, gone)) == [
+        "node_ledger (nodes.json): 0 rows name it (one must)"
+    ]
+    assert ownership_faults(text.replace(table, wrong)) == [
+        "generation: its writer launchers.records.rundir never names it "
+        '("generation" or \'generation\' or "status/generation")'
+    ]

@@ -1,4 +1,6 @@
-"""Every bad input: one-line error naming the value, non-zero exit, nothing started, no run dir left."""
+"""Every bad input: one-line error naming the value, non-zero exit, nothing started, no run dir
+left."""
+
 import os
 import socket
 import sys
@@ -29,28 +31,38 @@ def test_bad_flag(workdir, flags, needle):
     assert not os.path.exists("runs/x")
 
 
-@pytest.mark.parametrize("program,needle", [
-    ([], "missing program"),
-    (["nope.py"], "nope.py"),
-    (["-m", "no_such_module_xyz"], "no_such_module_xyz"),
-])
+@pytest.mark.parametrize(
+    "program,needle",
+    [
+        ([], "missing program"),
+        (["nope.py"], "nope.py"),
+        (["-m", "no_such_module_xyz"], "no_such_module_xyz"),
+    ],
+)
 def test_bad_program(workdir, program, needle):
     p = run_launch("local", "--run-dir", "runs/x", "--", *program)
-    assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, (
+        p.stderr
+    )
     assert not os.path.exists("runs/x")
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("nodes: [1, 2\n", "not valid YAML"),
-    ("nodez: 2\n", "'nodez'"),
-    ("nodes: !!python/object/apply:os.system ['true']\n", "not valid YAML"),
-    ("slurm: {partishun: gpu}\n", "partishun"),
-    ("- a\n- b\n", "mapping"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("nodes: [1, 2\n", "not valid YAML"),
+        ("nodez: 2\n", "'nodez'"),
+        ("nodes: !!python/object/apply:os.system ['true']\n", "not valid YAML"),
+        ("slurm: {partishun: gpu}\n", "partishun"),
+        ("- a\n- b\n", "mapping"),
+    ],
+)
 def test_bad_profile(workdir, text, needle):
     (workdir / "p.yaml").write_text(text)
     p = run_launch("local", "--profile", "p.yaml", "--run-dir", "runs/x", "--", "report.py")
-    assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, (
+        p.stderr
+    )
     assert not os.path.exists("runs/x")
 
 
@@ -59,7 +71,9 @@ def test_port_in_use(workdir):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        p = run_launch("local", "--master-port", str(port), "--run-dir", "runs/x", "--", "report.py")
+        p = run_launch(
+            "local", "--master-port", str(port), "--run-dir", "runs/x", "--", "report.py"
+        )
     assert p.returncode == 2 and str(port) in p.stderr and "in use" in p.stderr, p.stderr
     assert not os.path.exists("runs/x")
 
@@ -76,12 +90,29 @@ def test_existing_run_dir_refused(workdir):
 def test_not_a_run_dir(workdir, verb):
     os.makedirs("plain")
     p = run_launch(verb, "plain")
-    assert p.returncode == 2 and "not a run dir" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert (
+        p.returncode == 2
+        and "not a run dir" in p.stderr
+        and len(p.stderr.strip().splitlines()) == 1
+    )
 
 
 def test_profile_layering(workdir):
-    (workdir / "p.yaml").write_text("nodes: 3\ngpus_per_node: 2\nenv: {A: from_profile, B: keep}\nname: prof\n")
-    p = run_launch("local", "--profile", "p.yaml", "--nodes", "2", "--env", "A=cli", "--dry-run", "--", "report.py")
+    (workdir / "p.yaml").write_text(
+        "nodes: 3\ngpus_per_node: 2\nenv: {A: from_profile, B: keep}\nname: prof\n"
+    )
+    p = run_launch(
+        "local",
+        "--profile",
+        "p.yaml",
+        "--nodes",
+        "2",
+        "--env",
+        "A=cli",
+        "--dry-run",
+        "--",
+        "report.py",
+    )
     assert p.returncode == 0, p.stderr
     assert "2 nodes x 2 processes" in p.stdout
     assert "A=cli" in p.stdout and "B=keep" in p.stdout and "from_profile" not in p.stdout
@@ -91,7 +122,10 @@ def test_profile_layering(workdir):
 def test_cli_does_not_import_torch():
     code = "import sys, launchers.cli; print('torch' in sys.modules)"
     import subprocess
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "False"
 
 

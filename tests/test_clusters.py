@@ -1,5 +1,7 @@
-"""Clusters reached over SSH (issue 25 item 1): the clusters file, and a profile's `slurm: {cluster: NAME}`,
-which only the CLI follows (tests/test_viacluster.py): the Python API and the Slurm backend refuse it."""
+"""Clusters reached over SSH (issue 25 item 1): the clusters file, and a profile's `slurm: {cluster:
+NAME}`, which only the CLI follows (tests/test_viacluster.py): the Python API and the Slurm backend
+refuse it."""
+
 from __future__ import annotations
 
 import os
@@ -46,9 +48,21 @@ def test_good_file(tmp_path, monkeypatch):
     found = clusters.load()
     assert sorted(found) == ["dev", "small"]
     dev = clusters.get("dev")
-    assert (dev.login, dev.port, dev.user, dev.runs_root) == ("login1.example.org", 2222, "alice", "/shared/alice/runs")
-    assert (dev.identity, dev.known_hosts) == (str(tmp_path / "keys" / "id_dev"), str(tmp_path / "kh"))   # file's dir
-    assert [(j.name, j.user, j.port) for j in dev.jump] == [("bastion.example.org", "bob", 2200), ("gw2", None, None)]
+    assert (dev.login, dev.port, dev.user, dev.runs_root) == (
+        "login1.example.org",
+        2222,
+        "alice",
+        "/shared/alice/runs",
+    )
+    # file's dir
+    assert (dev.identity, dev.known_hosts) == (
+        str(tmp_path / "keys" / "id_dev"),
+        str(tmp_path / "kh"),
+    )
+    assert [(j.name, j.user, j.port) for j in dev.jump] == [
+        ("bastion.example.org", "bob", 2200),
+        ("gw2", None, None),
+    ]
     assert dev.route == "alice@login1.example.org:2222 via bob@bastion.example.org:2200, gw2"
     small = found["small"]
     assert (small.port, small.user, small.jump, small.known_hosts) == (None, None, (), None)
@@ -57,9 +71,11 @@ def test_good_file(tmp_path, monkeypatch):
 
 
 ENTRY = "c1:\n  login: l1\n  runs_root: /r\n"
-BAD = [      # (file text, what the one line must say besides the file's name)
-    ("c1:\n  login: l1\n  runs_root: /r\n  partition: gpu\n", ["cluster 'c1'", "unknown key 'partition'",
-                                                              "accepted: login, port"]),
+BAD = [  # (file text, what the one line must say besides the file's name)
+    (
+        "c1:\n  login: l1\n  runs_root: /r\n  partition: gpu\n",
+        ["cluster 'c1'", "unknown key 'partition'", "accepted: login, port"],
+    ),
     ("c1:\n  runs_root: /r\n", ["cluster 'c1'", "login is missing"]),
     ("c1:\n  login: l1\n", ["cluster 'c1'", "runs_root is missing"]),
     (ENTRY.replace("/r", "runs"), ["runs_root 'runs'", "absolute path"]),
@@ -97,12 +113,18 @@ def test_bad_file(tmp_path, text, says):
 def test_get_refuses_unknown_cluster_and_missing_files(tmp_path, monkeypatch):
     path = write(tmp_path, GOOD, files=False)
     monkeypatch.setenv("LAUNCH_CLUSTERS_FILE", path)
-    with pytest.raises(LaunchError, match=r"--cluster 'prod' is not in clusters file .*; accepted: dev, small"):
+    with pytest.raises(
+        LaunchError, match=r"--cluster 'prod' is not in clusters file .*; accepted: dev, small"
+    ):
         clusters.get("prod")
-    with pytest.raises(LaunchError, match=r"cluster 'dev': identity '.*keys/id_dev' does not exist"):
+    with pytest.raises(
+        LaunchError, match=r"cluster 'dev': identity '.*keys/id_dev' does not exist"
+    ):
         clusters.get("dev")
     monkeypatch.setenv("LAUNCH_CLUSTERS_FILE", str(tmp_path / "none.yaml"))
-    with pytest.raises(LaunchError, match=r"clusters file '.*none.yaml' does not exist; accepted: a YAML mapping"):
+    with pytest.raises(
+        LaunchError, match=r"clusters file '.*none.yaml' does not exist; accepted: a YAML mapping"
+    ):
         clusters.get("dev")
     monkeypatch.delenv("LAUNCH_CLUSTERS_FILE")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
@@ -116,22 +138,36 @@ def test_profile_names_the_cluster_only_the_cli_follows_it(tmp_path, monkeypatch
     (tmp_path / "p.yaml").write_text("slurm:\n  cluster: small\n")
     spec = build_spec("slurm", {"snapshot": False}, ["t.py"], profile="p.yaml")
     assert spec.opts["cluster"] == "small"
-    # the Python API (and any path to the Slurm backend) never submits such a spec here: one line, nothing written
-    said = ("slurm option cluster 'small' is not accepted here: a cluster is reached by the CLI, `launch slurm "
-            "--cluster small` (launch runs on its login node); accepted: no cluster option, or cluster '' (this "
-            "machine's Slurm)")
-    api_spec = launchers.JobSpec(backend="slurm", program=("t.py",), profile="p.yaml", snapshot=False)
+    # the Python API (and any path to the Slurm backend) never submits such a spec here: one line,
+    # nothing written
+    said = (
+        "slurm option cluster 'small' is not accepted here: a cluster is reached by the CLI, "
+        "`launch slurm --cluster small` (launch runs on its login node); accepted: no cluster "
+        "option, or cluster '' (this machine's Slurm)"
+    )
+    api_spec = launchers.JobSpec(
+        backend="slurm", program=("t.py",), profile="p.yaml", snapshot=False
+    )
     resolved = api_spec.resolve()
-    for refused in (lambda: launchers.submit(api_spec, dry_run=True), lambda: api.submit(resolved),
-                    lambda: array.plan_array([spec], {"sweep_dir": str(tmp_path / "sw")}, None)):
+    for refused in (
+        lambda: launchers.submit(api_spec, dry_run=True),
+        lambda: api.submit(resolved),
+        lambda: array.plan_array([spec], {"sweep_dir": str(tmp_path / "sw")}, None),
+    ):
         with pytest.raises(LaunchError) as e:
             refused()
         assert str(e.value) == said
     assert sorted(os.listdir(tmp_path)) == ["clusters.yaml", "keys", "kh", "p.yaml", "t.py"]
     assert not os.path.exists(resolved.run_dir)
-    # `--cluster ''` over the profile's (what viacluster gives the login node's launch): this machine's Slurm
-    here = build_spec("slurm", {"snapshot": False, "options": {"cluster": ""}}, ["t.py"], profile="p.yaml")
-    assert here.opts["cluster"] == "" and "#SBATCH" in SlurmBackend().plan(here, "t-1", attempt=0).render()
+    # `--cluster ''` over the profile's (what viacluster gives the login node's launch): this
+    # machine's Slurm
+    here = build_spec(
+        "slurm", {"snapshot": False, "options": {"cluster": ""}}, ["t.py"], profile="p.yaml"
+    )
+    assert (
+        here.opts["cluster"] == ""
+        and "#SBATCH" in SlurmBackend().plan(here, "t-1", attempt=0).render()
+    )
     (tmp_path / "p.yaml").write_text("slurm:\n  cluster: [small]\n")
     with pytest.raises(LaunchError, match="cluster has a value of the wrong type"):
         build_spec("slurm", {}, ["t.py"], profile="p.yaml")

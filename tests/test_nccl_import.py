@@ -4,6 +4,7 @@ Each fixture in tests/data/nccltests/real/ names its source thread on its first 
 as the thread shows them; where the thread is cut, so is the fixture). The output format is
 nccl-tests' src/common.cu (v2.13.3 and v2.19.6, read in NVIDIA/nccl-tests).
 """
+
 import csv
 import json
 import math
@@ -38,7 +39,7 @@ def test_mpirun_tag_output_prefix_is_stripped():
 
 def test_header_without_hash_is_found_and_a_cut_row_is_one_error_line():
     text = (REAL / "no_hash_all_reduce_perf.txt").read_text()
-    (run,) = nccltests.parse_runs(text, filename="f.txt")      # op from 'all_reduce_perf'
+    (run,) = nccltests.parse_runs(text, filename="f.txt")  # op from 'all_reduce_perf'
     assert run.cols[:5] == ["size", "count", "type", "redop", "root"] and run.ranks == 1
     assert run.rows == [] and len(run.errors) == 1
     assert "line 13: the 8-byte row has 4 fields, less than the header's 13" in run.errors[0]
@@ -51,7 +52,7 @@ def test_two_runs_are_both_imported_with_a_run_column():
     assert [(r.index, len(r.rows)) for r in runs] == [(1, 5), (2, 5)]
     rows = nccltests.parse_file(str(REAL / "two_runs.txt"), op="all_reduce")
     assert [r["run"] for r in rows] == [1] * 5 + [2] * 5
-    assert rows[5]["busbw_gbps"] == 586.06 and rows[5]["ranks"] == 72   # '#  Rank 71'
+    assert rows[5]["busbw_gbps"] == 586.06 and rows[5]["ranks"] == 72  # '#  Rank 71'
 
 
 def test_footer_average_is_the_mean_of_out_of_place_and_in_place():
@@ -75,18 +76,25 @@ def test_concurrent_runs_are_refused_with_one_line():
 
 def test_broken_row_is_a_per_row_error_and_good_rows_stay():
     (run,) = nccltests.parse_runs_file(str(REAL / "broken_row.txt"), op="all_reduce")
-    assert [r["bytes"] for r in run.rows] == [8, 16, 32]          # rows without leading spaces
-    assert run.errors == [f"{REAL / 'broken_row.txt'} line 15: the 64-byte row has 5 fields, less "
-                          f"than the header's 13 (the test stopped, or other output was printed "
-                          f"into the row): '64            16     float     sum      -1'"]
+    assert [r["bytes"] for r in run.rows] == [8, 16, 32]  # rows without leading spaces
+    assert run.errors == [
+        f"{REAL / 'broken_row.txt'} line 15: the 64-byte row has 5 fields, less "
+        f"than the header's 13 (the test stopped, or other output was printed "
+        f"into the row): '64            16     float     sum      -1'"
+    ]
 
 
 def test_empty_redop_rows_are_realigned():
     """nccl-tests v2.13.3 src/alltoall.cu passes an empty redop: the rows have one field less."""
     (run,) = nccltests.parse_runs_file(str(REAL / "alltoall_empty_redop.txt"), op="all_to_all")
     r = run.rows[0]
-    assert (r["time_us"], r["algbw_gbps"], r["busbw_gbps"], r["redop"]) == (520935.0, 0.52, 0.51, "")
-    assert (r["wrong"], r["max_error"], r["inplace_max_error"]) == ("", 0.0, 1.0)   # not counts
+    assert (r["time_us"], r["algbw_gbps"], r["busbw_gbps"], r["redop"]) == (
+        520935.0,
+        0.52,
+        0.51,
+        "",
+    )
+    assert (r["wrong"], r["max_error"], r["inplace_max_error"]) == ("", 0.0, 1.0)  # not counts
     assert (r["inplace_time_us"], r["inplace_busbw_gbps"]) == (519562.0, 0.51)
     assert math.isclose(run.avg_busbw, run.printed_avg, abs_tol=0.005)
 
@@ -102,11 +110,13 @@ def test_not_checked_is_na_not_zero_ok():
 def test_cputime_column_is_mapped():
     """`-C 1` (nccl-tests v2.19.6 src/common.cu:858 reports cputimeSec in the time column). No
     public paste of a -C table was found; the header here follows the issue's report."""
-    text = ("# all_reduce_perf -C 1\n"
-            "#       size         count      type   redop    root  cputime   algbw   busbw #wrong"
-            "  cputime   algbw   busbw #wrong\n"
-            "        1024           256     float     sum      -1    12.50    0.08    0.14      0"
-            "    12.40    0.08    0.14      0\n")
+    text = (
+        "# all_reduce_perf -C 1\n"
+        "#       size         count      type   redop    root  cputime   algbw   busbw #wrong"
+        "  cputime   algbw   busbw #wrong\n"
+        "        1024           256     float     sum      -1    12.50    0.08    0.14      0"
+        "    12.40    0.08    0.14      0\n"
+    )
     (run,) = nccltests.parse_runs(text)
     assert run.rows[0]["time_us"] == 12.5 and run.rows[0]["time_kind"] == "cputime"
     assert run.rows[0]["inplace_time_us"] == 12.4
@@ -115,10 +125,13 @@ def test_cputime_column_is_mapped():
 
 def test_import_command_reports_rows_and_writes_run_column(tmp_path):
     out = tmp_path / "r.csv"
-    res = CliRunner().invoke(nccl, ["import", str(REAL / "two_runs.txt"), "--op", "all_reduce",
-                                    "--out", str(out)])
+    res = CliRunner().invoke(
+        nccl, ["import", str(REAL / "two_runs.txt"), "--op", "all_reduce", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
-    assert "average bus bandwidth 745.53 GB/s" in res.output and "the file says 745.53" in res.output
+    assert (
+        "average bus bandwidth 745.53 GB/s" in res.output and "the file says 745.53" in res.output
+    )
     with open(out) as f:
         rows = list(csv.DictReader(f))
     assert [r["run"] for r in rows] == ["1"] * 5 + ["2"] * 5
@@ -126,8 +139,9 @@ def test_import_command_reports_rows_and_writes_run_column(tmp_path):
 
 def test_import_command_broken_row_exits_1_and_writes_nothing(tmp_path):
     out = tmp_path / "r.csv"
-    res = CliRunner().invoke(nccl, ["import", str(REAL / "broken_row.txt"), "--op", "all_reduce",
-                                    "--out", str(out)])
+    res = CliRunner().invoke(
+        nccl, ["import", str(REAL / "broken_row.txt"), "--op", "all_reduce", "--out", str(out)]
+    )
     assert res.exit_code == 1 and not out.exists()
     assert "line 15: the 64-byte row has 5 fields" in res.output
     assert "Traceback" not in res.output
@@ -143,20 +157,33 @@ def test_import_command_refusal_is_one_line_exit_2():
 def test_each_launcher_prefix_gives_the_same_rows(prefix):
     """The tagged fixture re-prefixed the way mpiexec -prepend-rank and srun --label tag lines."""
     lines = (REAL / "tagged_output.txt").read_text().splitlines()[1:]
-    text = "\n".join(prefix + ln[len("[1,0]<stdout>:"):] for ln in lines)
+    text = "\n".join(prefix + ln[len("[1,0]<stdout>:") :] for ln in lines)
     rows = nccltests.parse(text, op="all_reduce")
     assert [(r["bytes"], r["time_us"]) for r in rows] == [(8, 12.9), (16, 12.88), (32, 22.25)]
 
 
 def test_import_json_is_one_object_scripts_can_read(tmp_path):
-    """--json (issue 36): every run of the file with its rows and average, nothing else on stdout; a broken row
-    is in `errors` and the exit code stays 1."""
-    res = subprocess.run([LAUNCH, "nccl", "import", str(REAL / "two_runs.txt"), "--op", "all_reduce", "--json"],
-                         capture_output=True, text=True, timeout=60)
+    """--json (issue 36): every run of the file with its rows and average, nothing else on stdout; a
+    broken row is in `errors` and the exit code stays 1."""
+    res = subprocess.run(
+        [LAUNCH, "nccl", "import", str(REAL / "two_runs.txt"), "--op", "all_reduce", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
-    assert [(r["run"], r["op"], len(r["rows"])) for r in got["runs"]] == [(1, "all_reduce", 5), (2, "all_reduce", 5)]
+    assert [(r["run"], r["op"], len(r["rows"])) for r in got["runs"]] == [
+        (1, "all_reduce", 5),
+        (2, "all_reduce", 5),
+    ]
     assert round(got["runs"][1]["avg_busbw"], 2) == 745.53 and got["errors"] == []
-    bad = subprocess.run([LAUNCH, "nccl", "import", str(REAL / "broken_row.txt"), "--op", "all_reduce", "--json"],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 1 and any("the 64-byte row has 5 fields" in e for e in json.loads(bad.stdout)["errors"])
+    bad = subprocess.run(
+        [LAUNCH, "nccl", "import", str(REAL / "broken_row.txt"), "--op", "all_reduce", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 1 and any(
+        "the 64-byte row has 5 fields" in e for e in json.loads(bad.stdout)["errors"]
+    )

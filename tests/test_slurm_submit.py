@@ -1,4 +1,6 @@
-"""The warm submitter (launchers/backends/slurm/submit.py) as a process: no Slurm needed for these."""
+"""The warm submitter (launchers/backends/slurm/submit.py) as a process: no Slurm needed for
+these."""
+
 import os
 import sys
 
@@ -17,7 +19,7 @@ def gone(pid: int) -> bool:
 
 def test_closed_without_a_request_it_exits_having_submitted_nothing():
     w = ss.WarmSubmitter()
-    w.close()                   # waits for it
+    w.close()  # waits for it
     assert gone(w.pid)
 
 
@@ -26,18 +28,29 @@ def test_a_submitter_that_died_is_reported_as_gone_so_the_launcher_submits_itsel
     os.kill(w.pid, 9)
     os.waitpid(w.pid, 0)
     with pytest.raises(ss.SubmitterGone):
-        w.submit(ss.SubmitRequest("/tmp/none", "#!/bin/bash\n", 1, 1, sys.executable, "/tmp/none", 0))
+        w.submit(
+            ss.SubmitRequest("/tmp/none", "#!/bin/bash\n", 1, 1, sys.executable, "/tmp/none", 0)
+        )
 
 
 def test_a_failure_inside_it_comes_back_as_one_submit_error(tmp_path):
     w = ss.WarmSubmitter()
-    req = ss.SubmitRequest(folder="/proc/no-such-dir/slurm", script="#!/bin/bash\n", nodes=1, max_requeues=1,
-                           python=sys.executable, run_dir=str(tmp_path), attempt=0)
+    req = ss.SubmitRequest(
+        folder="/proc/no-such-dir/slurm",
+        script="#!/bin/bash\n",
+        nodes=1,
+        max_requeues=1,
+        python=sys.executable,
+        run_dir=str(tmp_path),
+        attempt=0,
+    )
     with pytest.raises(ss.SubmitError, match="/proc/no-such-dir"):
         w.submit(req)
     assert gone(w.pid)
 
 
 def test_a_request_crosses_the_pipe_unchanged():
-    req = ss.SubmitRequest("/f", "#!/bin/bash\necho 'a b'\n", 4, 3, "/py", "/run", 2, {"HF_TOKEN": "x y"})
+    req = ss.SubmitRequest(
+        "/f", "#!/bin/bash\necho 'a b'\n", 4, 3, "/py", "/run", 2, {"HF_TOKEN": "x y"}
+    )
     assert ss.SubmitRequest.from_json(req.to_json()) == req

@@ -1,5 +1,6 @@
 """The SSH test hosts themselves (clusters/ssh-hosts.sh; `make ssh-up` first): real sshds in network
 namespaces, verified host keys, the shared venv, private node-local dirs, and the fault commands."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import ROOT, require_cluster
 
-pytestmark = [pytest.mark.ssh, pytest.mark.exclusive]   # hosts killed, cut, brought up and down
+pytestmark = [pytest.mark.ssh, pytest.mark.exclusive]  # hosts killed, cut, brought up and down
 
 SCRIPT = ROOT / "clusters" / "ssh-hosts.sh"
 STATE = Path(os.environ.get("LAUNCH_SSH_HOSTS_STATE", "/run/launch-ssh-hosts"))
@@ -33,16 +34,24 @@ def hosts_cmd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def hosts_up():
     st = hosts_cmd("status")
     said = " / ".join((st.stdout.strip() or st.stderr.strip()).splitlines())
-    require_cluster(f"the SSH test hosts sshhost1..4 (clusters/ssh-hosts.sh status: {said})",
-                    st.returncode == 0 and KNOWN_HOSTS.exists(), "make ssh-up")
+    require_cluster(
+        f"the SSH test hosts sshhost1..4 (clusters/ssh-hosts.sh status: {said})",
+        st.returncode == 0 and KNOWN_HOSTS.exists(),
+        "make ssh-up",
+    )
 
 
 def connect(host: str, known_hosts: Path = KNOWN_HOSTS, timeout: float = 5) -> fabric.Connection:
     """The way the launcher must connect: names through ssh_config, host keys strictly verified.
     One Config per Connection (a shared one accumulates IdentityFile entries)."""
-    c = fabric.Connection(host, config=fabric.Config(runtime_ssh_path=str(SSH_CONFIG)), connect_timeout=timeout,
-                          connect_kwargs={"look_for_keys": False, "allow_agent": False})
-    c.client.set_missing_host_key_policy(paramiko.RejectPolicy())  # Fabric's default is AutoAddPolicy
+    c = fabric.Connection(
+        host,
+        config=fabric.Config(runtime_ssh_path=str(SSH_CONFIG)),
+        connect_timeout=timeout,
+        connect_kwargs={"look_for_keys": False, "allow_agent": False},
+    )
+    # Fabric's default is AutoAddPolicy
+    c.client.set_missing_host_key_policy(paramiko.RejectPolicy())
     c.client.load_system_host_keys(str(known_hosts))  # read-only: never written back
     return c
 
@@ -56,7 +65,14 @@ def test_hostfile_and_printed_options_point_at_real_files():
     lines = [ln for ln in HOSTFILE.read_text().splitlines() if ln and not ln.startswith("#")]
     assert lines == [f"{h} slots=2" for h in HOSTS]
     opts = hosts_cmd("options").stdout.split()
-    assert opts == ["--hostfile", str(HOSTFILE), "--ssh-config", str(SSH_CONFIG), "--known-hosts", str(KNOWN_HOSTS)]
+    assert opts == [
+        "--hostfile",
+        str(HOSTFILE),
+        "--ssh-config",
+        str(SSH_CONFIG),
+        "--known-hosts",
+        str(KNOWN_HOSTS),
+    ]
     assert all(Path(p).is_file() for p in opts[1::2])
 
 
@@ -66,18 +82,29 @@ def test_every_host_has_its_own_name_address_and_network():
         outs = list(ex.map(lambda h: run(h, probe).split(), HOSTS))
     assert [o[0] for o in outs] == HOSTS
     assert [o[1] for o in outs] == [f"10.216.0.{10 + k}/24" for k in range(1, 5)]
-    assert len({o[2] for o in outs}) == 4 and os.readlink("/proc/self/ns/net") not in {o[2] for o in outs}
+    assert len({o[2] for o in outs}) == 4 and os.readlink("/proc/self/ns/net") not in {
+        o[2] for o in outs
+    }
 
 
 def test_hosts_reach_each_other_by_name():
-    out = run("sshhost3", f"{VENV_PY} -c \"import socket; s = socket.create_connection(('sshhost1', 22), 3); "
-                          "print(s.recv(7).decode(), socket.gethostbyname('sshhost3'))\"")
+    out = run(
+        "sshhost3",
+        f"{VENV_PY} -c \"import socket; s = socket.create_connection(('sshhost1', 22), 3); "
+        "print(s.recv(7).decode(), socket.gethostbyname('sshhost3'))\"",
+    )
     assert out == "SSH-2.0 10.216.0.13"
 
 
 def test_host_missing_from_known_hosts_is_refused(tmp_path):
     kh = tmp_path / "known_hosts"
-    kh.write_text("".join(ln + "\n" for ln in KNOWN_HOSTS.read_text().splitlines() if not ln.startswith("sshhost3,")))
+    kh.write_text(
+        "".join(
+            ln + "\n"
+            for ln in KNOWN_HOSTS.read_text().splitlines()
+            if not ln.startswith("sshhost3,")
+        )
+    )
     with pytest.raises(paramiko.SSHException, match="not found in known_hosts"):
         connect("sshhost3", known_hosts=kh).open()
     connect("sshhost2", known_hosts=kh).open()  # the others still verify
@@ -87,20 +114,42 @@ def test_changed_host_key_is_refused(tmp_path):
     lines = KNOWN_HOSTS.read_text().splitlines()
     other_key = lines[0].split(" ", 1)[1]  # sshhost1's key claimed for sshhost3
     kh = tmp_path / "known_hosts"
-    kh.write_text("".join((f"sshhost3,10.216.0.13 {other_key}" if ln.startswith("sshhost3,") else ln) + "\n"
-                          for ln in lines))
+    kh.write_text(
+        "".join(
+            (f"sshhost3,10.216.0.13 {other_key}" if ln.startswith("sshhost3,") else ln) + "\n"
+            for ln in lines
+        )
+    )
     with pytest.raises(paramiko.BadHostKeyException):
         connect("sshhost3", known_hosts=kh).open()
 
 
 def test_openssh_client_uses_the_same_files_strictly(tmp_path):
-    ok = subprocess.run(["ssh", "-F", str(SSH_CONFIG), "sshhost4", "hostname"], capture_output=True, text=True,
-                        timeout=20)
+    ok = subprocess.run(
+        ["ssh", "-F", str(SSH_CONFIG), "sshhost4", "hostname"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert (ok.returncode, ok.stdout.strip()) == (0, "sshhost4")
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    bad = subprocess.run(["ssh", "-F", str(SSH_CONFIG), "-o", f"UserKnownHostsFile={empty}", "-o", "LogLevel=INFO",
-                          "sshhost4", "hostname"], capture_output=True, text=True, timeout=20)
+    bad = subprocess.run(
+        [
+            "ssh",
+            "-F",
+            str(SSH_CONFIG),
+            "-o",
+            f"UserKnownHostsFile={empty}",
+            "-o",
+            "LogLevel=INFO",
+            "sshhost4",
+            "hostname",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert bad.returncode == 255 and "Host key verification failed" in bad.stderr
 
 
@@ -114,20 +163,35 @@ def test_node_local_dir_is_private_while_the_rest_is_shared():
     shared = f"/tmp/ssh-hosts-test-{tok}"
     try:
         run("sshhost2", f"echo node2 > {NODE_LOCAL}/{tok}; echo shared > {shared}")
-        assert run("sshhost2", f"cat {NODE_LOCAL}/{tok}") == "node2"  # a new session on the same host sees it
-        assert run("sshhost1", f"ls -A {NODE_LOCAL}; test -e {NODE_LOCAL}/{tok} && echo visible || echo absent"
-                   ).splitlines()[-1] == "absent"
+        # a new session on the same host sees it
+        assert run("sshhost2", f"cat {NODE_LOCAL}/{tok}") == "node2"
+        assert (
+            run(
+                "sshhost1",
+                f"ls -A {NODE_LOCAL}; test -e {NODE_LOCAL}/{tok} && echo visible || echo absent",
+            ).splitlines()[-1]
+            == "absent"
+        )
         assert not Path(NODE_LOCAL, tok).exists()  # nor does the launcher's (root) namespace
-        assert run("sshhost1", f"ls {STATE}/local | wc -l") == "0"  # other hosts' backing dirs are hidden
+        # other hosts' backing dirs are hidden
+        assert run("sshhost1", f"ls {STATE}/local | wc -l") == "0"
         assert Path(shared).read_text() == "shared\n"  # /tmp is shared like NFS
-        assert run("sshhost3", f"cat {shared}; test -f {SCRIPT} && echo repo-visible") == "shared\nrepo-visible"
+        assert (
+            run("sshhost3", f"cat {shared}; test -f {SCRIPT} && echo repo-visible")
+            == "shared\nrepo-visible"
+        )
     finally:
         run("sshhost2", f"rm -f {NODE_LOCAL}/{tok} {shared}")
 
 
 def test_each_host_sees_only_its_own_processes_and_shm():
-    tok = uuid.uuid4().hex  # carried in the environment, found the way a launcher sweeps for its run id
-    run("sshhost2", f"SSH_HOSTS_TEST_TAG={tok} setsid sleep 300 >/dev/null 2>&1 </dev/null & : > /dev/shm/{tok}")
+    # carried in the environment, found the way a launcher sweeps for its run id
+    tok = uuid.uuid4().hex
+    run(
+        "sshhost2",
+        f"SSH_HOSTS_TEST_TAG={tok} setsid sleep 300 >/dev/null 2>&1 </dev/null & : > "
+        f"/dev/shm/{tok}",
+    )
     tagged = f"grep -lsxz SSH_HOSTS_TEST_TAG={tok} /proc/[0-9]*/environ | cut -d/ -f3"
     try:
         find = f"{tagged} | wc -l; ls /dev/shm | grep -c {tok}; cat /proc/1/comm"
@@ -150,9 +214,15 @@ def test_kill_host_crashes_it_and_revive_brings_it_back_with_the_same_key():
     run("sshhost4", "setsid nohup sleep 600 >/dev/null 2>&1 </dev/null &")
     try:
         assert hosts_cmd("kill-host", "4").returncode == 0
-        assert subprocess.run(["ip", "netns", "pids", "lssh4"], capture_output=True, text=True).stdout == ""
+        assert (
+            subprocess.run(["ip", "netns", "pids", "lssh4"], capture_output=True, text=True).stdout
+            == ""
+        )
         err, took = _open_error("sshhost4", timeout=5)
-        assert isinstance(err, paramiko.ssh_exception.NoValidConnectionsError) and took < 2, (err, took)
+        assert isinstance(err, paramiko.ssh_exception.NoValidConnectionsError) and took < 2, (
+            err,
+            took,
+        )
         assert run("sshhost3", "hostname") == "sshhost3"  # the others are untouched
     finally:
         rv = hosts_cmd("revive-host", "4")
@@ -173,24 +243,34 @@ def test_cut_host_times_out_and_revive_restores_it():
 
 def test_fault_commands_reject_a_bad_host_number():
     p = hosts_cmd("kill-host", "7")
-    assert p.returncode == 2 and "host '7' is not a test host" in p.stderr and len(p.stderr.splitlines()) == 1
+    assert (
+        p.returncode == 2
+        and "host '7' is not a test host" in p.stderr
+        and len(p.stderr.splitlines()) == 1
+    )
 
 
 def test_a_stale_pyenv_rehash_lock_does_not_stall_the_hosts():
-    """bash reads root's ~/.bashrc for every command sshd runs; this machine's runs `pyenv init` -> `pyenv rehash`,
-    which waits up to 60 s for a lock file in the one ~/.pyenv every host shares. A host killed mid-rehash (kill-host,
-    a SIGKILL sweep) left that lock behind once in CI, and every later ssh command of the run then took 60 s. The
-    hosts read their own copy of the file with the pyenv eval lines commented out (clusters/ssh-hosts.sh
-    host_bashrc): with the lock planted, a command still answers at once."""
+    """bash reads root's ~/.bashrc for every command sshd runs; this machine's runs `pyenv init` ->
+    `pyenv rehash`, which waits up to 60 s for a lock file in the one ~/.pyenv every host shares. A
+    host killed mid-rehash (kill-host, a SIGKILL sweep) left that lock behind once in CI, and every
+    later ssh command of the run then took 60 s. The hosts read their own copy of the file with the
+    pyenv eval lines commented out (clusters/ssh-hosts.sh host_bashrc): with the lock planted, a
+    command still answers at once."""
     home = Path(os.path.expanduser("~root"))
     rc = home / ".bashrc"
-    if not (rc.exists() and "pyenv init" in rc.read_text()):    # no pyenv here: the hosts' rc is the machine's
-        assert run("sshhost3", "cat ~/.bashrc 2>/dev/null || true") == (rc.read_text().strip() if rc.exists() else "")
+    # no pyenv here: the hosts' rc is the machine's
+    if not (rc.exists() and "pyenv init" in rc.read_text()):
+        assert run("sshhost3", "cat ~/.bashrc 2>/dev/null || true") == (
+            rc.read_text().strip() if rc.exists() else ""
+        )
         return
     lock = home / ".pyenv" / "shims" / ".pyenv-shim"
     planted = not lock.exists()
     if planted:
-        lock.write_text("#!/bin/sh\n# planted by tests/test_ssh_hosts.py: a stale pyenv rehash lock\n")
+        lock.write_text(
+            "#!/bin/sh\n# planted by tests/test_ssh_hosts.py: a stale pyenv rehash lock\n"
+        )
     try:
         t = time.monotonic()
         assert run("sshhost3", "hostname") == "sshhost3"

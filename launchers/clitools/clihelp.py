@@ -1,8 +1,10 @@
-"""How `launch`'s options read and complete: one click option per runopts declaration, with its metavar (INTEGER,
-[auto|gloo|nccl], FILE, ...) in help and its completion (choices, files, run names), help sectioned by the
-options' groups, renamed options kept for one release with a note, each verb's examples. The value itself is
-never checked here: click hands the text as given to the option's own parser (launchers.spec, launchers.options.values),
-whose one-line errors stay what users see."""
+"""How `launch`'s options read and complete: one click option per runopts declaration, with its
+metavar (INTEGER, [auto|gloo|nccl], FILE, ...) in help and its completion (choices, files, run
+names), help sectioned by the options' groups, renamed options kept for one release with a note,
+each verb's examples. The value itself is never checked here: click hands the text as given to the
+option's own parser (launchers.spec, launchers.options.values), whose one-line errors stay what
+users see."""
+
 from __future__ import annotations
 
 import functools
@@ -17,11 +19,14 @@ from ..runopts import Opt
 
 
 class Shown(click.ParamType):
-    """The text as given (our parsers read it); help shows METAVAR or [a|b|c]; completion offers the choices,
-    files, dirs, run names or profiles."""
+    """The text as given (our parsers read it); help shows METAVAR or [a|b|c]; completion offers the
+    choices, files, dirs, run names or profiles."""
+
     name = "text"
 
-    def __init__(self, metavar: str = "", choices: tuple[str, ...] = (), complete: str = "") -> None:
+    def __init__(
+        self, metavar: str = "", choices: tuple[str, ...] = (), complete: str = ""
+    ) -> None:
         self.metavar, self.choices, self.complete = metavar, tuple(choices), complete
         self.name = (metavar or "choice").lower()
 
@@ -33,8 +38,14 @@ class Shown(click.ParamType):
 
     def shell_complete(self, ctx, param, incomplete: str) -> list[CompletionItem]:
         if self.choices:
-            head, _, last = incomplete.rpartition(",") if self.complete == "list" else ("", "", incomplete)
-            return [CompletionItem(head + ("," if head else "") + c) for c in self.choices if c.startswith(last)]
+            head, _, last = (
+                incomplete.rpartition(",") if self.complete == "list" else ("", "", incomplete)
+            )
+            return [
+                CompletionItem(head + ("," if head else "") + c)
+                for c in self.choices
+                if c.startswith(last)
+            ]
         if self.complete == "run":
             return complete_run(ctx, param, incomplete)
         if self.complete == "profile":
@@ -46,6 +57,7 @@ class Shown(click.ParamType):
 
 def runs_root_of(ctx: click.Context | None) -> str:
     from ..layout import runs_root
+
     given = None
     while ctx is not None and given is None:
         given = ctx.params.get("runs_root")
@@ -54,12 +66,16 @@ def runs_root_of(ctx: click.Context | None) -> str:
 
 
 def complete_run(ctx, param, incomplete: str) -> list[CompletionItem]:
-    """A RUN: the names of the runs under the runs root (a directory holding run.yaml), else a directory path."""
+    """A RUN: the names of the runs under the runs root (a directory holding run.yaml), else a
+    directory path."""
     if os.sep not in incomplete and not incomplete.startswith("."):
         root = runs_root_of(ctx)
         try:
-            names = sorted(n for n in os.listdir(root) if n.startswith(incomplete)
-                           and os.path.isfile(os.path.join(root, n, "run.yaml")))
+            names = sorted(
+                n
+                for n in os.listdir(root)
+                if n.startswith(incomplete) and os.path.isfile(os.path.join(root, n, "run.yaml"))
+            )
         except OSError:
             names = []
         if names:
@@ -71,8 +87,13 @@ def complete_profile(ctx, param, incomplete: str) -> list[CompletionItem]:
     """--profile: the YAML files where the path typed so far points, else any file."""
     where, start = os.path.split(incomplete)
     try:
-        found = sorted(os.path.join(where, n) for n in os.listdir(where or ".") if n.startswith(start)
-                       and n.endswith((".yaml", ".yml")) and os.path.isfile(os.path.join(where or ".", n)))
+        found = sorted(
+            os.path.join(where, n)
+            for n in os.listdir(where or ".")
+            if n.startswith(start)
+            and n.endswith((".yaml", ".yml"))
+            and os.path.isfile(os.path.join(where or ".", n))
+        )
     except OSError:
         found = []
     return [CompletionItem(p) for p in found] or [CompletionItem(incomplete, type="file")]
@@ -87,8 +108,8 @@ class GroupedOption(click.Option):
 
 
 class Grouped(click.Command):
-    """Help with the options in sections, in the order of opthelp.GROUPS (the backend's own first), then the
-    rest ("Other options": --help and options without a group)."""
+    """Help with the options in sections, in the order of opthelp.GROUPS (the backend's own first),
+    then the rest ("Other options": --help and options without a group)."""
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}
@@ -102,21 +123,29 @@ class Grouped(click.Command):
 
 
 def option_of(o: Opt, env: str | None = None):
-    """The click option of a runopts declaration: its metavar, choices and completion shown; its text passed on
-    as given (None when not given) to the option's own parser."""
+    """The click option of a runopts declaration: its metavar, choices and completion shown; its
+    text passed on as given (None when not given) to the option's own parser."""
     common = dict(cls=GroupedOption, group=o.group, default=None, help=o.help or None)
     if o.kind == "switch":
         return click.option(f"{o.cli_flag}/--no-{o.cli_flag[2:]}", o.key, **common)
     if o.kind == "flag":
         return click.option(o.cli_flag, o.key, is_flag=True, **common)
     kind = "list" if o.kind == "list" else o.complete
-    return click.option(o.cli_flag, o.key, type=Shown(o.metavar, o.choices, kind), multiple=o.kind == "multi",
-                        envvar=env, show_envvar=env is not None, **common)
+    return click.option(
+        o.cli_flag,
+        o.key,
+        type=Shown(o.metavar, o.choices, kind),
+        multiple=o.kind == "multi",
+        envvar=env,
+        show_envvar=env is not None,
+        **common,
+    )
 
 
 def renamed(old: str, new_key: str, new: str, note: str = "", **kw):
-    """`old` (hidden) is still accepted for one release, as `new`, with a one-line note on stderr (`note`: other
-    words for it; `launch nccl` uses it too)."""
+    """`old` (hidden) is still accepted for one release, as `new`, with a one-line note on stderr
+    (`note`: other words for it; `launch nccl` uses it too)."""
+
     def wrap(fn):
         dest = "renamed_" + old.lstrip("-").replace("-", "_")
 
@@ -124,12 +153,18 @@ def renamed(old: str, new_key: str, new: str, note: str = "", **kw):
         def inner(*a, **kws):
             value = kws.pop(dest)
             if value is not None and value != ():
-                click.echo(note or f"launch: note: {old} is renamed {new}; {old} will be refused in the next "
-                           "release", err=True)
+                click.echo(
+                    note
+                    or f"launch: note: {old} is renamed {new}; {old} will be refused in the next "
+                    "release",
+                    err=True,
+                )
                 if kws.get(new_key) in (None, ()):
                     kws[new_key] = value
             return fn(*a, **kws)
+
         return click.option(old, dest, default=None, hidden=True, **kw)(inner)
+
     return wrap
 
 
@@ -141,30 +176,45 @@ EXAMPLES = {
     "local": examples(
         "launch local --nodes 2 --gpus-per-node 2 -- -m workloads.convnet --epochs 2",
         "launch local --nodes 2:4 --spares 1 --max-restarts 3 -- train.py --lr 3e-4",
-        "launch local --dry-run --nodes 2 -- train.py      # each node's command; nothing starts"),
+        "launch local --dry-run --nodes 2 -- train.py      # each node's command; nothing starts",
+    ),
     "ssh": examples(
         "launch ssh --hostfile hosts --gpus-per-node 8 --run-dir /shared/runs/exp1 -- train.py",
         "launch ssh --hosts node1,node2 --no-shared-storage -- -m workloads.convnet",
-        "LAUNCH_SSH_HOSTFILE=hosts launch ssh --dry-run -- train.py"),
+        "LAUNCH_SSH_HOSTFILE=hosts launch ssh --dry-run -- train.py",
+    ),
     "slurm": examples(
-        "launch slurm --nodes 4 --gpus-per-node 8 --partition gpu --time 04:00:00 -- train.py --lr 3e-4",
+        "launch slurm --nodes 4 --gpus-per-node 8 --partition gpu --time 04:00:00 -- train.py "
+        "--lr 3e-4",
         "launch slurm --sbatch-arg '--gres=gpu:8' --setup 'module load cuda' --wait -- train.py",
         "launch slurm --cluster big --nodes 2 -- train.py            # from a laptop, over SSH",
         "launch slurm --sweep lr=1e-4,3e-4 --max-parallel 2 -- train.py",
-        "launch slurm --dry-run ... -- train.py      # the sbatch script and each node's command"),
+        "launch slurm --dry-run ... -- train.py      # the sbatch script and each node's command",
+    ),
     "resume": examples(
         "launch resume runs/demo-20261206-0102-ab12",
         "launch resume runs/demo --nodes 1 --gpus-per-node 2 -- --lr 1e-4",
-        "launch resume copy-of-demo --adopt --dry-run"),
-    "status": examples("launch status runs/demo", "launch status runs/demo --ranks", "launch status runs/demo "
-                       "--json | jq .state"),
+        "launch resume copy-of-demo --adopt --dry-run",
+    ),
+    "status": examples(
+        "launch status runs/demo",
+        "launch status runs/demo --ranks",
+        "launch status runs/demo --json | jq .state",
+    ),
     "logs": examples("launch logs runs/demo", "launch logs runs/demo --rank 3 -f"),
-    "list": examples("launch list", "launch list --runs-root /shared/runs --json", "launch list --cluster all"),
+    "list": examples(
+        "launch list", "launch list --runs-root /shared/runs --json", "launch list --cluster all"
+    ),
     "cancel": examples("launch cancel runs/demo"),
     "wait": examples("launch wait runs/demo --timeout 3600 && echo done"),
     "top": examples("launch top", "launch top runs/demo --once"),
-    "doctor": examples("launch doctor --local --gpu", "launch doctor --hostfile hosts --collective",
-                       "launch doctor --slurm --partition gpu --nodes 2 --gpus-per-node 8 --require-gpus"),
-    "completion": examples('eval "$(launch completion bash)"          # in ~/.bashrc',
-                           "launch completion fish > ~/.config/fish/completions/launch.fish"),
+    "doctor": examples(
+        "launch doctor --local --gpu",
+        "launch doctor --hostfile hosts --collective",
+        "launch doctor --slurm --partition gpu --nodes 2 --gpus-per-node 8 --require-gpus",
+    ),
+    "completion": examples(
+        'eval "$(launch completion bash)"          # in ~/.bashrc',
+        "launch completion fish > ~/.config/fish/completions/launch.fish",
+    ),
 }

@@ -1,2 +1,2 @@
-"""Secrets: what looks like a credential, and which values of a job are secret and how they travel (never a value in a
-record)."""
+"""Secrets: what looks like a credential, and which values of a job are secret and how they travel
+(never a value in a record)."""

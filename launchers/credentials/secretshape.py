@@ -1,15 +1,19 @@
 """Whether a text looks like a credential, and the text with each one hidden (REDACTED).
 
-A variable's value is secret by its name when the name holds TOKEN, KEY, SECRET or PASS (secret_name), or by
-its content (looks_secret): an Authorization header (`Bearer ...`/`Basic ...`), an AWS-style access key (`AKIA`
-+ 16) or secret key (40 of base64, mixed case and digits), a service token (`hf_`, `sk-`, `ghp_`, `github_pat_`,
-`xoxb-`/`xoxp-`), a URL with a password (`scheme://user:pass@host`) or a long random token (a value of >= 32 of
-[A-Za-z0-9_-] whose longest run between `_`/`-` has >= 24 characters, digits and letters among them, and >= 3 bits
-of entropy per character: not words joined by `_`, not a repeated pattern). The same patterns find credentials
-inside any text (redact_text: program arguments, exception lines, reasons, payloads), with the values a process
-knows to be secret; redact_args: a program's arguments as records and the dry-run show them. Pure, stdlib only;
-which of a job's values are secret and where they go is launchers.credentials.secretenv's.
+A variable's value is secret by its name when the name holds TOKEN, KEY, SECRET or PASS
+(secret_name), or by its content (looks_secret): an Authorization header (`Bearer ...`/`Basic ...`),
+an AWS-style access key (`AKIA`
++ 16) or secret key (40 of base64, mixed case and digits), a service token (`hf_`, `sk-`, `ghp_`,
+  `github_pat_`,
+`xoxb-`/`xoxp-`), a URL with a password (`scheme://user:pass@host`) or a long random token (a value
+of >= 32 of [A-Za-z0-9_-] whose longest run between `_`/`-` has >= 24 characters, digits and letters
+among them, and >= 3 bits of entropy per character: not words joined by `_`, not a repeated
+pattern). The same patterns find credentials inside any text (redact_text: program arguments,
+exception lines, reasons, payloads), with the values a process knows to be secret; redact_args: a
+program's arguments as records and the dry-run show them. Pure, stdlib only; which of a job's values
+are secret and where they go is launchers.credentials.secretenv's.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,24 +22,43 @@ from collections import Counter
 from typing import Iterable
 
 REDACTED = "***"
-NAME_MARKERS = ("TOKEN", "KEY", "SECRET", "PASS")          # PASS: PASSWORD, PASSWD, MY_DB_PASS
+NAME_MARKERS = ("TOKEN", "KEY", "SECRET", "PASS")  # PASS: PASSWORD, PASSWD, MY_DB_PASS
 URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s/@]+@")
 TOKEN = re.compile(r"[A-Za-z0-9_-]{32,}")
-MIN_RUN, MIN_BITS = 24, 3.0          # a token's longest run between separators; its entropy, bits per character
-MIN_KNOWN = 6                        # a known secret value shorter than this is not searched for in texts
+# a token's longest run between separators; its entropy, bits per character
+MIN_RUN, MIN_BITS = 24, 3.0
+MIN_KNOWN = 6  # a known secret value shorter than this is not searched for in texts
 # credentials by their shape, found anywhere in a text: (why, pattern); group "v" is what is hidden
 PATTERNS = (
-    ("an Authorization header", re.compile(r"\b(?:Bearer|Basic|Token)\s+(?P<v>[A-Za-z0-9._~+/=-]{8,})", re.I)),
-    ("an AWS access key", re.compile(r"(?<![A-Za-z0-9])(?P<v>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])")),
-    ("a service token", re.compile(r"(?<![A-Za-z0-9_-])(?P<v>(?:hf_|ghp_|gho_|ghs_|github_pat_)[A-Za-z0-9_]{16,}"
-                                   r"|sk-[A-Za-z0-9_-]{16,}|xox[bpas]-[A-Za-z0-9-]{10,})")),
+    (
+        "an Authorization header",
+        re.compile(r"\b(?:Bearer|Basic|Token)\s+(?P<v>[A-Za-z0-9._~+/=-]{8,})", re.I),
+    ),
+    (
+        "an AWS access key",
+        re.compile(r"(?<![A-Za-z0-9])(?P<v>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])"),
+    ),
+    (
+        "a service token",
+        re.compile(
+            r"(?<![A-Za-z0-9_-])(?P<v>(?:hf_|ghp_|gho_|ghs_|github_pat_)[A-Za-z0-9_]{16,}"
+            r"|sk-[A-Za-z0-9_-]{16,}|xox[bpas]-[A-Za-z0-9-]{10,})"
+        ),
+    ),
     ("a URL with a password", re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:(?P<v>[^\s/@]+)@")),
-    ("an AWS secret key", re.compile(r"(?<![A-Za-z0-9/+])(?P<v>(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
-                                     r"(?=[A-Za-z0-9/+]*[0-9])[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")),
+    (
+        "an AWS secret key",
+        re.compile(
+            r"(?<![A-Za-z0-9/+])(?P<v>(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
+            r"(?=[A-Za-z0-9/+]*[0-9])[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+    ),
 )
-_WORD = re.compile(r"[^\s()\[\]{}'\",;=:]+")     # a word of a text, for the long random tokens among them
-_SECRET_OPT = re.compile(r"^--?(?:[A-Za-z0-9]+[-_])*(?:token|password|passwd|secret|api[-_]?key|access[-_]?key)$",
-                         re.I)               # a program option whose value is a secret whatever it looks like
+# a word of a text, for the long random tokens among them
+_WORD = re.compile(r"[^\s()\[\]{}'\",;=:]+")
+_SECRET_OPT = re.compile(
+    r"^--?(?:[A-Za-z0-9]+[-_])*(?:token|password|passwd|secret|api[-_]?key|access[-_]?key)$", re.I
+)  # a program option whose value is a secret whatever it looks like
 
 
 def secret_name(name: str) -> bool:
@@ -48,7 +71,8 @@ def _bits(text: str) -> float:
 
 
 def looks_secret(value: str) -> str | None:
-    """Why a value looks like a secret by its content ("a URL with a password", "a long random token"), else None."""
+    """Why a value looks like a secret by its content ("a URL with a password", "a long random
+    token"), else None."""
     for why, pattern in PATTERNS:
         if pattern.search(value):
             return why
@@ -65,22 +89,32 @@ def _random(word: str) -> bool:
 
 
 def redact_text(text: str, known: Iterable[str] = ()) -> str:
-    """text with each known secret value, each credential-shaped part (PATTERNS) and each long random word as
-    REDACTED (`Bearer ***`, `https://u:***@h`, `--hf-token=***`)."""
+    """text with each known secret value, each credential-shaped part (PATTERNS) and each long
+    random word as REDACTED (`Bearer ***`, `https://u:***@h`, `--hf-token=***`)."""
     if not isinstance(text, str) or not text:
         return text
-    for s in sorted({k for k in known if isinstance(k, str) and len(k) >= MIN_KNOWN and k != REDACTED}, key=len,
-                    reverse=True):
+    for s in sorted(
+        {k for k in known if isinstance(k, str) and len(k) >= MIN_KNOWN and k != REDACTED},
+        key=len,
+        reverse=True,
+    ):
         text = text.replace(s, REDACTED)
     for _, pattern in PATTERNS:
-        text = pattern.sub(lambda m: m.group(0)[:m.start("v") - m.start()] + REDACTED
-                           + m.group(0)[m.end("v") - m.start():], text)
+        text = pattern.sub(
+            lambda m: (
+                m.group(0)[: m.start("v") - m.start()]
+                + REDACTED
+                + m.group(0)[m.end("v") - m.start() :]
+            ),
+            text,
+        )
     return _WORD.sub(lambda m: REDACTED if _random(m.group(0)) else m.group(0), text)
 
 
 def redact_args(args: Iterable[str], known: Iterable[str] = ()) -> list[str]:
-    """A program's arguments as records and the dry-run show them: credentials as REDACTED (redact_text), and
-    the value of an option named like a secret (`--token X`, `--api-key=X`, `--password X`) whatever it is."""
+    """A program's arguments as records and the dry-run show them: credentials as REDACTED
+    (redact_text), and the value of an option named like a secret (`--token X`, `--api-key=X`,
+    `--password X`) whatever it is."""
     out: list[str] = []
     after_opt = False
     for w in args:

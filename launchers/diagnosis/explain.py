@@ -1,7 +1,8 @@
-"""What `launch status` says beyond the state: per-rank progress and stragglers, the hang verdict, the NCCL
-refusals found in the rank logs, whether the latest checkpoint is complete (launchers.ckptptr's manifest).
-Reads the run dir only (launchers.heartbeat records, the hang monitors' progress/node<K>.json, the logs,
-the checkpoints); never changes it."""
+"""What `launch status` says beyond the state: per-rank progress and stragglers, the hang verdict,
+the NCCL refusals found in the rank logs, whether the latest checkpoint is complete
+(launchers.ckptptr's manifest). Reads the run dir only (launchers.heartbeat records, the hang
+monitors' progress/node<K>.json, the logs, the checkpoints); never changes it."""
+
 from __future__ import annotations
 
 import os
@@ -18,16 +19,18 @@ from ..records import rundircheck
 from ..records.rundir import RunDir
 from ..resilience import timeline
 
-LOG_TAIL_BYTES = 1 << 20        # NCCL refusals are searched in the last MiB of each rank log
+LOG_TAIL_BYTES = 1 << 20  # NCCL refusals are searched in the last MiB of each rank log
 
 
-SILENT_STEPS, SILENT_MIN_S = 5, 0.5     # `silent`: this many median step times (at least SILENT_MIN_S) behind
-SLOW = 1.5                              # `slow`: a straggler score from here up
+# `silent`: this many median step times (at least SILENT_MIN_S) behind
+SILENT_STEPS, SILENT_MIN_S = 5, 0.5
+SLOW = 1.5  # `slow`: a straggler score from here up
 NO_REPORT = "no progress reported"
 
 
 def monitor_views(rd: RunDir, nodes: set[int], attempt: int) -> dict[int, dict[str, Any]]:
-    """rank -> the hang monitors' view of it this attempt (progress/node<K>.json: step, last_advance)."""
+    """rank -> the hang monitors' view of it this attempt (progress/node<K>.json: step,
+    last_advance)."""
     seen: dict[int, dict[str, Any]] = {}
     for k in nodes:
         view = layout.read_json(layout.path(rd.path, "node_progress", node=k)) or {}
@@ -37,8 +40,9 @@ def monitor_views(rd: RunDir, nodes: set[int], attempt: int) -> dict[int, dict[s
 
 
 def stopped_here(run_id: str) -> set[int]:
-    """Ranks of this run whose program is stopped (SIGSTOP, state T in /proc) on this machine (the hang
-    monitor's own reading: launchers.hang.sample); read-only, and nothing for ranks on other machines."""
+    """Ranks of this run whose program is stopped (SIGSTOP, state T in /proc) on this machine (the
+    hang monitor's own reading: launchers.hang.sample); read-only, and nothing for ranks on other
+    machines."""
     found = set()
     for rank, (pid, _) in sample.rank_programs(run_id).items():
         st = sample.proc_stat(pid)
@@ -47,12 +51,17 @@ def stopped_here(run_id: str) -> set[int]:
     return found
 
 
-def rank_rows(rd: RunDir, attempt: int, now: float | None = None, ranks: list[tuple[int, int]] | None = None,
-              hang: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """One row per rank (ranks: (node, rank) pairs; default every rank with a log): last step, the program's
-    total, age of its last progress (s), step time (s), straggler score (its step time over the median), flags
-    (flag()). Progress: its heartbeat, else the hang monitor's view; neither: age None (`reported` False) --
-    a quiet rank's log is no measure of its progress."""
+def rank_rows(
+    rd: RunDir,
+    attempt: int,
+    now: float | None = None,
+    ranks: list[tuple[int, int]] | None = None,
+    hang: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per rank (ranks: (node, rank) pairs; default every rank with a log): last step, the
+    program's total, age of its last progress (s), step time (s), straggler score (its step time
+    over the median), flags (flag()). Progress: its heartbeat, else the hang monitor's view;
+    neither: age None (`reported` False) -- a quiet rank's log is no measure of its progress."""
     now = time.time() if now is None else now
     pairs = ranks if ranks is not None else [(n, r) for n, r, _ in rd.rank_logs()]
     seen = monitor_views(rd, {n for n, _ in pairs}, attempt)
@@ -62,10 +71,18 @@ def rank_rows(rd: RunDir, attempt: int, now: float | None = None, ranks: list[tu
         hb = hb if hb and hb.get("attempt") == attempt else None
         mon = seen.get(rank, {})
         last = hb["time"] if hb else mon.get("last_advance")
-        rows.append({"rank": rank, "node": node, "step": hb["step"] if hb else mon.get("step"),
-                     "total": hb.get("total") if hb else None, "reported": last is not None,
-                     "age_s": None if last is None else round(max(0.0, now - last), 1),
-                     "step_time_s": hb.get("step_time") if hb else None, "straggler": None})
+        rows.append(
+            {
+                "rank": rank,
+                "node": node,
+                "step": hb["step"] if hb else mon.get("step"),
+                "total": hb.get("total") if hb else None,
+                "reported": last is not None,
+                "age_s": None if last is None else round(max(0.0, now - last), 1),
+                "step_time_s": hb.get("step_time") if hb else None,
+                "straggler": None,
+            }
+        )
     times = [r["step_time_s"] for r in rows if r["step_time_s"]]
     if times:
         median = statistics.median(times)
@@ -75,25 +92,35 @@ def rank_rows(rd: RunDir, attempt: int, now: float | None = None, ranks: list[tu
     return flag(rows, hang, stopped_here(rd.run_id))
 
 
-def flag(rows: list[dict[str, Any]], hang: dict[str, Any] | None = None,
-         stopped: set[int] = frozenset()) -> list[dict[str, Any]]:
-    """Each row's flags: STOPPED (its program SIGSTOPped on this machine); STALLED / waiting as the hang verdict
-    (status.json's `hang`) says; `silent`: its last progress silent_limit() older than the freshest rank's (so a
-    pause every rank takes, a checkpoint or the end, flags nobody); `slow`: a straggler score of SLOW or more."""
+def flag(
+    rows: list[dict[str, Any]], hang: dict[str, Any] | None = None, stopped: set[int] = frozenset()
+) -> list[dict[str, Any]]:
+    """Each row's flags: STOPPED (its program SIGSTOPped on this machine); STALLED / waiting as the
+    hang verdict (status.json's `hang`) says; `silent`: its last progress silent_limit() older than
+    the freshest rank's (so a pause every rank takes, a checkpoint or the end, flags nobody);
+    `slow`: a straggler score of SLOW or more."""
     hang = hang or {}
     stalled, waiting = set(hang.get("stalled_ranks", [])), set(hang.get("waiting_ranks", []))
     ages = [r["age_s"] for r in rows if r["age_s"] is not None]
     limit = silent_limit(rows)
     for r in rows:
-        r["flags"] = [f for f, on in (("STOPPED", r["rank"] in stopped), ("STALLED", r["rank"] in stalled),
-                                      ("waiting", r["rank"] in waiting),
-                                      ("silent", r["age_s"] is not None and r["age_s"] - min(ages) > limit),
-                                      ("slow", (r["straggler"] or 0) >= SLOW)) if on]
+        r["flags"] = [
+            f
+            for f, on in (
+                ("STOPPED", r["rank"] in stopped),
+                ("STALLED", r["rank"] in stalled),
+                ("waiting", r["rank"] in waiting),
+                ("silent", r["age_s"] is not None and r["age_s"] - min(ages) > limit),
+                ("slow", (r["straggler"] or 0) >= SLOW),
+            )
+            if on
+        ]
     return rows
 
 
 def silent_limit(rows: list[dict[str, Any]]) -> float:
-    """SILENT_STEPS median step times, at least SILENT_MIN_S: how far behind the freshest rank is `silent`."""
+    """SILENT_STEPS median step times, at least SILENT_MIN_S: how far behind the freshest rank is
+    `silent`."""
     times = [r["step_time_s"] for r in rows if r["step_time_s"]]
     return max(SILENT_STEPS * (statistics.median(times) if times else 0.0), SILENT_MIN_S)
 
@@ -109,11 +136,13 @@ def last_step(rd: RunDir, attempt: int) -> int | None:
 
 
 def nccl_refusals(rd: RunDir) -> list[str]:
-    """Lines where NCCL refused a setting (the `launch nccl infolog` parser), one per distinct message."""
+    """Lines where NCCL refused a setting (the `launch nccl infolog` parser), one per distinct
+    message."""
     from nccl_tuning.nccltests import parse_info_log  # torch-free
+
     out, seen = [], set()
     for _, rank, log in rd.rank_logs():
-        try:            # inside the run dir, a regular file, its tail (rundircheck.open_inside: issue 35)
+        try:  # inside the run dir, a regular file, its tail (rundircheck.open_inside: issue 35)
             with os.fdopen(rundircheck.open_inside(rd.path, log), "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
                 text = f.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
@@ -130,32 +159,44 @@ def nccl_refusals(rd: RunDir) -> list[str]:
 def format_ranks(rows: list[dict[str, Any]]) -> list[str]:
     def cell(v, fmt="{}"):
         return "-" if v is None else fmt.format(v)
-    lines = [f"{'RANK':>5} {'NODE':>5} {'STEP':>8} {'AGE(s)':>8} {'STEP(s)':>9} {'STRAGGLER':>9}  FLAGS"]
+
+    lines = [
+        f"{'RANK':>5} {'NODE':>5} {'STEP':>8} {'AGE(s)':>8} {'STEP(s)':>9} {'STRAGGLER':>9}  FLAGS"
+    ]
     for r in rows:
-        if not r.get("reported", True):       # never an age made up from its log: said in the FLAGS column
-            lines.append(f"{r['rank']:>5} {r['node']:>5} {'-':>8} {'-':>8} {'-':>9} {'-':>9}  {NO_REPORT}")
+        # never an age made up from its log: said in the FLAGS column
+        if not r.get("reported", True):
+            lines.append(
+                f"{r['rank']:>5} {r['node']:>5} {'-':>8} {'-':>8} {'-':>9} {'-':>9}  {NO_REPORT}"
+            )
             continue
-        lines.append(f"{r['rank']:>5} {r['node']:>5} {cell(r['step']):>8} {cell(r['age_s']):>8} "
-                     f"{cell(r['step_time_s'], '{:.3f}'):>9} {cell(r['straggler'], '{:.2f}'):>9}  "
-                     f"{' '.join(r.get('flags', []))}".rstrip())
+        lines.append(
+            f"{r['rank']:>5} {r['node']:>5} {cell(r['step']):>8} {cell(r['age_s']):>8} "
+            f"{cell(r['step_time_s'], '{:.3f}'):>9} {cell(r['straggler'], '{:.2f}'):>9}  "
+            f"{' '.join(r.get('flags', []))}".rstrip()
+        )
     return lines
 
 
 def format_hang(hang: dict[str, Any]) -> str:
-    stalled = ", ".join(f"{r} ({hang.get('ranks', {}).get(str(r), {}).get('why', '?')})"
-                        for r in hang.get("stalled_ranks", []))
+    stalled = ", ".join(
+        f"{r} ({hang.get('ranks', {}).get(str(r), {}).get('why', '?')})"
+        for r in hang.get("stalled_ranks", [])
+    )
     waiting = ", ".join(map(str, hang.get("waiting_ranks", []))) or "none"
     return f"hang:       stalled {stalled}; waiting {waiting}; stacks in {hang.get('dir')}"
 
 
 def checkpoint(rd: RunDir, hashes: bool = False) -> dict[str, Any] | None:
-    """`latest` checked against its manifest (sizes; with hashes, its digests too): name, state (complete,
-    unverified, damaged), why, and for a damaged one what a resume would load instead (None: nothing)."""
+    """`latest` checked against its manifest (sizes; with hashes, its digests too): name, state
+    (complete, unverified, damaged), why, and for a damaged one what a resume would load instead
+    (None: nothing)."""
     name = rd.latest_checkpoint()
     if name is None:
         return None
     v = ckptptr.check(rd.checkpoint_dir, name, hashes=hashes)
-    checked = (ckptptr.digest_of(rd.checkpoint_dir, name) or "sizes") if hashes else "sizes"   # xxh3_128, sha256
+    # xxh3_128, sha256
+    checked = (ckptptr.digest_of(rd.checkpoint_dir, name) or "sizes") if hashes else "sizes"
     out: dict[str, Any] = {"name": name, "state": v.state, "why": v.why, "checked": checked}
     if v.state == "damaged":
         out["resume_from"] = ckptptr.resolve(rd.checkpoint_dir, hashes=hashes).name
@@ -169,69 +210,96 @@ def format_checkpoint(ck: dict[str, Any] | None) -> str:
         return f"checkpoint: {ck['name']} (complete: {ck['checked'] or 'sizes'} as written)"
     if ck["state"] == "unverified":
         return f"checkpoint: {ck['name']} (unverified: {ck['why']})"
-    then = f"a resume uses {ck['resume_from']}" if ck.get("resume_from") else "no complete checkpoint to resume from"
+    then = (
+        f"a resume uses {ck['resume_from']}"
+        if ck.get("resume_from")
+        else "no complete checkpoint to resume from"
+    )
     return f"checkpoint: {ck['name']} DAMAGED ({ck['why']}); {then}"
 
 
-def building(rd: RunDir, spec: dict[str, Any], attempt: int, now: float | None = None) -> list[dict[str, Any]]:
-    """The torch extension builds under way (launchers.frozen.extcache: its FileBaton `lock` present), each with the
-    nodes none of whose ranks has reported a step yet this attempt (they wait on it); node None: every node
-    already reported (the build is named without a node)."""
+def building(
+    rd: RunDir, spec: dict[str, Any], attempt: int, now: float | None = None
+) -> list[dict[str, Any]]:
+    """The torch extension builds under way (launchers.frozen.extcache: its FileBaton `lock`
+    present), each with the nodes none of whose ranks has reported a step yet this attempt (they
+    wait on it); node None: every node already reported (the build is named without a node)."""
     builds = extcache.building(extcache.ext_dir(spec), now)
     if not builds:
         return []
     g = int(spec.get("gpus_per_node") or 1)
     pairs = [(k, k * g + i) for k in range(int(spec.get("nodes") or 1)) for i in range(g)]
     rows = rank_rows(rd, attempt, now, ranks=pairs)
-    quiet = sorted({r["node"] for r in rows} - {r["node"] for r in rows if r["step"] is not None}) or [None]
-    return [{"node": k, "name": name, "secs": round(secs, 1)} for name, secs in builds for k in quiet]
+    quiet = sorted(
+        {r["node"] for r in rows} - {r["node"] for r in rows if r["step"] is not None}
+    ) or [None]
+    return [
+        {"node": k, "name": name, "secs": round(secs, 1)} for name, secs in builds for k in quiet
+    ]
 
 
 def warm_slots(rd: RunDir, spec: dict[str, Any]) -> dict[str, list[int]]:
-    """--warm-spares, a running run: the pool's slots whose zygote is up (status/warm-slot<S>.json; one on this
-    host whose pid is gone is not) and those that would start cold."""
+    """--warm-spares, a running run: the pool's slots whose zygote is up (status/warm-slot<S>.json;
+    one on this host whose pid is gone is not) and those that would start cold."""
     import glob
     import socket
+
     up = set()
     for f in glob.glob(layout.path(rd.path, "warm_slot", slot="*")):
         rec = layout.read_json(f) or {}
         pid, here = rec.get("pid"), rec.get("host") == socket.gethostname()
-        if isinstance(rec.get("slot"), int) and (not here or isinstance(pid, int) and pid > 0 and procs.alive(pid)):
+        if isinstance(rec.get("slot"), int) and (
+            not here or isinstance(pid, int) and pid > 0 and procs.alive(pid)
+        ):
             up.add(rec["slot"])
-    pool = set(range(max(int(spec.get("max_nodes") or 0), int(spec.get("nodes") or 1)) + int(spec.get("spares") or 0)))
+    pool = set(
+        range(
+            max(int(spec.get("max_nodes") or 0), int(spec.get("nodes") or 1))
+            + int(spec.get("spares") or 0)
+        )
+    )
     return {"warm": sorted(up & pool), "cold": sorted(pool - up)}
 
 
 def attempt_rows(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """run.yaml's attempts as `launch status` lists them: number, start, and what started it."""
-    return [{"attempt": a.get("attempt", k), "started": a.get("started"), "why": started_by(a, k)}
-            for k, a in enumerate(attempts or [])]
+    return [
+        {"attempt": a.get("attempt", k), "started": a.get("started"), "why": started_by(a, k)}
+        for k, a in enumerate(attempts or [])
+    ]
 
 
 def started_by(a: dict[str, Any], k: int) -> str:
-    """An attempt's reason: `launch resume`, the recovery policy's restart, Slurm's requeue (restart N), the launch."""
+    """An attempt's reason: `launch resume`, the recovery policy's restart, Slurm's requeue (restart
+    N), the launch."""
     by = a.get("by")
     if by == timeline.BY_POLICY:
         return "restarted by the recovery policy"
     if by:
         return str(by)
     if a.get("reason"):
-        return str(a["reason"]) + (f" (restart {a['slurm_restart']})" if a.get("slurm_restart") else "")
+        return str(a["reason"]) + (
+            f" (restart {a['slurm_restart']})" if a.get("slurm_restart") else ""
+        )
     return "the launch" if k == 0 else "-"
 
 
 def format_attempts(rows: list[dict[str, Any]]) -> list[str]:
-    """`launch status`'s lines under `attempt:` when the run has more than one: each attempt and its reason."""
+    """`launch status`'s lines under `attempt:` when the run has more than one: each attempt and its
+    reason."""
     if len(rows or []) < 2:
         return []
-    return [f"            {r['attempt']}: {r['why']}" + (f"  (started {r['started']})" if r.get("started") else "")
-            for r in rows]
+    return [
+        f"            {r['attempt']}: {r['why']}"
+        + (f"  (started {r['started']})" if r.get("started") else "")
+        for r in rows
+    ]
 
 
 def next_steps(st: dict[str, Any]) -> list[str]:
-    """`launch status`'s last lines for a run with a first failure: the log to read first (the failing rank's,
-    else its node's agent log; on Slurm also the node's own Slurm output file) and the command to try next
-    (docs/TROUBLESHOOTING.md)."""
+    """`launch status`'s last lines for a run with a first failure: the log to read first (the
+    failing rank's, else its node's agent log; on Slurm also the node's own Slurm output file) and
+    the command to try next (docs/TROUBLESHOOTING.md)."""
     ff = st.get("first_failure")
     if not ff or st.get("state") == "COMPLETED" or ff.get("node") is None:
         return []

@@ -1,11 +1,13 @@
-"""The first failure of an attempt, decided from its records: pure functions over the rank wrappers' exit
-records (RunDir.rank_exits, earliest first) and the failures of nodes that left none; RunDir.record_outcome
-writes what they decide into status.json `first_failure`.
+"""The first failure of an attempt, decided from its records: pure functions over the rank wrappers'
+exit records (RunDir.rank_exits, earliest first) and the failures of nodes that left none;
+RunDir.record_outcome writes what they decide into status.json `first_failure`.
 
-A rank whose wrapper had given it a stop before it ended (its record's `stopped_by`: launchers.rankexec) did not
-fail on its own, however it ended -- killed after the grace, by a sweep's SIGKILL, an exception in its cleanup:
-what made the stop (another rank's failure, its own node's, a hang, a lost host, a cancel) is never named after
-it. Such a record is no failure here, and its node is still a candidate through the node's own failure."""
+A rank whose wrapper had given it a stop before it ended (its record's `stopped_by`:
+launchers.rankexec) did not fail on its own, however it ended -- killed after the grace, by a
+sweep's SIGKILL, an exception in its cleanup: what made the stop (another rank's failure, its own
+node's, a hang, a lost host, a cancel) is never named after it. Such a record is no failure here,
+and its node is still a candidate through the node's own failure."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,8 +16,10 @@ from ..node.rankcause import peer_lost
 from ..resilience.recovery import AT_ONCE
 
 FAILURE_KEYS = ("node", "rank", "exit_code", "signal", "time")
-CAUSE_KEYS = ("exception", "reason", "kind")     # what a rank's wrapper found out (launchers.node.rankcause; kind: a
-#                                                 typed failure, e.g. "gpus" from launchers.nodebackend), kept when set
+# what a rank's wrapper found out (launchers.node.rankcause; kind: a
+CAUSE_KEYS = ("exception", "reason", "kind")
+#                                                 typed failure, e.g. "gpus" from
+#                                                 launchers.nodebackend), kept when set
 
 
 def of_rank(rec: dict[str, Any]) -> dict[str, Any]:
@@ -26,7 +30,8 @@ def of_rank(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def failed(rec: dict[str, Any]) -> bool:
-    """Whether a rank record is a failure of the rank's own: a failing end that no stop it was given caused."""
+    """Whether a rank record is a failure of the rank's own: a failing end that no stop it was given
+    caused."""
     return rec.get("exit_code") != 0 and not rec.get("stopped_by")
 
 
@@ -38,26 +43,37 @@ def earliest(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def first_failure(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]] = (),
-                  hosts: list[str] | None = None) -> dict[str, Any] | None:
-    """The earliest in time among the first failing rank record (failed(): a rank that ended on a stop is none)
-    and `node_failures` ({node, exit_code, signal, time, reason[, host]}) of nodes that left no failing rank
-    record; named with its host where known.
+def first_failure(
+    recs: list[dict[str, Any]],
+    node_failures: list[dict[str, Any]] = (),
+    hosts: list[str] | None = None,
+) -> dict[str, Any] | None:
+    """The earliest in time among the first failing rank record (failed(): a rank that ended on a
+    stop is none) and `node_failures` ({node, exit_code, signal, time, reason[, host]}) of nodes
+    that left no failing rank record; named with its host where known.
 
-    A rank that failed on losing a peer (rankcause.peer_lost) failed second: a rank that failed on its own (any
-    other failure) goes first whatever the records' times -- the survivor's error can be written milliseconds before
-    the crashed rank's own record (seen under load: rank 1 crashed, rank 0's "Connection closed by peer" stamped
-    3 ms earlier); else a node killed by a signal whose ranks died with it (no record at all) goes first whenever
-    its failure was seen -- a container runtime's client (podman) reports its agent's death only after tearing the
-    container down, later than the peer's record of it."""
+    A rank that failed on losing a peer (rankcause.peer_lost) failed second: a rank that failed on
+    its own (any other failure) goes first whatever the records' times -- the survivor's error can
+    be written milliseconds before the crashed rank's own record (seen under load: rank 1 crashed,
+    rank 0's "Connection closed by peer" stamped 3 ms earlier); else a node killed by a signal whose
+    ranks died with it (no record at all) goes first whenever its failure was seen -- a container
+    runtime's client (podman) reports its agent's death only after tearing the container down, later
+    than the peer's record of it."""
     failing = [r for r in recs if failed(r)]
     ranked = {r.get("node") for r in failing}
     if failing and peer_lost(failing[0].get("exception")):
-        failing = [r for r in failing if not peer_lost(r.get("exception"))] + failing     # own failures first
+        # own failures first
+        failing = [r for r in failing if not peer_lost(r.get("exception"))] + failing
     cands = [of_rank(r) for r in failing[:1]]
-    nodes = [dict({k: nf.get(k) for k in FAILURE_KEYS}, rank=None, **{k: nf[k] for k in ("host", "reason", "kind")
-                                                                      if nf.get(k)})
-             for nf in node_failures if nf.get("node") not in ranked]
+    nodes = [
+        dict(
+            {k: nf.get(k) for k in FAILURE_KEYS},
+            rank=None,
+            **{k: nf[k] for k in ("host", "reason", "kind") if nf.get(k)},
+        )
+        for nf in node_failures
+        if nf.get("node") not in ranked
+    ]
     if cands and peer_lost(cands[0].get("exception")):
         heard = {r.get("node") for r in recs}
         killed = [nf for nf in nodes if nf.get("signal") and nf.get("node") not in heard]
@@ -72,37 +88,54 @@ def first_failure(recs: list[dict[str, Any]], node_failures: list[dict[str, Any]
 
 
 def describe(ff: dict[str, Any] | None) -> str:
-    """`rank 1 on node 1, exit code 1: RuntimeError: boom` (a rank's exception line, or its reason, e.g. out of
-    memory, when its wrapper found one); a hang or a lost host: its reason in place of an exit code."""
+    """`rank 1 on node 1, exit code 1: RuntimeError: boom` (a rank's exception line, or its reason,
+    e.g. out of memory, when its wrapper found one); a hang or a lost host: its reason in place of
+    an exit code."""
     if not ff:
         return "no rank recorded a failure"
-    where = f"rank {ff['rank']} on node {ff['node']}" if ff.get("rank") is not None else f"node {ff.get('node')}"
+    where = (
+        f"rank {ff['rank']} on node {ff['node']}"
+        if ff.get("rank") is not None
+        else f"node {ff.get('node')}"
+    )
     return f"{where}, {how(ff) or 'no exit code'}"
 
 
 def how(ff: dict[str, Any], node_code: int | None = None) -> str | None:
-    """How the failure ended and why: `exit code 1: RuntimeError: boom`, `signal SIGKILL: out of memory ...`; a
-    node's failure without a rank record: its reason (a hang, a lost host), else its exit code when given -- with
-    its reason for a fault of the hardware (recovery.AT_ONCE: a failed GPU check's line naming the node and fact)."""
-    code = f"signal {ff['signal']}" if ff.get("signal") else f"exit code {ff['exit_code']}" \
-        if ff.get("exit_code") is not None else None
-    why = ff.get("exception") or (ff.get("reason") if ff.get("rank") is not None or ff.get("kind") in AT_ONCE else None)
+    """How the failure ended and why: `exit code 1: RuntimeError: boom`, `signal SIGKILL: out of
+    memory ...`; a node's failure without a rank record: its reason (a hang, a lost host), else its
+    exit code when given -- with its reason for a fault of the hardware (recovery.AT_ONCE: a failed
+    GPU check's line naming the node and fact)."""
+    code = (
+        f"signal {ff['signal']}"
+        if ff.get("signal")
+        else f"exit code {ff['exit_code']}"
+        if ff.get("exit_code") is not None
+        else None
+    )
+    why = ff.get("exception") or (
+        ff.get("reason") if ff.get("rank") is not None or ff.get("kind") in AT_ONCE else None
+    )
     if code and why:
         return f"{code}: {why}"
     return code or ff.get("reason") or (f"exit code {node_code}" if node_code is not None else None)
 
 
 def node_failed(ff: dict[str, Any], node_code: int | None = None) -> str:
-    """What a node's `failed` line says of the first failure on it: `rank 1, exit code 1: RuntimeError: boom`,
-    or the node's own reason (`connection lost (...)`) or exit code."""
+    """What a node's `failed` line says of the first failure on it: `rank 1, exit code 1:
+    RuntimeError: boom`, or the node's own reason (`connection lost (...)`) or exit code."""
     what = how(ff, node_code) or "no exit code"
     return f"rank {ff['rank']}, {what}" if ff.get("rank") is not None else what
 
 
 def killed_after_grace(recs: list[dict[str, Any]]) -> str | None:
-    """`ranks 0, 1 did not stop within 3 s; killed`, or None when no rank was killed after the stop grace."""
+    """`ranks 0, 1 did not stop within 3 s; killed`, or None when no rank was killed after the stop
+    grace."""
     killed = sorted((r for r in recs if r.get("killed_after_grace")), key=lambda r: r["rank"])
     if not killed:
         return None
     ranks = ", ".join(str(r["rank"]) for r in killed)
-    return f"rank{'s' if len(killed) > 1 else ''} {ranks} did not stop within {killed[0]['killed_after_grace']:g} s; killed"
+    return (
+        f"rank{'s' if len(killed) > 1 else ''} {ranks} did not stop within "
+        f"{killed[0]['killed_after_grace']:g} s; killed"
+    )

@@ -1,13 +1,17 @@
-"""`launch doctor --gpu`: the nodes' findings (launchers.gpuhealth.verdict, from the tools' outputs the probe
-brought back: launchers.gpuhealth.tools) as the GPU-HEALTH column.
+"""`launch doctor --gpu`: the nodes' findings (launchers.gpuhealth.verdict, from the tools' outputs
+the probe brought back: launchers.gpuhealth.tools) as the GPU-HEALTH column.
 """
+
 from __future__ import annotations
 
 from ..gpuhealth.finding import Finding, worst
 from ..gpuhealth.verdict import node_findings
 from .checks import Check, skip
 
-FIX = "drain the node or fix what the line names (nvidia-smi -q, ibstat, dmesg), then run doctor --gpu again"
+FIX = (
+    "drain the node or fix what the line names (nvidia-smi -q, ibstat, dmesg), then run "
+    "doctor --gpu again"
+)
 
 
 def gpu_health(r: dict, node: str, gpus_per_node: int | None) -> tuple[Check, list[Finding]]:
@@ -18,9 +22,13 @@ def gpu_health(r: dict, node: str, gpus_per_node: int | None) -> tuple[Check, li
     level = worst([f for f in found if f.level != "info"])
     fails, warns = (sum(f.level == k for f in found) for k in ("fail", "warn"))
     if level == "fail":
-        return Check("fail", f"{fails} fault(s)!", f"{fails} fault(s) found by the GPU/NIC tools", FIX), found
+        return Check(
+            "fail", f"{fails} fault(s)!", f"{fails} fault(s) found by the GPU/NIC tools", FIX
+        ), found
     if level == "warn":
-        return Check("warn", f"{warns} warning(s)?", f"{warns} warning(s) from the GPU/NIC tools"), found
+        return Check(
+            "warn", f"{warns} warning(s)?", f"{warns} warning(s) from the GPU/NIC tools"
+        ), found
     if (r["gpu_tools"].get("smi_xml") or {}).get("missing"):
         return skip("no nvidia-smi"), found
     return Check("ok", "ok"), found

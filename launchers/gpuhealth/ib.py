@@ -1,5 +1,7 @@
-"""InfiniBand / RoCE ports from `ibstat`, or from /sys/class/infiniband/<dev>/ports/<n>/{state, phys_state,
-rate, link_layer} when ibstat is missing. Both give: device, port, state, physical state, rate, link layer."""
+"""InfiniBand / RoCE ports from `ibstat`, or from /sys/class/infiniband/<dev>/ports/<n>/{state,
+phys_state, rate, link_layer} when ibstat is missing. Both give: device, port, state, physical
+state, rate, link layer."""
+
 from __future__ import annotations
 
 import re
@@ -9,7 +11,12 @@ from .finding import Finding
 CA = re.compile(r"^CA '(.+)'")
 PORT = re.compile(r"^\s+Port (\d+):")
 FIELD = re.compile(r"^\s+([A-Za-z ]+):\s*(.*?)\s*$")
-KEYS = {"State": "state", "Physical state": "phys_state", "Rate": "rate", "Link layer": "link_layer"}
+KEYS = {
+    "State": "state",
+    "Physical state": "phys_state",
+    "Rate": "rate",
+    "Link layer": "link_layer",
+}
 
 
 def parse_ibstat(text: str) -> list[dict]:
@@ -44,32 +51,55 @@ def _word(v: str | None) -> str | None:
 
 
 def parse_sysfs(files: dict[str, str]) -> list[dict]:
-    """files: "<dev>/ports/<n>/<attr>" -> content (what the probe read under /sys/class/infiniband)."""
+    """files: "<dev>/ports/<n>/<attr>" -> content (what the probe read under
+    /sys/class/infiniband)."""
     ports: dict[tuple[str, int], dict] = {}
     for path, content in files.items():
         m = re.fullmatch(r"([^/]+)/ports/(\d+)/(state|phys_state|rate|link_layer)", path)
         if m:
-            p = ports.setdefault((m.group(1), int(m.group(2))), {"device": m.group(1), "port": int(m.group(2))})
+            p = ports.setdefault(
+                (m.group(1), int(m.group(2))), {"device": m.group(1), "port": int(m.group(2))}
+            )
             p[m.group(3)] = _word(content)
     return [ports[k] for k in sorted(ports)]
 
 
 def findings(ports: list[dict], node: str) -> list[Finding]:
-    """A port not Active: fail -- except an Ethernet (RoCE) port whose physical state is Disabled (a port
-    switched off on purpose, e.g. a NIC's unused second port): warn. An Active InfiniBand port slower than
-    the fastest Active InfiniBand port of the node: warn (a link trained down)."""
+    """A port not Active: fail -- except an Ethernet (RoCE) port whose physical state is Disabled (a
+    port switched off on purpose, e.g. a NIC's unused second port): warn. An Active InfiniBand port
+    slower than the fastest Active InfiniBand port of the node: warn (a link trained down)."""
     out = []
-    rates = [float(p["rate"]) for p in ports if p.get("state") == "Active" and p.get("link_layer") == "InfiniBand"
-             and _number(p.get("rate"))]
+    rates = [
+        float(p["rate"])
+        for p in ports
+        if p.get("state") == "Active"
+        and p.get("link_layer") == "InfiniBand"
+        and _number(p.get("rate"))
+    ]
     best = max(rates, default=0.0)
     for p in ports:
         dev = f"{p['device']} port {p['port']}"
         if p.get("state") != "Active":
             off = p.get("link_layer") == "Ethernet" and p.get("phys_state") == "Disabled"
-            out.append(Finding("warn" if off else "fail", node, dev, f"State {p.get('state')} (physical state "
-                               f"{p.get('phys_state')}, {p.get('link_layer', '?')})"))
-        elif p.get("link_layer") == "InfiniBand" and _number(p.get("rate")) and float(p["rate"]) < best:
-            out.append(Finding("warn", node, dev, f"rate {p['rate']} Gb/s, other InfiniBand ports run {best:g}"))
+            out.append(
+                Finding(
+                    "warn" if off else "fail",
+                    node,
+                    dev,
+                    f"State {p.get('state')} (physical state "
+                    f"{p.get('phys_state')}, {p.get('link_layer', '?')})",
+                )
+            )
+        elif (
+            p.get("link_layer") == "InfiniBand"
+            and _number(p.get("rate"))
+            and float(p["rate"]) < best
+        ):
+            out.append(
+                Finding(
+                    "warn", node, dev, f"rate {p['rate']} Gb/s, other InfiniBand ports run {best:g}"
+                )
+            )
     return out
 
 

@@ -1,13 +1,16 @@
-"""One node's GPU check, from its tools' raw outputs (launchers.gpuhealth.tools) to findings (one line each:
-node, device, fact) and to the preflight's verdict: the one line that names a bad node, or none. The same code
-judges every backend's nodes: `launch doctor --gpu` and `--preflight gpu` on local and SSH (the submitting side
-reads the probe's answer), and each Slurm node task on its own node (launchers.backends.slurm.node), which then
-waits for every node's verdict before anything starts.
+"""One node's GPU check, from its tools' raw outputs (launchers.gpuhealth.tools) to findings (one
+line each: node, device, fact) and to the preflight's verdict: the one line that names a bad node,
+or none. The same code judges every backend's nodes: `launch doctor --gpu` and `--preflight gpu` on
+local and SSH (the submitting side reads the probe's answer), and each Slurm node task on its own
+node (launchers.backends.slurm.node), which then waits for every node's verdict before anything
+starts.
 
 A node without nvidia-smi is a skip ("no nvidia-smi"), not a failure: a CPU node runs gloo jobs, and
---require-gpus / --gpus-per-node already fail the GPUS column where GPUs are required. A tool that is
-missing is skipped; one that ran and failed, or whose output cannot be read, is a warning naming it.
+--require-gpus / --gpus-per-node already fail the GPUS column where GPUs are required. A tool that
+is missing is skipped; one that ran and failed, or whose output cannot be read, is a warning naming
+it.
 """
+
 from __future__ import annotations
 
 from . import ib, nvlink, smi, topo, xid
@@ -21,12 +24,16 @@ def _ran(tools: dict, key: str) -> str | None:
 
 def _tool_trouble(tools: dict, key: str, node: str, what: str) -> list[Finding]:
     t = tools.get(key) or {}
-    if t.get("timeout") and key == "smi_xml":      # nvidia-smi hangs: a GPU or the driver is in trouble
+    if t.get("timeout") and key == "smi_xml":  # nvidia-smi hangs: a GPU or the driver is in trouble
         return [Finding("fail", node, "node", f"{t['error']} (a GPU or the driver hangs)")]
     if t.get("error") and not t.get("skipped"):
         return [Finding("warn", node, "node", f"{what}: {t['error']}")]
     if t.get("rc"):
-        return [Finding("warn", node, "node", f"{what} exited {t['rc']}: {t.get('err') or 'no message'}")]
+        return [
+            Finding(
+                "warn", node, "node", f"{what} exited {t['rc']}: {t.get('err') or 'no message'}"
+            )
+        ]
     return []
 
 
@@ -63,7 +70,8 @@ def nic_findings(tools: dict, node: str) -> list[Finding]:
 
 
 def node_findings(r: dict, node: str, gpus_per_node: int | None) -> list[Finding]:
-    """r: a node's answer holding `gpu_tools` (the doctor's probe, or {"gpu_tools": tools.run(...)})."""
+    """r: a node's answer holding `gpu_tools` (the doctor's probe, or {"gpu_tools":
+    tools.run(...)})."""
     tools = r.get("gpu_tools") or {}
     out: list[Finding] = []
     if (tools.get("smi_xml") or {}).get("missing"):
@@ -75,12 +83,17 @@ def node_findings(r: dict, node: str, gpus_per_node: int | None) -> list[Finding
     if text is not None:
         out += xid.findings(xid.parse(text), node)
     elif (tools.get("dmesg") or {}).get("rc"):
-        out.append(Finding("info", node, "node", "kernel messages not readable here (dmesg): Xid check skipped"))
+        out.append(
+            Finding(
+                "info", node, "node", "kernel messages not readable here (dmesg): Xid check skipped"
+            )
+        )
     return out
 
 
 def bad_line(found: list[Finding], label: str) -> str | None:
-    """The preflight's one line for a node with faults (`node 1 [host]: dev: fact; dev: fact`), else None."""
+    """The preflight's one line for a node with faults (`node 1 [host]: dev: fact; dev: fact`), else
+    None."""
     fails = [f"{f.device}: {f.fact}" for f in found if f.level == "fail"]
     return f"{label}: " + "; ".join(fails) if fails else None
 
@@ -90,19 +103,22 @@ def warnings(found: list[Finding]) -> list[str]:
 
 
 def summary(bad: list[str], nnodes: int) -> str:
-    """The first line of a preflight that stops: how many nodes are bad (each then named on its own line)."""
+    """The first line of a preflight that stops: how many nodes are bad (each then named on its own
+    line)."""
     return f"--preflight gpu: {len(bad)} bad node(s) of {nnodes}, nothing started"
 
 
 def peers_verdict(verdicts: dict, nnodes: int, me: int) -> str | None:
-    """A Slurm node's decision once it has read every node's verdict file ({node: {"bad": line|None} or None
-    when not there}): None when all nodes passed, else why this node does not start (naming the bad nodes, or
-    the nodes whose verdict never came)."""
+    """A Slurm node's decision once it has read every node's verdict file ({node: {"bad": line|None}
+    or None when not there}): None when all nodes passed, else why this node does not start (naming
+    the bad nodes, or the nodes whose verdict never came)."""
     missing = [k for k in range(nnodes) if verdicts.get(k) is None]
     bad = [verdicts[k]["bad"] for k in range(nnodes) if k not in missing and verdicts[k].get("bad")]
     if bad:
         return f"{summary(bad, nnodes)} (node {me} not started): " + " | ".join(bad)
     if missing:
-        return (f"--preflight gpu: no verdict from node(s) {', '.join(map(str, missing))} in time, nothing started "
-                f"(node {me} not started)")
+        return (
+            f"--preflight gpu: no verdict from node(s) {', '.join(map(str, missing))} in time, "
+            f"nothing started (node {me} not started)"
+        )
     return None

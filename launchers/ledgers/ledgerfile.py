@@ -1,12 +1,15 @@
-"""The site's node ledger's file (issue 37; the ledger's rule and what goes into it: launchers.ledgers.siteledger): one
-JSON file on shared storage, per host its strikes {time, run, user, attempt, kind, reason, quarantined}.
+"""The site's node ledger's file (issue 37; the ledger's rule and what goes into it:
+launchers.ledgers.siteledger): one JSON file on shared storage, per host its strikes {time, run,
+user, attempt, kind, reason, quarantined}.
 
-Read strictly, as data others write (issue 35): no symlink, a regular file of at most MAX_BYTES, JSON without
-duplicate keys or NaN, every field checked, host names of HOST only; a bad file is (None, the one-line why).
-Written by many users at once: read-modify-write (update) under an fcntl byte-range lock (lockf: NFS forwards it
-to the server's lock manager; a lock dies with its process, so no stale lock) on PATH.lock, then an atomic replace
-(temporary file in the same directory, fsync, rename). Stdlib only.
+Read strictly, as data others write (issue 35): no symlink, a regular file of at most MAX_BYTES,
+JSON without duplicate keys or NaN, every field checked, host names of HOST only; a bad file is
+(None, the one-line why). Written by many users at once: read-modify-write (update) under an fcntl
+byte-range lock (lockf: NFS forwards it to the server's lock manager; a lock dies with its process,
+so no stale lock) on PATH.lock, then an atomic replace (temporary file in the same directory, fsync,
+rename). Stdlib only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,18 +29,28 @@ from ..resilience.recovery import KINDS
 
 VERSION = 1
 MAX_BYTES = 8 << 20
-MAX_HOSTS, MAX_STRIKES, MAX_TOTAL = 10000, 32, 10000    # strikes per host and in all (the oldest go first)
+# strikes per host and in all (the oldest go first)
+MAX_HOSTS, MAX_STRIKES, MAX_TOTAL = 10000, 32, 10000
 LOCK_WAIT_S = 30.0
-HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")      # a Slurm node / host name: never a hostlist or option
-_TEXT = re.compile(r"^[ -~]*$")                                # printable ASCII, one line
-STRIKE_KEYS = {"time": (int, float), "run": str, "user": str, "attempt": int, "kind": str, "reason": str,
-               "quarantined": bool}
+# a Slurm node / host name: never a hostlist or option
+HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_TEXT = re.compile(r"^[ -~]*$")  # printable ASCII, one line
+STRIKE_KEYS = {
+    "time": (int, float),
+    "run": str,
+    "user": str,
+    "attempt": int,
+    "kind": str,
+    "reason": str,
+    "quarantined": bool,
+}
 LIMITS = {"run": 200, "user": 64, "kind": 16, "reason": 300}
 DAY = 86400.0
 
 
 def load(path: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(the ledger, None); a missing file is an empty ledger; (None, the one-line why) when it cannot be used."""
+    """(the ledger, None); a missing file is an empty ledger; (None, the one-line why) when it
+    cannot be used."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -64,7 +77,9 @@ def parse(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
     if not raw.strip():
         return empty(), None
     try:
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        data = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant
+        )
     except (ValueError, RecursionError) as e:
         return None, f"not JSON ({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})"
     why = check(data)
@@ -85,7 +100,8 @@ def _no_constant(name: str) -> Any:
 
 
 def check(data: Any, now: float | None = None) -> str | None:
-    """What is wrong with a parsed ledger (None: nothing): its shape, each host's name, each strike's fields."""
+    """What is wrong with a parsed ledger (None: nothing): its shape, each host's name, each
+    strike's fields."""
     if not isinstance(data, dict) or set(data) != {"version", "hosts"}:
         return "expected an object with exactly `version` and `hosts`"
     if data["version"] != VERSION or isinstance(data["version"], bool):
@@ -97,9 +113,13 @@ def check(data: Any, now: float | None = None) -> str | None:
     for host, entry in hosts.items():
         if not HOST.match(host):
             return f"host name {brief(host)} is not accepted (letters, digits, '.', '_', '-')"
-        if not isinstance(entry, dict) or set(entry) != {"strikes"} or not isinstance(entry["strikes"], list) \
-                or len(entry["strikes"]) > MAX_STRIKES:
-            return f"host {host}: expected {{\"strikes\": [...]}} with at most {MAX_STRIKES} strikes"
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"strikes"}
+            or not isinstance(entry["strikes"], list)
+            or len(entry["strikes"]) > MAX_STRIKES
+        ):
+            return f'host {host}: expected {{"strikes": [...]}} with at most {MAX_STRIKES} strikes'
         total += len(entry["strikes"])
         for s in entry["strikes"]:
             if why := check_strike(s, now):
@@ -115,7 +135,10 @@ def check_strike(s: Any, now: float | None = None) -> str | None:
         if not isinstance(v, types) or (isinstance(v, bool) and types is not bool):
             return f"strike {key} {brief(v)} has the wrong type"
         if isinstance(v, str) and (len(v) > LIMITS[key] or not _TEXT.match(v)):
-            return f"strike {key} {brief(v)} is not one line of at most {LIMITS[key]} printable ASCII characters"
+            return (
+                f"strike {key} {brief(v)} is not one line of at most {LIMITS[key]} printable "
+                "ASCII characters"
+            )
     if not (math.isfinite(s["time"]) and 0 < s["time"] <= (now or time.time()) + DAY):
         return f"strike time {brief(s['time'])} is not a time up to now"
     if s["kind"] not in KINDS or not 0 <= s["attempt"] <= 10**6:
@@ -129,8 +152,8 @@ def empty() -> dict[str, Any]:
 
 @contextlib.contextmanager
 def locked(path: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """An exclusive fcntl lock on PATH.lock (made as writable as its directory is: every user of a shared
-    directory can take it); TimeoutError after wait_s."""
+    """An exclusive fcntl lock on PATH.lock (made as writable as its directory is: every user of a
+    shared directory can take it); TimeoutError after wait_s."""
     lock = path + ".lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -146,7 +169,7 @@ def locked(path: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
             time.sleep(0.02)
         yield
     finally:
-        os.close(fd)                                # closing releases the lock
+        os.close(fd)  # closing releases the lock
 
 
 def _try_lock(fd: int) -> bool:
@@ -154,19 +177,20 @@ def _try_lock(fd: int) -> bool:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except OSError as e:
-        if e.errno in (errno.EAGAIN, errno.EACCES):     # held by another process (NFS says either)
+        if e.errno in (errno.EAGAIN, errno.EACCES):  # held by another process (NFS says either)
             return False
         raise
 
 
 def write(path: str, led: dict[str, Any]) -> None:
-    """Replace the ledger at once (readers see the old or the new one): a new file beside it, then rename."""
+    """Replace the ledger at once (readers see the old or the new one): a new file beside it, then
+    rename."""
     d, base = os.path.split(path)
     tmp = os.path.join(d, f".{base}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="ascii") as f:
-            os.fchmod(f.fileno(), 0o644)            # every user reads it
+            os.fchmod(f.fileno(), 0o644)  # every user reads it
             f.write(json.dumps(led, indent=1, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -184,8 +208,8 @@ def write(path: str, led: dict[str, Any]) -> None:
 
 
 def update(path: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> str | None:
-    """change(ledger) -> the new ledger, read, changed and written under the lock; None, or the one line why
-    nothing was written (a bad ledger is left as it is for its owner to mend)."""
+    """change(ledger) -> the new ledger, read, changed and written under the lock; None, or the one
+    line why nothing was written (a bad ledger is left as it is for its owner to mend)."""
     try:
         with locked(path):
             led, why = load(path)

@@ -1,20 +1,22 @@
-"""A node's store of memory checkpoints on tmpfs (--memory-checkpoint: launchers.memckpt): a directory of this
-user's that no one else can reach (private_dir, unsafe_chain: what the store holds is unpickled, so a store another
-user can reach is data, never code), each copy a file named by world size, owner rank, step and kind (own or a
-peer's), written atomically, the newest KEEP of each kept (write_copy), listed (listing). Stdlib only."""
+"""A node's store of memory checkpoints on tmpfs (--memory-checkpoint: launchers.memckpt): a
+directory of this user's that no one else can reach (private_dir, unsafe_chain: what the store holds
+is unpickled, so a store another user can reach is data, never code), each copy a file named by
+world size, owner rank, step and kind (own or a peer's), written atomically, the newest KEEP of each
+kept (write_copy), listed (listing). Stdlib only."""
+
 from __future__ import annotations
 
 import os
 import re
 import stat
 
-KEEP = 2                       # newest steps kept of each copy (own, peer)
+KEEP = 2  # newest steps kept of each copy (own, peer)
 _FILE = re.compile(r"^w(\d+)-r(\d+)-s(\d+)\.(own|peer)$")
 
 
 def private_dir(path: str) -> str:
-    """Make path and its missing parents (0700); '' when it is a directory of this user's that no one else may
-    write, else why not (one line)."""
+    """Make path and its missing parents (0700); '' when it is a directory of this user's that no
+    one else may write, else why not (one line)."""
     missing, p = [], path
     while p and p != os.path.dirname(p) and not os.path.isdir(p):
         missing.append(p)
@@ -27,16 +29,20 @@ def private_dir(path: str) -> str:
                 pass
         st = os.stat(path)
         if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return f"{path} is not this user's own directory (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o})"
+            return (
+                f"{path} is not this user's own directory (owner uid {st.st_uid}, mode "
+                f"{st.st_mode & 0o777:o})"
+            )
         return unsafe_chain(os.path.realpath(path))
     except OSError as e:
         return f"{path}: {e.strerror or e}"
 
 
 def unsafe_chain(real: str) -> str:
-    """Why another user could swap a directory on the way to `real` (a resolved path), '' when none can: every
-    directory from / down is root's or this user's, and none may be written by others unless it is root's and
-    sticky (/dev/shm, /tmp). What the store holds is unpickled: a store anyone else can reach is data, never code."""
+    """Why another user could swap a directory on the way to `real` (a resolved path), '' when none
+    can: every directory from / down is root's or this user's, and none may be written by others
+    unless it is root's and sticky (/dev/shm, /tmp). What the store holds is unpickled: a store
+    anyone else can reach is data, never code."""
     p = real
     while True:
         st = os.lstat(p)
@@ -70,7 +76,8 @@ def listing(store: str, world: int) -> list[tuple[int, int, str]]:
 
 
 def write_copy(store: str, world: int, owner: int, step: int, kind: str, data: bytes) -> None:
-    """Atomically (temp file, rename) -- then the copies of the same owner and kind older than the KEEP newest go."""
+    """Atomically (temp file, rename) -- then the copies of the same owner and kind older than the
+    KEEP newest go."""
     path = os.path.join(store, file_name(world, owner, step, kind))
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:

@@ -1,15 +1,18 @@
-"""--memory-checkpoint (issue 37): where a node keeps its ranks' in-memory checkpoints, and when they go away.
+"""--memory-checkpoint (issue 37): where a node keeps its ranks' in-memory checkpoints, and when
+they go away.
 
-Each node has one store: a directory in host memory (/dev/shm, tmpfs) per user, per run and per node --
-`/dev/shm/launch-<user>/mem-<run id>` on an SSH host, with `/slot<S>` under it for each simulated node of the local
-backend (they share one machine, so each gets its own "memory") and `/<node name>` under it for a Slurm node (a
-site's nodes may share one /dev/shm -- the dev cluster's do -- and a spare that replaces a lost node is another
-name, so it finds nothing of the lost one's; on nodes of their own the name is one more directory). The ranks write it
-(launchers.memckpt: their own state every M steps, and the copy a rank of the previous node sends them);
-it outlives a worker's restart and dies with its node. The launcher removes a node's store when it declares the
-node lost (local: what the node's memory going away is there) and every store of the run when the run ends.
-Stdlib only; the ranks are told through the environment (ENV_EVERY, ENV_DIR: launchers.torchrun).
+Each node has one store: a directory in host memory (/dev/shm, tmpfs) per user, per run and per node
+-- `/dev/shm/launch-<user>/mem-<run id>` on an SSH host, with `/slot<S>` under it for each simulated
+node of the local backend (they share one machine, so each gets its own "memory") and `/<node name>`
+under it for a Slurm node (a site's nodes may share one /dev/shm -- the dev cluster's do -- and a
+spare that replaces a lost node is another name, so it finds nothing of the lost one's; on nodes of
+their own the name is one more directory). The ranks write it (launchers.memckpt: their own state
+every M steps, and the copy a rank of the previous node sends them); it outlives a worker's restart
+and dies with its node. The launcher removes a node's store when it declares the node lost (local:
+what the node's memory going away is there) and every store of the run when the run ends. Stdlib
+only; the ranks are told through the environment (ENV_EVERY, ENV_DIR: launchers.torchrun).
 """
+
 from __future__ import annotations
 
 import getpass
@@ -20,8 +23,8 @@ from typing import Any, Callable
 
 from ..options.values import parse_int
 
-ENV_EVERY = "LAUNCH_MEMORY_CHECKPOINT"          # every M steps (absent: off)
-ENV_DIR = "LAUNCH_MEMORY_CHECKPOINT_DIR"        # this node's store
+ENV_EVERY = "LAUNCH_MEMORY_CHECKPOINT"  # every M steps (absent: off)
+ENV_DIR = "LAUNCH_MEMORY_CHECKPOINT_DIR"  # this node's store
 SHM = "/dev/shm"
 
 
@@ -29,8 +32,8 @@ MAX_EVERY = 1_000_000
 
 
 def fields(pick: Callable[..., Any], said: Callable[[str], str]) -> dict[str, int]:
-    """RunSpec's memory_checkpoint: every M steps, 0 = off (--memory-checkpoint; --memory-checkpoint-every M
-    implies it)."""
+    """RunSpec's memory_checkpoint: every M steps, 0 = off (--memory-checkpoint;
+    --memory-checkpoint-every M implies it)."""
     every = pick("memory_checkpoint_every")
     if every is None:
         return {"memory_checkpoint": 1 if pick("memory_checkpoint", False) else 0}
@@ -50,17 +53,20 @@ def run_store(run_id: str, root: str = SHM) -> str:
     return os.path.join(root, f"launch-{_user()}", f"mem-{re.sub(r'[^A-Za-z0-9_.-]', '_', run_id)}")
 
 
-def node_store(run_id: str, slot: int | None, one_machine: bool, root: str = SHM, host: str | None = None) -> str:
-    """A node's store: the host's (one node per host), the simulated node slot's on the local backend, or the
-    Slurm node's (host: its name in Slurm)."""
+def node_store(
+    run_id: str, slot: int | None, one_machine: bool, root: str = SHM, host: str | None = None
+) -> str:
+    """A node's store: the host's (one node per host), the simulated node slot's on the local
+    backend, or the Slurm node's (host: its name in Slurm)."""
     base = run_store(run_id, root)
     if host:
         return os.path.join(base, re.sub(r"[^A-Za-z0-9_.-]", "_", host).lstrip(".") or "_")
     return os.path.join(base, f"slot{slot if slot is not None else 0}") if one_machine else base
 
 
-def worker_env(every: int, run_id: str, slot: int | None, one_machine: bool,
-               host: str | None = None) -> dict[str, str]:
+def worker_env(
+    every: int, run_id: str, slot: int | None, one_machine: bool, host: str | None = None
+) -> dict[str, str]:
     """What a node's ranks are told (nothing when --memory-checkpoint is off: every == 0)."""
     if not every:
         return {}
@@ -68,8 +74,8 @@ def worker_env(every: int, run_id: str, slot: int | None, one_machine: bool,
 
 
 def forget_nodes(run_id: str, slots, root: str = SHM) -> list[int]:
-    """The local backend: simulated node slots declared lost lose their memory (their store removed); those
-    that had one."""
+    """The local backend: simulated node slots declared lost lose their memory (their store
+    removed); those that had one."""
     gone = []
     for s in slots:
         path = node_store(run_id, s, True, root)

@@ -1,47 +1,57 @@
-"""Why a rank died, as its wrapper (launchers.rankexec) finds out: the last line of the Python traceback in the
-rank's log (`RuntimeError: boom`), and a kill by the kernel's OOM killer (the oom_kill counter of the rank's
-memory cgroup went up while the program ran; its memory limit named when one is set). Parsers over text plus
-the few bounded reads that feed them; stdlib only (os): the wrapper imports it on every rank's start-up path.
-The kernel log is not read (dmesg needs privileges on most machines)."""
+"""Why a rank died, as its wrapper (launchers.rankexec) finds out: the last line of the Python
+traceback in the rank's log (`RuntimeError: boom`), and a kill by the kernel's OOM killer (the
+oom_kill counter of the rank's memory cgroup went up while the program ran; its memory limit named
+when one is set). Parsers over text plus the few bounded reads that feed them; stdlib only (os): the
+wrapper imports it on every rank's start-up path. The kernel log is not read (dmesg needs privileges
+on most machines)."""
+
 from __future__ import annotations
 
 import os
 
-TAIL_BYTES = 64 * 1024          # only the end of the log is read
-LINE_CHARS = 200                # the exception line as recorded, at most
+TAIL_BYTES = 64 * 1024  # only the end of the log is read
+LINE_CHARS = 200  # the exception line as recorded, at most
 TRACEBACK = "Traceback (most recent call last):"
 CGROUP_ROOT = "/sys/fs/cgroup"
 SIGKILL = 9
-UNLIMITED = 1 << 62             # cgroup v1's "no limit" is a number near 2**63
-# what a collective library says when a peer process went away (the rank failed because another did first): gloo's
-# tcp pair ("Connection closed by peer [ADDR]:PORT", torch adding "This is typically caused by a remote worker
-# crashing"), NCCL's ncclRemoteError (nccl-2.21.5/src/init.cc:2265) and socket warning
-# (nccl-2.21.5/src/misc/socket.cc:50)
-PEER_LOSS = ("connection closed by peer", "connection reset by peer", "remote worker crashing",
-             "remote process exited", "connection closed by remote peer")
-# per cgroup version: (its controller field in /proc/self/cgroup, its mount under CGROUP_ROOT, the file holding
-# the `oom_kill N` counter, the file holding the limit)
-MEMORY_FILES = (("", "", "memory.events", "memory.max"),                                  # v2: "0::/path"
-                ("memory", "memory", "memory.oom_control", "memory.limit_in_bytes"))     # v1: "4:memory:/path"
+UNLIMITED = 1 << 62  # cgroup v1's "no limit" is a number near 2**63
+# what a collective library says when a peer process went away (the rank failed because another did
+# first): gloo's tcp pair ("Connection closed by peer [ADDR]:PORT", torch adding "This is typically
+# caused by a remote worker crashing"), NCCL's ncclRemoteError (nccl-2.21.5/src/init.cc:2265) and
+# socket warning (nccl-2.21.5/src/misc/socket.cc:50)
+PEER_LOSS = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "remote worker crashing",
+    "remote process exited",
+    "connection closed by remote peer",
+)
+# per cgroup version: (its controller field in /proc/self/cgroup, its mount under CGROUP_ROOT, the
+# file holding the `oom_kill N` counter, the file holding the limit)
+MEMORY_FILES = (
+    ("", "", "memory.events", "memory.max"),  # v2: "0::/path"
+    # v1: "4:memory:/path"
+    ("memory", "memory", "memory.oom_control", "memory.limit_in_bytes"),
+)
 
 
 def clean(line: str) -> str:
     """One printable line of at most LINE_CHARS characters."""
     text = "".join(c if c.isprintable() else "?" for c in line).strip()
-    return text if len(text) <= LINE_CHARS else text[:LINE_CHARS - 3] + "..."
+    return text if len(text) <= LINE_CHARS else text[: LINE_CHARS - 3] + "..."
 
 
 def last_exception(text: str) -> str | None:
-    """The exception line of the last traceback in `text` (the first unindented line after its `Traceback`
-    header: `RuntimeError: boom`); None when there is no traceback. A prefix before the header (a logger's)
-    is taken off the lines after it too."""
+    """The exception line of the last traceback in `text` (the first unindented line after its
+    `Traceback` header: `RuntimeError: boom`); None when there is no traceback. A prefix before the
+    header (a logger's) is taken off the lines after it too."""
     lines = text.splitlines()
     for i in range(len(lines) - 1, -1, -1):
         line = lines[i].rstrip()
         if line.endswith(TRACEBACK):
-            prefix = line[:-len(TRACEBACK)]
-            for after in lines[i + 1:]:
-                body = after[len(prefix):] if prefix and after.startswith(prefix) else after
+            prefix = line[: -len(TRACEBACK)]
+            for after in lines[i + 1 :]:
+                body = after[len(prefix) :] if prefix and after.startswith(prefix) else after
                 if body.strip() and not body[0].isspace():
                     return clean(body)
             return None
@@ -49,15 +59,18 @@ def last_exception(text: str) -> str | None:
 
 
 def peer_lost(line: str | None) -> bool:
-    """Whether an exception line says the rank lost a peer (PEER_LOSS): a symptom of another failure."""
+    """Whether an exception line says the rank lost a peer (PEER_LOSS): a symptom of another
+    failure."""
     return bool(line) and any(p in line.lower() for p in PEER_LOSS)
 
 
 def exception_line(log: str, start: int = 0) -> str | None:
-    """last_exception() of the rank log's last TAIL_BYTES written after offset `start` (this attempt's part),
-    the rank's secret values (LAUNCH_PRIVATE_ENV's) and credential-shaped words in it as *** (secretenv)."""
+    """last_exception() of the rank log's last TAIL_BYTES written after offset `start` (this
+    attempt's part), the rank's secret values (LAUNCH_PRIVATE_ENV's) and credential-shaped words in
+    it as *** (secretenv)."""
     from ..credentials.secretenv import rank_known
     from ..credentials.secretshape import redact_text
+
     try:
         with open(log, "rb") as f:
             f.seek(max(start, os.fstat(f.fileno()).st_size - TAIL_BYTES))
@@ -85,13 +98,13 @@ def read(path: str) -> str | None:
 
 
 def memory_cgroup(proc_cgroup: str, root: str = CGROUP_ROOT) -> tuple[str, str, str, str] | None:
-    """(cgroup dir, its mount, counter file, limit file) of the memory cgroup `proc_cgroup` (the text of
-    /proc/<pid>/cgroup) names, where its counter file is readable; the mount itself when the path is not under
-    it (a cgroup namespace)."""
+    """(cgroup dir, its mount, counter file, limit file) of the memory cgroup `proc_cgroup` (the
+    text of /proc/<pid>/cgroup) names, where its counter file is readable; the mount itself when the
+    path is not under it (a cgroup namespace)."""
     for line in proc_cgroup.splitlines():
         _, ctrl, path = (line.split(":", 2) + ["", ""])[:3]
         for want, mount, events, limit in MEMORY_FILES:
-            if (ctrl == want if not want else want in ctrl.split(",")):
+            if ctrl == want if not want else want in ctrl.split(","):
                 base = os.path.join(root, mount)
                 for d in (os.path.join(base, path.strip().lstrip("/")), base):
                     if read(os.path.join(d, events)) is not None:
@@ -119,15 +132,17 @@ def size(n: int) -> str:
 
 
 class OomWatch:
-    """The oom_kill counter of this process's memory cgroup at start (the program inherits the cgroup), compared
-    once the program has died of SIGKILL."""
+    """The oom_kill counter of this process's memory cgroup at start (the program inherits the
+    cgroup), compared once the program has died of SIGKILL."""
 
     def __init__(self, proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_ROOT):
         self.where = memory_cgroup(read(proc_cgroup) or "", root)
         self.before = self.kills()
 
     def kills(self) -> int | None:
-        return counter(read(os.path.join(self.where[0], self.where[2])) or "") if self.where else None
+        return (
+            counter(read(os.path.join(self.where[0], self.where[2])) or "") if self.where else None
+        )
 
     def reason(self) -> str | None:
         """`out of memory (...)` when the counter went up, else None."""
@@ -136,13 +151,14 @@ class OomWatch:
             return None
         cgroup, mount, _, limit_file = self.where
         limit = memory_limit(cgroup, mount, limit_file)
-        return "out of memory (killed by the kernel's OOM killer" + \
-            (f"; {limit_file} {size(limit)})" if limit is not None else ")")
+        return "out of memory (killed by the kernel's OOM killer" + (
+            f"; {limit_file} {size(limit)})" if limit is not None else ")"
+        )
 
 
 def cause(code: int, log: str, start: int, oom: OomWatch | None) -> dict[str, str]:
-    """The rank record's cause fields for a program that ended with `code` (waitstatus_to_exitcode): the
-    exception line of a failing exit, the OOM kill of a SIGKILL."""
+    """The rank record's cause fields for a program that ended with `code` (waitstatus_to_exitcode):
+    the exception line of a failing exit, the OOM kill of a SIGKILL."""
     if code > 0:
         line = exception_line(log, start)
         return {"exception": line} if line else {}

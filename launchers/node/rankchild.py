@@ -1,18 +1,28 @@
-"""How the rank wrapper (launchers.rankexec) starts its program: forked from the node's zygote when the job keeps
-one there (--warm-spares: launchers.warmfork's Warm; torch already imported), else a cold fork + exec of
-`python -u` (Cold) -- in its own process group, stdout/stderr on the rank's log, stdin from /dev/null, dying with
-the wrapper (PR_SET_PDEATHSIG). Stdlib only (os/signal/sys): it sits on every rank's start-up path."""
+"""How the rank wrapper (launchers.rankexec) starts its program: forked from the node's zygote when
+the job keeps one there (--warm-spares: launchers.warmfork's Warm; torch already imported), else a
+cold fork + exec of `python -u` (Cold) -- in its own process group, stdout/stderr on the rank's log,
+stdin from /dev/null, dying with the wrapper (PR_SET_PDEATHSIG). Stdlib only (os/signal/sys): it
+sits on every rank's start-up path."""
+
 from __future__ import annotations
 
 import os
 import signal
 import sys
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+)
 
 
 def _die_with_parent() -> None:
     import ctypes  # in the forked child only
+
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -21,6 +31,7 @@ def _die_with_parent() -> None:
 
 class Cold:
     """The program as this wrapper's own child: pid, poll() (its exit code or None), kill_wait()."""
+
     warm = False
 
     def __init__(self, pid: int) -> None:
@@ -36,10 +47,11 @@ class Cold:
 
 
 def spawn(argv: list[str], fd: int, workdir: tuple[str, str] | None = None):
-    """The program: forked from the node's zygote when the job has one there (--warm-spares: launchers.warmfork;
-    torch already imported), else started cold (cold)."""
+    """The program: forked from the node's zygote when the job has one there (--warm-spares:
+    launchers.warmfork; torch already imported), else started cold (cold)."""
     if os.environ.get("LAUNCH_WARM_SOCKET"):
         from ..warmfork import Warm
+
         env = dict(os.environ)
         if workdir:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (workdir[0], env.get("PYTHONPATH"))))
@@ -51,27 +63,29 @@ def spawn(argv: list[str], fd: int, workdir: tuple[str, str] | None = None):
 
 
 def cold(argv: list[str], fd: int, workdir: tuple[str, str] | None = None) -> int:
-    """fork + exec of `python -u <argv>` with stdout/stderr on fd, stdin from /dev/null, dying with this
-    wrapper; workdir: (the run's snapshot, first on its PYTHONPATH; its cwd, the run's work/). Plain fork/exec rather
-    than subprocess: the wrapper sits on every rank's start-up path, and this keeps its imports to
-    os/signal/sys/time (json only once the program has ended)."""
+    """fork + exec of `python -u <argv>` with stdout/stderr on fd, stdin from /dev/null, dying with
+    this wrapper; workdir: (the run's snapshot, first on its PYTHONPATH; its cwd, the run's work/).
+    Plain fork/exec rather than subprocess: the wrapper sits on every rank's start-up path, and this
+    keeps its imports to os/signal/sys/time (json only once the program has ended)."""
     pid = os.fork()
     if pid:
         return pid
-    try:                                   # the child: nothing here may return into the wrapper's code
+    try:  # the child: nothing here may return into the wrapper's code
         _die_with_parent()
-        os.setpgid(0, 0)                    # its own group: the agent's killpg of the wrapper's group skips it
+        os.setpgid(0, 0)  # its own group: the agent's killpg of the wrapper's group skips it
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
-        for s in FORWARDED:                 # exec resets caught signals to their defaults; be explicit anyway
+        for s in FORWARDED:  # exec resets caught signals to their defaults; be explicit anyway
             signal.signal(s, signal.SIG_DFL)
-        if workdir:                         # --snapshot: the program's tree as frozen at submit, seen from work/
+        if workdir:  # --snapshot: the program's tree as frozen at submit, seen from work/
             os.chdir(workdir[1])
-            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (workdir[0], os.environ.get("PYTHONPATH"))))
-            os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")      # no __pycache__ into the store
+            os.environ["PYTHONPATH"] = os.pathsep.join(
+                filter(None, (workdir[0], os.environ.get("PYTHONPATH")))
+            )
+            os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")  # no __pycache__ into the store
         os.execv(sys.executable, [sys.executable, "-u", *argv])
     except BaseException as e:  # noqa: BLE001
         os.write(2, f"launch rankexec: cannot start {sys.executable}: {e}\n".encode())

@@ -1,7 +1,8 @@
-"""The preflight's check of a node (launchers.node.nodecheck: what it checks, how it is sent and read), stdlib only:
-sent as `python -c` because it runs before `launchers` is known to be importable there. One JSON argument; one
-line `CHECK {host, errors[, port]}`.
+"""The preflight's check of a node (launchers.node.nodecheck: what it checks, how it is sent and
+read), stdlib only: sent as `python -c` because it runs before `launchers` is known to be importable
+there. One JSON argument; one line `CHECK {host, errors[, port]}`.
 """
+
 import importlib.util
 import json
 import os
@@ -27,8 +28,10 @@ def check(a):
         r["errors"].append("working directory %s does not exist there" % cwd)
     for m in a.get("modules", ("torch", "launchers")):
         if not findable(m):
-            r["errors"].append("python %s cannot import %s (give --python an interpreter that can)"
-                               % (sys.executable, m))
+            r["errors"].append(
+                "python %s cannot import %s (give --python an interpreter that can)"
+                % (sys.executable, m)
+            )
     bins = a.get("binaries") or []
     if bins and not any(shutil.which(b) for b in bins):
         r["errors"].append("container runtime %s is not on PATH there" % " or ".join(bins))

@@ -1,6 +1,8 @@
-"""Run on node 0 for a node whose doctor probe could not start (its python is missing): reports it gone, so node
-0's probe stops waiting for it at once instead of at the timeout. Stdlib only, sent as `python -c` (like the probe).
+"""Run on node 0 for a node whose doctor probe could not start (its python is missing): reports it
+gone, so node 0's probe stops waiting for it at once instead of at the timeout. Stdlib only, sent as
+`python -c` (like the probe).
 """
+
 import json
 import socket
 import sys
@@ -10,7 +12,7 @@ import time
 def report(a):
     end = time.time() + a["wait"]
     try:
-        while True:                       # node 0's probe may not be listening yet
+        while True:  # node 0's probe may not be listening yet
             try:
                 c = socket.create_connection(("127.0.0.1", a["port"]), timeout=3)
                 break

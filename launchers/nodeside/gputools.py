@@ -1,20 +1,27 @@
-"""The node side of the GPU check (`launch doctor --gpu`, `--preflight gpu`): runs the GPU and NIC tools a node
-has, each with a timeout, and returns their raw text (launchers.gpuhealth.tools says which tools and what comes
-back). Stdlib only: joined ahead of the doctor's probe (launchers.nodeside.source), imported by a Slurm node task.
+"""The node side of the GPU check (`launch doctor --gpu`, `--preflight gpu`): runs the GPU and NIC
+tools a node has, each with a timeout, and returns their raw text (launchers.gpuhealth.tools says
+which tools and what comes back). Stdlib only: joined ahead of the doctor's probe
+(launchers.nodeside.source), imported by a Slurm node task.
 """
+
 import os
 import shutil
 import subprocess
 import tempfile
 
-TOOLS = (("smi_xml", "nvidia-smi", ["-q", "-x"]), ("topo", "nvidia-smi", ["topo", "-m"]),
-         ("nvlink", "nvidia-smi", ["nvlink", "-s"]), ("ibstat", "ibstat", []), ("dmesg", "dmesg", []))
+TOOLS = (
+    ("smi_xml", "nvidia-smi", ["-q", "-x"]),
+    ("topo", "nvidia-smi", ["topo", "-m"]),
+    ("nvlink", "nvidia-smi", ["nvlink", "-s"]),
+    ("ibstat", "ibstat", []),
+    ("dmesg", "dmesg", []),
+)
 IB_FILES = ("state", "phys_state", "rate", "link_layer")
 
 
 def run_tool(exe, args, timeout):
-    """Output into files, not pipes: a tool stuck in the kernel (a hung GPU) may never die, and we must not
-    wait for it -- it is named as not answering and left behind."""
+    """Output into files, not pipes: a tool stuck in the kernel (a hung GPU) may never die, and we
+    must not wait for it -- it is named as not answering and left behind."""
     path = shutil.which(exe)
     if not path:
         return {"missing": True}
@@ -31,7 +38,10 @@ def run_tool(exe, args, timeout):
                 p.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 pass
-            return {"error": "%s %s gave no answer in %g s" % (exe, " ".join(args), timeout), "timeout": timeout}
+            return {
+                "error": "%s %s gave no answer in %g s" % (exe, " ".join(args), timeout),
+                "timeout": timeout,
+            }
         out.seek(0)
         err.seek(0)
         text, said = out.read(), err.read()

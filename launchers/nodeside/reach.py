@@ -1,8 +1,10 @@
-"""Rendezvous reachability on the SSH hosts (launchers.backends.sshcheck.check_reach): the master listens on the
-chosen port and hands a token to every other host. Run as `python -m launchers.nodeside.reach JSON` in the job's
-working directory (the host check found launchers importable there first). The master prints LISTENING, then
-SERVED n; a client REACHED (exit 0) or UNREACHABLE <why> (exit 1).
+"""Rendezvous reachability on the SSH hosts (launchers.backends.sshcheck.check_reach): the master
+listens on the chosen port and hands a token to every other host. Run as `python -m
+launchers.nodeside.reach JSON` in the job's working directory (the host check found launchers
+importable there first). The master prints LISTENING, then SERVED n; a client REACHED (exit 0) or
+UNREACHABLE <why> (exit 1).
 """
+
 import json
 import socket
 import sys
@@ -40,6 +42,7 @@ def master(a, deadline, tok):
             pass
         finally:
             c.close()
+
     while len(acked) < a["clients"] and time.time() < deadline:
         s.settimeout(max(0.05, min(0.5, deadline - time.time())))
         try:
@@ -56,7 +59,9 @@ def client(a, deadline, tok):
     err = "no answer"
     while time.time() < deadline:
         try:
-            c = socket.create_connection((a["addr"], a["port"]), timeout=max(0.1, deadline - time.time()))
+            c = socket.create_connection(
+                (a["addr"], a["port"]), timeout=max(0.1, deadline - time.time())
+            )
             c.settimeout(10)
             c.sendall(b"%08d" % a["id"])
             got = read(c, len(tok))

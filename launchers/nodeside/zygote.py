@@ -1,11 +1,14 @@
-"""A node slot's zygote for --warm-spares (launchers.warmfork): `python -m launchers.nodeside.zygote SOCKET SLOT`.
+"""A node slot's zygote for --warm-spares (launchers.warmfork): `python -m launchers.nodeside.zygote
+SOCKET SLOT`.
 
-It imports torch (and torchrun) once, then listens on SOCKET; each request (only from its own user) is forked
-twice: a session that reports the pid and the end, and the worker, which becomes what a cold start would have
-run -- `python [-u] -m MOD args` or `python [-u] FILE args` -- with the request's fds, environment, cwd and umask.
-It lives while its stdin is open (the launcher's pipe, or the SSH session's pty), and ends on SIGTERM/SIGHUP or when
-its socket file is gone. A node program: it imports torch, so no module of the launcher imports it (tests/test_layers.py).
+It imports torch (and torchrun) once, then listens on SOCKET; each request (only from its own user)
+is forked twice: a session that reports the pid and the end, and the worker, which becomes what a
+cold start would have run -- `python [-u] -m MOD args` or `python [-u] FILE args` -- with the
+request's fds, environment, cwd and umask. It lives while its stdin is open (the launcher's pipe, or
+the SSH session's pty), and ends on SIGTERM/SIGHUP or when its socket file is gone. A node program:
+it imports torch, so no module of the launcher imports it (tests/test_layers.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,20 +26,43 @@ from ..errors import LaunchError
 from ..records import fence
 from ..warmfork import FORKED_ENV, accept, fork_session, private_dir
 
-PRELOAD = ("torch", "torch.distributed", "torch.distributed.run", "torch._dynamo", "torch.distributed.checkpoint",
-           "numpy.random")      # what a training program imports at its first optimizer step or save anyway
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.distributed.run",
+    "torch._dynamo",
+    "torch.distributed.checkpoint",
+    # what a training program imports at its first optimizer step or save anyway
+    "numpy.random",
+)
 ROOM = "LAUNCH_WARM_ROOM"
 FIRST_STEP_WAIT_S = 30.0
-FIRST = (FORKED_ENV, "LAUNCH_RUN_ID", "NODE_RANK", "LAUNCH_ATTEMPT", "RANK", "LOCAL_RANK", "LAUNCH_RUN_DIR")
+FIRST = (
+    FORKED_ENV,
+    "LAUNCH_RUN_ID",
+    "NODE_RANK",
+    "LAUNCH_ATTEMPT",
+    "RANK",
+    "LOCAL_RANK",
+    "LAUNCH_RUN_DIR",
+)
 
 
 def main(path: str, slot: str) -> None:
-    if ROOM not in os.environ:                # room in /proc's copy of the environment for a forked process's own
-        env = dict(os.environ, **{ROOM: "x" * (32768 + sum(len(k) + len(v) + 2 for k, v in os.environ.items()))})
-        os.execve(sys.executable, [sys.executable, "-m", "launchers.nodeside.zygote", path, slot], env)
-    if not private_dir(os.path.dirname(path), make=True) or not _after_first_step(os.environ.get("LAUNCH_RUN_DIR")):
+    if ROOM not in os.environ:  # room in /proc's copy of the environment for a forked process's own
+        env = dict(
+            os.environ,
+            **{ROOM: "x" * (32768 + sum(len(k) + len(v) + 2 for k, v in os.environ.items()))},
+        )
+        os.execve(
+            sys.executable, [sys.executable, "-m", "launchers.nodeside.zygote", path, slot], env
+        )
+    if not private_dir(os.path.dirname(path), make=True) or not _after_first_step(
+        os.environ.get("LAUNCH_RUN_DIR")
+    ):
         return
     import importlib
+
     for name in PRELOAD:
         importlib.import_module(name)
     base = {"path": list(sys.path), "pp": _entries(os.environ.get("PYTHONPATH"))}
@@ -44,7 +70,7 @@ def main(path: str, slot: str) -> None:
     tmp = f"{path}.{os.getpid()}"
     sock.bind(tmp)
     sock.listen(64)
-    os.replace(tmp, path)                     # ready only once torch is in
+    os.replace(tmp, path)  # ready only once torch is in
     said = _say_ready(slot)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: sys.exit(0))
@@ -55,7 +81,8 @@ def main(path: str, slot: str) -> None:
                 while os.waitpid(-1, os.WNOHANG)[0]:
                     pass
             ready, _, _ = select.select([sock, 0], [], [], 1.0)
-            if 0 in ready and not _read(0) or not os.path.exists(path):     # stdin closed: the launcher's gone
+            # stdin closed: the launcher's gone
+            if 0 in ready and not _read(0) or not os.path.exists(path):
                 return
             if sock in ready:
                 conn, _ = sock.accept()
@@ -70,14 +97,24 @@ def main(path: str, slot: str) -> None:
 
 
 def _say_ready(slot: str) -> str | None:
-    """status/warm-slot<S>.json in the run dir (`launch status`: the slot is warm); its path, None if not written."""
+    """status/warm-slot<S>.json in the run dir (`launch status`: the slot is warm); its path, None
+    if not written."""
     try:
         import time
+
         run_dir = os.environ["LAUNCH_RUN_DIR"]
         target = layout.own_path(run_dir, "warm_slot", slot=int(slot))
         tmp = f"{target}.tmp{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"slot": int(slot), "pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}, f)
+            json.dump(
+                {
+                    "slot": int(slot),
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": time.time(),
+                },
+                f,
+            )
         os.replace(tmp, target)
         return target
     except (KeyError, ValueError, OSError, LaunchError):
@@ -85,13 +122,18 @@ def _say_ready(slot: str) -> str | None:
 
 
 def _after_first_step(run_dir: str | None) -> bool:
-    """Wait (at most FIRST_STEP_WAIT_S) until the run's rank 0 reported a step or a restart is under way (the run's
-    generation), so that importing torch here does not slow the first attempt's own start; False when the launcher
-    went meanwhile (stdin closed)."""
+    """Wait (at most FIRST_STEP_WAIT_S) until the run's rank 0 reported a step or a restart is under
+    way (the run's generation), so that importing torch here does not slow the first attempt's own
+    start; False when the launcher went meanwhile (stdin closed)."""
     import time
+
     deadline = time.monotonic() + FIRST_STEP_WAIT_S
-    while run_dir and time.monotonic() < deadline and not os.path.exists(layout.path(run_dir, "progress", rank=0)) \
-            and not fence.current(run_dir):
+    while (
+        run_dir
+        and time.monotonic() < deadline
+        and not os.path.exists(layout.path(run_dir, "progress", rank=0))
+        and not fence.current(run_dir)
+    ):
         if select.select([0], [], [], 0.2)[0] and not _read(0):
             return False
     return True
@@ -100,7 +142,7 @@ def _after_first_step(run_dir: str | None) -> bool:
 def _read(fd: int) -> bytes:
     try:
         return os.read(fd, 4096)
-    except OSError:                           # EIO: the pty's other side closed
+    except OSError:  # EIO: the pty's other side closed
         return b""
 
 
@@ -117,8 +159,9 @@ def _accept(sock: socket.socket, conn: socket.socket, base: dict) -> None:
 
 
 def _program(argv: list) -> tuple[str, str, list[str]]:
-    """("module" | "file", its name, its arguments) of `python [-u] -m MOD ...` / `python [-u] FILE ...` run by this
-    zygote's own python; ValueError for anything else (the client starts it cold)."""
+    """("module" | "file", its name, its arguments) of `python [-u] -m MOD ...` / `python [-u] FILE
+    ...` run by this zygote's own python; ValueError for anything else (the client starts it
+    cold)."""
     if not argv or argv[0] != sys.executable:
         raise ValueError("another python")
     rest = [str(a) for a in argv[1:]]
@@ -138,27 +181,29 @@ def _session(conn: socket.socket, req: dict, fds: list[int], base: dict) -> None
     if pid == 0:
         os.close(w)
         conn.close()
-        _worker(req, fds, r, base)            # never returns
+        _worker(req, fds, r, base)  # never returns
     os.close(r)
     for fd in fds:
         os.close(fd)
     conn.sendall(f"pid {pid}\n".encode())
     conn.settimeout(30)
     try:
-        if conn.recv(1) == b"g":              # the client holds the pid: never both this and its cold start
+        if conn.recv(1) == b"g":  # the client holds the pid: never both this and its cold start
             os.write(w, b"g")
     except OSError:
         pass
-    os.close(w)                               # without the go the worker exits having run nothing
+    os.close(w)  # without the go the worker exits having run nothing
     conn.settimeout(None)
     code = _wait(conn, pid)
     with contextlib.suppress(OSError):
         conn.sendall(f"exit {code}\n".encode())
-        os.kill(client, signal.SIGCHLD)       # the rank wrapper waits with sigtimedwait: it wakes at once
+        # the rank wrapper waits with sigtimedwait: it wakes at once
+        os.kill(client, signal.SIGCHLD)
 
 
 def _wait(conn: socket.socket, pid: int) -> int:
-    """The worker's exit code (-N: signal N); the client gone first (EOF): the worker's group is killed."""
+    """The worker's exit code (-N: signal N); the client gone first (EOF): the worker's group is
+    killed."""
     pidfd = os.pidfd_open(pid)
     watch: list = [pidfd, conn]
     try:
@@ -176,25 +221,30 @@ def _wait(conn: socket.socket, pid: int) -> int:
 
 
 def _rewrite_environ(env: dict[str, str]) -> None:
-    """/proc/<pid>/environ of this process shows env (what a cold start's would): the zygote's own block, which
-    nothing points into any more (os.environ was rebuilt with setenv first), overwritten in place."""
+    """/proc/<pid>/environ of this process shows env (what a cold start's would): the zygote's own
+    block, which nothing points into any more (os.environ was rebuilt with setenv first),
+    overwritten in place."""
     with open("/proc/self/stat", "rb") as f:
         fields = f.read().rsplit(b")", 1)[1].split()
-    start, end = int(fields[47]), int(fields[48])           # env_start, env_end (proc(5): fields 50, 51)
+    start, end = int(fields[47]), int(fields[48])  # env_start, env_end (proc(5): fields 50, 51)
     order = [k for k in FIRST if k in env] + [k for k in env if k not in FIRST]
     data = b"".join(f"{k}={env[k]}".encode() + b"\0" for k in order)
     room = end - start
     if len(data) > room:
-        data = data[:data.rfind(b"\0", 0, room) + 1]
+        data = data[: data.rfind(b"\0", 0, room) + 1]
     ctypes.memmove(start, data.ljust(room, b"\0"), room)
 
 
 def _stdio() -> None:
     """sys.stdin/stdout/stderr on fds 0, 1, 2; -u: unbuffered, as a cold start's."""
     import io
+
     for i, name in ((1, "stdout"), (2, "stderr")):
-        stream = io.TextIOWrapper(io.FileIO(i, "w", closefd=False), write_through=True,
-                                  errors="backslashreplace" if i == 2 else None)
+        stream = io.TextIOWrapper(
+            io.FileIO(i, "w", closefd=False),
+            write_through=True,
+            errors="backslashreplace" if i == 2 else None,
+        )
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
@@ -203,6 +253,7 @@ def _stdio() -> None:
 def _worker(req: dict, fds: list[int], go: int, base: dict) -> None:
     """What `python -u ...` would do, in this fork: never returns."""
     import runpy
+
     code: int = 1
     try:
         if os.read(go, 1) != b"g":
@@ -215,7 +266,11 @@ def _worker(req: dict, fds: list[int], go: int, base: dict) -> None:
         else:
             runpy.run_path(name, run_name="__main__")
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1])
+        code = (
+            e.code
+            if isinstance(e.code, int)
+            else (0 if e.code is None else (print(e.code, file=sys.stderr), 1)[1])
+        )
     except KeyboardInterrupt:
         sys.excepthook(*sys.exc_info())
         code = -signal.SIGINT
@@ -227,14 +282,22 @@ def _worker(req: dict, fds: list[int], go: int, base: dict) -> None:
 
 
 def _become(req: dict, fds: list[int], base: dict) -> tuple[str, str]:
-    """This fork made the requested program's process, as a cold `python -u` start would be: its own process group,
-    stdio on the given fds, default signals (SIGINT: KeyboardInterrupt), the request's environment (in libc and in
-    /proc/<pid>/environ), cwd, umask, sys.path and argv -> (how it runs: "module" or "path", the name)."""
+    """This fork made the requested program's process, as a cold `python -u` start would be: its own
+    process group, stdio on the given fds, default signals (SIGINT: KeyboardInterrupt), the
+    request's environment (in libc and in /proc/<pid>/environ), cwd, umask, sys.path and argv ->
+    (how it runs: "module" or "path", the name)."""
     os.setpgid(0, 0)
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
         os.close(fd)
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+    for sig in (
+        signal.SIGTERM,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGCHLD,
+    ):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
@@ -254,10 +317,11 @@ def _become(req: dict, fds: list[int], base: dict) -> tuple[str, str]:
 
 
 def _wind_down(code: int) -> None:
-    """The interpreter's end, as `python` ends: non-daemon threads joined, atexit run, stdio flushed, then exit
-    with the code (a KeyboardInterrupt's, code < 0: by SIGINT). Never returns."""
+    """The interpreter's end, as `python` ends: non-daemon threads joined, atexit run, stdio
+    flushed, then exit with the code (a KeyboardInterrupt's, code < 0: by SIGINT). Never returns."""
     import atexit
     import threading
+
     with contextlib.suppress(BaseException):
         threading._shutdown()
     with contextlib.suppress(BaseException):
@@ -265,7 +329,7 @@ def _wind_down(code: int) -> None:
     for f in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             f.flush()
-    if code < 0:                               # KeyboardInterrupt: the interpreter ends by SIGINT
+    if code < 0:  # KeyboardInterrupt: the interpreter ends by SIGINT
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code & 0xFF)
@@ -275,4 +339,4 @@ if __name__ == "__main__":
     try:
         main(sys.argv[1], sys.argv[2])
     finally:
-        os._exit(0)                           # at once: an interpreter holding torch takes ~1 s to wind down
+        os._exit(0)  # at once: an interpreter holding torch takes ~1 s to wind down

@@ -1,10 +1,13 @@
-"""SSH connections (paramiko) with verified host keys, opened in parallel, and one-line errors naming the host.
+"""SSH connections (paramiko) with verified host keys, opened in parallel, and one-line errors
+naming the host.
 
-A Connection is the paramiko rendering of a launchers.ssh.sshmodel Route (the one SSH connection model: hops, keys,
-known_hosts, RejectPolicy; the files loaded read-only, never written back). Not Fabric:
-its Connection set paramiko's AutoAddPolicy, and importing it (invoke: unittest.mock, yaml, asyncio) cost ~90 ms
-of a 4-host fan-out's ~480 ms process (bench/ssh_fanout.py); Connection below is the part launch used.
+A Connection is the paramiko rendering of a launchers.ssh.sshmodel Route (the one SSH connection
+model: hops, keys, known_hosts, RejectPolicy; the files loaded read-only, never written back). Not
+Fabric: its Connection set paramiko's AutoAddPolicy, and importing it (invoke: unittest.mock, yaml,
+asyncio) cost ~90 ms of a 4-host fan-out's ~480 ms process (bench/ssh_fanout.py); Connection below
+is the part launch used.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,14 +26,15 @@ from .sshmodel import Hop, HostKeys, Route, SSHSettings, route, routes
 
 
 def make_connection(h: ResolvedHost, s: SSHSettings) -> "Connection":
-    """A Connection to h, not opened yet: its Route (launchers.ssh.sshmodel: the ssh config's ProxyJump hops, each
-    verified as h is) rendered for paramiko."""
+    """A Connection to h, not opened yet: its Route (launchers.ssh.sshmodel: the ssh config's
+    ProxyJump hops, each verified as h is) rendered for paramiko."""
     need_extra("paramiko", "ssh", "SSH to the hosts")
     return connection(route(h, s))
 
 
 def connection(r: Route) -> "Connection":
-    """The paramiko rendering of a Route: a Connection per hop, first hop first, each the gateway of the next."""
+    """The paramiko rendering of a Route: a Connection per hop, first hop first, each the gateway of
+    the next."""
     conn = None
     for hop in r.hops:
         conn = Connection(hop, r, conn)
@@ -38,8 +42,9 @@ def connection(r: Route) -> "Connection":
 
 
 def key_policy(paramiko, keys: HostKeys):
-    """The route's host-key rule in paramiko's words: verified and never asked is RejectPolicy (paramiko asks no
-    one; it writes a known_hosts file only when told to save, which launch never does)."""
+    """The route's host-key rule in paramiko's words: verified and never asked is RejectPolicy
+    (paramiko asks no one; it writes a known_hosts file only when told to save, which launch never
+    does)."""
     return paramiko.RejectPolicy() if keys.verify else paramiko.AutoAddPolicy()
 
 
@@ -55,11 +60,12 @@ class Result:
 
 
 class Connection:
-    """What launch uses of a Fabric Connection (open, run, sftp, close), on paramiko alone: importing Fabric (and
-    invoke, which imports unittest.mock, yaml, asyncio) was a third of a 4-host fan-out's whole process. One hop
-    of a Route (launchers.ssh.sshmodel): its address, port, user, keys, timeout and known_hosts files (read-only,
-    RejectPolicy: an unknown or changed key is refused, never added); the first hop's ProxyCommand is honoured
-    (as Fabric did), a later hop is reached through its gateway, the Connection of the hop before it."""
+    """What launch uses of a Fabric Connection (open, run, sftp, close), on paramiko alone:
+    importing Fabric (and invoke, which imports unittest.mock, yaml, asyncio) was a third of a
+    4-host fan-out's whole process. One hop of a Route (launchers.ssh.sshmodel): its address, port,
+    user, keys, timeout and known_hosts files (read-only, RejectPolicy: an unknown or changed key is
+    refused, never added); the first hop's ProxyCommand is honoured (as Fabric did), a later hop is
+    reached through its gateway, the Connection of the hop before it."""
 
     def __init__(self, hop: Hop, r: Route, gateway: "Connection | None" = None) -> None:
         paramiko = paramiko_module()
@@ -70,7 +76,7 @@ class Connection:
         self.client.set_missing_host_key_policy(key_policy(paramiko, r.keys))
         for f in hop.known_hosts:
             if os.path.isfile(f):
-                self.client.load_system_host_keys(f)                         # read-only
+                self.client.load_system_host_keys(f)  # read-only
 
     @property
     def transport(self):
@@ -89,24 +95,43 @@ class Connection:
         sock = None
         if self.gateway is not None:
             self.gateway.open()
-            sock = self.gateway.transport.open_channel("direct-tcpip", (self.host, self.port), ("", 0),
-                                                       timeout=self.hop.timeout)
+            sock = self.gateway.transport.open_channel(
+                "direct-tcpip", (self.host, self.port), ("", 0), timeout=self.hop.timeout
+            )
         elif self.hop.proxy_command:
             sock = paramiko.ProxyCommand(self.hop.proxy_command)
         self.client.connect(self.host, **self.connect_args(), sock=sock)
 
     def connect_args(self) -> dict[str, Any]:
-        """SSHClient.connect's arguments for this hop (but the socket): its port, user, keys and timeouts."""
+        """SSHClient.connect's arguments for this hop (but the socket): its port, user, keys and
+        timeouts."""
         h, t = self.hop, self.hop.timeout
-        return dict(port=self.port, username=self.user, key_filename=list(h.identities) or None,
-                    look_for_keys=not h.identities_only, allow_agent=not h.identities_only, timeout=t,
-                    banner_timeout=t, auth_timeout=t)
+        return dict(
+            port=self.port,
+            username=self.user,
+            key_filename=list(h.identities) or None,
+            look_for_keys=not h.identities_only,
+            allow_agent=not h.identities_only,
+            timeout=t,
+            banner_timeout=t,
+            auth_timeout=t,
+        )
 
-    def run(self, command: str, hide: bool = False, warn: bool = True, in_stream: Any = False, out_stream=None,
-            err_stream=None, pty: bool = False, timeout: float | None = None) -> Result:
-        """command on the host (pty: stderr comes on stdout, as on a terminal); its output decoded as UTF-8 and kept,
-        also written to out_stream/err_stream when given (else to ours, unless hide). The exit status (-1: the
-        connection ended without one); CommandTimedOut (the channel closed) past timeout s."""
+    def run(
+        self,
+        command: str,
+        hide: bool = False,
+        warn: bool = True,
+        in_stream: Any = False,
+        out_stream=None,
+        err_stream=None,
+        pty: bool = False,
+        timeout: float | None = None,
+    ) -> Result:
+        """command on the host (pty: stderr comes on stdout, as on a terminal); its output decoded
+        as UTF-8 and kept, also written to out_stream/err_stream when given (else to ours, unless
+        hide). The exit status (-1: the connection ended without one); CommandTimedOut (the channel
+        closed) past timeout s."""
         import shutil
         import sys
 
@@ -120,10 +145,16 @@ class Connection:
             out = out_stream if out_stream is not None else (None if hide else sys.stdout)
             err = err_stream if err_stream is not None else (None if hide else sys.stderr)
             errs: list[str] = []
-            reader = None if pty else threading.Thread(target=_drain, args=(ch.recv_stderr, err, errs), daemon=True)
+            reader = (
+                None
+                if pty
+                else threading.Thread(target=_drain, args=(ch.recv_stderr, err, errs), daemon=True)
+            )
             if reader:
                 reader.start()
-            outs = _drain(ch.recv, out, [], ch, None if timeout is None else time.monotonic() + timeout)
+            outs = _drain(
+                ch.recv, out, [], ch, None if timeout is None else time.monotonic() + timeout
+            )
             if outs is None:
                 raise CommandTimedOut(f"command did not end within {timeout:g} s")
             if reader:
@@ -147,8 +178,8 @@ class Connection:
 
 
 def _drain(recv, sink, kept: list, ch=None, deadline: float | None = None) -> list | None:
-    """Read a channel's stream to its end (whole characters: an incremental decoder), each piece kept and written to
-    sink; with ch and a deadline, None once the deadline passed."""
+    """Read a channel's stream to its end (whole characters: an incremental decoder), each piece
+    kept and written to sink; with ch and a deadline, None once the deadline passed."""
     import codecs
 
     dec = codecs.getincrementaldecoder("utf-8")("replace")
@@ -156,7 +187,9 @@ def _drain(recv, sink, kept: list, ch=None, deadline: float | None = None) -> li
         if ch is not None:
             if deadline is not None and time.monotonic() > deadline:
                 return None
-            ch.settimeout(None if deadline is None else max(0.01, min(1.0, deadline - time.monotonic())))
+            ch.settimeout(
+                None if deadline is None else max(0.01, min(1.0, deadline - time.monotonic()))
+            )
         try:
             data = recv(32768)
         except socket.timeout:
@@ -177,19 +210,31 @@ def describe(e: BaseException, h: ResolvedHost, s: SSHSettings) -> str:
     hop = s.hop(h)
     kh = hop.known_hosts_text
     if isinstance(e, paramiko.BadHostKeyException):
-        return (f"host {h.label}: host key CHANGED ({e.key.get_name()} {e.key.fingerprint}, expected "
-                f"{e.expected_key.fingerprint} from {kh}); refusing to connect")
+        return (
+            f"host {h.label}: host key CHANGED ({e.key.get_name()} {e.key.fingerprint}, expected "
+            f"{e.expected_key.fingerprint} from {kh}); refusing to connect"
+        )
     if isinstance(e, paramiko.AuthenticationException):
-        return f"host {h.label}: authentication failed for user {h.user!r} ({str(e).strip() or type(e).__name__})"
+        return (
+            f"host {h.label}: authentication failed for user {h.user!r} "
+            f"({str(e).strip() or type(e).__name__})"
+        )
     if isinstance(e, paramiko.SSHException) and "not found in known_hosts" in str(e):
-        return (f"host {h.label}: host key unknown (not in {kh}); refusing to connect - verify it and add it "
-                f"to known_hosts (e.g. ssh-keyscan), or give --known-hosts")
+        return (
+            f"host {h.label}: host key unknown (not in {kh}); refusing to connect - verify it "
+            "and add it to known_hosts (e.g. ssh-keyscan), or give --known-hosts"
+        )
     if isinstance(e, socket.gaierror):
         return f"host {h.label}: name does not resolve ({e.strerror})"
     if isinstance(e, (socket.timeout, TimeoutError)):
-        return f"host {h.label}: unreachable, no answer within the {hop.timeout:g} s connect timeout"
+        return (
+            f"host {h.label}: unreachable, no answer within the {hop.timeout:g} s connect timeout"
+        )
     if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
-        return f"host {h.label}: unreachable ({'; '.join(sorted({x.strerror or str(x) for x in e.errors.values()}))})"
+        return (
+            f"host {h.label}: unreachable "
+            f"({'; '.join(sorted({x.strerror or str(x) for x in e.errors.values()}))})"
+        )
     if isinstance(e, OSError):
         return f"host {h.label}: unreachable ({e.strerror or e})"
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -197,7 +242,8 @@ def describe(e: BaseException, h: ResolvedHost, s: SSHSettings) -> str:
 
 
 def connect_all(hosts: Sequence[ResolvedHost], s: SSHSettings) -> list:
-    """Open one Connection per host in parallel; any failure closes them all and raises one LaunchError."""
+    """Open one Connection per host in parallel; any failure closes them all and raises one
+    LaunchError."""
     need_extra("paramiko", "ssh", "SSH to the hosts")
     conns = [connection(r) for r in routes(hosts, s)]
 
@@ -225,10 +271,15 @@ def close_all(conns) -> None:
             pass
 
 
-def run_all(conns, commands: Sequence[str], timeout: float | None = None,
-            done: Callable[[int, Any], None] | None = None) -> list:
-    """Run commands[i] on conns[i] in parallel (no pty, output captured); returns Results or exceptions.
-    done(i, result) is called as each host's result comes (per-host progress)."""
+def run_all(
+    conns,
+    commands: Sequence[str],
+    timeout: float | None = None,
+    done: Callable[[int, Any], None] | None = None,
+) -> list:
+    """Run commands[i] on conns[i] in parallel (no pty, output captured); returns Results or
+    exceptions. done(i, result) is called as each host's result comes (per-host progress)."""
+
     def one(i: int):
         try:
             r = conns[i].run(commands[i], hide=True, warn=True, in_stream=False, timeout=timeout)
@@ -243,8 +294,8 @@ def run_all(conns, commands: Sequence[str], timeout: float | None = None,
 
 
 def put_private(conn, path: str, text: str) -> None:
-    """text in a new file on conn's host, made private (0600) before anything is written; over SFTP, created
-    exclusively (a file or symlink left there is removed first, never followed)."""
+    """text in a new file on conn's host, made private (0600) before anything is written; over SFTP,
+    created exclusively (a file or symlink left there is removed first, never followed)."""
     sftp = conn.sftp()
     try:
         sftp.remove(path)
@@ -259,13 +310,17 @@ def fanout(hosts: Sequence[ResolvedHost], s: SSHSettings, command: str) -> list[
     """Connect to every host in parallel and run `command` on each (the bench's unit of work)."""
     conns = connect_all(hosts, s)
     try:
-        return [r.exited if not isinstance(r, BaseException) else -1 for r in run_all(conns, [command] * len(conns))]
+        return [
+            r.exited if not isinstance(r, BaseException) else -1
+            for r in run_all(conns, [command] * len(conns))
+        ]
     finally:
         close_all(conns)
 
 
 def get_tree(sftp, remote: str, local: str) -> None:
-    """remote's tree copied into local over SFTP (each file whole, through a .part; .tmp files left)."""
+    """remote's tree copied into local over SFTP (each file whole, through a .part; .tmp files
+    left)."""
     try:
         entries = sftp.listdir_attr(remote)
     except OSError:

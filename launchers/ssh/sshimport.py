@@ -1,11 +1,13 @@
-"""paramiko, imported for less: an SSH fan-out's process spent ~150 ms importing it (bench/ssh_fanout.py).
+"""paramiko, imported for less: an SSH fan-out's process spent ~150 ms importing it
+(bench/ssh_fanout.py).
 
-paramiko.config imports invoke at once (unittest.mock, yaml, asyncio) only for an ssh config's `Match exec`: here
-invoke is imported when a Match exec runs. paramiko/__init__ asks importlib.metadata for its own version (the
-client banner's): importing that and scanning every sys.path entry's distributions was ~50 ms; here paramiko's
-version is read from its own dist-info's METADATA (the same answer; importlib.metadata when it is not found there).
-Stdlib only.
+paramiko.config imports invoke at once (unittest.mock, yaml, asyncio) only for an ssh config's
+`Match exec`: here invoke is imported when a Match exec runs. paramiko/__init__ asks
+importlib.metadata for its own version (the client banner's): importing that and scanning every
+sys.path entry's distributions was ~50 ms; here paramiko's version is read from its own dist-info's
+METADATA (the same answer; importlib.metadata when it is not found there). Stdlib only.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +29,8 @@ class _InvokeOnUse:
 
 
 def dist_version(name: str) -> str | None:
-    """The Version: of the one `<name>-*.dist-info` beside the package `name` (not imported), else None."""
+    """The Version: of the one `<name>-*.dist-info` beside the package `name` (not imported), else
+    None."""
     import importlib.util
 
     spec = importlib.util.find_spec(name)
@@ -51,7 +54,8 @@ def dist_version(name: str) -> str | None:
 
 
 def _metadata_shim() -> types.ModuleType | None:
-    """A stand-in for importlib.metadata that knows paramiko's version only (None: not found, use the real one)."""
+    """A stand-in for importlib.metadata that knows paramiko's version only (None: not found, use
+    the real one)."""
     v = dist_version("paramiko")
     if v is None:
         return None
@@ -84,7 +88,8 @@ def _first_import() -> None:
     shim = _metadata_shim()
     try:
         if saved["invoke"] is None:
-            sys.modules["invoke"] = None       # paramiko.config: `import invoke` -> ImportError, its invoke = None
+            # paramiko.config: `import invoke` -> ImportError, its invoke = None
+            sys.modules["invoke"] = None
         if shim is not None:
             sys.modules["importlib.metadata"] = shim
             importlib.metadata = shim

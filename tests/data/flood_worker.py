@@ -1,6 +1,7 @@
-"""Log flood (fault suite, bench/log_flood.py): rank FLOOD_RANK (default 1) writes FLOOD_MB (default 200) MB of
-numbered 100-byte lines ('L000000042 xxx...') to stdout as fast as it can, 1000 lines per write; the time it
-took goes to the file FLOOD_RESULT when set. Every other rank exits at once."""
+"""Log flood (fault suite, bench/log_flood.py): rank FLOOD_RANK (default 1) writes FLOOD_MB (default
+200) MB of numbered 100-byte lines ('L000000042 xxx...') to stdout as fast as it can, 1000 lines per
+write; the time it took goes to the file FLOOD_RESULT when set. Every other rank exits at once."""
+
 import os
 import sys
 import time

@@ -1,8 +1,10 @@
-"""A Transformers Trainer program with memory checkpoints (launchers.integrations.hf_memory_callback;
-tests/test_memckpt_user.py): a Linear layer, 8 steps an epoch (a restore mid-epoch: the Trainer skips the batches
-done), each step's noise from the rank's global RNG (a restore must bring it back), the Trainer's own checkpoints
-every --checkpoint-every steps in $LAUNCH_CHECKPOINT_DIR, resumed from the newest one -- or from memory when it
-holds a newer whole step; rank 0 writes final.json (the weights' sha256) into the run dir."""
+"""A Transformers Trainer program with memory checkpoints
+(launchers.integrations.hf_memory_callback; tests/test_memckpt_user.py): a Linear layer, 8 steps an
+epoch (a restore mid-epoch: the Trainer skips the batches done), each step's noise from the rank's
+global RNG (a restore must bring it back), the Trainer's own checkpoints every --checkpoint-every
+steps in $LAUNCH_CHECKPOINT_DIR, resumed from the newest one -- or from memory when it holds a newer
+whole step; rank 0 writes final.json (the weights' sha256) into the run dir."""
+
 import glob
 import hashlib
 import json
@@ -48,21 +50,40 @@ class Delay(TrainerCallback):
 def main() -> None:
     a = options()
     ckpt, run_dir = os.environ["LAUNCH_CHECKPOINT_DIR"], os.environ["LAUNCH_RUN_DIR"]
-    targs = TrainingArguments(output_dir=ckpt, max_steps=a.steps, save_strategy="steps", save_steps=a.checkpoint_every,
-                              per_device_train_batch_size=4, learning_rate=0.05, use_cpu=True,
-                              ddp_find_unused_parameters=False, average_tokens_across_devices=False,
-                              report_to="none", disable_tqdm=True, dataloader_num_workers=0, seed=0)
+    targs = TrainingArguments(
+        output_dir=ckpt,
+        max_steps=a.steps,
+        save_strategy="steps",
+        save_steps=a.checkpoint_every,
+        per_device_train_batch_size=4,
+        learning_rate=0.05,
+        use_cpu=True,
+        ddp_find_unused_parameters=False,
+        average_tokens_across_devices=False,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
     torch.manual_seed(0)
     model = Net()
-    mem = integrations.hf_memory_callback()                  # first in the list: its step end runs first
-    trainer = Trainer(model=model, args=targs, train_dataset=Rows(),
-                      callbacks=[mem, integrations.hf_callback(), Delay(a.step_delay)])
-    torch.manual_seed(1 + targs.process_index)                # each rank its own noise
-    saved = sorted(glob.glob(os.path.join(ckpt, "checkpoint-*")), key=lambda p: int(p.rsplit("-", 1)[1]))
+    mem = integrations.hf_memory_callback()  # first in the list: its step end runs first
+    trainer = Trainer(
+        model=model,
+        args=targs,
+        train_dataset=Rows(),
+        callbacks=[mem, integrations.hf_callback(), Delay(a.step_delay)],
+    )
+    torch.manual_seed(1 + targs.process_index)  # each rank its own noise
+    saved = sorted(
+        glob.glob(os.path.join(ckpt, "checkpoint-*")), key=lambda p: int(p.rsplit("-", 1)[1])
+    )
     resume = mem.resume_from(saved[-1] if saved else None)
     print(f"rank {targs.process_index}: resuming from {resume}", flush=True)
     trainer.train(resume_from_checkpoint=resume)
-    sha = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+    sha = hashlib.sha256(
+        b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    ).hexdigest()
     if targs.process_index == 0:
         with open(os.path.join(run_dir, "final.json"), "w") as f:
             json.dump({"step": trainer.state.global_step, "param_sha256": sha}, f)

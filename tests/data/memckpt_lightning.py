@@ -1,9 +1,11 @@
 """A Lightning program with memory checkpoints (launchers.integrations.lightning_memory_callback;
-tests/test_memckpt_user.py): a Linear layer trained with Adam, one step an epoch (Lightning restarts an epoch's
-plain DataLoader from its first batch: only a copy at an epoch's end resumes its data exactly), each step's noise
-from the rank's global RNG (a restore must bring it back), Lightning's own checkpoints every --checkpoint-every steps in
-$LAUNCH_CHECKPOINT_DIR (step-<N>.ckpt), resumed from the newest one -- or from memory when it holds a newer whole
-step; rank 0 writes final.json (the weights' sha256) into the run dir."""
+tests/test_memckpt_user.py): a Linear layer trained with Adam, one step an epoch (Lightning restarts
+an epoch's plain DataLoader from its first batch: only a copy at an epoch's end resumes its data
+exactly), each step's noise from the rank's global RNG (a restore must bring it back), Lightning's
+own checkpoints every --checkpoint-every steps in $LAUNCH_CHECKPOINT_DIR (step-<N>.ckpt), resumed
+from the newest one -- or from memory when it holds a newer whole step; rank 0 writes final.json
+(the weights' sha256) into the run dir."""
+
 import glob
 import hashlib
 import json
@@ -48,21 +50,41 @@ def main() -> None:
     ckpt, run_dir = os.environ["LAUNCH_CHECKPOINT_DIR"], os.environ["LAUNCH_RUN_DIR"]
     L.seed_everything(0, verbose=False)
     model = Model()
-    torch.manual_seed(1 + int(os.environ.get("RANK", "0")))       # each rank its own noise
+    torch.manual_seed(1 + int(os.environ.get("RANK", "0")))  # each rank its own noise
     data = TensorDataset(torch.randn(8, 4, generator=torch.Generator().manual_seed(0)))
-    mem = integrations.lightning_memory_callback()           # first in the list: its batch start runs first
-    trainer = L.Trainer(accelerator="cpu", devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                        num_nodes=int(os.environ.get("NNODES", "1")), strategy=DDPStrategy(process_group_backend="gloo"),
-                        default_root_dir=run_dir, max_steps=a.steps, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False,
-                        callbacks=[mem, integrations.lightning_callback(), Delay(a.step_delay),
-                                   ModelCheckpoint(dirpath=ckpt, filename="step-{step}", auto_insert_metric_name=False,
-                                                   every_n_train_steps=a.checkpoint_every, save_top_k=-1)])
-    saved = sorted(glob.glob(os.path.join(ckpt, "step-*.ckpt")), key=lambda p: int(re.findall(r"\d+", p)[-1]))
+    mem = integrations.lightning_memory_callback()  # first in the list: its batch start runs first
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        num_nodes=int(os.environ.get("NNODES", "1")),
+        strategy=DDPStrategy(process_group_backend="gloo"),
+        default_root_dir=run_dir,
+        max_steps=a.steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[
+            mem,
+            integrations.lightning_callback(),
+            Delay(a.step_delay),
+            ModelCheckpoint(
+                dirpath=ckpt,
+                filename="step-{step}",
+                auto_insert_metric_name=False,
+                every_n_train_steps=a.checkpoint_every,
+                save_top_k=-1,
+            ),
+        ],
+    )
+    saved = sorted(
+        glob.glob(os.path.join(ckpt, "step-*.ckpt")), key=lambda p: int(re.findall(r"\d+", p)[-1])
+    )
     resume = mem.resume_from(saved[-1] if saved else None)
     print(f"rank {trainer.global_rank}: resuming from {resume}", flush=True)
     trainer.fit(model, DataLoader(data, batch_size=4, shuffle=True), ckpt_path=resume)
-    sha = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+    sha = hashlib.sha256(
+        b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    ).hexdigest()
     if trainer.global_rank == 0:
         with open(os.path.join(run_dir, "final.json"), "w") as f:
             json.dump({"step": trainer.global_step, "param_sha256": sha}, f)

@@ -1,8 +1,10 @@
-"""A user's plain PyTorch program with memory checkpoints through the one call, launchers.integrations
-.memory_checkpoints (tests/test_memckpt_user.py): a linear model trained with Adam, gradients averaged over the
-ranks by hand (gloo), each rank's batches drawn from its global torch RNG (a restore must bring the RNG back too),
-a storage checkpoint every --checkpoint-every steps (each rank its file, then rank 0's `latest`); rank 0 writes
-final.json (the weights' sha256) into the run dir."""
+"""A user's plain PyTorch program with memory checkpoints through the one call,
+launchers.integrations .memory_checkpoints (tests/test_memckpt_user.py): a linear model trained with
+Adam, gradients averaged over the ranks by hand (gloo), each rank's batches drawn from its global
+torch RNG (a restore must bring the RNG back too), a storage checkpoint every --checkpoint-every
+steps (each rank its file, then rank 0's `latest`); rank 0 writes final.json (the weights' sha256)
+into the run dir."""
+
 import argparse
 import hashlib
 import json
@@ -31,14 +33,20 @@ def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.Adam(model.parameters(), lr=0.05)
-    torch.manual_seed(1 + rank)                       # each rank its own batches
+    torch.manual_seed(1 + rank)  # each rank its own batches
     ckpt = os.environ.get("LAUNCH_CHECKPOINT_DIR", "checkpoints")
-    latest = int(open(os.path.join(ckpt, "latest")).read()) if os.path.exists(os.path.join(ckpt, "latest")) else None
+    latest = (
+        int(open(os.path.join(ckpt, "latest")).read())
+        if os.path.exists(os.path.join(ckpt, "latest"))
+        else None
+    )
 
     mem = integrations.memory_checkpoints({"model": model, "optim": opt})
     start = mem.restore(latest)
-    if start is None and latest is not None:          # memory held no newer whole step: storage
-        blob = torch.load(os.path.join(ckpt, f"step-{latest}", f"rank{rank}.pt"), weights_only=False)
+    if start is None and latest is not None:  # memory held no newer whole step: storage
+        blob = torch.load(
+            os.path.join(ckpt, f"step-{latest}", f"rank{rank}.pt"), weights_only=False
+        )
         model.load_state_dict(blob["model"])
         opt.load_state_dict(blob["optim"])
         torch.set_rng_state(blob["rng"])
@@ -59,7 +67,9 @@ def main() -> None:
         heartbeat.step(step + 1)
         time.sleep(a.step_delay)
     mem.close()
-    sha = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+    sha = hashlib.sha256(
+        b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    ).hexdigest()
     if rank == 0:
         with open(os.path.join(os.environ.get("LAUNCH_RUN_DIR", "."), "final.json"), "w") as f:
             json.dump({"step": a.steps, "param_sha256": sha}, f)
@@ -70,8 +80,10 @@ def main() -> None:
 def save_storage(ckpt: str, step: int, rank: int, model, opt) -> None:
     d = os.path.join(ckpt, f"step-{step}")
     os.makedirs(d, exist_ok=True)
-    torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "rng": torch.get_rng_state()},
-               os.path.join(d, f"rank{rank}.pt"))
+    torch.save(
+        {"model": model.state_dict(), "optim": opt.state_dict(), "rng": torch.get_rng_state()},
+        os.path.join(d, f"rank{rank}.pt"),
+    )
     dist.barrier()
     if rank == 0:
         with open(os.path.join(ckpt, "latest.tmp"), "w") as f:

@@ -1,7 +1,8 @@
-"""Test worker for first-failure ordering: TEST_PLAN="rank:delay:code,..." makes each listed rank exit with
-`code` after `delay` seconds, a traceback of `RuntimeError: planned failure of rank R` printed first (its
-last line is what the first failure names); TEST_SLOW_STOP="rank,..." ranks take 6 s to stop after SIGTERM/SIGINT (their
-node ends late). Every other rank waits to be stopped."""
+"""Test worker for first-failure ordering: TEST_PLAN="rank:delay:code,..." makes each listed rank
+exit with `code` after `delay` seconds, a traceback of `RuntimeError: planned failure of rank R`
+printed first (its last line is what the first failure names); TEST_SLOW_STOP="rank,..." ranks take
+6 s to stop after SIGTERM/SIGINT (their node ends late). Every other rank waits to be stopped."""
+
 import os
 import signal
 import sys
@@ -9,7 +10,10 @@ import time
 import traceback
 
 rank = int(os.environ["RANK"])
-plan = {int(r): (float(d), int(c)) for r, d, c in (p.split(":") for p in os.environ.get("TEST_PLAN", "").split(",") if p)}
+plan = {
+    int(r): (float(d), int(c))
+    for r, d, c in (p.split(":") for p in os.environ.get("TEST_PLAN", "").split(",") if p)
+}
 slow = {int(r) for r in os.environ.get("TEST_SLOW_STOP", "").split(",") if r}
 
 

@@ -1,11 +1,13 @@
 """Test worker for preemption: a deterministic step loop that checkpoints and exits on USR2/SIGTERM.
 
 Every step all ranks all_reduce a "stop" flag, so they stop at the same step. Rank 0 writes
-checkpoints/step-<N>/state.json and points checkpoints/latest at it (launchers.records.rundir.write_latest); the
-next attempt resumes from there. At the end rank 0 writes final.json {step, value, attempt, resumed_from}.
-Knobs: TEST_STEPS (default 40), TEST_STEP_SLEEP (seconds per step, attempt 0), TEST_STEP_SLEEP_LATER
-(seconds per step in later attempts; default 0.02).
+checkpoints/step-<N>/state.json and points checkpoints/latest at it
+(launchers.records.rundir.write_latest); the next attempt resumes from there. At the end rank 0
+writes final.json {step, value, attempt, resumed_from}. Knobs: TEST_STEPS (default 40),
+TEST_STEP_SLEEP (seconds per step, attempt 0), TEST_STEP_SLEEP_LATER (seconds per step in later
+attempts; default 0.02).
 """
+
 import json
 import os
 import signal
@@ -22,7 +24,8 @@ def on_signal(signum, _frame):
 
 
 signal.signal(signal.SIGUSR2, on_signal)
-signal.signal(signal.SIGTERM, on_signal)     # installed before the slow torch import: a signal can come early
+# installed before the slow torch import: a signal can come early
+signal.signal(signal.SIGTERM, on_signal)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -34,7 +37,11 @@ rank = dist.get_rank()
 attempt = int(os.environ["LAUNCH_ATTEMPT"])
 ckpt = os.environ["LAUNCH_CHECKPOINT_DIR"]
 steps = int(os.environ.get("TEST_STEPS", "40"))
-pause = float(os.environ.get("TEST_STEP_SLEEP", "0.25") if attempt == 0 else os.environ.get("TEST_STEP_SLEEP_LATER", "0.02"))
+pause = float(
+    os.environ.get("TEST_STEP_SLEEP", "0.25")
+    if attempt == 0
+    else os.environ.get("TEST_STEP_SLEEP_LATER", "0.02")
+)
 
 start, value, resumed = 0, 1, read_latest(ckpt)
 if resumed:

@@ -1,5 +1,7 @@
-"""Test worker for stop semantics: prints READY, records every stop signal it gets ("GOT <name>"), then a
-cleanup of TEST_CLEANUP_S seconds in `finally` ("CLEANUP DONE"). TEST_IGNORE=1: ignores SIGTERM/SIGINT."""
+"""Test worker for stop semantics: prints READY, records every stop signal it gets ("GOT <name>"),
+then a cleanup of TEST_CLEANUP_S seconds in `finally` ("CLEANUP DONE"). TEST_IGNORE=1: ignores
+SIGTERM/SIGINT."""
+
 import os
 import signal
 import sys
@@ -14,7 +16,9 @@ def note(signum, _frame):
 
 
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
-    signal.signal(s, signal.SIG_IGN if os.environ.get("TEST_IGNORE") == "1" and s != signal.SIGUSR2 else note)
+    signal.signal(
+        s, signal.SIG_IGN if os.environ.get("TEST_IGNORE") == "1" and s != signal.SIGUSR2 else note
+    )
 print(f"READY rank {os.environ.get('RANK')}", flush=True)
 try:
     deadline = time.time() + 300

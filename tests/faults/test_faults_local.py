@@ -1,9 +1,11 @@
-"""Fault suite, local backend (issue 13 items 3 and 6): one table of faults, each injected into a real
-`launch local` run (2 simulated nodes x 1 process, the tiny convnet unless the fault needs its own program).
-For each: the launcher's exit code is honest, status.json names the first failing rank/node and the cause (none
-for a stop), no process carrying the run id survives, checkpoints/latest names a complete checkpoint, and a
-`launch resume` ends with the uninterrupted run's param_sha256. Every fault records one row
-(tests/faults/record.py -> RELIABILITY.md), pass or fail."""
+"""Fault suite, local backend (issue 13 items 3 and 6): one table of faults, each injected into a
+real `launch local` run (2 simulated nodes x 1 process, the tiny convnet unless the fault needs its
+own program). For each: the launcher's exit code is honest, status.json names the first failing
+rank/node and the cause (none for a stop), no process carrying the run id survives,
+checkpoints/latest names a complete checkpoint, and a `launch resume` ends with the uninterrupted
+run's param_sha256. Every fault records one row (tests/faults/record.py -> RELIABILITY.md), pass or
+fail."""
+
 from __future__ import annotations
 
 import os
@@ -40,35 +42,62 @@ from common import (
 from conftest import LAUNCH, once, run_launch
 from launchers import procs
 
-# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner loop) does not
+# real training runs of tens of seconds each: `make test` runs them, `make test-fast` (the inner
+# loop) does not
 pytestmark = pytest.mark.slow
 
 BACKEND = "local"
 NODES = ["local", "--nodes", "2", "--gpus-per-node", "1"]
 WORLD = 2
-TRAIN = convnet(40, 10)                 # the reference and every resume (resume_equal compares with it)
-SLOW = ["--step-delay", "0.25"]         # fault runs: 40 steps >= 10 s, so the fault lands mid-training
-KILL_AT = 12                            # after the first checkpoint (step 10), well before the end
+TRAIN = convnet(40, 10)  # the reference and every resume (resume_equal compares with it)
+SLOW = ["--step-delay", "0.25"]  # fault runs: 40 steps >= 10 s, so the fault lands mid-training
+KILL_AT = 12  # after the first checkpoint (step 10), well before the end
 
 
 class Job:
-    """One `launch local` run in the background, in its own session (Ctrl-C goes to its process group)."""
+    """One `launch local` run in the background, in its own session (Ctrl-C goes to its process
+    group)."""
 
-    def __init__(self, wd: Path, name: str, *opts: str, prog: list[str] | None = None, out: str | None = None,
-                 runs: Path | None = None) -> None:
+    def __init__(
+        self,
+        wd: Path,
+        name: str,
+        *opts: str,
+        prog: list[str] | None = None,
+        out: str | None = None,
+        runs: Path | None = None,
+    ) -> None:
         self.run_dir = str((runs or wd / "runs") / name)
         self.out, self.err = Path(out or wd / f"{name}.out"), wd / f"{name}.err"
         self.t0 = time.time()
         with open(self.out, "w") as o, open(self.err, "w") as e:
-            self.proc = subprocess.Popen([LAUNCH, *NODES, *opts, "--run-dir", self.run_dir, "--",
-                                          *(prog or [*TRAIN, *SLOW])], stdout=o, stderr=e, cwd=wd,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [
+                    LAUNCH,
+                    *NODES,
+                    *opts,
+                    "--run-dir",
+                    self.run_dir,
+                    "--",
+                    *(prog or [*TRAIN, *SLOW]),
+                ],
+                stdout=o,
+                stderr=e,
+                cwd=wd,
+                start_new_session=True,
+            )
         self.ended: float | None = None
-        wait_for(lambda: Path(self.run_dir, "run.yaml").is_file() or self.proc.poll() is not None, 60, "run.yaml")
+        wait_for(
+            lambda: Path(self.run_dir, "run.yaml").is_file() or self.proc.poll() is not None,
+            60,
+            "run.yaml",
+        )
         self.run_id = run_id(self.run_dir)
 
     def step(self, n: int, attempt: int = 0) -> float:
-        return wait_step(self.run_dir, n, attempt=attempt, world=WORLD, alive=lambda: self.proc.poll() is None)
+        return wait_step(
+            self.run_dir, n, attempt=attempt, world=WORLD, alive=lambda: self.proc.poll() is None
+        )
 
     def finish(self, timeout: float = 120) -> int:
         rc = self.proc.wait(timeout=timeout)
@@ -80,18 +109,25 @@ class Job:
         return lines[-1] if lines else "(no end line)"
 
     def master_port(self, attempt: int = 0) -> int:
-        return yaml.safe_load(Path(self.run_dir, "run.yaml").read_text())["attempts"][attempt]["master_port"]
+        return yaml.safe_load(Path(self.run_dir, "run.yaml").read_text())["attempts"][attempt][
+            "master_port"
+        ]
 
 
 @pytest.fixture(scope="module")
 def reference(request):
-    """The uninterrupted run: its param_sha256, and launch -> first step (the cold start); made once per make test
-    run (the rows run on several workers: conftest.SPLIT_LOCAL)."""
+    """The uninterrupted run: its param_sha256, and launch -> first step (the cold start); made once
+    per make test run (the rows run on several workers: conftest.SPLIT_LOCAL)."""
+
     def make(d):
         t0 = time.time()
         p = run_launch(*NODES, "--run-dir", str(Path(d, "run")), "--", *TRAIN, cwd=d, timeout=180)
         assert p.returncode == 0, p.stderr[-3000:]
-        return {"sha": final_sha(Path(d, "run")), "cold_start_s": seconds(t0, first_step_time(Path(d, "run"), 0))}
+        return {
+            "sha": final_sha(Path(d, "run")),
+            "cold_start_s": seconds(t0, first_step_time(Path(d, "run"), 0)),
+        }
+
     return once(request, "local-faults-ref", make)
 
 
@@ -99,8 +135,12 @@ def finish_row(job: Job, row: dict, *, code: int, state: str, fault_at: float) -
     """The checks every fault shares: the exit code, the state, no orphans, latest complete."""
     rc = job.finish()
     st = status(job.run_dir)
-    row.update(exit_code=rc, user_sees=job.end_line(), first_failure=first_failure_text(st),
-               detection_s=seconds(fault_at, job.ended))
+    row.update(
+        exit_code=rc,
+        user_sees=job.end_line(),
+        first_failure=first_failure_text(st),
+        detection_s=seconds(fault_at, job.ended),
+    )
     left = orphans(job.run_id)
     row["orphans"] = len(left)
     assert rc == code, (rc, job.err.read_text()[-3000:])
@@ -111,7 +151,8 @@ def finish_row(job: Job, row: dict, *, code: int, state: str, fault_at: float) -
 
 
 def resume_row(job: Job, row: dict, reference: dict, fault_at: float) -> None:
-    """`launch resume` (the normal speed); recovery = fault -> first resumed step; the end equals the reference."""
+    """`launch resume` (the normal speed); recovery = fault -> first resumed step; the end equals
+    the reference."""
     attempt = len(yaml.safe_load(Path(job.run_dir, "run.yaml").read_text())["attempts"])
     p = run_launch("resume", job.run_dir, "--", *TRAIN, timeout=180)
     row["recovery_s"] = seconds(fault_at, first_step_time(job.run_dir, attempt))
@@ -153,19 +194,30 @@ def kill_agent(wd, row, reference):
 
 
 def kill_launcher(wd, row, reference):
-    job = Job(wd, "kl", prog=[*TRAIN, "--step-delay", "1"])     # the job outlives status + cancel by far
+    # the job outlives status + cancel by far
+    job = Job(wd, "kl", prog=[*TRAIN, "--step-delay", "1"])
     job.step(3)
     t = time.time()
     job.proc.kill()
     rc = job.finish()
     shown = run_launch("status", job.run_dir)
-    row.update(exit_code=rc, detection_s=seconds(t, time.time()),
-               user_sees="status: " + next((ln.strip() for ln in shown.stdout.splitlines() if "launcher died" in ln),
-                                           shown.stdout.strip()[:120]))
+    row.update(
+        exit_code=rc,
+        detection_s=seconds(t, time.time()),
+        user_sees="status: "
+        + next(
+            (ln.strip() for ln in shown.stdout.splitlines() if "launcher died" in ln),
+            shown.stdout.strip()[:120],
+        ),
+    )
     st = status(job.run_dir)
     row["first_failure"] = first_failure_text(st) or st.get("reason")
     assert rc == -signal.SIGKILL
-    assert st["state"] == "FAILED" and st["reason"].startswith("launcher died") and st["surviving_pids"], st
+    assert (
+        st["state"] == "FAILED"
+        and st["reason"].startswith("launcher died")
+        and st["surviving_pids"]
+    ), st
     assert "still alive: pids" in shown.stdout, shown.stdout
     c = run_launch("cancel", job.run_dir, timeout=120)
     left = orphans(job.run_id)
@@ -186,7 +238,9 @@ def ctrl_c(wd, row, reference):
 
 def cancel(wd, row, reference):
     cancels = []
-    job, t = inject(wd, "cn", lambda j: cancels.append(run_launch("cancel", j.run_dir, timeout=120)))
+    job, t = inject(
+        wd, "cn", lambda j: cancels.append(run_launch("cancel", j.run_dir, timeout=120))
+    )
     assert cancels[0].returncode == 0, cancels[0].stderr
     st = finish_row(job, row, code=143, state="CANCELLED", fault_at=t)
     assert st["first_failure"] is None and st["reason"] == "by launch cancel", st
@@ -194,24 +248,36 @@ def cancel(wd, row, reference):
 
 
 def hung_rank(wd, row, reference):
-    """The hang's stop ends the SIGSTOPped rank first (SIGKILL, its record `ended_as: hung`), so rank 0, waiting on
-    it in a collective, cleans up within its grace without the agreed checkpoint: the last good one stands (issue
-    35 item 7). detection_s is the hang -> the run's end."""
-    job, t = inject(wd, "hg", lambda j: os.kill(rank_pid(j.run_id, 1), signal.SIGSTOP), "--hang-timeout", "15")
+    """The hang's stop ends the SIGSTOPped rank first (SIGKILL, its record `ended_as: hung`), so
+    rank 0, waiting on it in a collective, cleans up within its grace without the agreed checkpoint:
+    the last good one stands (issue 35 item 7). detection_s is the hang -> the run's end."""
+    job, t = inject(
+        wd, "hg", lambda j: os.kill(rank_pid(j.run_id, 1), signal.SIGSTOP), "--hang-timeout", "15"
+    )
     good = latest_checkpoint(job.run_dir)[0]
     st = finish_row(job, row, code=1, state="FAILED", fault_at=t)
     assert ff(st)["rank"] == 1 and ff(st)["reason"].startswith("hang: process stopped"), st
-    assert 1 in st["hang"]["stalled_ranks"], st["hang"]     # rank 0 waits in DDP's all-reduce (backward)
+    # rank 0 waits in DDP's all-reduce (backward)
+    assert 1 in st["hang"]["stalled_ranks"], st["hang"]
     rec0, rec1 = (read_json(Path(job.run_dir, "status", f"rank{r}.json")) for r in (0, 1))
     assert rec1.get("signal") == "SIGKILL" and rec1.get("ended_as") == "hung", rec1
-    assert rec0.get("exit_code") == 0 and not rec0.get("killed_after_grace"), rec0       # its cleanup completed
+    # its cleanup completed
+    assert rec0.get("exit_code") == 0 and not rec0.get("killed_after_grace"), rec0
     log0 = Path(job.run_dir, "logs", "node0", "rank0.log").read_text()
-    done = [ln for ln in log0.splitlines() if ln.startswith("hang stop: rank 0") and ln.endswith("cleanup done")]
+    done = [
+        ln
+        for ln in log0.splitlines()
+        if ln.startswith("hang stop: rank 0") and ln.endswith("cleanup done")
+    ]
     assert done and "preempted: checkpoint" not in log0, log0[-2000:]
-    assert latest_checkpoint(job.run_dir)[0] == good, (latest_checkpoint(job.run_dir), good)   # nothing agreed
-    assert row["detection_s"] < 15 + 20, row          # the timeout + the stacks + the cleanup, not + the grace
-    row["user_sees"] = (f"{job.end_line()}; rank 0: hang stop, cleanup done, {good} stands; "
-                        f"run ended {row['detection_s']:.0f} s after the hang")
+    # nothing agreed
+    assert latest_checkpoint(job.run_dir)[0] == good, (latest_checkpoint(job.run_dir), good)
+    # the timeout + the stacks + the cleanup, not + the grace
+    assert row["detection_s"] < 15 + 20, row
+    row["user_sees"] = (
+        f"{job.end_line()}; rank 0: hang stop, cleanup done, {good} stands; "
+        f"run ended {row['detection_s']:.0f} s after the hang"
+    )
     resume_row(job, row, reference, t)
 
 
@@ -227,7 +293,7 @@ if pid == 0:                       # child: a new session, then the daemon grand
     os._exit(0)
 os.waitpid(pid, 0)
 print("DAEMON STARTED", flush=True)
-"""
+"""  # noqa: E501
 
 
 def double_fork(wd, row, reference):
@@ -238,17 +304,28 @@ def double_fork(wd, row, reference):
     row.update(exit_code=rc, user_sees=" / ".join([*swept, job.end_line()]))
     left = orphans(job.run_id, settle_s=2)
     row["orphans"] = len(left)
-    assert swept and swept[0].startswith(f"launch: killed {WORLD} process(es) the job left running (pids "), swept
+    assert swept and swept[0].startswith(
+        f"launch: killed {WORLD} process(es) the job left running (pids "
+    ), swept
     assert rc == 0 and status(job.run_dir)["state"] == "COMPLETED", job.err.read_text()[-2000:]
-    assert len([1 for p in Path(job.run_dir, "logs").glob("node*/rank*.log") if "DAEMON STARTED" in p.read_text()]) \
+    assert (
+        len(
+            [
+                1
+                for p in Path(job.run_dir, "logs").glob("node*/rank*.log")
+                if "DAEMON STARTED" in p.read_text()
+            ]
+        )
         == WORLD
+    )
     assert not left, left
 
 
 def two_runs(wd, row, reference):
     """Two runs on the same nodes at once; cancelling one leaves the other running to COMPLETED."""
     a = Job(wd, "two-a")
-    b = Job(wd, "two-b", prog=[*TRAIN, "--step-delay", "0.6"])     # still running when a's stop is over
+    # still running when a's stop is over
+    b = Job(wd, "two-b", prog=[*TRAIN, "--step-delay", "0.6"])
     a.step(KILL_AT)
     assert a.master_port() != b.master_port(), (a.master_port(), b.master_port())
     t = time.time()
@@ -257,7 +334,8 @@ def two_runs(wd, row, reference):
     other_alive = b.proc.poll() is None and bool(procs.tagged_pids(b.run_id))
     rc = b.finish(timeout=180)
     row["user_sees"] = f"{a.end_line()} / the other run: {b.end_line()}"
-    row["other_run_equal"] = final_sha(b.run_dir) == reference["sha"]    # the other run was not disturbed
+    # the other run was not disturbed
+    row["other_run_equal"] = final_sha(b.run_dir) == reference["sha"]
     assert c.returncode == 0 and st["reason"] == "by launch cancel", (c.stderr, st)
     assert other_alive, "cancelling one run ended the other"
     assert rc == 0 and status(b.run_dir)["state"] == "COMPLETED", b.err.read_text()[-2000:]
@@ -268,15 +346,28 @@ def two_runs(wd, row, reference):
 
 
 def log_flood(wd, row, reference):
-    """A rank writes 200 MB of log quickly: no line lost, bounded slowdown against the same program writing to
-    /dev/null (bench/log_flood.py measures it side by side)."""
+    """A rank writes 200 MB of log quickly: no line lost, bounded slowdown against the same program
+    writing to /dev/null (bench/log_flood.py measures it side by side)."""
     mb, res = 200, wd / "flood.txt"
-    p = subprocess.run([sys.executable, "-u", "flood_worker.py"], cwd=wd, stdout=subprocess.DEVNULL,
-                       env={**os.environ, "RANK": "1", "FLOOD_MB": str(mb), "FLOOD_RESULT": str(res)}, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-u", "flood_worker.py"],
+        cwd=wd,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "RANK": "1", "FLOOD_MB": str(mb), "FLOOD_RESULT": str(res)},
+        timeout=300,
+    )
     assert p.returncode == 0
     direct = float(res.read_text().split()[1])
-    job = Job(wd, "lf", "--env", f"FLOOD_MB={mb}", "--env", f"FLOOD_RESULT={res}", prog=["flood_worker.py"],
-              out=os.devnull)                   # the launcher streams it all too (to /dev/null here)
+    job = Job(
+        wd,
+        "lf",
+        "--env",
+        f"FLOOD_MB={mb}",
+        "--env",
+        f"FLOOD_RESULT={res}",
+        prog=["flood_worker.py"],
+        out=os.devnull,
+    )  # the launcher streams it all too (to /dev/null here)
     rc = job.finish(timeout=300)
     n, ours = res.read_text().split()
     n, ours = int(n), float(ours)
@@ -287,14 +378,22 @@ def log_flood(wd, row, reference):
     lost = n - sum(1 for i, ln in enumerate(lines) if ln == b"L%09d %s\n" % (i, pad))
     log.unlink()
     ratio = ours / direct
-    row.update(exit_code=rc, flood_s=ours, direct_s=direct, slowdown=round(ratio, 2), lines_lost=lost,
-               user_sees=f"{job.end_line()}; {mb} MB logged in {ours:.1f} s vs {direct:.1f} s to /dev/null "
-                         f"(x{ratio:.1f}), {lost} of {n} lines lost")
+    row.update(
+        exit_code=rc,
+        flood_s=ours,
+        direct_s=direct,
+        slowdown=round(ratio, 2),
+        lines_lost=lost,
+        user_sees=(
+            f"{job.end_line()}; {mb} MB logged in {ours:.1f} s vs {direct:.1f} s to "
+            f"/dev/null (x{ratio:.1f}), {lost} of {n} lines lost"
+        ),
+    )
     left = orphans(job.run_id)
     row["orphans"] = len(left)
     assert rc == 0 and status(job.run_dir)["state"] == "COMPLETED", job.err.read_text()[-2000:]
     assert lost == 0 and len(lines) == n, (lost, len(lines), n)
-    assert ours <= 10 * direct + 30, (ours, direct)          # generous: a rule, not a speed figure
+    assert ours <= 10 * direct + 30, (ours, direct)  # generous: a rule, not a speed figure
     assert not left, left
 
 
@@ -308,26 +407,33 @@ def fill(path: Path, leave: int) -> Path:
 
 
 def disk_full(wd, row, reference):
-    """The run dir on a 16 MB tmpfs, filled after the first checkpoint (step 10) to 150 KB free: the save of
-    step 20 (2 x ~280 KB) runs out of space."""
+    """The run dir on a 16 MB tmpfs, filled after the first checkpoint (step 10) to 150 KB free: the
+    save of step 20 (2 x ~280 KB) runs out of space."""
     mnt = wd / "small"
     mnt.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], check=True)
     job = None
     try:
-        job = Job(wd, "run", runs=mnt / "runs")          # the launcher's own output off the small disk
+        job = Job(wd, "run", runs=mnt / "runs")  # the launcher's own output off the small disk
         job.step(KILL_AT)
         filler = fill(mnt, 150 * 1024)
         t = time.time()
         st = finish_row(job, row, code=1, state="FAILED", fault_at=t)
         ckpt = Path(job.run_dir, "checkpoints")
-        said = [ln for ln in Path(job.run_dir, "logs", "node0", "rank0.log").read_text().splitlines()
-                if ln.startswith("disk full: ")]
+        said = [
+            ln
+            for ln in Path(job.run_dir, "logs", "node0", "rank0.log").read_text().splitlines()
+            if ln.startswith("disk full: ")
+        ]
         row["user_sees"] = f"{job.end_line()} / rank log: {said[0] if said else '(nothing)'}"
         assert ff(st)["exit_code"] == 1, st
-        assert said == [f"disk full: the checkpoint {ckpt / 'step-00000020'} could not be written (no space left "
-                        "on device); removed; checkpoints/latest still names step-00000010"], said
-        assert (ckpt / "latest").read_text().strip() == "step-00000010" and not (ckpt / "step-00000020").exists()
+        assert said == [
+            f"disk full: the checkpoint {ckpt / 'step-00000020'} could not be written (no space "
+            "left on device); removed; checkpoints/latest still names step-00000010"
+        ], said
+        assert (ckpt / "latest").read_text().strip() == "step-00000010" and not (
+            ckpt / "step-00000020"
+        ).exists()
         filler.unlink()
         resume_row(job, row, reference, t)
         launcher_on_full_disk(job.run_dir, mnt)
@@ -339,16 +445,22 @@ def disk_full(wd, row, reference):
 
 
 def launcher_on_full_disk(run_dir: str, mnt: Path) -> None:
-    """The launcher's own record on a disk with no space left: one line naming the path, no traceback, no
-    temporary left, the old status.json intact (the issue saw `OSError: [Errno 28]` from the status write)."""
+    """The launcher's own record on a disk with no space left: one line naming the path, no
+    traceback, no temporary left, the old status.json intact (the issue saw `OSError: [Errno 28]`
+    from the status write)."""
     fill(mnt, 0)
     before = Path(run_dir, "status.json").read_text()
-    code = ("import sys; from launchers.records.rundir import RunDir; "
-            f"st = RunDir({run_dir!r}).update_status(reason='x'); print(st['reason'])")
+    code = (
+        "import sys; from launchers.records.rundir import RunDir; "
+        f"st = RunDir({run_dir!r}).update_status(reason='x'); print(st['reason'])"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout == "x\n", p.stderr
-    assert p.stderr == f"launch: disk full: cannot write {run_dir}/status.json (No space left on device); not " \
-                       "recorded: state COMPLETED\n", p.stderr
+    assert (
+        p.stderr
+        == f"launch: disk full: cannot write {run_dir}/status.json (No space left on device); not "
+        "recorded: state COMPLETED\n"
+    ), p.stderr
     assert Path(run_dir, "status.json").read_text() == before
     assert not list(Path(run_dir).glob("status.json.tmp*"))
 
@@ -374,12 +486,15 @@ FAULTS = [
 ]
 
 
-@pytest.mark.parametrize("fault", [pytest.param(f, id=f.name, marks=[pytest.mark.slow] if f.slow else [])
-                                   for f in FAULTS])
+@pytest.mark.parametrize(
+    "fault",
+    [pytest.param(f, id=f.name, marks=[pytest.mark.slow] if f.slow else []) for f in FAULTS],
+)
 def test_fault(fault, reference, workdir):
     with fault_row(BACKEND, fault.name) as row:
         try:
             fault.run(workdir, row, reference)
         finally:
-            for p in Path(workdir, "runs").glob("*/run.yaml"):      # a failed check leaves nothing running
+            # a failed check leaves nothing running
+            for p in Path(workdir, "runs").glob("*/run.yaml"):
                 kill_orphans(run_id(p.parent))

@@ -1,14 +1,17 @@
-"""The DCP writer of the workloads' checkpoints: torch's FileSystemWriter (same files, same bytes, same fsync) that
-digests every file while it writes it, so the commit's manifest needs no read-back of the checkpoint.
+"""The DCP writer of the workloads' checkpoints: torch's FileSystemWriter (same files, same bytes,
+same fsync) that digests every file while it writes it, so the commit's manifest needs no read-back
+of the checkpoint.
 
 Each rank's data file is hashed in the writer thread as its bytes go out (xxh3_128, or what
-launchers.ckptptr.hash_name() asks for), and its write-back to disk is started every few MiB (sync_file_range,
-Linux) so the final fsync waits for the tail only, not for the whole file. The digests travel to the coordinator
-with DCP's own write results (a WriteResult that carries them; DCP reads only index and storage_data), and the
-coordinator digests `.metadata` as it writes it. `files` then holds {relative path: {"size": n, algo: hex}} for
-launchers.ckptptr.commit(known=...): every file of the step dir is still in the manifest, and a file not digested
-here (or whose size on disk differs) is read and hashed there as before.
+launchers.ckptptr.hash_name() asks for), and its write-back to disk is started every few MiB
+(sync_file_range, Linux) so the final fsync waits for the tail only, not for the whole file. The
+digests travel to the coordinator with DCP's own write results (a WriteResult that carries them; DCP
+reads only index and storage_data), and the coordinator digests `.metadata` as it writes it. `files`
+then holds {relative path: {"size": n, algo: hex}} for launchers.ckptptr.commit(known=...): every
+file of the step dir is still in the manifest, and a file not digested here (or whose size on disk
+differs) is read and hashed there as before.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -23,14 +26,14 @@ from torch.futures import Future
 
 from launchers import ckptptr
 
-_WRITEBACK = 4 << 20            # start the disk write of every this many bytes written
+_WRITEBACK = 4 << 20  # start the disk write of every this many bytes written
 _SYNC_FILE_RANGE_WRITE = 2
 
 
 def _sync_file_range():
     try:
         f = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):     # not Linux: the final fsync writes it all
+    except (AttributeError, OSError):  # not Linux: the final fsync writes it all
         return None
     f.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     return f
@@ -40,7 +43,8 @@ _start_writeback = _sync_file_range()
 
 
 class _DigestStream:
-    """A file opened for writing that hashes what is written and starts its write-back as it goes."""
+    """A file opened for writing that hashes what is written and starts its write-back as it
+    goes."""
 
     def __init__(self, f, algo: str) -> None:
         self.f, self.h, self.n, self.synced = f, ckptptr.hasher(algo), 0, 0
@@ -51,7 +55,9 @@ class _DigestStream:
         self.n += n
         if _start_writeback is not None and self.n - self.synced >= _WRITEBACK:
             self.f.flush()
-            _start_writeback(self.f.fileno(), self.synced, self.n - self.synced, _SYNC_FILE_RANGE_WRITE)
+            _start_writeback(
+                self.f.fileno(), self.synced, self.n - self.synced, _SYNC_FILE_RANGE_WRITE
+            )
             self.synced = self.n
         return n
 
@@ -71,7 +77,7 @@ class _DigestStream:
 class _DigestFS(FileSystem):
     def __init__(self, algo: str) -> None:
         self.algo = algo
-        self.files: dict[str, dict] = {}        # file name -> {"size": n, algo: hex}, once closed
+        self.files: dict[str, dict] = {}  # file name -> {"size": n, algo: hex}, once closed
 
     @contextmanager
     def create_stream(self, path, mode: str):
@@ -81,19 +87,21 @@ class _DigestFS(FileSystem):
             return
         with open(path, "wb") as f:
             s = _DigestStream(f, self.algo)
-            yield s                     # DCP closes it (after its fsync)
+            yield s  # DCP closes it (after its fsync)
         self.files[os.path.basename(path)] = {"size": s.n, self.algo: s.h.hexdigest()}
 
 
 @dataclasses.dataclass(frozen=True)
 class _DigestedResult(WriteResult):
-    """A rank's last write result, carrying the digests of the files that rank wrote to the coordinator."""
+    """A rank's last write result, carrying the digests of the files that rank wrote to the
+    coordinator."""
+
     files: dict = dataclasses.field(default_factory=dict)
 
 
 class DigestingWriter(FileSystemWriter):
-    """FileSystemWriter that digests what it writes; after the save, on the coordinator, `files` holds every
-    rank's data files and .metadata (see the module doc)."""
+    """FileSystemWriter that digests what it writes; after the save, on the coordinator, `files`
+    holds every rank's data files and .metadata (see the module doc)."""
 
     def __init__(self, path, **kwargs) -> None:
         super().__init__(path, **kwargs)
@@ -107,7 +115,7 @@ class DigestingWriter(FileSystemWriter):
         if res:
             last = res[-1]
             res[-1] = _DigestedResult(last.index, last.size_in_bytes, last.storage_data, files=mine)
-        out: Future = Future()                  # (the done future cannot be set again)
+        out: Future = Future()  # (the done future cannot be set again)
         out.set_result(res)
         return out
 

@@ -1,11 +1,14 @@
-"""Datasets (digits | synthetic | cifar10) as in-memory tensors, and a resumable distributed sampler.
+"""Datasets (digits | synthetic | cifar10) as in-memory tensors, and a resumable distributed
+sampler.
 
-digits    scikit-learn's bundled 8x8 digits (1797 samples, no download); fixed 80/20 train/test split
+digits    scikit-learn's bundled 8x8 digits (1797 samples, no download); fixed 80/20 train/test
+          split
 synthetic learnable 3x32x32 images: per-class low-resolution prototypes plus noise (fixed seed)
 cifar10   the standard python batches (data_batch_1..5, test_batch) from --data-dir; no download
 `check()` is torch-free and runs before the process group exists. Samples are normalised per batch
 (`__getitems__`), so CIFAR-10 stays uint8 in memory.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -31,14 +34,19 @@ def check(dataset: str, data_dir: str | None) -> str | None:
     if dataset != "cifar10":
         return None
     if not data_dir:
-        return ("--dataset cifar10 needs --data-dir DIR holding the CIFAR-10 python batches "
-                f"({', '.join(CIFAR_FILES)}); nothing is downloaded")
+        return (
+            "--dataset cifar10 needs --data-dir DIR holding the CIFAR-10 python batches "
+            f"({', '.join(CIFAR_FILES)}); nothing is downloaded"
+        )
     if not os.path.isdir(data_dir):
         return f"--data-dir {data_dir!r} is not a directory (expected the CIFAR-10 python batches)"
     root = _cifar_root(data_dir)
     missing = [f for f in CIFAR_FILES if not os.path.isfile(os.path.join(root, f))]
     if missing:
-        return f"--data-dir {data_dir!r} lacks CIFAR-10 file(s) {', '.join(missing)} (expected {', '.join(CIFAR_FILES)})"
+        return (
+            f"--data-dir {data_dir!r} lacks CIFAR-10 file(s) {', '.join(missing)} (expected "
+            f"{', '.join(CIFAR_FILES)})"
+        )
     return None
 
 
@@ -47,7 +55,7 @@ class Data:
     name: str
     train: "ArrayDataset"
     test: "ArrayDataset"
-    in_shape: tuple          # (C, H, W)
+    in_shape: tuple  # (C, H, W)
     num_classes: int
 
 
@@ -66,6 +74,7 @@ class ArrayDataset:
 
     def __getitems__(self, idx):  # DataLoader hands a whole batch of indices here
         import torch
+
         idx = torch.as_tensor(idx, dtype=torch.long)
         return self.x[idx].float() * self.scale + self.shift, self.y[idx]
 
@@ -83,15 +92,22 @@ def load(dataset: str, data_dir: str | None = None) -> Data:
 
 
 def digits_array():
-    """load_digits() values without importing sklearn (1+ s per rank): read its bundled csv directly."""
+    """load_digits() values without importing sklearn (1+ s per rank): read its bundled csv
+    directly."""
     import numpy as np
+
     spec = importlib.util.find_spec("sklearn")
-    path = os.path.join(os.path.dirname(spec.origin), "datasets", "data", "digits.csv.gz") if spec else ""
+    path = (
+        os.path.join(os.path.dirname(spec.origin), "datasets", "data", "digits.csv.gz")
+        if spec
+        else ""
+    )
     if os.path.isfile(path):
         with gzip.open(path, "rt") as f:
             raw = np.loadtxt(f, delimiter=",")
         return raw[:, :-1], raw[:, -1].astype(int)
     from sklearn.datasets import load_digits
+
     d = load_digits()
     return d.data, d.target
 
@@ -99,29 +115,43 @@ def digits_array():
 def _digits(_data_dir) -> Data:
     import numpy as np
     import torch
+
     x, y = digits_array()
-    order = np.random.default_rng(0).permutation(len(y))      # fixed split, independent of --seed
+    order = np.random.default_rng(0).permutation(len(y))  # fixed split, independent of --seed
     n_test = len(y) // 5
     x = torch.tensor(x[order], dtype=torch.float32).reshape(-1, 1, 8, 8)
     y = torch.tensor(y[order], dtype=torch.long)
-    scale, shift = 2.0 / 16.0, -1.0                              # pixels 0..16 -> [-1, 1]
-    return Data("digits", ArrayDataset(x[n_test:], y[n_test:], scale, shift),
-                ArrayDataset(x[:n_test], y[:n_test], scale, shift), (1, 8, 8), 10)
+    scale, shift = 2.0 / 16.0, -1.0  # pixels 0..16 -> [-1, 1]
+    return Data(
+        "digits",
+        ArrayDataset(x[n_test:], y[n_test:], scale, shift),
+        ArrayDataset(x[:n_test], y[:n_test], scale, shift),
+        (1, 8, 8),
+        10,
+    )
 
 
 def _synthetic(_data_dir, n_train: int = 2048, n_test: int = 512) -> Data:
     import torch
     import torch.nn.functional as F
-    g = torch.Generator().manual_seed(20240601)                  # fixed data, independent of --seed
+
+    g = torch.Generator().manual_seed(20240601)  # fixed data, independent of --seed
     protos = F.interpolate(torch.randn(10, 3, 4, 4, generator=g), scale_factor=8, mode="nearest")
     y = torch.randint(0, 10, (n_train + n_test,), generator=g)
-    x = 0.08 * protos[y] + torch.randn(n_train + n_test, 3, 32, 32, generator=g)   # hard enough to take epochs
-    return Data("synthetic", ArrayDataset(x[:n_train], y[:n_train]), ArrayDataset(x[n_train:], y[n_train:]),
-                (3, 32, 32), 10)
+    # hard enough to take epochs
+    x = 0.08 * protos[y] + torch.randn(n_train + n_test, 3, 32, 32, generator=g)
+    return Data(
+        "synthetic",
+        ArrayDataset(x[:n_train], y[:n_train]),
+        ArrayDataset(x[n_train:], y[n_train:]),
+        (3, 32, 32),
+        10,
+    )
 
 
 def _read_cifar_batch(path: str):
     import numpy as np
+
     with open(path, "rb") as f:
         d = pickle.load(f, encoding="bytes")
     x = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
@@ -131,22 +161,28 @@ def _read_cifar_batch(path: str):
 def _cifar10(data_dir) -> Data:
     import numpy as np
     import torch
+
     root = _cifar_root(data_dir)
     parts = [_read_cifar_batch(os.path.join(root, f)) for f in CIFAR_FILES[:-1]]
     xt, yt = _read_cifar_batch(os.path.join(root, "test_batch"))
     x = torch.from_numpy(np.concatenate([p[0] for p in parts]))
     y = torch.from_numpy(np.concatenate([p[1] for p in parts]))
-    scale, shift = 2.0 / 255.0, -1.0                             # Normalize((0.5,)*3, (0.5,)*3)
-    return Data("cifar10", ArrayDataset(x, y, scale, shift),
-                ArrayDataset(torch.from_numpy(xt), torch.from_numpy(yt), scale, shift), (3, 32, 32), 10)
+    scale, shift = 2.0 / 255.0, -1.0  # Normalize((0.5,)*3, (0.5,)*3)
+    return Data(
+        "cifar10",
+        ArrayDataset(x, y, scale, shift),
+        ArrayDataset(torch.from_numpy(xt), torch.from_numpy(yt), scale, shift),
+        (3, 32, 32),
+        10,
+    )
 
 
 def resumable_sampler(dataset, world_size: int, rank: int, seed: int):
     """A DistributedSampler (shuffle, drop_last=False) that can start mid-epoch at a global offset.
 
     Position is stored as a *global* sample offset within the epoch (a multiple of the world size):
-    rank r then takes padded_perm[offset + r :: W]. The permutation depends only on (seed, epoch), so
-    resuming slices the index list instead of replaying batches (which would consume RNG twice).
+    rank r then takes padded_perm[offset + r :: W]. The permutation depends only on (seed, epoch),
+    so resuming slices the index list instead of replaying batches (which would consume RNG twice).
     """
     from torch.utils.data.distributed import DistributedSampler
 
@@ -158,13 +194,14 @@ def resumable_sampler(dataset, world_size: int, rank: int, seed: int):
             self.offset = offset
 
         def __iter__(self):
-            return iter(list(super().__iter__())[self.offset // self.num_replicas:])
+            return iter(list(super().__iter__())[self.offset // self.num_replicas :])
 
         def __len__(self) -> int:
             return max(0, self.num_samples - self.offset // self.num_replicas)
 
-    return ResumableSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
-                            drop_last=False)
+    return ResumableSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False
+    )
 
 
 def steps_per_epoch(n: int, world_size: int, batch_size: int) -> int:
@@ -172,12 +209,20 @@ def steps_per_epoch(n: int, world_size: int, batch_size: int) -> int:
 
 
 def resumable_loader(dataset, env, args):
-    """(sampler, generator, loader) for a resumable epoch: the sampler is positioned by global sample offset,
-    and the DataLoader has its own generator so iter() never draws from the global torch RNG."""
+    """(sampler, generator, loader) for a resumable epoch: the sampler is positioned by global
+    sample offset, and the DataLoader has its own generator so iter() never draws from the global
+    torch RNG."""
     import torch
     from torch.utils.data import DataLoader
+
     sampler = resumable_sampler(dataset, env.world_size, env.rank, args.seed)
     gen = torch.Generator()
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, generator=gen,
-                        collate_fn=batch_collate, num_workers=0)
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        sampler=sampler,
+        generator=gen,
+        collate_fn=batch_collate,
+        num_workers=0,
+    )
     return sampler, gen, loader

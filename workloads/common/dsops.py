@@ -9,6 +9,7 @@ use_shared_cache() points TORCH_EXTENSIONS_DIR at <venv>/torch_extensions unless
 so the cache travels with the environment; `python -m workloads.common.dsops [--all]` fills it once
 (the Makefile runs it after installing deepspeed). Torch-free until prebuild() runs.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,12 +24,14 @@ def shared_cache_dir() -> str:
 
 
 def use_shared_cache() -> str:
-    """This venv's prebuilt cache unless the user set TORCH_EXTENSIONS_DIR; the launcher's own directory
-    (LAUNCH_TORCH_EXTENSIONS_DIR: launchers.frozen.extcache, per environment under the runs root) gives way to the
-    venv's when that holds a build (the Makefile's prebuild), so a run under launch loads it instead of
-    compiling it again."""
+    """This venv's prebuilt cache unless the user set TORCH_EXTENSIONS_DIR; the launcher's own
+    directory (LAUNCH_TORCH_EXTENSIONS_DIR: launchers.frozen.extcache, per environment under the
+    runs root) gives way to the venv's when that holds a build (the Makefile's prebuild), so a run
+    under launch loads it instead of compiling it again."""
     mine, given = shared_cache_dir(), os.environ.get("TORCH_EXTENSIONS_DIR")
-    if given is None or (given == os.environ.get("LAUNCH_TORCH_EXTENSIONS_DIR") and os.path.isdir(mine)):
+    if given is None or (
+        given == os.environ.get("LAUNCH_TORCH_EXTENSIONS_DIR") and os.path.isdir(mine)
+    ):
         os.environ["TORCH_EXTENSIONS_DIR"] = mine
     return os.environ["TORCH_EXTENSIONS_DIR"]
 
@@ -37,6 +40,7 @@ def prebuild(names) -> dict:
     """Build (or load from the cache) the named ops; returns seconds per op."""
     use_shared_cache()
     from deepspeed.accelerator import get_accelerator
+
     out = {}
     for name in names:
         t0 = time.perf_counter()
@@ -55,8 +59,10 @@ def main(argv=None) -> int:
         return 2
     names = list(OPS) if "--all" in argv else ["shm_comm"]
     secs = prebuild(names)
-    print(f"dsops: TORCH_EXTENSIONS_DIR={os.environ['TORCH_EXTENSIONS_DIR']} " +
-          " ".join(f"{k} {v}s" for k, v in secs.items()))
+    print(
+        f"dsops: TORCH_EXTENSIONS_DIR={os.environ['TORCH_EXTENSIONS_DIR']} "
+        + " ".join(f"{k} {v}s" for k, v in secs.items())
+    )
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Expert parallelism: token dispatch/combine with all_to_all_single, timed around every collective; its
-round-trip check (roundtrip_check) and the weights' hash with every expert gathered (full_hash).
+"""Expert parallelism: token dispatch/combine with all_to_all_single, timed around every collective;
+its round-trip check (roundtrip_check) and the weights' hash with every expert gathered (full_hash).
 
 Experts are numbered 0..E-1 globally; rank r owns experts [r*E/W, (r+1)*E/W). A token slot routed to
 expert e goes to rank e // (E/W). Dispatch: exchange per-expert counts (all_to_all_single on an int
@@ -7,6 +7,7 @@ tensor), then the token vectors (variable split sizes); combine: the reverse all
 through an autograd Function, so backward runs the mirror-image all-to-all and each expert receives
 the gradient from every source rank's loss (= world size x the gradient of the global mean loss).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,7 +47,13 @@ class _AllToAll(torch.autograd.Function):
     def backward(ctx, grad):
         out_splits, in_splits, timer, group = ctx.args
         back = grad.new_empty((sum(in_splits),) + tuple(grad.shape[1:]))
-        return timer.run(back, grad.contiguous(), in_splits, out_splits, group), None, None, None, None
+        return (
+            timer.run(back, grad.contiguous(), in_splits, out_splits, group),
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def all_to_all(x, out_splits: list[int], in_splits: list[int], timer: A2ATimer, group=None):
@@ -58,15 +65,17 @@ class Dispatcher:
 
     def __init__(self, num_experts: int, world_size: int, timer: A2ATimer, group=None) -> None:
         if num_experts % world_size:
-            raise ValueError(f"{num_experts} experts cannot be split evenly over {world_size} ranks")
+            raise ValueError(
+                f"{num_experts} experts cannot be split evenly over {world_size} ranks"
+            )
         self.E, self.W, self.El = num_experts, world_size, num_experts // world_size
         self.timer, self.group = timer, group
 
     def dispatch(self, rows, expert_of_row):
-        """rows [M, d], expert_of_row [M] (global ids). Returns (received [R, d], local expert id per
-        received row [R], state for combine)."""
+        """rows [M, d], expert_of_row [M] (global ids). Returns (received [R, d], local expert id
+        per received row [R], state for combine)."""
         order = torch.argsort(expert_of_row, stable=True)
-        counts = torch.bincount(expert_of_row, minlength=self.E)                  # [E]
+        counts = torch.bincount(expert_of_row, minlength=self.E)  # [E]
         recv_counts = torch.empty_like(counts)
         self.timer.run(recv_counts, counts, [self.El] * self.W, [self.El] * self.W, self.group)
         send_splits = counts.view(self.W, self.El).sum(1).tolist()
@@ -85,7 +94,8 @@ class Dispatcher:
 
 
 def run_experts(experts, received, local_expert, first_global: int):
-    """Apply local expert j to the rows with local_expert == j (experts: ModuleDict keyed by global id)."""
+    """Apply local expert j to the rows with local_expert == j (experts: ModuleDict keyed by global
+    id)."""
     out = received.new_zeros(received.shape[:1] + (experts[str(first_global)].out_features,))
     for j in range(len(experts)):
         idx = torch.nonzero(local_expert == j, as_tuple=True)[0]
@@ -107,8 +117,16 @@ def roundtrip_check(model, env, device, d: int, log) -> dict:
     same = bool(torch.equal(back, rows)) and ok_owner
     t = torch.tensor([n, received.shape[0], int(not same)], dtype=torch.int64, device=device)
     dist.all_reduce(t)
-    res = {"sent": int(t[0]), "received": int(t[1]), "ok": int(t[2]) == 0 and int(t[0]) == int(t[1])}
-    print(f"moe-rank {env.rank}: a2a round trip sent {n} received {received.shape[0]} identical {same}", flush=True)
+    res = {
+        "sent": int(t[0]),
+        "received": int(t[1]),
+        "ok": int(t[2]) == 0 and int(t[0]) == int(t[1]),
+    }
+    print(
+        f"moe-rank {env.rank}: a2a round trip sent {n} received {received.shape[0]} identical "
+        f"{same}",
+        flush=True,
+    )
     log(f"moe: a2a round trip over all ranks: {res}")
     if not res["ok"]:
         raise RuntimeError(f"all-to-all round trip lost or changed tokens: {res}")
@@ -117,8 +135,11 @@ def roundtrip_check(model, env, device, d: int, log) -> dict:
 
 def full_hash(m, world_size: int) -> str:
     """sha256 over dense params (replicated) then every expert in global id order (gathered)."""
-    mine = {n: p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-            for n, p in m.named_parameters() if n.startswith("experts.")}
+    mine = {
+        n: p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        for n, p in m.named_parameters()
+        if n.startswith("experts.")
+    }
     parts: list = [None] * world_size
     dist.all_gather_object(parts, mine)
     experts = {k: v for part in parts for k, v in part.items()}

@@ -1,10 +1,12 @@
-"""What a run reports: metrics.jsonl and final.json (rank 0), per-rank TensorBoard, param_sha256; a step's
-global loss and accuracy, the evaluation on the test set (collectives).
+"""What a run reports: metrics.jsonl and final.json (rank 0), per-rank TensorBoard, param_sha256; a
+step's global loss and accuracy, the evaluation on the test set (collectives).
 
-metrics.jsonl  one JSON object per logged step, appended across attempts ({"step", "loss", "epoch", ...})
+metrics.jsonl  one JSON object per logged step, appended across attempts ({"step", "loss", "epoch",
+               ...})
 final.json     {"step", "loss", "accuracy", "param_sha256", "world_size", ...}, replaced atomically
 tensorboard/rank<R>/  event files from every rank (SummaryWriter imported lazily, ~0.2 s)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +18,7 @@ import time
 def param_sha256(module) -> str:
     """sha256 over (name, raw bytes) of every parameter in named_parameters() order."""
     import torch
+
     h = hashlib.sha256()
     for name, p in module.named_parameters():
         h.update(name.encode())
@@ -45,7 +48,10 @@ class Metrics:
             self._jsonl = open(os.path.join(env.run_dir, "metrics.jsonl"), "a", encoding="utf-8")
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
-            self._tb = SummaryWriter(log_dir=os.path.join(env.run_dir, "tensorboard", f"rank{env.rank}"))
+
+            self._tb = SummaryWriter(
+                log_dir=os.path.join(env.run_dir, "tensorboard", f"rank{env.rank}")
+            )
 
     def record(self, **fields) -> None:
         """Rank 0: append one line to metrics.jsonl (other ranks: no-op)."""
@@ -80,8 +86,12 @@ def global_batch_stats(loss, logits, yb, device) -> tuple[float, float]:
     """(mean loss, accuracy) of this step's batch over all ranks (collective)."""
     import torch
     import torch.distributed as dist
-    stats = torch.tensor([loss.item() * len(yb), (logits.argmax(1) == yb).sum().item(), len(yb)],
-                         dtype=torch.float64, device=device)
+
+    stats = torch.tensor(
+        [loss.item() * len(yb), (logits.argmax(1) == yb).sum().item(), len(yb)],
+        dtype=torch.float64,
+        device=device,
+    )
     dist.all_reduce(stats)
     return stats[0].item() / stats[2].item(), stats[1].item() / stats[2].item()
 
@@ -91,13 +101,14 @@ def evaluate(model, dataset, env, device, batch: int = 512) -> tuple[float, floa
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
+
     with torch.no_grad():
         was_training = model.training
         model.eval()
         loss_sum, correct = 0.0, 0.0
         idx = list(range(env.rank, len(dataset), env.world_size))
         for i in range(0, len(idx), batch):
-            xb, yb = dataset.__getitems__(idx[i:i + batch])
+            xb, yb = dataset.__getitems__(idx[i : i + batch])
             logits = model(xb.to(device))
             yb = yb.to(device)
             loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()

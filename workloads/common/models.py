@@ -1,14 +1,18 @@
-"""Model code shared by the workloads, built lazily so that `--help` and bad-argument errors need no torch import.
+"""Model code shared by the workloads, built lazily so that `--help` and bad-argument errors need no
+torch import.
 
 convnet(in_shape, num_classes, dropout)  the seeds' ConvNet (32x32 inputs) or its 8x8 sibling (digits)
 cast_input(module, dtype)                 a wrapper feeding `module` inputs of `dtype` and returning float32
-                                          logits (evaluating a DeepSpeed bf16/fp16 engine with metrics.evaluate)
-"""
+                                          logits (evaluating a DeepSpeed bf16/fp16 engine with
+                                          metrics.evaluate)
+"""  # noqa: E501
+
 from __future__ import annotations
 
 
 def convnet(in_shape, num_classes: int, dropout: float):
-    """The seeds' network for 3x32x32 inputs, the same shape of network for 8x8 inputs; ValueError otherwise."""
+    """The seeds' network for 3x32x32 inputs, the same shape of network for 8x8 inputs; ValueError
+    otherwise."""
     import torch.nn as nn
     import torch.nn.functional as F
 
@@ -30,7 +34,8 @@ def convnet(in_shape, num_classes: int, dropout: float):
             return self.fc2(self.dropout(F.relu(self.fc1(x))))
 
     class SmallConvNet(nn.Module):
-        """The same shape of network for 8x8 inputs: conv 1->16->32 (padding 1), fc 32*4*4->64->10."""
+        """The same shape of network for 8x8 inputs: conv 1->16->32 (padding 1), fc
+        32*4*4->64->10."""
 
         def __init__(self):
             super().__init__()

@@ -5,6 +5,7 @@ gathered with full_tensor() (a collective: call it on every rank), then hashed e
 param_sha256 does, so the hash of an FSDP model equals the hash of the same weights unsharded and
 does not depend on how many ranks hold the shards.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -12,6 +13,7 @@ import hashlib
 
 def full_param_sha256(module) -> str:
     import torch
+
     h = hashlib.sha256()
     for name, p in module.named_parameters():
         t = p.detach()

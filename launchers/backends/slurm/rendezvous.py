@@ -1,6 +1,8 @@
-"""The rendezvous' network side of a Slurm node task (launchers.backends.slurm.node): node 0's master address as the
-other nodes reach it, the beacon that proves it local and reachable, the other nodes' wait for what node 0
-published and their check that its beacon answers -- an unreachable master is a one-line NodeError, never a hang."""
+"""The rendezvous' network side of a Slurm node task (launchers.backends.slurm.node): node 0's
+master address as the other nodes reach it, the beacon that proves it local and reachable, the other
+nodes' wait for what node 0 published and their check that its beacon answers -- an unreachable
+master is a one-line NodeError, never a hang."""
+
 from __future__ import annotations
 
 import socket
@@ -10,8 +12,8 @@ from typing import Any
 
 from ... import layout
 
-MASTER_WAIT_S = 120.0      # other nodes wait this long for node 0 to publish the master address
-BEACON_WAIT_S = 60.0       # ... and this long for node 0's beacon to answer
+MASTER_WAIT_S = 120.0  # other nodes wait this long for node 0 to publish the master address
+BEACON_WAIT_S = 60.0  # ... and this long for node 0's beacon to answer
 
 
 class NodeError(Exception):
@@ -21,7 +23,10 @@ class NodeError(Exception):
 def master_address(first_host: str, other_host: str | None, nnodes: int) -> str:
     """The first host's address as other nodes reach it; loopback only for a one-node job."""
     try:
-        ips = [ai[4][0] for ai in socket.getaddrinfo(first_host, None, socket.AF_INET, socket.SOCK_STREAM)]
+        ips = [
+            ai[4][0]
+            for ai in socket.getaddrinfo(first_host, None, socket.AF_INET, socket.SOCK_STREAM)
+        ]
     except socket.gaierror as e:
         raise NodeError(f"first host {first_host!r} does not resolve on itself: {e}") from None
     routable = [ip for ip in ips if not ip.startswith("127.")]
@@ -39,21 +44,25 @@ def master_address(first_host: str, other_host: str | None, nnodes: int) -> str:
             pass
     if nnodes == 1:
         return ips[0] if ips else "127.0.0.1"
-    raise NodeError(f"first host {first_host!r} resolves only to loopback ({', '.join(ips)}); the other nodes "
-                    "cannot reach it: fix its /etc/hosts or DNS entry")
+    raise NodeError(
+        f"first host {first_host!r} resolves only to loopback ({', '.join(ips)}); the other nodes "
+        "cannot reach it: fix its /etc/hosts or DNS entry"
+    )
 
 
 class Beacon:
-    """A listening socket on the master address: binding proves the address is local, connecting proves
-    other nodes reach it."""
+    """A listening socket on the master address: binding proves the address is local, connecting
+    proves other nodes reach it."""
 
     def __init__(self, addr: str):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             self.sock.bind((addr, 0))
         except OSError as e:
-            raise NodeError(f"master address {addr} is not an address of this host ({socket.gethostname()}): {e}") \
-                from None
+            raise NodeError(
+                f"master address {addr} is not an address of this host ({socket.gethostname()}): "
+                f"{e}"
+            ) from None
         self.sock.listen(64)
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
@@ -76,7 +85,9 @@ def check_reachable(addr: str, port: int, deadline: float, stopped) -> None:
         except OSError as e:
             last = e
             time.sleep(0.5)
-    raise NodeError(f"master {addr} (beacon port {port}) is not reachable from {socket.gethostname()}: {last}")
+    raise NodeError(
+        f"master {addr} (beacon port {port}) is not reachable from {socket.gethostname()}: {last}"
+    )
 
 
 def wait_master(path: str, stopped) -> dict[str, Any]:
@@ -86,4 +97,6 @@ def wait_master(path: str, stopped) -> dict[str, Any]:
         if rec is not None:
             return rec
         time.sleep(0.02)
-    raise NodeError(f"node 0 did not publish the master address within {MASTER_WAIT_S:.0f} s ({path})")
+    raise NodeError(
+        f"node 0 did not publish the master address within {MASTER_WAIT_S:.0f} s ({path})"
+    )
