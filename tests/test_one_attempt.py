@@ -141,7 +141,8 @@ def test_a_local_run_between_attempts_whose_launcher_died_is_failed_not_requeued
     """Between two attempts a local/SSH run is REQUEUED (its launcher decided a restart); a launcher
     killed then leaves no one to start the next: status shows FAILED (launcher died), as for a
     RUNNING one. On Slurm, REQUEUED is Slurm's to end (a requeued job's batch process is gone by
-    design)."""
+    design). Seen from another host, a REQUEUED run's launcher counts as running it (a resume there
+    is refused)."""
     rd = make_run(tmp_path)
     dead = {"pid": 2**22 + 1, "host": socket.gethostname(), "start": 1}
     rd.update_status(
@@ -150,6 +151,8 @@ def test_a_local_run_between_attempts_whose_launcher_died_is_failed_not_requeued
     assert rd.check_launcher()["state"] == "REQUEUED"  # the default: RUNNING, PENDING only
     st = api.get_backend("local").refresh(rd)
     assert st["state"] == "FAILED" and st["reason"].startswith("launcher died (pid 4194305"), st
+    elsewhere = {"state": "REQUEUED", "launcher": {"pid": 12, "host": "elsewhere", "start": 1}}
+    assert api.get_backend("local").busy(elsewhere) == "running (launcher pid 12 on elsewhere)"
 
 
 def test_list_shows_unreadable_run_dirs(tmp_path, monkeypatch):

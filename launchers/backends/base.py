@@ -202,12 +202,13 @@ class Backend:
 def launcher_busy(st: dict[str, Any]) -> str | None:
     """A launcher starting an attempt (`starting`: until it records the attempt started) or running
     one, alive; one recorded on another host (not answerable here) counts while the state says it
-    runs."""
+    runs (or restarts it: REQUEUED)."""
     for key, word in (("starting", "starting"), ("launcher", "running")):
         rec = st.get(key) or {}
         other_host = rec.get("host") != socket.gethostname() and st.get("state") in (
             "PENDING",
             "RUNNING",
+            "REQUEUED",  # between two attempts: its launcher restarts it
         )
         if rec.get("pid") and (procs.record_alive(rec) or (key == "launcher" and other_host)):
             return f"{word} (launcher pid {rec['pid']} on {rec.get('host')})"
