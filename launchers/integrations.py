@@ -22,6 +22,13 @@ no-op in a run launched without the option):
     for step in range(start or 0, total):
         ...; optimizer.step(); mem.save(step + 1)   # every M steps: a copy here, a peer node's copy in the background
     mem.close()
+    # DeepSpeed (after deepspeed.initialize): the engine's own state, ZeRO-1/2/3, bit-exact (launchers.dsmemory);
+    # an engine it cannot restore exactly: falsy and off, said in one line
+    mem = integrations.deepspeed_memory_checkpoints(engine)
+    start = mem.restore(storage_step)           # None: engine.load_checkpoint(dir, storage's tag), as before
+    for step in range(start or 0, total):
+        ...; engine.step(); mem.save(step + 1)
+    mem.close()
     # Lightning: Lightning's whole checkpoint every M steps; resumed from memory when it holds a
     newer whole step
     mem = integrations.lightning_memory_callback()               # first in the callbacks list
@@ -48,7 +55,7 @@ import os
 import shutil
 from typing import Any
 
-from . import heartbeat, memckpt, memcodec
+from . import dsmemory, heartbeat, memckpt, memcodec
 
 
 def whole(n: Any) -> int | None:
@@ -159,10 +166,10 @@ class MemoryCheckpoints:
     def __init__(self, states: dict, log: Any = None, environ: Any = None) -> None:
         env = memckpt.RankEnv.from_environ(environ)
         self.states, self.progress = states, {}
-        log = log or (
+        self.log = log or (
             functools.partial(print, flush=True) if env.rank == 0 else (lambda line: None)
         )
-        self.mem = memckpt.MemCheckpoints.from_env(env, log, environ)
+        self.mem = memckpt.MemCheckpoints.from_env(env, self.log, environ)
         self.ready = False
 
     def __bool__(self) -> bool:
@@ -347,6 +354,16 @@ def memory_checkpoints(states: dict, log: Any = None) -> MemoryCheckpoints:
     object with state_dict() and load_state_dict() (a module, an optimizer, a scheduler, a DCP
     Stateful). log: one line's printer (default: print on rank 0)."""
     return MemoryCheckpoints(states, log)
+
+
+def deepspeed_memory_checkpoints(engine: Any, log: Any = None) -> MemoryCheckpoints:
+    """The one call for a DeepSpeed loop (see the module doc), after deepspeed.initialize: the
+    handle of memory_checkpoints() over the engine's own state (launchers.dsmemory.EngineState:
+    ZeRO-1/2/3, restored bit-exactly at the same world size). An engine it cannot restore exactly
+    (dsmemory.unsupported: an elastic checkpoint): falsy, every call a no-op, and one line on rank 0
+    says so (storage checkpoints only)."""
+    handle = MemoryCheckpoints({"engine": dsmemory.EngineState(engine)}, log)
+    return dsmemory.storage_only_unless_exact(handle, engine)
 
 
 def lightning_memory_callback() -> Any:

@@ -48,6 +48,7 @@ LAYERS = {
         L + "credentials.secretshape",
         L + "options.opthelp",
         L + "memcodec",
+        L + "dsmemory",
         L + "node.memfiles",
         L + "resilience.slurmpolicy",
         L + "resilience.slotpool",
@@ -191,6 +192,7 @@ OPEN_TO_OTHERS = (
     "launchers.clitools.clihelp",
     "launchers.memckpt",
     "launchers.memcodec",
+    "launchers.integrations",
 )
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 
@@ -255,7 +257,7 @@ NODE_PROGRAMS = ("launchers.nodeside.probe", "launchers.nodeside.zygote")
 # launchers.integrations) and use torch there, imported inside the functions that need it, never at
 # module level (so `import launchers...` and the CLI stay torch-free:
 # test_rank_side_modules_load_without_torch)
-RANK_SIDE = ("launchers.memckpt", "launchers.memcodec")
+RANK_SIDE = ("launchers.memckpt", "launchers.memcodec", "launchers.dsmemory")
 
 
 def rule_violations(root: Path, packages=PACKAGES) -> list[str]:
@@ -408,8 +410,8 @@ def test_rank_side_modules_load_without_torch():
         ]
     code = (
         "import sys, launchers.cli, launchers.integrations, launchers.memckpt, "
-        "launchers.memcodec; assert not {'torch', 'numpy'} & set(sys.modules), sorted({'torch', "
-        "'numpy'} & set(sys.modules))"
+        "launchers.memcodec, launchers.dsmemory; assert not {'torch', 'numpy'} & "
+        "set(sys.modules), sorted({'torch', 'numpy'} & set(sys.modules))"
     )
     p = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120

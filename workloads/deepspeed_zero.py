@@ -22,7 +22,8 @@ DeepSpeed's universal format, converted once by rank 0 into `step-<N>-universal/
 original (workloads/common/dsuniversal.py). Keep the global batch (--batch-size x ranks) to continue
 the same trajectory. Memory checkpoints (launch --memory-checkpoint): each rank's engine state --
 weights, its ZeRO optimizer partition, counters -- with its progress and RNG, restored bit-exactly
-at the same world size (workloads/common/dsstate.py).
+at the same world size, through the call a user's DeepSpeed program makes
+(launchers.integrations.deepspeed_memory_checkpoints; launchers/dsmemory.py).
 """
 
 from __future__ import annotations
@@ -134,19 +135,19 @@ def train(args, env, device, data, log) -> dict:
     (workloads.common.loop.fit)."""
     import torch
 
+    from launchers import integrations
     from workloads.common.dsloop import DeepSpeedSteps
-    from workloads.common.dsstate import keep_only_storage_unless_exact
     from workloads.common.loop import fit
     from workloads.common.models import cast_input
     from workloads.common.stateful import seed_all
 
     engine, precision, adam = build_engine(args, env, device, data, log)
-    # --memory-checkpoint: ZeRO-1/2 (workloads/common/dsstate.py)
-    keep_only_storage_unless_exact(engine, log)
+    # --memory-checkpoint: the public call (ZeRO-1/2/3; else off, said in one line)
+    memory = integrations.deepspeed_memory_checkpoints(engine, log)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
     seed_all(args.seed * 1_000_003 + 7919 * (env.rank + 1))
     steps = DeepSpeedSteps(
-        engine, dtype, meta={"zero_stage": args.zero_stage, "precision": precision}
+        engine, dtype, meta={"zero_stage": args.zero_stage, "precision": precision}, memory=memory
     )
     t_loop = time.time()
 

@@ -30,7 +30,6 @@ from launchers.ckptptr import commit
 from launchers.records import fence
 
 from .checkpoint import get_rng_state, resolved, set_rng_state, step_name
-from .dsstate import EngineState
 from .dsuniversal import convert
 from .metrics import write_json_atomic
 
@@ -43,8 +42,10 @@ class DeepSpeedSteps:
 
     eval_each_epoch = False  # DeepSpeed runs evaluate once, at the end
 
-    def __init__(self, engine, dtype, meta: dict) -> None:
+    def __init__(self, engine, dtype, meta: dict, memory=None) -> None:
         self.engine, self.dtype, self.meta = engine, dtype, meta
+        # --memory-checkpoint: integrations.deepspeed_memory_checkpoints(engine)'s handle
+        self.memory = memory
 
     def train(self) -> None:
         self.engine.train()
@@ -66,13 +67,53 @@ class DeepSpeedSteps:
         return DeepSpeedCheckpointer(self.engine, env, fault=fault, meta=self.meta, log=log)
 
     def states(self) -> dict:
-        """The engine saves model, optimizer and its own state into its storage checkpoints itself;
-        this rank's part of it is what the memory checkpoints keep (dsstate.EngineState;
-        launchers.memckpt)."""
-        return {"engine": EngineState(self.engine)}
+        """The engine saves model, optimizer and its own state into its storage checkpoints itself,
+        and the memory checkpoints keep this rank's part of it through their handle
+        (memory_checkpoints)."""
+        return {}
+
+    def memory_checkpoints(self) -> "HandleMemory | None":
+        """The loop's memory checkpoints over the handle a user's DeepSpeed program has too
+        (launchers.integrations.deepspeed_memory_checkpoints: launchers.dsmemory.EngineState);
+        None when it is off (launched without --memory-checkpoint, or an engine it cannot restore
+        exactly)."""
+        if self.memory is None or self.memory.mem is None:
+            return None
+        return HandleMemory(self.memory)
 
     def new_budget(self, total: int) -> str | None:
         return None  # no lr schedule to stretch
+
+
+class HandleMemory:
+    """What the loop calls on its memory checkpoints (launchers.memckpt.MemCheckpoints: setup,
+    restore, due, snapshot, close, summary), done through the public handle's restore, save and
+    close as a user's loop calls them; the state kept is the handle's (the engine's), not the
+    loop's `states`."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+
+    def setup(self) -> None:
+        """Nothing: the handle's restore sets up (collective)."""
+
+    def restore(self, storage_step: int | None, states: dict) -> dict | None:
+        step = self.handle.restore(storage_step)
+        if step is None:
+            return None
+        return dict(self.handle.progress, step=step, world_size=self.handle.mem.world)
+
+    def due(self, step: int) -> bool:
+        return self.handle.mem.due(step)
+
+    def snapshot(self, step: int, states: dict, progress: dict) -> None:
+        self.handle.save(step, **progress)
+
+    def close(self, finished: bool) -> None:
+        self.handle.close(finished)
+
+    def summary(self) -> dict:
+        return self.handle.mem.summary()
 
 
 def read_meta(path: str) -> dict:

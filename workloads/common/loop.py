@@ -148,7 +148,9 @@ class Training:
             self.ckpt.save_async if getattr(args, "async_checkpoint", False) else self.ckpt.save
         )
         self.metrics = Metrics(env, tensorboard=args.tensorboard)
-        self.mem = MemCheckpoints.from_env(env, log)  # --memory-checkpoint (launchers.memckpt)
+        # --memory-checkpoint (launchers.memckpt); DeepSpeed's through its public handle (dsloop)
+        own = getattr(steps, "memory_checkpoints", None)
+        self.mem = own() if own else MemCheckpoints.from_env(env, log)
         self.step, self.epoch, self.offset, self.last_loss = 0, 0, 0, None
 
     def resume(self) -> None:

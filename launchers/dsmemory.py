@@ -1,6 +1,9 @@
-"""A DeepSpeed engine's state for the in-memory checkpoints (--memory-checkpoint: launchers.memckpt,
-taken and loaded by workloads.common.loop): what engine.save_checkpoint writes for this rank and
-engine.load_checkpoint reads back at the same world size, without files.
+"""A DeepSpeed engine's state for the memory checkpoints (--memory-checkpoint: launchers.memckpt),
+through integrations.deepspeed_memory_checkpoints(engine) -- the one call of a user's DeepSpeed
+loop, and the DeepSpeed workload's (workloads.deepspeed_zero): what engine.save_checkpoint writes
+for this rank and engine.load_checkpoint reads back at the same world size, without files. Rank
+side: torch is imported inside the functions that use it, never when the launcher is imported
+(tests/test_layers.py: RANK_SIDE); deepspeed itself is not imported (the engine's own methods).
 
 EngineState is one Stateful (state_dict/load_state_dict): the module's state dict (ZeRO-1/2: every
 rank's weights whole; ZeRO-3: its buffers only, the parameters being the partitions the optimizer
@@ -16,16 +19,17 @@ partition copied as it was (load_from_fp32_weights: no rounding through the modu
 the resumed run is bit-identical to an uninterrupted one.
 
 unsupported(engine): why a memory checkpoint of this engine cannot be restored exactly (an elastic
-checkpoint, whose load merges every rank's partitions), or "" -- the workload then keeps storage
-checkpoints only and says so in one line (deepspeed_zero.train).
+checkpoint, whose load merges every rank's partitions), or "" -- storage_only_unless_exact then
+turns the handle off (falsy, every call a no-op): storage checkpoints only, said in one line.
 """
 
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 
-def unsupported(engine) -> str:
+def unsupported(engine: Any) -> str:
     """ "" when EngineState restores this engine bit-exactly, else why not (one clause)."""
     stage = engine.zero_optimization_stage()
     if stage not in (1, 2, 3):
@@ -38,24 +42,22 @@ def unsupported(engine) -> str:
     return ""
 
 
-def keep_only_storage_unless_exact(engine, log) -> None:
-    """--memory-checkpoint on an engine EngineState cannot restore exactly: off before the loop
-    makes its memory checkpoints (launchers.memckpt reads the switch from the environment), said in
-    one line at start; storage checkpoints go on. Every rank decides alike (the same config)."""
-    import os
-
-    from launchers import memckpt
-
+def storage_only_unless_exact(handle: Any, engine: Any) -> Any:
+    """--memory-checkpoint on an engine EngineState cannot restore exactly: the handle
+    (integrations.MemoryCheckpoints) turned off before the loop takes a copy -- falsy, every call a
+    no-op --, said in one line at start (its log: rank 0); storage checkpoints go on. Every rank
+    decides alike (the same config). -> the handle."""
     why = unsupported(engine)
-    if why and os.environ.get(memckpt.ENV_EVERY):
-        del os.environ[memckpt.ENV_EVERY]
-        log(f"memory checkpoint: off ({why}); storage checkpoints only")
+    if why and handle.mem is not None:
+        handle.mem = None
+        handle.log(f"memory checkpoint: off ({why}); storage checkpoints only")
+    return handle
 
 
 class EngineState:
     """This rank's engine state (module doc) as a Stateful for launchers.memckpt."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine: Any) -> None:
         self.engine = engine
 
     def state_dict(self) -> dict:
@@ -77,7 +79,7 @@ class EngineState:
 
     def load_state_dict(self, sd: dict) -> None:
         """engine.load_checkpoint's sequence (module doc); collective under ZeRO-3 (its epilogue
-        gathers the persistent parameters), as the loop's restore is."""
+        gathers the persistent parameters), as the handle's restore is."""
         import torch.distributed as dist
 
         e = self.engine
