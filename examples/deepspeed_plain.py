@@ -13,8 +13,10 @@ engine.save_checkpoint into $LAUNCH_CHECKPOINT_DIR, DeepSpeed's own tag (global_
 save_latest=False: DeepSpeed's `latest` is the same file as the launcher's, written in place;
 launchers.integrations.DeepSpeedProgress.saved() writes it atomically on rank 0 after the save
 (whose last act is a barrier). A resumed attempt (LAUNCH_ATTEMPT > 0) calls
-engine.load_checkpoint(ckpt dir), which reads `latest`. Each rank prints one REPORT line: the world
-DeepSpeed sees.
+engine.load_checkpoint(ckpt dir), which reads `latest` -- unless, launched with --memory-checkpoint,
+integrations.deepspeed_memory_checkpoints(engine) restores a newer whole step from host memory (its
+own copy or its peer node's, kept every M steps after engine.step()). Each rank prints one REPORT
+line: the world DeepSpeed sees.
 """
 
 from __future__ import annotations
@@ -96,8 +98,13 @@ def main() -> None:
         config=config(args.batch_size, dist.get_world_size(), args.zero_stage),
     )
     report(engine)
-    if read_latest(ckpt_dir) and int(os.environ.get("LAUNCH_ATTEMPT", "0")) > 0:
-        engine.load_checkpoint(ckpt_dir)  # the tag `latest` names
+    # --memory-checkpoint: a copy of each rank's engine state in host memory (else a no-op handle)
+    mem = integrations.deepspeed_memory_checkpoints(engine)
+    tag = read_latest(ckpt_dir) if int(os.environ.get("LAUNCH_ATTEMPT", "0")) > 0 else None
+    storage_step = int(tag.removeprefix("global_step")) if tag else None  # `latest`: global_step<N>
+    # collective: memory's newest whole step no older than storage's (engine state, counters, RNG)
+    if mem.restore(storage_step) is None and tag:
+        engine.load_checkpoint(ckpt_dir)  # memory held nothing newer: the tag `latest` names
     progress = integrations.DeepSpeedProgress(total=args.max_steps)
     # each rank its own shard of the data
     g = torch.Generator().manual_seed(1000 + engine.global_rank)
@@ -107,6 +114,7 @@ def main() -> None:
         loss = torch.nn.functional.cross_entropy(engine(x), y)
         engine.backward(loss)
         engine.step()
+        mem.save(engine.global_steps)  # after engine.step(): a copy every M steps
         progress.step(engine)
         if (
             engine.global_steps % args.checkpoint_every == 0
@@ -114,6 +122,7 @@ def main() -> None:
         ):
             engine.save_checkpoint(ckpt_dir, save_latest=False)  # every rank: its ZeRO shard
             progress.saved(engine, ckpt_dir)  # rank 0: `latest` -> global_step<N>
+    mem.close()
     print(f"DONE rank {engine.global_rank} step {engine.global_steps}", flush=True)
 
 
