@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import subprocess
+import threading
 
 from ..errors import LaunchError, brief
 
@@ -65,11 +66,28 @@ VENV = "a virtualenv, left out by default: .launchinclude takes it"
 def git(root: str, *args: str) -> bytes | None:
     """`git -C root ARGS`'s output, None when git is missing, root is not in a work tree or the
     command fails."""
+    if not maybe_in_git(root):
+        return None  # git would say so, in a few ms a call
     try:
         p = subprocess.run(["git", "-C", root, *args], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return p.stdout if p.returncode == 0 else None
+
+
+def maybe_in_git(root: str) -> bool:
+    """False only where git finds no repository for root: no GIT_DIR/GIT_WORK_TREE in the
+    environment and no `.git` (a directory or a gitfile) in root or any directory above it."""
+    if os.environ.get("GIT_DIR") or os.environ.get("GIT_WORK_TREE"):
+        return True
+    d = os.path.abspath(root)
+    while True:
+        if os.path.lexists(os.path.join(d, ".git")):
+            return True
+        up = os.path.dirname(d)
+        if up == d:
+            return False
+        d = up
 
 
 def patterns_of(root: str, name: str) -> list[str]:
@@ -227,32 +245,23 @@ def listed_files(root: str, skip: tuple[str, ...], left: list) -> tuple[list[str
     """The candidate files under root (paths under `skip` left out) -> (files, whether git listed
     them): git's tracked and untracked-not-ignored files, what .gitignore leaves out going to
     `left`; outside a git work tree, a walk that follows .gitignore-style patterns (walk_files)."""
-    listed = git(
-        root,
-        "ls-files",
-        "-co",
-        "--exclude-standard",
-        "-z",
-        "--",
-        ".",
-        *(f":(exclude){s}" for s in skip),
+    pathspec = ("--", ".", *(f":(exclude){s}" for s in skip))
+    ignored_out: list = []  # what .gitignore leaves out, asked at the same time
+    asked = threading.Thread(
+        target=lambda: ignored_out.append(
+            git(root, "ls-files", "-oi", "--exclude-standard", "--directory", "-z", *pathspec)
+        ),
+        daemon=True,
     )
+    in_git = maybe_in_git(root)
+    if in_git:
+        asked.start()
+    listed = git(root, "ls-files", "-co", "--exclude-standard", "-z", *pathspec)
+    if in_git:
+        asked.join()
     if listed is None:
         return walk_files(root, ignore_patterns(root), skip, left), False
-    gone = (
-        git(
-            root,
-            "ls-files",
-            "-oi",
-            "--exclude-standard",
-            "--directory",
-            "-z",
-            "--",
-            ".",
-            *(f":(exclude){s}" for s in skip),
-        )
-        or b""
-    )
+    gone = ignored_out[0] if ignored_out and ignored_out[0] else b""
     left += [(f, ".gitignore") for f in gone.decode("utf-8", "surrogateescape").split("\0") if f]
     return [f for f in listed.decode("utf-8", "surrogateescape").split("\0") if f], True
 

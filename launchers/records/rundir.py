@@ -145,12 +145,7 @@ class RunDir(RunRecords):
         return data
 
     def write_run_yaml(self, data: dict[str, Any]) -> None:
-        import yaml
-
-        layout.atomic_write(
-            layout.own_path(self.path, "run_yaml"),
-            yaml.safe_dump(data, sort_keys=False, allow_unicode=True),
-        )
+        layout.atomic_write(layout.own_path(self.path, "run_yaml"), layout.run_yaml_text(data))
         # run.yaml's newest attempt: the generation
         fence.advance(self.path, fence.newest(data.get("attempts")))
 
