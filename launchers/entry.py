@@ -36,8 +36,10 @@ def main() -> None:
 
         served = warmstart.enabled()
         code = warmstart.run(sys.argv) if served else None
-        if code is not None:
-            sys.exit(code)
+        if code is not None:  # served: nothing of this process is left to tear down (~3 ms)
+            for f in (sys.stdout, sys.stderr):
+                f.flush()
+            os._exit(code)
     if warm:
         from .backends.slurm import submit as slurm_submit
 

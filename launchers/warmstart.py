@@ -57,7 +57,10 @@ LIMITS = (
 PRELOAD = (
     "launchers.cli",
     "launchers.api",
+    "launchers.runjson",
+    "launchers.jobenv",
     "launchers.pipeline",
+    "yaml",  # run.yaml's writer (with libyaml's part)
     "launchers.backends.slurm.backend",
     "launchers.backends.slurm.submit",
     "launchers.backends.slurm.task",
@@ -234,6 +237,10 @@ def serve(path: str) -> None:
         return
     for name in PRELOAD:
         importlib.import_module(name)
+    import gc
+
+    # what is imported now is never collected: no collection in a worker touches (copies) its pages
+    gc.freeze()
     sock = _bind(path)
     if sock is None:
         return
@@ -311,12 +318,15 @@ def _accept(sock: socket.socket, conn: socket.socket) -> None:
 
 def _session(conn: socket.socket, req: dict, fds: list[int]) -> None:
     r, w = os.pipe()
+    done_r, done_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(w)
+        os.close(done_r)
         conn.close()
-        _worker(req, fds, r)  # never returns
+        _worker(req, fds, r, done_w)  # never returns
     os.close(r)
+    os.close(done_w)
     for fd in fds:
         os.close(fd)
     try:
@@ -324,12 +334,18 @@ def _session(conn: socket.socket, req: dict, fds: list[int]) -> None:
         os.write(w, b"g")
     finally:
         os.close(w)  # without the go the worker exits having run nothing
-    status = os.waitpid(pid, 0)[1]
-    code = os.waitstatus_to_exitcode(status)
+    # the worker's exit status as it is done, before its (large) process is torn down; from
+    # waitpid when it died without saying
+    said = os.read(done_r, 8)
+    os.close(done_r)
+    status = os.waitpid(pid, 0)[1] if not said else None
+    code = int(said) if said else os.waitstatus_to_exitcode(status)
     conn.sendall(f"exit {code if code >= 0 else 128 - code}\n".encode())
+    if said:
+        os.waitpid(pid, 0)
 
 
-def _worker(req: dict, fds: list[int], go: int) -> None:
+def _worker(req: dict, fds: list[int], go: int, done: int) -> None:
     """The command, run as a fresh `launch` would run it in the client's place."""
     import atexit
 
@@ -371,7 +387,10 @@ def _worker(req: dict, fds: list[int], go: int) -> None:
         for f in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):
                 f.flush()
-        os._exit(code & 0xFF if isinstance(code, int) else 1)
+        code = code & 0xFF if isinstance(code, int) else 1
+        with contextlib.suppress(OSError):
+            os.write(done, str(code).encode())
+        os._exit(code)
 
 
 if __name__ == "__main__":
