@@ -32,10 +32,10 @@ def main() -> None:
     warm = will_submit_to_slurm(sys.argv)
     served = warm and "--wait" not in sys.argv[: sys.argv.index("--") if "--" in sys.argv else None]
     if served:
-        from . import warmstart
+        from . import warmclient
 
-        served = warmstart.enabled()
-        code = warmstart.run(sys.argv) if served else None
+        served = warmclient.enabled()
+        code = warmclient.run(sys.argv) if served else None
         if code is not None:  # served: nothing of this process is left to tear down (~3 ms)
             for f in (sys.stdout, sys.stderr):
                 f.flush()
@@ -52,4 +52,6 @@ def main() -> None:
         if warm:
             slurm_submit.discard()
         if served:
+            from . import warmstart
+
             warmstart.spawn()

@@ -28,6 +28,9 @@ import stat
 import struct
 import sys
 
+# the request's writer (receive() reads it) and the two checks, shared with the warm launcher
+from .warmclient import peer_uid, private_dir, send  # noqa: F401
+
 SOCKET_ENV = "LAUNCH_WARM_SOCKET"
 FORKED_ENV = "LAUNCH_WARM_FORKED"  # agent | program: in the environment of a process forked warm
 STOPS = (
@@ -52,34 +55,6 @@ def socket_path(run_id: str, slot: int) -> str:
 
     key = hashlib.sha256(run_id.encode()).hexdigest()[:16]
     return os.path.join(socket_dir(), f"{key}-s{slot}.sock")
-
-
-def private_dir(d: str, make: bool = False) -> bool:
-    """d is a real directory of this user's that no one else may enter (made so when make and
-    missing)."""
-    if make:
-        with contextlib.suppress(OSError):
-            os.mkdir(d, 0o700)
-    try:
-        st = os.lstat(d)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
-
-
-def peer_uid(s: socket.socket) -> int:
-    return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-
-
-def send(s: socket.socket, req: dict, fds: list[int]) -> None:
-    """A request (with this process's umask) and fds over a connected Unix socket (receive() reads
-    it)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    body = json.dumps(dict(req, umask=mask)).encode()
-    data = struct.pack("!I", len(body)) + body
-    sent = socket.send_fds(s, [data], fds)
-    s.sendall(data[sent:])
 
 
 def receive(conn: socket.socket, nfds: int) -> tuple[dict, list[int]]:

@@ -25,7 +25,8 @@ What keeps it honest:
     runs twice: the worker starts only after the client holds its pid.
   * it idles out after IDLE_S seconds; LAUNCH_WARM=0 neither uses nor leaves one (the tests'
     default).
-Stdlib only until the server imports the launcher.
+The client's side is launchers.warmclient (what `launch` runs first, light on imports); this
+module is the server's. Stdlib only until the server imports the launcher.
 """
 
 from __future__ import annotations
@@ -33,27 +34,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import signal
 import socket
-import stat
 import sys
 
-from .frozen.statcache import state_dir
-from .warmfork import accept, fork_session, peer_uid, private_dir, send
+from .warmclient import address, enabled, fingerprint, private_dir, run, socket_path  # noqa: F401
+from .warmfork import accept, fork_session
 
 IDLE_S = 600
 CHECK_S = 5.0  # how often an idle server looks whether its code changed
-MAX_PATH = 104  # sun_path is 108 bytes with its NUL; a longer path goes through /proc/self/fd
-# a client in a container is not served outside it
-NAMESPACES = ("mnt", "pid", "net", "uts", "user", "ipc")
-LIMITS = (
-    resource.RLIMIT_NOFILE,
-    resource.RLIMIT_NPROC,
-    resource.RLIMIT_AS,
-    resource.RLIMIT_CORE,
-    resource.RLIMIT_STACK,
-)
 PRELOAD = (
     "launchers.cli",
     "launchers.api",
@@ -66,142 +55,6 @@ PRELOAD = (
     "launchers.backends.slurm.task",
     "submitit.slurm.slurm",
 )
-
-
-def enabled() -> bool:
-    return os.environ.get("LAUNCH_WARM", "1") != "0"
-
-
-def fingerprint() -> str:
-    """What a server's imported code and interpreter state depend on (see the module doc)."""
-    try:
-        # not hashlib: its OpenSSL would cost every client ~3 ms
-        from _blake2 import blake2b as digest
-    except ImportError:
-        from hashlib import blake2b as digest
-    h = digest(digest_size=20)
-    env = sorted(
-        (k, v) for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_")) or k == "LANG"
-    )
-    h.update(
-        repr(
-            (
-                sys.executable,
-                sys.path,
-                tuple(sys.flags),
-                os.getuid(),
-                os.getgid(),
-                sorted(os.getgroups()),
-                env,
-                [_readlink(f"/proc/self/ns/{n}") for n in NAMESPACES],
-                [resource.getrlimit(r) for r in LIMITS],
-            )
-        ).encode()
-    )
-    for p in sys.path:  # a package installed, upgraded or removed changes its site dir
-        if os.path.basename(p) in ("site-packages", "dist-packages"):
-            with contextlib.suppress(OSError):
-                h.update(f"{p}:{os.stat(p).st_mtime_ns}".encode())
-    stack = [os.path.dirname(os.path.abspath(__file__))]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for e in sorted(it, key=lambda e: e.name):
-                if e.name.endswith(".py") and e.is_file(follow_symlinks=False):
-                    st = e.stat(follow_symlinks=False)
-                    h.update(f"{e.path}:{st.st_size}:{st.st_mtime_ns}".encode())
-                elif e.is_dir(follow_symlinks=False) and e.name != "__pycache__":
-                    stack.append(e.path)
-    return h.hexdigest()[:20]
-
-
-def _readlink(p: str) -> str:
-    try:
-        return os.readlink(p)
-    except OSError:
-        return ""
-
-
-_mine: list[str | None] = []  # this client's socket path: run() and spawn() walk the package once
-
-
-def socket_path(fp: str | None = None) -> str | None:
-    if fp is None and _mine:
-        return _mine[0]
-    p = os.path.join(state_dir(), "warm", f"{socket.gethostname()}-{fp or fingerprint()}.sock")
-    p = p if len(os.fsencode(os.path.basename(p))) <= MAX_PATH - 24 else None
-    if fp is None:
-        _mine.append(p)
-    return p
-
-
-@contextlib.contextmanager
-def address(path: str):
-    """path as a socket address that fits sun_path: itself, or, in a deep state dir, the same file
-    reached through /proc/self/fd/N of its directory (open while the caller binds or connects)."""
-    if len(os.fsencode(path)) <= MAX_PATH:
-        yield path
-        return
-    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
-    finally:
-        os.close(fd)
-
-
-# ---- the client (entry.main, before anything else is imported) ----
-
-
-def run(argv: list[str]) -> int | None:
-    """Run `argv` in the warm server: its exit status; None when there is none to use or it refused
-    the command (nothing ran: run it in-process)."""
-    path = socket_path()
-    if path is None or not private_dir(os.path.dirname(path)):
-        return None
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
-            return None
-        with address(path) as addr:
-            s.connect(addr)
-        # whoever swapped a directory in between gets nothing (env: secrets)
-        if peer_uid(s) != os.getuid():
-            s.close()
-            return None
-        send(s, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, [0, 1, 2])
-        f = s.makefile("rb")
-        first = f.readline().split()
-    except OSError:
-        s.close()
-        return None
-    if first[:1] != [b"pid"]:
-        s.close()
-        return None
-    return _wait(s, f, int(first[1]))
-
-
-def _wait(s: socket.socket, f, pid: int) -> int:
-    """Forward signals to the worker until it ends; its exit status."""
-
-    def forward(sig, _frame):
-        with contextlib.suppress(OSError):
-            os.kill(pid, sig)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, forward)
-    try:
-        last = f.readline().split()
-    except OSError:
-        last = []
-    s.close()
-    if last[:1] == [b"exit"]:
-        return int(last[1])
-    print(
-        f"launch: error: the warm launcher's worker (pid {pid}) ended without an exit status; "
-        "see `launch list` for what it submitted",
-        file=sys.stderr,
-    )
-    return 1
 
 
 def spawn() -> None:

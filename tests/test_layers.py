@@ -43,7 +43,6 @@ LAYERS = {
         L + "nodeside.gputools",
         L + "nodeside.pull",
         L + "nodeside.reach",
-        L + "warmfork",
         L + "containers.imageref",
         L + "credentials.secretshape",
         L + "options.opthelp",
@@ -60,9 +59,10 @@ LAYERS = {
         L + "cpubind",
         L + "options.sbatchopts",
         L + "nodeside.probe",
-        L + "node.rankchild",
+        L + "warmclient",
     ),
     "0c": (
+        L + "warmfork",
         L + "runopts",
         L + "credentials.secretenv",
         L + "resilience.recovery",
@@ -70,6 +70,7 @@ LAYERS = {
         L + "resilience.recoveryopts",
     ),
     "0d": (
+        L + "node.rankchild",
         L + "ledgers.ledgerfile",
         L + "layout",
         L + "options.apiflags",

@@ -37,12 +37,14 @@ def launch(args, env, cwd, umask=None):
         preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
     )
     said = [ln for ln in p.stderr.splitlines() if not ln.startswith("import time:")]
-    here = any(
-        ln.split("|")[-1].strip() == "click"
-        for ln in p.stderr.splitlines()
-        if ln.startswith("import time:")
+    imported.clear()
+    imported.update(
+        ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")
     )
-    return p.returncode, said, p.stdout, here
+    return p.returncode, said, p.stdout, "click" in imported
+
+
+imported: set[str] = set()  # what the last launch() imported in its own process
 
 
 def servers(state: Path) -> list[int]:
@@ -110,7 +112,8 @@ def test_a_submit_served_warm_runs_in_the_clients_directory_umask_and_environmen
     env, _ = warm
     served_soon(env, tmp_path)
     (tmp_path / "probe.py").write_text(
-        "import os, sys\nopen(sys.argv[1] + '.tmp', 'w').write(os.environ['WARM_PROBE'])\n"
+        "import os, sys\nopen(sys.argv[1] + '.tmp', 'w').write(os.environ['WARM_PROBE'] + "
+        "ascii(os.environ['WARM_EXOTIC']))\n"
         # seen whole or not at all
         "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
     )
@@ -130,18 +133,20 @@ def test_a_submit_served_warm_runs_in_the_clients_directory_umask_and_environmen
             "probe.py",
             str(out),
         ],
-        {**env, "WARM_PROBE": "from the client"},
+        {**env, "WARM_PROBE": "from the client", "WARM_EXOTIC": 'é\t"q"\\ \u2028'},
         tmp_path,
         umask=0o027,
     )
     assert code == 0 and not here, (code, said, stdout)
+    # the client (launchers.warmclient) imports none of the Python wrappers it does without
+    assert not imported & {"re", "json", "socket", "enum", "contextlib"}, sorted(imported)
     assert "slurm job" in stdout and str(tmp_path / "runs" / "w") in stdout
     mode = stat.S_IMODE((tmp_path / "runs" / "w").stat().st_mode)
     assert mode == 0o750, oct(mode)  # the client's umask 027, not the server's
     end = time.monotonic() + 120
     while not out.exists() and time.monotonic() < end:
         time.sleep(0.2)
-    assert out.read_text() == "from the client"
+    assert out.read_text() == "from the client" + ascii('é\t"q"\\ \u2028')
 
 
 def test_a_socket_another_user_listens_on_is_sent_nothing(tmp_path, monkeypatch):

@@ -25,9 +25,7 @@ launchers.frozen.extcache's answer per environment too. Stdlib only.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import stat
 import time
 
@@ -41,7 +39,20 @@ RACY_NS = 2_000_000_000  # changed this recently before it was hashed: hashed ag
 # a cache file not used this long is removed (a tree or snapshot no longer used)
 KEEP_S = 30 * 86400
 ENABLED = True  # bench/snapshot_key.py turns it off to time the full hash side by side
-SHA = re.compile(r"[0-9a-f]{64}\Z")
+HEX = frozenset("0123456789abcdef")
+
+
+def is_sha256(s: str) -> bool:
+    """64 lower-case hex digits."""
+    return len(s) == 64 and HEX.issuperset(s)
+
+
+def json_module():
+    """json, imported where it is used: the warm launcher's client imports this module for
+    state_dir() alone, before json (and re, which json imports) would cost it ~5 ms."""
+    import json
+
+    return json
 
 
 def state_dir() -> str:
@@ -150,7 +161,7 @@ def read_json(path: str) -> tuple[object, tuple | None]:
         ):
             return None, stamp
         try:
-            return json.loads(f.read(MAX_BYTES + 1)), stamp
+            return json_module().loads(f.read(MAX_BYTES + 1)), stamp
         except (OSError, ValueError):
             return None, stamp
 
@@ -163,7 +174,7 @@ def write_json(path: str, data: object) -> bool:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(json.dumps(data, separators=(",", ":")))
+            f.write(json_module().dumps(data, separators=(",", ":")))
         os.replace(tmp, path)
     except (OSError, ValueError):
         _unlink(tmp)
@@ -188,7 +199,7 @@ def valid(data: object, root: str) -> bool:
         and len(e) == 7
         and all(type(v) is int and v >= 0 for v in e[:6])
         and isinstance(e[6], str)
-        and SHA.match(e[6])
+        and is_sha256(e[6])
         for e in data["entries"].values()
     )
 
