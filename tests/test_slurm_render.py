@@ -121,6 +121,21 @@ def test_script_properties():
     assert "--gres=gpu:8" in gres and "--gpus-per-node" not in gres
 
 
+def test_max_restarts_without_a_loop_over_steps_is_said_not_ignored():
+    """--max-restarts restarts a Slurm run inside its job only through the loop over steps
+    (--spares, --nodes MIN:MAX); without one it is warned about in one line, not ignored in
+    silence."""
+    from dataclasses import replace
+
+    from launchers.backends.slurm.render import restarts_warning
+
+    w = restarts_warning(replace(spec(), max_restarts=2))
+    assert w.startswith("warning: --max-restarts 2 is not used by this Slurm run") and "\n" not in w
+    assert restarts_warning(spec()) is None
+    assert restarts_warning(replace(spec(), max_restarts=2, spares=1)) is None
+    assert restarts_warning(replace(spec(), max_restarts=2, min_nodes=2)) is None
+
+
 def test_spares_allocation_and_the_loop_over_steps():
     """--spares K: the allocation holds nodes + K (--no-kill: a lost node does not end it); the
     batch script runs the loop over attempts (one srun step each, recorded by the loop: no teardown

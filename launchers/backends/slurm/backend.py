@@ -44,7 +44,7 @@ from .jobctl import cancel_run, last_job, one_line, queue_states, scancel
 from .nodecmd import slurm_node_command
 from .nodespec import resolve_for_nodes, write_node_spec
 from .options import cpu_warning
-from .render import header_for, render_sbatch, srun_argv, step_loop
+from .render import header_for, render_sbatch, restarts_warning, srun_argv, step_loop
 from .submit import SubmitFailed, submit_script
 
 MASTER_SHOWN = "<first host of the allocation, resolved to its address on that host>"
@@ -99,6 +99,8 @@ class SlurmBackend(Backend):
     def preflight(self, plan: Plan) -> None:
         """Before the run dir exists: Slurm is there, knows the partition, and accepts the job (with
         pyxis: srun has its --container-image)."""
+        if restarts_warning(plan.spec):
+            print(f"launch: {restarts_warning(plan.spec)}", file=sys.stderr, flush=True)
         if SlurmEnv.read().in_allocation:
             if not shutil.which("srun"):
                 raise LaunchError("srun is not on PATH inside this allocation")
@@ -331,6 +333,8 @@ def plan_script(spec: RunSpec, run_id: str, attempt: int, env: SlurmEnv) -> str:
         + "); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its host's place in "
         "LAUNCH_STEP_HOSTS\n"
     )
+    if restarts_warning(spec):
+        script += f"# {restarts_warning(spec)}\n"
     return script + (
         f"# {cpu_warning(spec)}\n" if cpu_warning(spec) and not env.in_allocation else ""
     )

@@ -108,6 +108,18 @@ def step_loop(spec: RunSpec) -> bool:
     return bool(spec.spares or spec.min_nodes)
 
 
+def restarts_warning(spec: RunSpec) -> str | None:
+    """--max-restarts on a run with no loop over steps: one line (dry-run: `# warning: ...`; submit:
+    stderr). Only that loop restarts inside the job; a plain job's failed attempt ends the run."""
+    if not spec.max_restarts or step_loop(spec):
+        return None
+    return (
+        f"warning: --max-restarts {spec.max_restarts} is not used by this Slurm run: it restarts "
+        "inside its job only with --spares K or --nodes MIN:MAX; without them a failed attempt "
+        "ends the run (`launch resume RUN` starts the next; Slurm requeues a preempted job)"
+    )
+
+
 def steps_command(python: str, run_dir: str, base_attempt: int) -> str:
     """With --spares, the batch script's command: the loop over attempts inside the allocation, each
     an srun step on the pool's active nodes (launchers.backends.slurm.steps: it records each
