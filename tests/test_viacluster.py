@@ -346,6 +346,25 @@ def launch_in(pid: str, cwd: Path) -> bool:
 
 
 @pytest.mark.slow
+def ended(p: subprocess.Popen, timeout: float) -> int | None:
+    """p's exit status within timeout; else its Python stack (py-spy) and its children in the
+    failure (it is killed)."""
+    try:
+        return p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        spy = os.path.join(os.path.dirname(LAUNCH), "py-spy")
+        stack = subprocess.run(
+            [spy, "dump", "--pid", str(p.pid)], capture_output=True, text=True, timeout=60
+        )
+        kids = subprocess.run(
+            ["ps", "--ppid", str(p.pid), "-o", "pid,stat,args"], capture_output=True, text=True
+        )
+        p.kill()
+        pytest.fail(
+            f"not ended {timeout:g} s after Ctrl-C:\n{stack.stdout}{stack.stderr}\n{kids.stdout}"
+        )
+
+
 def test_verbs_through_a_bastion_on_a_real_login_node(two_sshd):
     d = two_sshd
     env = {"LAUNCH_CLUSTERS_FILE": str(d / "clusters.yaml"), "LAUNCH_RUNS_ROOT": str(d / "here")}
@@ -399,7 +418,7 @@ def test_verbs_through_a_bastion_on_a_real_login_node(two_sshd):
         time.sleep(0.1)
     assert remote_launches(d / "runs"), "the login node's launch logs -f never started"
     client.send_signal(signal.SIGINT)
-    assert client.wait(30) == 130
+    assert ended(client, 30) == 130
     end = time.monotonic() + 15
     while remote_launches(d / "runs") and time.monotonic() < end:
         time.sleep(0.1)

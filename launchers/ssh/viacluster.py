@@ -102,7 +102,11 @@ def stream(c: Cluster, argv: list[str], feed: bytes = b"", out=None) -> int:
         rc = p.wait()
     except KeyboardInterrupt:
         p.terminate()
-        p.wait()
+        try:  # an ssh that does not end on SIGTERM never holds this launch
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
         return 130
     finally:
         p.stdin.close()
