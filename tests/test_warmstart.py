@@ -37,14 +37,15 @@ def launch(args, env, cwd, umask=None):
         preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
     )
     said = [ln for ln in p.stderr.splitlines() if not ln.startswith("import time:")]
-    imported.clear()
-    imported.update(
+    names = [
         ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")
-    )
+    ]
+    imported.clear()  # after site's line: what the interpreter's start-up imports is not ours
+    imported.update(names[names.index("site") + 1 :] if "site" in names else names)
     return p.returncode, said, p.stdout, "click" in imported
 
 
-imported: set[str] = set()  # what the last launch() imported in its own process
+imported: set[str] = set()  # what the last launch() imported in its own process, after site
 
 
 def servers(state: Path) -> list[int]:
