@@ -60,10 +60,10 @@ test: venv $(TEST_PODMAN) $(if $(filter ssh,$(TEST_CLUSTERS)),pdsh)
 # it recorded in a fresh directory (never written by hand); the table is written even when a fault fails.
 # (SUBMAKE, not $(MAKE), in the long line: a line naming $(MAKE) runs even under `make -n`.)
 SUBMAKE := $(MAKE)
-# ruff (pyproject.toml's [tool.ruff]) over every package, the tests and bench: `ruff format --check`
-# (the formatter's style, 100 columns), then `ruff check` (pyflakes, import order, syntax, E501);
+# ruff (pyproject.toml's [tool.ruff]) over every package, the tests, bench and clusters: `ruff format
+# --check` (the formatter's style, 100 columns), then `ruff check` (pyflakes, import order, syntax, E501);
 # make test runs the same checks (tests/test_lint.py).
-LINTED := launchers workloads nccl_tuning slurm bench tests examples
+LINTED := launchers workloads nccl_tuning slurm bench tests examples clusters
 lint: venv
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/ruff check $(LINTED)

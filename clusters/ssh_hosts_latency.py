@@ -1,10 +1,12 @@
-"""Connect latency to the SSH test hosts (clusters/ssh-hosts.sh up first), with strict host-key checks.
+"""Connect latency to the SSH test hosts (clusters/ssh-hosts.sh up first), with strict host-key
+checks.
 
     .venv/bin/python clusters/ssh_hosts_latency.py [ROUNDS]
 
-Prints medians over ROUNDS (default 8) of: one connect (TCP + key exchange + auth), one `true` on an open
-connection, and connect + `true` on all hosts serially and in parallel (one thread per host).
+Prints medians over ROUNDS (default 8) of: one connect (TCP + key exchange + auth), one `true` on an
+open connection, and connect + `true` on all hosts serially and in parallel (one thread per host).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +27,12 @@ def hosts() -> list[str]:
 
 
 def connect(host: str) -> fabric.Connection:
-    c = fabric.Connection(host, config=fabric.Config(runtime_ssh_path=f"{STATE}/ssh_config"), connect_timeout=5,
-                          connect_kwargs={"look_for_keys": False, "allow_agent": False})
+    c = fabric.Connection(
+        host,
+        config=fabric.Config(runtime_ssh_path=f"{STATE}/ssh_config"),
+        connect_timeout=5,
+        connect_kwargs={"look_for_keys": False, "allow_agent": False},
+    )
     c.client.set_missing_host_key_policy(paramiko.RejectPolicy())
     c.client.load_system_host_keys(f"{STATE}/known_hosts")
     return c
@@ -60,8 +66,10 @@ def main() -> None:
     print(f"connect (tcp+kex+auth, 1 host)   {med(conn)}")
     print(f"run 'true' on an open connection {med(cmd)}")
     print(f"connect+true, {len(hs)} hosts serial     {med(serial)}")
-    print(f"connect+true, {len(hs)} hosts parallel   {med(par)}  (serial/parallel = "
-          f"{statistics.median(serial) / statistics.median(par):.2f}x)")
+    print(
+        f"connect+true, {len(hs)} hosts parallel   {med(par)}  (serial/parallel = "
+        f"{statistics.median(serial) / statistics.median(par):.2f}x)"
+    )
 
 
 if __name__ == "__main__":

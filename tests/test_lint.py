@@ -10,7 +10,16 @@ from pathlib import Path
 from conftest import ROOT
 
 RUFF = Path(sys.executable).with_name("ruff")
-LINTED = ("launchers", "workloads", "nccl_tuning", "slurm", "bench", "tests", "examples")
+LINTED = (
+    "launchers",
+    "workloads",
+    "nccl_tuning",
+    "slurm",
+    "bench",
+    "tests",
+    "examples",
+    "clusters",
+)
 
 
 def test_ruff_passes_on_every_package():
