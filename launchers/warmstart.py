@@ -191,11 +191,10 @@ def _session(conn: socket.socket, req: dict, fds: list[int]) -> None:
     # waitpid when it died without saying
     said = os.read(done_r, 8)
     os.close(done_r)
-    status = os.waitpid(pid, 0)[1] if not said else None
-    code = int(said) if said else os.waitstatus_to_exitcode(status)
+    code = int(said) if said else os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     conn.sendall(f"exit {code if code >= 0 else 128 - code}\n".encode())
     if said:
-        os.waitpid(pid, 0)
+        os.waitpid(pid, 0)  # reaped once the client has its status
 
 
 def _worker(req: dict, fds: list[int], go: int, done: int) -> None:

@@ -47,14 +47,6 @@ def is_sha256(s: str) -> bool:
     return len(s) == 64 and HEX.issuperset(s)
 
 
-def json_module():
-    """json, imported where it is used: the warm launcher's client imports this module for
-    state_dir() alone, before json (and re, which json imports) would cost it ~5 ms."""
-    import json
-
-    return json
-
-
 def state_dir() -> str:
     """The user's state directory of launch: $LAUNCH_STATE_DIR, else $XDG_STATE_HOME/launchers
     (~/.local/state/launchers). The runs index, this cache and the warm launcher's socket live
@@ -161,7 +153,9 @@ def read_json(path: str) -> tuple[object, tuple | None]:
         ):
             return None, stamp
         try:
-            return json_module().loads(f.read(MAX_BYTES + 1)), stamp
+            import json  # here: the warm launcher's client imports this module for state_dir only
+
+            return json.loads(f.read(MAX_BYTES + 1)), stamp
         except (OSError, ValueError):
             return None, stamp
 
@@ -174,7 +168,9 @@ def write_json(path: str, data: object) -> bool:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(json_module().dumps(data, separators=(",", ":")))
+            import json
+
+            f.write(json.dumps(data, separators=(",", ":")))
         os.replace(tmp, path)
     except (OSError, ValueError):
         _unlink(tmp)

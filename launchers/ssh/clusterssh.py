@@ -283,12 +283,7 @@ class Session:
 
     def close(self) -> None:
         if self.master is not None and self.master.poll() is None:
-            self.master.terminate()
-            try:
-                self.master.wait(5)
-            except subprocess.TimeoutExpired:
-                self.master.kill()
-                self.master.wait()
+            end_ssh(self.master)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> "Session":
@@ -296,3 +291,14 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def end_ssh(p: subprocess.Popen, grace: float = 5.0) -> None:
+    """An ssh of ours ended: SIGTERM, then SIGKILL after `grace` seconds (one that does not end on
+    SIGTERM never holds the launch), reaped."""
+    p.terminate()
+    try:
+        p.wait(grace)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()

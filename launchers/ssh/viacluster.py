@@ -44,7 +44,16 @@ from ..frozen import snapshot, statcache
 from ..runopts import BACKEND_OPTIONS, COMMON
 from . import clusters
 from .clusters import Cluster
-from .clusterssh import CONNECT_S, Session, Unreachable, model, remote_line, shell_line, ssh_argv
+from .clusterssh import (
+    CONNECT_S,
+    Session,
+    Unreachable,
+    end_ssh,
+    model,
+    remote_line,
+    shell_line,
+    ssh_argv,
+)
 
 # `launch list --cluster all`: a cluster answers within this, else unreachable (listed within 10 s)
 LIST_S = 9.0
@@ -101,12 +110,7 @@ def stream(c: Cluster, argv: list[str], feed: bytes = b"", out=None) -> int:
             p.stdin.flush()
         rc = p.wait()
     except KeyboardInterrupt:
-        p.terminate()
-        try:  # an ssh that does not end on SIGTERM never holds this launch
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        end_ssh(p)
         return 130
     finally:
         p.stdin.close()

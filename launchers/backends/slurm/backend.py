@@ -99,8 +99,8 @@ class SlurmBackend(Backend):
     def preflight(self, plan: Plan) -> None:
         """Before the run dir exists: Slurm is there, knows the partition, and accepts the job (with
         pyxis: srun has its --container-image)."""
-        if restarts_warning(plan.spec):
-            print(f"launch: {restarts_warning(plan.spec)}", file=sys.stderr, flush=True)
+        if warned := restarts_warning(plan.spec):
+            print(f"launch: {warned}", file=sys.stderr, flush=True)
         if SlurmEnv.read().in_allocation:
             if not shutil.which("srun"):
                 raise LaunchError("srun is not on PATH inside this allocation")
@@ -333,8 +333,8 @@ def plan_script(spec: RunSpec, run_id: str, attempt: int, env: SlurmEnv) -> str:
         + "); each node: LAUNCH_ATTEMPT = LAUNCH_STEP_ATTEMPT; NODE_RANK = its host's place in "
         "LAUNCH_STEP_HOSTS\n"
     )
-    if restarts_warning(spec):
-        script += f"# {restarts_warning(spec)}\n"
+    if warned := restarts_warning(spec):
+        script += f"# {warned}\n"
     return script + (
         f"# {cpu_warning(spec)}\n" if cpu_warning(spec) and not env.in_allocation else ""
     )
