@@ -165,3 +165,17 @@ def test_slurm_commands_run_here_only(tmp_path, monkeypatch):
         cmd.run(["sinfo", "-h"])
     rc, out = ss._run(["squeue", "-h"])
     assert rc == 127 and ss.unanswered(rc, out)
+
+
+def test_a_shielded_command_outlives_the_jobs_sigterm(tmp_path, monkeypatch):
+    """`scontrol requeue` from inside the job it requeues: Slurm's SIGTERM to the job's processes
+    can reach the command before it reports the requeue it made. Shielded, it starts with SIGTERM
+    blocked and reports; unshielded, the same SIGTERM kills it (-15, once read as a failed
+    requeue)."""
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\nkill -TERM $$\necho requeued\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    p = cmd.run(["scontrol", "requeue", "7"], shielded=True)
+    assert (p.returncode, p.stdout) == (0, "requeued\n")
+    assert cmd.run(["scontrol", "requeue", "7"]).returncode == -15

@@ -1,7 +1,8 @@
 """The one place Slurm's commands run (sbatch, squeue, scontrol, sacct, scancel, sprio, sinfo), on
 this machine.
 
-    run(argv, input=None, timeout=60, meanwhile=None) -> subprocess.CompletedProcess (text stdout/stderr)
+    run(argv, input=None, timeout=60, meanwhile=None, shielded=False)
+        -> subprocess.CompletedProcess (text stdout/stderr)
 
 subprocess.run(argv, capture_output=True, text=True, timeout=...): a missing binary raises OSError,
 a timeout subprocess.TimeoutExpired. A cluster reached through its login node is not this module's:
@@ -12,6 +13,7 @@ then run here, on the login node.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from typing import Callable
 
@@ -24,15 +26,26 @@ def run(
     input: str | None = None,
     timeout: float | None = DEFAULT_TIMEOUT_S,
     meanwhile: Callable[[], object] | None = None,
+    shielded: bool = False,
 ) -> subprocess.CompletedProcess:
     """Run one Slurm command here. meanwhile(): called while it runs (work the caller overlaps with
-    Slurm's answer)."""
+    Slurm's answer). shielded: the command starts with SIGTERM blocked -- `scontrol requeue` from
+    inside the job it requeues: Slurm's SIGTERM to every process of the job can reach the command
+    before it reports the requeue it made (it was read as a failed requeue)."""
     if not argv or os.path.basename(argv[0]) not in SLURM_COMMANDS:
         raise ValueError(
             f"not a Slurm command: {list(argv[:1])}; this runner runs "
             f"{', '.join(sorted(SLURM_COMMANDS))}"
         )
     argv = [str(w) for w in argv]
+    if shielded:
+        # a blocked signal stays blocked across fork and exec; this process's own stays pending
+        # until the mask is restored, then its handler runs as before
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            return run(argv, input, timeout, meanwhile)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
     if meanwhile is None:
         return subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
     p = subprocess.Popen(

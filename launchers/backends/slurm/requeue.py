@@ -76,7 +76,8 @@ def requeue_or_fail(
             rd.update_status(state="FAILED", attempt=attempt, nodes=nodes, reason=decided.why)
             return
         rd.update_status(state="REQUEUED", attempt=attempt, nodes=nodes, reason=decided.why)
-        p = cmd.run(["scontrol", "requeue", job_id], timeout=60)
+        # the requeue ends this job: its SIGTERM must not kill the command that asked for it
+        p = cmd.run(["scontrol", "requeue", job_id], timeout=60, shielded=True)
         if p.returncode != 0:
             msg = (p.stderr or p.stdout).strip().splitlines()
             rd.update_status(
