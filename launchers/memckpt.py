@@ -34,6 +34,7 @@ from datetime import timedelta
 from typing import NamedTuple
 
 from .memcodec import get_rng_state, pack, set_rng_state, unpack
+from .memplan import Cadence, choose, line, why_storage
 from .node.memfiles import KEEP, file_name, listing, private_dir, write_copy
 from .node.memstore import ENV_DIR, ENV_EVERY
 
@@ -61,44 +62,6 @@ class RankEnv(NamedTuple):
         )
 
 
-def choose(
-    held: list[list[tuple[int, int]]], world: int, storage_step: int | None
-) -> tuple[int | None, dict]:
-    """Pure: held[q] = the (owner rank, step) copies rank q can read. -> (the newest step, no older
-    than storage_step, for which every owner 0..world-1 is held somewhere; {owner: the rank that
-    reads it}: the owner itself when it holds its own state, else the lowest rank holding it).
-    (None, {}): storage (or a fresh start)."""
-    holders: dict[tuple[int, int], list[int]] = {}
-    for q, pairs in enumerate(held):
-        for owner, step in pairs:
-            holders.setdefault((owner, step), []).append(q)
-    steps = sorted({s for _, s in holders}, reverse=True)
-    for step in steps:
-        if storage_step is not None and step < storage_step:
-            break
-        if all((r, step) in holders for r in range(world)):
-            return step, {
-                r: r if r in holders[(r, step)] else min(holders[(r, step)]) for r in range(world)
-            }
-    return None, {}
-
-
-def why_storage(held: list[list[tuple[int, int]]], world: int, storage_step: int | None) -> str:
-    """One line: why choose() found nothing in memory."""
-    if not any(held):
-        return "no memory checkpoint on any node"
-    newest = max(s for pairs in held for _, s in pairs)
-    if storage_step is not None and newest < storage_step:
-        return f"memory's newest step {newest} is older than storage's {storage_step}"
-    lost = sorted(
-        {r for r in range(world) if not any(o == r and s == newest for p in held for o, s in p)}
-    )
-    return (
-        f"step {newest} of rank(s) {lost} is gone from memory (its node and the peer holding "
-        "its copy both lost)"
-    )
-
-
 def rollback(env, step: int) -> str:
     """The rollback a restore of `step` makes: the newest step any rank of an earlier attempt
     reported (launchers.heartbeat's records in the run dir) minus step."""
@@ -119,8 +82,10 @@ class MemCheckpoints:
     """One rank's in-memory checkpoints (see the module doc). from_env(): None when
     --memory-checkpoint is off."""
 
-    def __init__(self, env, every: int, store: str, log=print) -> None:
-        self.env, self.every, self.store, self.log = env, every, store, log
+    def __init__(self, env, every: int | None, store: str, log=print) -> None:
+        """every: M (None: auto, launchers.memplan.Cadence)."""
+        self.env, self.store, self.log = env, store, log
+        self.cadence, self.auto = Cadence(every), every is None
         self.world, self.rank = env.world_size, env.rank
         lws = max(env.local_world_size, 1)
         self.nnodes = max(self.world // lws, 1)
@@ -139,7 +104,7 @@ class MemCheckpoints:
         every, store = environ.get(ENV_EVERY, ""), environ.get(ENV_DIR, "")
         if not every or not store:
             return None
-        return cls(env, int(every), store, log)
+        return cls(env, None if every == "auto" else int(every), store, log)
 
     def _agree(self, ok: bool) -> bool:
         """Collective over the side group: True when every rank says ok."""
@@ -260,14 +225,21 @@ class MemCheckpoints:
                 out = buf.numpy().tobytes()
         return out
 
+    @property
+    def every(self) -> int:
+        """M now (auto: 1 until every rank agreed on its M)."""
+        return self.cadence.every
+
     def due(self, step: int) -> bool:
-        return self.on and step % self.every == 0
+        return self.on and self.cadence.due(step)
 
     def snapshot(self, step: int, states: dict, progress: dict) -> None:
         """Every rank at the same step: the copy here (pack), the rest in the background (waits for
         the previous copy's transfer first, when still under way: blocked time)."""
         t0 = time.perf_counter()
         self.wait()
+        if self.cadence.deciding(self.copies):
+            self._decide(step, t0)
         data = pack(
             {
                 "states": {k: st.state_dict() for k, st in states.items()},
@@ -280,10 +252,24 @@ class MemCheckpoints:
         if self.copies == 0 and not self._budget(len(data)):
             self.blocked_s += time.perf_counter() - t0
             return
-        self.pending = self.pool.submit(self._store_and_send, step, data)
+        self.pending = self.pool.submit(self._store_and_send, step, data, self.copies)
+        spent = time.perf_counter() - t0
+        self.cadence.add(self.copies, step, t0, spent)
         self.copies += 1
         self.bytes = len(data)
-        self.blocked_s += time.perf_counter() - t0
+        self.blocked_s += spent
+
+    def _decide(self, step: int, now: float) -> None:
+        """Auto (collective: every rank at the same copy): the largest M any rank proposes."""
+        import torch
+        import torch.distributed as dist
+
+        mine, cost, step_s = self.cadence.propose(step, now)
+        t = torch.tensor([mine], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        self.cadence.agreed(int(t.item()))
+        if self.rank == 0:
+            self.log(line(self.cadence.every, step, cost, step_s))
 
     def _budget(self, size: int) -> bool:
         """At the first copy (collective): the store's file system holds 2 own + 2 peer copies of
@@ -302,18 +288,23 @@ class MemCheckpoints:
             self._off(short, "another rank's store has too little free memory")
             return False
         self.log(
-            f"memory checkpoint: every {self.every} step(s), {size / 2**20:.2f} MiB per copy, up "
+            f"memory checkpoint: {self._every()}, {size / 2**20:.2f} MiB per copy, up "
             f"to {2 * KEEP * size / 2**20:.2f} MiB of host memory per rank (2 own + 2 peer "
             f"copies; {free / 2**30:.1f} GiB free in {os.path.dirname(self.store) or self.store})"
         )
         return True
 
-    def _store_and_send(self, step: int, data: bytes) -> None:
+    def _every(self) -> str:
+        if self.auto:
+            return "every step while a copy's cost is measured (auto)"
+        return f"every {self.every} step(s)"
+
+    def _store_and_send(self, step: int, data: bytes, copy: int) -> None:
         """The background part: write the own copy, swap copies with the peer nodes' ranks."""
         import torch
         import torch.distributed as dist
 
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         write_copy(self.store, self.world, self.rank, step, "own", data)
         if self.peer is not None:
             n_in = torch.zeros(1, dtype=torch.int64)
@@ -338,6 +329,7 @@ class MemCheckpoints:
                 r.wait()
             write_copy(self.store, self.world, self.source, step, "peer", buf.numpy().tobytes())
         self.copy_s += time.perf_counter() - t0
+        self.cadence.add_background(copy, time.thread_time() - cpu0)
 
     def wait(self) -> None:
         """The previous copy done (its error raised here)."""
@@ -369,6 +361,7 @@ class MemCheckpoints:
         return {
             "memory_checkpoint": {
                 "every": self.every,
+                "auto": self.auto,
                 "on": self.on,
                 "copies": self.copies,
                 "bytes_per_copy": self.bytes,

@@ -23,6 +23,7 @@ import struct
 from typing import Callable, NamedTuple
 
 ALIGN = 16
+PLAIN = frozenset({int, float, str, bool, bytes, type(None)})  # never holds a tensor
 
 
 class _T(NamedTuple):
@@ -93,13 +94,15 @@ def pack(payload) -> bytes:
         return _T(at[0] - raw.numel() - pad, o.dtype, tuple(o.shape))
 
     def strip(o):
-        if is_dtensor(o):
-            return _D(tensor(o.to_local()))
+        if type(o) in PLAIN:  # first: python's RNG state alone is 625 ints
+            return o
         if isinstance(o, torch.Tensor):
-            return tensor(o)
+            return _D(tensor(o.to_local())) if is_dtensor(o) else tensor(o)
         if isinstance(o, dict):
             return {k: strip(v) for k, v in o.items()}
         if isinstance(o, (list, tuple)) and not hasattr(o, "_fields"):
+            if set(map(type, o)) <= PLAIN:
+                return o
             return type(o)(strip(v) for v in o)
         return o
 

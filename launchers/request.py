@@ -94,7 +94,7 @@ class JobSpec:
     container_python: str | None = None  # the image's interpreter (None: python3)
     # --memory-checkpoint: state in host memory too, copied to a peer node
     memory_checkpoint: bool | None = None
-    # --memory-checkpoint-every M (default 1; implies it)
+    # --memory-checkpoint-every M (default: auto, launchers.memplan; implies it)
     memory_checkpoint_every: int | None = None
     # --snapshot / --no-snapshot (None: on for slurm, off for local and ssh)
     snapshot: bool | None = None

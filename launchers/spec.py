@@ -95,7 +95,7 @@ class RunSpec:
     snapshot_from: str = ""  # the tree it was taken from (a program file's path maps into it)
     # every rank's TORCH_EXTENSIONS_DIR (launchers.frozen.extcache; "": theirs)
     torch_extensions_dir: str = ""
-    # --memory-checkpoint: every M steps in host memory (0: off; memstore)
+    # --memory-checkpoint: every M steps in host memory (-1: auto, 0: off; memstore)
     memory_checkpoint: int = 0
 
     @property

@@ -47,6 +47,7 @@ LAYERS = {
         L + "credentials.secretshape",
         L + "options.opthelp",
         L + "memcodec",
+        L + "memplan",
         L + "dsmemory",
         L + "node.memfiles",
         L + "resilience.slurmpolicy",

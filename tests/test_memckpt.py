@@ -1,22 +1,24 @@
 """--memory-checkpoint (issue 37 item 1): every rank's state kept in host memory every M steps and
 copied to the next node; after a loss the survivors restore from their own copy, the replacement
 from its peer's copy, storage only when both are gone. Pure: the step choice
-(launchers.memckpt.choose), the option -> the ranks' environment (each simulated node, each Slurm
-node by its name, its own store), a store's copies (newest 2 kept). Real runs (local, 2 simulated
-nodes x 1, --max-restarts 1, a 1 s step delay, storage checkpoints at steps 4 and 8): node 1 killed
-at step 6 resumes from memory with at most M = 1 step lost and the uninterrupted run's param_sha256;
-both nodes killed (the node holding node 0's peer copy with it) falls back to storage (step 4),
-bit-exact too. SSH (the test hosts, one rank each, --spares 1): sshhost2's agent and rank killed at
-step 6, the spare host sshhost3 gets rank 1's state from the copy sshhost1 held, bit-exact. Slurm
-(the dev cluster, one rank per node, --spares 1): node 1's agent and rank killed at step 6, the
-spare node of the same job gets rank 1's state from the copy node 0 kept (each node's store is its
-own Slurm node name's: the dev cluster's nodes share one /dev/shm), bit-exact; at the job's end no
-store of the run is left. FSDP2 on local (DTensor state: each rank's copy holds its local shards):
-node 1 killed at step 6 resumes from memory, rank 1's shards from node 0's copy, with the
-uninterrupted FSDP run's param_sha256."""
+(launchers.memplan.choose) and cadence (auto: every step unless a copy costs more than 0.25% of a
+step; then every M steps, agreed by every rank), the option -> the ranks' environment (each
+simulated node, each Slurm node by its name, its own store), a store's copies (newest 2 kept). Real
+runs (local, 2 simulated nodes x 1, --max-restarts 1, a 1 s step delay, storage checkpoints at steps
+4 and 8): node 1 killed at step 6 resumes from memory with at most M = 1 step lost and the
+uninterrupted run's param_sha256; both nodes killed (the node holding node 0's peer copy with it)
+falls back to storage (step 4), bit-exact too. SSH (the test hosts, one rank each, --spares 1):
+sshhost2's agent and rank killed at step 6, the spare host sshhost3 gets rank 1's state from the
+copy sshhost1 held, bit-exact. Slurm (the dev cluster, one rank per node, --spares 1): node 1's
+agent and rank killed at step 6, the spare node of the same job gets rank 1's state from the copy
+node 0 kept (each node's store is its own Slurm node name's: the dev cluster's nodes share one
+/dev/shm), bit-exact; at the job's end no store of the run is left. FSDP2 on local (DTensor state:
+each rank's copy holds its local shards): node 1 killed at step 6 resumes from memory, rank 1's
+shards from node 0's copy, with the uninterrupted FSDP run's param_sha256."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -31,8 +33,9 @@ import test_recovery
 from conftest import LAUNCH, once, read_json, run_launch
 from launchers import spec, torchrun
 from launchers.errors import LaunchError
-from launchers.memckpt import KEEP, choose, listing, private_dir, why_storage, write_copy
+from launchers.memckpt import KEEP, listing, private_dir, write_copy
 from launchers.memcodec import pack, unpack
+from launchers.memplan import BUDGET, WINDOW, Cadence, choose, line, why_storage
 from launchers.node import memstore
 from launchers.nodeagent import node_pids
 from launchers.request import JobSpec
@@ -73,6 +76,35 @@ def test_the_newest_step_every_rank_can_get_no_older_than_storage():
     assert why_storage([[], []], 2, 4) == "no memory checkpoint on any node"
     assert why_storage([own0, own1], 2, 8) == "memory's newest step 6 is older than storage's 8"
     assert "rank(s) [1] is gone" in why_storage([own0, []], 2, 4)
+
+
+def test_auto_copies_every_step_unless_a_copy_costs_more_than_its_budget():
+    """--memory-checkpoint alone: every step while copies 1..WINDOW-1 are measured (copy 0, with
+    the budget check, is not), then the smallest M that keeps a copy's cost (training thread +
+    copying thread's CPU) within BUDGET of a step; a fixed M stays M."""
+    fixed = Cadence(3)
+    assert [s for s in range(1, 10) if fixed.due(s)] == [3, 6, 9]
+    assert not fixed.measuring(1) and not fixed.deciding(WINDOW)
+
+    def measured(main_s: float, background_s: float, step_s: float = 0.1) -> Cadence:
+        c = Cadence(None)
+        for copy in range(WINDOW):
+            assert c.due(copy + 1)  # every step meanwhile
+            c.add(copy, copy + 1, copy * step_s, 5.0 if copy == 0 else main_s)
+            c.add_background(copy, 5.0 if copy == 0 else background_s)
+        assert c.deciding(WINDOW) and not c.deciding(WINDOW - 1)
+        return c
+
+    costly = measured(0.0021, 0.001)  # 3.1 ms of a 100 ms step: 3.1%
+    m, cost, step_s = costly.propose(WINDOW + 1, WINDOW * 0.1)
+    assert m == math.ceil(0.0031 / (BUDGET * 0.1)) == 13
+    assert cost == pytest.approx(0.0031) and step_s == pytest.approx(0.1)
+    costly.agreed(15)  # another rank's larger M
+    assert [s for s in range(20, 50) if costly.due(s)] == [30, 45] and not costly.deciding(WINDOW)
+    assert "from step 11 every 15 steps (auto: a copy costs 3.1 ms, 3.1% of a 100 ms step" in (
+        said := line(15, 11, cost, step_s)
+    ) and said.endswith("a loss rolls back at most 15 steps; --memory-checkpoint-every M to choose")
+    assert measured(0.0001, 0.0001).propose(WINDOW + 1, WINDOW * 0.1)[0] == 1  # 0.2%: every step
 
 
 def test_a_packed_state_comes_back_equal_and_shares_nothing():
@@ -138,7 +170,7 @@ def test_the_option_tells_each_node_its_own_store(tmp_path):
     s = spec.build_spec(
         "local", {"nodes": 2, "memory_checkpoint": True}, ["-m", "workloads.convnet"]
     )
-    assert s.memory_checkpoint == 1
+    assert s.memory_checkpoint == memstore.AUTO
     env = [
         dict(
             torchrun.node_command(
@@ -154,7 +186,7 @@ def test_the_option_tells_each_node_its_own_store(tmp_path):
         )
         for k in (0, 1)
     ]
-    assert [e[memstore.ENV_EVERY] for e in env] == ["1", "1"]
+    assert [e[memstore.ENV_EVERY] for e in env] == ["auto", "auto"]
     assert env[0][memstore.ENV_DIR].endswith("/mem-r1/slot0") and env[1][memstore.ENV_DIR].endswith(
         "/mem-r1/slot1"
     )
@@ -176,7 +208,7 @@ def test_the_option_tells_each_node_its_own_store(tmp_path):
     api = JobSpec(
         backend="local", program=("-m", "workloads.convnet"), memory_checkpoint=True, nodes=2
     )
-    assert spec.build_spec("local", api.flags(), list(api.program)).memory_checkpoint == 1
+    assert spec.build_spec("local", api.flags(), list(api.program)).memory_checkpoint == -1
     (tmp_path / "p.yaml").write_text("memory_checkpoint_every: 3\n")
     assert (
         spec.build_spec(

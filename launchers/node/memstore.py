@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 from ..options.values import parse_int
 
-ENV_EVERY = "LAUNCH_MEMORY_CHECKPOINT"  # every M steps (absent: off)
+ENV_EVERY = "LAUNCH_MEMORY_CHECKPOINT"  # every M steps, or "auto" (absent: off)
+AUTO = -1  # RunSpec.memory_checkpoint of --memory-checkpoint alone (launchers.memplan.Cadence)
 ENV_DIR = "LAUNCH_MEMORY_CHECKPOINT_DIR"  # this node's store
 SHM = "/dev/shm"
 
@@ -32,11 +33,12 @@ MAX_EVERY = 1_000_000
 
 
 def fields(pick: Callable[..., Any], said: Callable[[str], str]) -> dict[str, int]:
-    """RunSpec's memory_checkpoint: every M steps, 0 = off (--memory-checkpoint;
-    --memory-checkpoint-every M implies it)."""
+    """RunSpec's memory_checkpoint: every M steps, AUTO (--memory-checkpoint alone: every step
+    unless that costs the training more than memplan.BUDGET), 0 = off
+    (--memory-checkpoint-every M implies --memory-checkpoint)."""
     every = pick("memory_checkpoint_every")
     if every is None:
-        return {"memory_checkpoint": 1 if pick("memory_checkpoint", False) else 0}
+        return {"memory_checkpoint": AUTO if pick("memory_checkpoint", False) else 0}
     return {"memory_checkpoint": parse_int(said("memory_checkpoint_every"), every, 1, MAX_EVERY)}
 
 
@@ -70,7 +72,10 @@ def worker_env(
     """What a node's ranks are told (nothing when --memory-checkpoint is off: every == 0)."""
     if not every:
         return {}
-    return {ENV_EVERY: str(every), ENV_DIR: node_store(run_id, slot, one_machine, host=host)}
+    return {
+        ENV_EVERY: "auto" if every == AUTO else str(every),
+        ENV_DIR: node_store(run_id, slot, one_machine, host=host),
+    }
 
 
 def forget_nodes(run_id: str, slots, root: str = SHM) -> list[int]:

@@ -55,8 +55,9 @@ HELP: dict[str, str] = {
         "copy, the others from their own, storage only when both are gone (docs/RECOVERY.md)."
     ),
     "memory_checkpoint_every": (
-        "M for --memory-checkpoint (default 1: every step the program "
-        "reports; implies --memory-checkpoint)."
+        "M for --memory-checkpoint (default auto: every step the program reports, unless "
+        "a copy costs more than 0.25% of a step, then the smallest M within that; implies "
+        "--memory-checkpoint)."
     ),
     "stop_grace": (
         "Seconds a program has to end after a stop (Ctrl-C, launch cancel, a peer's "
