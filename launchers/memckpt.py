@@ -106,14 +106,18 @@ class MemCheckpoints:
             return None
         return cls(env, None if every == "auto" else int(every), store, log)
 
-    def _agree(self, ok: bool) -> bool:
-        """Collective over the side group: True when every rank says ok."""
+    def _reduce(self, value: int, op: str) -> int:
+        """Collective over the side group: every rank's value reduced by op ("MIN", "MAX")."""
         import torch
         import torch.distributed as dist
 
-        t = torch.tensor([1 if ok else 0], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
-        return bool(t.item())
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=self.group)
+        return int(t.item())
+
+    def _agree(self, ok: bool) -> bool:
+        """Collective over the side group: True when every rank says ok."""
+        return bool(self._reduce(1 if ok else 0, "MIN"))
 
     def setup(self) -> None:
         """The side group (collective: every rank at the same point) and the store (made, 0700, on
@@ -261,13 +265,8 @@ class MemCheckpoints:
 
     def _decide(self, step: int, now: float) -> None:
         """Auto (collective: every rank at the same copy): the largest M any rank proposes."""
-        import torch
-        import torch.distributed as dist
-
         mine, cost, step_s = self.cadence.propose(step, now)
-        t = torch.tensor([mine], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-        self.cadence.agreed(int(t.item()))
+        self.cadence.agreed(self._reduce(mine, "MAX"))
         if self.rank == 0:
             self.log(line(self.cadence.every, step, cost, step_s))
 

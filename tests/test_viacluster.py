@@ -345,7 +345,6 @@ def launch_in(pid: str, cwd: Path) -> bool:
         return False
 
 
-@pytest.mark.slow
 def ended(p: subprocess.Popen, timeout: float) -> int | None:
     """p's exit status within timeout; else its Python stack (py-spy) and its children in the
     failure (it is killed)."""
@@ -365,6 +364,7 @@ def ended(p: subprocess.Popen, timeout: float) -> int | None:
         )
 
 
+@pytest.mark.slow
 def test_verbs_through_a_bastion_on_a_real_login_node(two_sshd):
     d = two_sshd
     env = {"LAUNCH_CLUSTERS_FILE": str(d / "clusters.yaml"), "LAUNCH_RUNS_ROOT": str(d / "here")}
