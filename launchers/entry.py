@@ -2,7 +2,9 @@
 launcher, when this user has one for this code (launchers.warmstart: the command runs in a fork of a
 process that imported everything already), and leaves one behind when it had none. Run here, the
 warm submitter (backends/slurm/submit.py) is forked first, before click and the rest are imported,
-so submitit's import overlaps all of that; then the click CLI (launchers.cli) takes over."""
+so submitit's import overlaps all of that; a `launch local` that will start its nodes starts their
+agents' pythons first (launchers.backends.earlyagent: torch's import overlaps the launcher's whole
+start); then the click CLI (launchers.cli) takes over."""
 
 from __future__ import annotations
 
@@ -22,6 +24,16 @@ def will_submit_to_slurm(argv: list[str]) -> bool:
     return not any(
         a in ("--dry-run", "-h", "--help", "--cluster") or a.startswith("--cluster=") for a in opts
     )
+
+
+def will_run_local(argv: list[str]) -> bool:
+    """`launch local ...` that will start its nodes here: not a dry-run or help (a guess from argv,
+    as will_submit_to_slurm's: a wrong one only costs or saves an early agent,
+    launchers.backends.earlyagent)."""
+    if len(argv) < 2 or argv[1] != "local":
+        return False
+    opts = argv[2 : argv.index("--")] if "--" in argv else argv[2:]
+    return bool(opts) and not any(a in ("--dry-run", "-h", "--help") for a in opts)
 
 
 def main() -> None:
@@ -44,6 +56,11 @@ def main() -> None:
         from .backends.slurm import submit as slurm_submit
 
         slurm_submit.prestart()
+    early = will_run_local(sys.argv)
+    if early:  # the nodes' agents import torch meanwhile
+        from .backends import earlyagent
+
+        earlyagent.prestart(sys.argv)
     try:
         from .cli import main as cli
 
@@ -51,6 +68,8 @@ def main() -> None:
     finally:
         if warm:
             slurm_submit.discard()
+        if early:
+            earlyagent.discard()
         if served:
             from . import warmstart
 

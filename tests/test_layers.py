@@ -43,6 +43,7 @@ LAYERS = {
         L + "nodeside.gputools",
         L + "nodeside.pull",
         L + "nodeside.reach",
+        L + "nodeside.procenv",
         L + "containers.imageref",
         L + "credentials.secretshape",
         L + "options.opthelp",
@@ -60,6 +61,7 @@ LAYERS = {
         L + "cpubind",
         L + "options.sbatchopts",
         L + "nodeside.probe",
+        L + "nodeside.agentgate",
         L + "warmclient",
     ),
     "0c": (
@@ -254,7 +256,11 @@ def private_imports(path: Path) -> list[str]:
 
 # node-side programs that import torch: they run on a node in a process of their own (`python -c` of
 # their text, launchers.nodeside.source); no module of the launcher may import them
-NODE_PROGRAMS = ("launchers.nodeside.probe", "launchers.nodeside.zygote")
+NODE_PROGRAMS = (
+    "launchers.nodeside.probe",
+    "launchers.nodeside.zygote",
+    "launchers.nodeside.agentgate",
+)
 # rank-side modules: they run in a rank's process (the workloads' loop, a user's program through
 # launchers.integrations) and use torch there, imported inside the functions that need it, never at
 # module level (so `import launchers...` and the CLI stay torch-free:

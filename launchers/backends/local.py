@@ -26,20 +26,19 @@ from ..spec import RunSpec
 from ..stops import stop_decision, wait_s
 from ..torchrun import node_environ
 from .base import Backend, Interrupts, Plan, node_commands, node_exit, remove_containers
+from .earlyagent import EarlyAgents
 
 MASTER = "127.0.0.1"
-# a node whose agent is stopped this long while another's runs is lost (as an SSH host silent
+# lost: a node whose agent is stopped this long while another's runs (ssh: sshwatch.LOST_S)
 PAUSED_S = 10.0
-# for launchers.ssh.sshwatch.LOST_S)
 
 
 class Zygotes:
-    """--warm-spares here: a zygote (launchers.nodeside.zygote) per node slot of the pool, the
-    spares' included, started beside the run's first attempt (which starts cold) and ended with the
-    run (its stdin closed: a launcher killed outright ends them too); a slot whose zygote is not
-    ready (or gone) starts cold (launchers.warmfork). Its environment: the first node's, less the
-    run's tag (a sweep of an attempt's processes never takes it) and the secrets (a forked process
-    gets its own environment)."""
+    """--warm-spares here: a zygote (launchers.nodeside.zygote) per node slot of the pool, spares
+    included, started beside the run's first attempt and ended with the run (its stdin closed: a
+    launcher killed outright ends them too); a slot whose zygote is not ready (or gone) starts cold
+    (launchers.warmfork). Its environment: the first node's, less the run's tag (a sweep never
+    takes it) and the secrets (a forked process gets its own environment)."""
 
     def __init__(self) -> None:
         self.procs: dict[int, subprocess.Popen] = {}
@@ -93,6 +92,9 @@ class LocalBackend(Backend):
     zygote_kind = Zygotes  # --warm-spares
     stream = True  # print prefixed rank output while the job runs
 
+    def __init__(self) -> None:
+        self.early = EarlyAgents()  # the agents started at the plan (launchers.backends.earlyagent)
+
     def plan(
         self, spec: RunSpec, run_id: str, attempt: int, slots: list[int] | None = None
     ) -> Plan:
@@ -126,19 +128,26 @@ class LocalBackend(Backend):
         importable, the program found -- the check an SSH host runs (launchers.node.nodecheck); one
         line naming the nodes and python. Then the job's image on this machine's runtime, pulled
         when missing (launchers.containers.imagepull): its digest goes into the plan (the manifest
-        records it)."""
-        spec = plan.spec
-        errors = nodecheck.run_here(
-            spec.python,
-            node_environ(os.environ, plan.nodes[0]),
-            os.getcwd(),
-            spec.program,
-            container.host_check(spec),
-        )
-        if errors:
-            raise LaunchError(f"{nodecheck.where(spec.nodes)}: {'; '.join(errors)}")
-        host = socket.gethostname()
-        plan.image_digests = imagepull.ensure_here(spec, nodecheck.where(spec.nodes, host), host)
+        records it). Each node's agent is at its gate from here on (launchers.backends.earlyagent:
+        its torch import runs meanwhile); a refused launch ends it."""
+        spec, host = plan.spec, socket.gethostname()
+        self.early.open(plan, os.environ)
+        try:
+            errors = nodecheck.run_here(
+                spec.python,
+                node_environ(os.environ, plan.nodes[0]),
+                os.getcwd(),
+                spec.program,
+                container.host_check(spec),
+            )
+            if errors:
+                raise LaunchError(f"{nodecheck.where(spec.nodes)}: {'; '.join(errors)}")
+            plan.image_digests = imagepull.ensure_here(
+                spec, nodecheck.where(spec.nodes, host), host
+            )
+        except BaseException:
+            self.early.close()
+            raise
 
     def start(self, plan: Plan, rd: RunDir) -> int:
         attempt, spec = plan.attempt, plan.spec
@@ -162,15 +171,14 @@ class LocalBackend(Backend):
         here = Presence(rd.path)
         with Interrupts() as intr:
             try:
-                for nc in plan.nodes:
-                    log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
-                    agents.append(procs.start_session(nc.argv, node_environ(os.environ, nc), log))
+                agents += [self._start_node(nc, rd, attempt) for nc in plan.nodes]
                 exited_at: dict[int, float] = {}  # node -> when its agent's exit was first seen
                 tells = [t for t in (extcache.Teller(spec, attempt), plan.teller()) if t]
                 codes, why = self._watch(agents, intr, watch, exited_at, here, tells, paused)
                 if intr.got or why or any(c not in (0, None) for c in codes):
                     codes, swept = stop_the_rest(plan, rd, agents, paused, why, intr)
             finally:
+                self.early.close()
                 if watch:
                     watch.close()
                 if stop is not None:
@@ -199,6 +207,13 @@ class LocalBackend(Backend):
             stopped_by=signal.Signals(intr.signal).name if intr.got else None,
             stopped_at=intr.at,
         )
+
+    def _start_node(self, nc, rd: RunDir, attempt: int) -> subprocess.Popen:
+        """Node nc's agent: from its gate (launchers.backends.earlyagent), else started cold."""
+        log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
+        env = node_environ(os.environ, nc)
+        agent = self.early.take(nc.node_rank, nc.argv, env, log)
+        return agent or procs.start_session(nc.argv, env, log)
 
     @staticmethod
     def _watch(

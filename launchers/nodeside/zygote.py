@@ -12,7 +12,6 @@ it imports torch, so no module of the launcher imports it (tests/test_layers.py)
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import select
@@ -25,6 +24,7 @@ from .. import layout
 from ..errors import LaunchError
 from ..records import fence
 from ..warmfork import FORKED_ENV, accept, fork_session, private_dir
+from . import procenv
 
 PRELOAD = (
     "torch",
@@ -35,7 +35,6 @@ PRELOAD = (
     # what a training program imports at its first optimizer step or save anyway
     "numpy.random",
 )
-ROOM = "LAUNCH_WARM_ROOM"
 FIRST_STEP_WAIT_S = 30.0
 FIRST = (
     FORKED_ENV,
@@ -49,10 +48,12 @@ FIRST = (
 
 
 def main(path: str, slot: str) -> None:
-    if ROOM not in os.environ:  # room in /proc's copy of the environment for a forked process's own
+    if (
+        procenv.ROOM not in os.environ
+    ):  # room in /proc's copy of the environment for a forked process's own
         env = dict(
             os.environ,
-            **{ROOM: "x" * (32768 + sum(len(k) + len(v) + 2 for k, v in os.environ.items()))},
+            **{procenv.ROOM: procenv.padding(os.environ)},
         )
         os.execve(
             sys.executable, [sys.executable, "-m", "launchers.nodeside.zygote", path, slot], env
@@ -220,21 +221,6 @@ def _wait(conn: socket.socket, pid: int) -> int:
         os.close(pidfd)
 
 
-def _rewrite_environ(env: dict[str, str]) -> None:
-    """/proc/<pid>/environ of this process shows env (what a cold start's would): the zygote's own
-    block, which nothing points into any more (os.environ was rebuilt with setenv first),
-    overwritten in place."""
-    with open("/proc/self/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    start, end = int(fields[47]), int(fields[48])  # env_start, env_end (proc(5): fields 50, 51)
-    order = [k for k in FIRST if k in env] + [k for k in env if k not in FIRST]
-    data = b"".join(f"{k}={env[k]}".encode() + b"\0" for k in order)
-    room = end - start
-    if len(data) > room:
-        data = data[: data.rfind(b"\0", 0, room) + 1]
-    ctypes.memmove(start, data.ljust(room, b"\0"), room)
-
-
 def _stdio() -> None:
     """sys.stdin/stdout/stderr on fds 0, 1, 2; -u: unbuffered, as a cold start's."""
     import io
@@ -304,7 +290,7 @@ def _become(req: dict, fds: list[int], base: dict) -> tuple[str, str]:
     env = dict(req["env"], **{FORKED_ENV: req["kind"]})
     os.environ.clear()
     os.environ.update(env)
-    _rewrite_environ(env)
+    procenv.rewrite(env, FIRST)
     os.chdir(req["cwd"])
     os.umask(int(req["umask"]))
     _stdio()

@@ -1,0 +1,155 @@
+"""The local backend's agents, started early (launchers.nodeside.agentgate): `launch local` starts
+each node's agent python as it starts (prestart(), from launchers.entry, before click and the rest
+are imported), in the environment the node will have as far as it is known then; it imports torch
+(about a second) while the launcher parses, plans, checks the nodes' python and writes the run dir,
+instead of after all of that. At the node's start (take) the gate is handed the node's command and
+its agent log and becomes that agent -- or execs the command cold where the command or the
+environment differ in what the interpreter or torch read as they start. The process the launcher
+watches is that one (its pid, its exit status).
+
+Nothing runs before the go: a launch refused after all (a bad flag, the preflight's check, a run
+dir that exists, Ctrl-C) closes the gates, and each ends at once; a launcher killed outright closes
+them too (its end of the pipe). A node whose command is not `python -m torch.distributed.run ...`
+(a container's, --warm-spares'), or a gate that has ended, starts cold as before. Light: entry
+imports it first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import weakref
+from typing import Mapping
+
+MODULE = "launchers.nodeside.agentgate"
+# what it becomes; on its command line too, where the sweeps and `launch cancel` look for an agent
+# (launchers.procs.AGENT)
+AGENT = "torch.distributed.run"
+ROOM = "LAUNCH_WARM_ROOM"  # launchers.nodeside.procenv.ROOM (a node program: not imported here)
+MAX_EARLY = 8  # nodes started early from the flags; more: the rest once planned
+PRESTARTED: list[Gate] = []
+
+
+class Gate:
+    """One node's agent python at its gate: the process, the write end of its pipe."""
+
+    def __init__(self, python: str, env: dict[str, str]) -> None:
+        r, self.w = os.pipe()
+        room = "x" * (32768 + sum(len(k) + len(v) + 2 for k, v in env.items()))
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-m", MODULE, AGENT],
+                env={**env, ROOM: room},
+                stdin=r,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(self.w)
+            raise
+        finally:
+            os.close(r)
+        # a gate dropped without a go (a launch refused in a process that goes on): EOF there
+        self.eof = weakref.finalize(self, os.close, self.w)
+
+    def go(self, argv, env: dict[str, str], log_path: str) -> subprocess.Popen | None:
+        """The node's agent, its output on log_path; None when the gate ended (a cold start)."""
+        if self.proc.poll() is None:
+            line = json.dumps({"argv": list(argv), "env": env, "log": log_path}) + "\n"
+            try:
+                with open(self.w, "wb", closefd=False) as f:
+                    f.write(line.encode())
+                self.eof()
+                return self.proc
+            except OSError:  # EPIPE: it ended meanwhile
+                pass
+        self.close()
+        return None
+
+    def close(self) -> None:
+        """Ended, having started nothing: EOF at its gate (and SIGKILL: it may be in an import)."""
+        self.eof()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def start_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """A node's environment as far as it is known before the plan: the launcher's, less the NCCL_*
+    variables (a node gets only the job's: launchers.torchrun.node_environ), with the two the node
+    command always sets for the interpreter and torch (launchers.torchrun.node_command)."""
+    env = {k: v for k, v in environ.items() if not k.startswith("NCCL_")}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def prestart(argv: list[str]) -> None:
+    """`launch local ...` (argv: the command line, not parsed yet): a gate per node it names
+    (--nodes N, at most MAX_EARLY; 1 without it), in the launcher's python."""
+    if not enabled():
+        return
+    opts = argv[: argv.index("--")] if "--" in argv else argv
+    nodes = "1"
+    for k, a in enumerate(opts):
+        if a == "--nodes" and k + 1 < len(opts):
+            nodes = opts[k + 1]
+        elif a.startswith("--nodes="):
+            nodes = a.split("=", 1)[1]
+    n = int(nodes.split(":")[-1]) if nodes.replace(":", "").isdigit() else 1
+    env = start_env(os.environ)
+    try:
+        for _ in range(min(max(n, 1), MAX_EARLY)):
+            PRESTARTED.append(Gate(sys.executable, env))
+    except OSError:
+        discard()
+
+
+def enabled() -> bool:
+    """LAUNCH_EARLY_AGENTS=0: every agent starts cold, once its node starts."""
+    return os.environ.get("LAUNCH_EARLY_AGENTS") != "0"
+
+
+def discard() -> None:
+    """The gates no launch took (entry: as the launcher ends)."""
+    while PRESTARTED:
+        PRESTARTED.pop().close()
+
+
+def gated(argv) -> bool:
+    return tuple(argv[1:3]) == ("-m", AGENT)
+
+
+class EarlyAgents:
+    """A plan's gates, by node rank."""
+
+    def __init__(self) -> None:
+        self.gates: dict[int, Gate] = {}
+
+    def open(self, plan, environ: Mapping[str, str]) -> None:
+        """A gate for each node of the plan that runs torchrun itself: one started early when there
+        is one, else one started now in the node's own environment (environ: the launcher's)."""
+        from ..torchrun import node_environ
+
+        self.close()
+        try:
+            for nc in plan.nodes:
+                if gated(nc.argv) and enabled():
+                    self.gates[nc.node_rank] = (
+                        PRESTARTED.pop(0)
+                        if PRESTARTED
+                        else Gate(nc.argv[0], node_environ(environ, nc))
+                    )
+        except OSError:  # no gate then: every node starts cold
+            self.close()
+        discard()
+
+    def take(self, node_rank: int, argv, env: dict[str, str], log_path: str):
+        """The node's agent from its gate (argv with env, its output on log_path); None without
+        one."""
+        gate = self.gates.pop(node_rank, None)
+        return gate.go(argv, env, log_path) if gate else None
+
+    def close(self) -> None:
+        while self.gates:
+            self.gates.popitem()[1].close()

@@ -1,0 +1,87 @@
+"""`launch local`'s agents started early (launchers.backends.earlyagent, nodeside.agentgate): the
+agent that runs is the gate's process when the node's command and environment allow it (its
+/proc environment then the node's: the sweeps find it), a cold exec of the node's command where the
+environment differs in what the interpreter or torch read as they start, and a refused launch leaves
+no gate behind."""
+
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+
+from conftest import run_launch
+from launchers.nodeside import agentgate
+
+AGENT_OF = """\
+import json, os, sys
+agent = os.getppid()
+with open(f"/proc/{agent}/stat") as f:  # the rank wrapper's parent: the node's agent
+    agent = int(f.read().rsplit(")", 1)[1].split()[1])
+env = dict(e.split("=", 1) for e in open(f"/proc/{agent}/environ").read().split("\\0") if "=" in e)
+print("AGENT " + json.dumps({
+    "cmdline": open(f"/proc/{agent}/cmdline").read().split("\\0"),
+    "tag": env.get("LAUNCH_RUN_ID"), "node": env.get("NODE_RANK"),
+    "room": "LAUNCH_WARM_ROOM" in env,
+    "mine": os.environ["LAUNCH_RUN_ID"], "omp": os.environ.get("OMP_NUM_THREADS"),
+}))
+"""
+
+
+def agents(run_dir: str) -> list[dict]:
+    out = []
+    for log in sorted(Path(run_dir, "logs").glob("node*/rank*.log")):
+        out += [
+            json.loads(ln[6:]) for ln in log.read_text().splitlines() if ln.startswith("AGENT ")
+        ]
+    return out
+
+
+def test_the_early_agent_becomes_the_node_agent_or_execs_it_cold(workdir):
+    Path("agent_of.py").write_text(AGENT_OF)
+    p = run_launch(
+        "local", "--nodes", "2", "--gpus-per-node", "1", "--run-dir", "runs/w", "--", "agent_of.py"
+    )
+    assert p.returncode == 0, p.stderr
+    seen = agents("runs/w")
+    assert len(seen) == 2
+    for a in seen:  # the gate itself, with the node's environment as /proc shows it
+        assert a["cmdline"][1:4] == ["-m", "launchers.nodeside.agentgate", "torch.distributed.run"]
+        assert a["tag"] == a["mine"] and not a["room"]
+    assert sorted(a["node"] for a in seen) == ["0", "1"]
+    # a variable read as torch starts, set by the job: the node's command, exec'd cold
+    p = run_launch(
+        "local", "--gpus-per-node", "1", "--env", "OMP_NUM_THREADS=2", "--run-dir", "runs/c",
+        "--", "agent_of.py",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (a,) = agents("runs/c")
+    assert a["cmdline"][1:3] == ["-m", "torch.distributed.run"] and a["omp"] == "2"
+    assert a["tag"] == a["mine"]
+
+
+def test_a_refused_launch_leaves_no_early_agent(workdir):
+    mark = uuid.uuid4().hex
+    p = run_launch("local", "--nodes", "3", "--", "missing.py", env={"TEST_EARLY_MARK": mark})
+    assert p.returncode == 2 and "missing.py" in p.stderr
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if f"TEST_EARLY_MARK={mark}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                left.append(pid)
+        except OSError:
+            pass
+    assert left == []
+
+
+def test_what_the_gate_takes_warm():
+    py = sys.executable
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
+    node = {**base, "MASTER_PORT": "29500", "LAUNCH_RUN_ID": "r-1", "NCCL_DEBUG": "INFO"}
+    cmd = [py, "-m", "torch.distributed.run", "--nnodes", "1"]
+    assert agentgate.warm(base, cmd, node)
+    assert not agentgate.warm(base, cmd, {**node, "LD_PRELOAD": "/x.so"})  # read as it starts
+    assert not agentgate.warm(base, cmd, {**node, "OMP_NUM_THREADS": "4"})
+    assert not agentgate.warm({**base, "PYTHONPATH": "/a"}, cmd, node)  # one it lost
+    assert not agentgate.warm(base, ["/other/python", *cmd[1:]], node)
+    assert not agentgate.warm(base, [py, "-m", "other.module"], node)
