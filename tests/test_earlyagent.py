@@ -1,8 +1,8 @@
 """`launch local`'s agents started early (launchers.backends.earlyagent, nodeside.agentgate): the
-agent that runs is the gate's process when the node's command and environment allow it (its
-/proc environment then the node's: the sweeps find it), a cold exec of the node's command where the
-environment differs in what the interpreter or torch read as they start, and a refused launch leaves
-no gate behind."""
+agent that runs is the gate's process (its /proc environment then the node's: the sweeps find it);
+a gate started early that cannot take the node's environment (it differs in what the interpreter or
+torch read as they start) is replaced by one started at the plan; a refused launch leaves no gate
+behind."""
 
 import json
 import os
@@ -49,15 +49,24 @@ def test_the_early_agent_becomes_the_node_agent_or_execs_it_cold(workdir):
         assert a["cmdline"][1:4] == ["-m", "launchers.nodeside.agentgate", "torch.distributed.run"]
         assert a["tag"] == a["mine"] and not a["room"]
     assert sorted(a["node"] for a in seen) == ["0", "1"]
-    # a variable read as torch starts, set by the job: the node's command, exec'd cold
+    # a variable read as torch starts, set by the job: the early gate cannot take it; a gate
+    # started at the plan, in the node's environment, does
     p = run_launch(
         "local", "--gpus-per-node", "1", "--env", "OMP_NUM_THREADS=2", "--run-dir", "runs/c",
         "--", "agent_of.py",
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
     (a,) = agents("runs/c")
-    assert a["cmdline"][1:3] == ["-m", "torch.distributed.run"] and a["omp"] == "2"
+    assert a["cmdline"][2] == "launchers.nodeside.agentgate" and a["omp"] == "2"
     assert a["tag"] == a["mine"]
+    # none at all: the node's command, started cold
+    p = run_launch(
+        "local", "--gpus-per-node", "1", "--run-dir", "runs/n", "--", "agent_of.py",
+        env={"LAUNCH_EARLY_AGENTS": "0"},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (a,) = agents("runs/n")
+    assert a["cmdline"][1:3] == ["-m", "torch.distributed.run"] and a["tag"] == a["mine"]
 
 
 def test_a_refused_launch_leaves_no_early_agent(workdir):

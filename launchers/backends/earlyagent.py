@@ -15,48 +15,87 @@ imports it first."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
+import time
 import weakref
-from typing import Mapping
+
+from ..nodeside.procenv import ROOM, padding, same_start
 
 MODULE = "launchers.nodeside.agentgate"
 # what it becomes; on its command line too, where the sweeps and `launch cancel` look for an agent
 # (launchers.procs.AGENT)
 AGENT = "torch.distributed.run"
-ROOM = "LAUNCH_WARM_ROOM"  # launchers.nodeside.procenv.ROOM (a node program: not imported here)
 MAX_EARLY = 8  # nodes started early from the flags; more: the rest once planned
 PRESTARTED: list[Gate] = []
 
 
+class Spawned:
+    """A process started by os.posix_spawn, with what the local backend uses of subprocess.Popen
+    (pid, returncode, poll, wait, kill): entry starts the gates before anything is imported, and
+    subprocess's imports alone cost ~10 ms there."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: its status is lost (Popen's answer)
+                done, status = self.pid, 0
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                from subprocess import TimeoutExpired
+
+                raise TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, 9)  # SIGKILL (the signal module: ~2 ms more at entry)
+
+
 class Gate:
-    """One node's agent python at its gate: the process, the write end of its pipe."""
+    """One node's agent python at its gate: the process, the write end of its pipe. Its stdout and
+    stderr: /dev/null until the go; its session: its own (as procs.start_session's)."""
 
     def __init__(self, python: str, env: dict[str, str]) -> None:
+        self.python, self.env = python, env
         r, self.w = os.pipe()
-        room = "x" * (32768 + sum(len(k) + len(v) + 2 for k, v in env.items()))
         try:
-            self.proc = subprocess.Popen(
+            pid = os.posix_spawnp(
+                python,
                 [python, "-m", MODULE, AGENT],
-                env={**env, ROOM: room},
-                stdin=r,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
+                {**env, ROOM: padding(env)},
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, r, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, 1, 2),
+                ],
+                setsid=True,
             )
         except BaseException:
             os.close(self.w)
             raise
         finally:
             os.close(r)
+        self.proc = Spawned(pid)
         # a gate dropped without a go (a launch refused in a process that goes on): EOF there
         self.eof = weakref.finalize(self, os.close, self.w)
 
-    def go(self, argv, env: dict[str, str], log_path: str) -> subprocess.Popen | None:
+    def go(self, argv, env: dict[str, str], log_path: str) -> Spawned | None:
         """The node's agent, its output on log_path; None when the gate ended (a cold start)."""
         if self.proc.poll() is None:
+            import json
+
             line = json.dumps({"argv": list(argv), "env": env, "log": log_path}) + "\n"
             try:
                 with open(self.w, "wb", closefd=False) as f:
@@ -76,7 +115,7 @@ class Gate:
         self.proc.wait()
 
 
-def start_env(environ: Mapping[str, str]) -> dict[str, str]:
+def start_env(environ: dict[str, str] | os._Environ) -> dict[str, str]:
     """A node's environment as far as it is known before the plan: the launcher's, less the NCCL_*
     variables (a node gets only the job's: launchers.torchrun.node_environ), with the two the node
     command always sets for the interpreter and torch (launchers.torchrun.node_command)."""
@@ -116,6 +155,12 @@ def discard() -> None:
         PRESTARTED.pop().close()
 
 
+def takes(gate: Gate, python: str, env: dict[str, str] | os._Environ) -> bool:
+    """Whether a gate started early can become a node's agent run by python with env (the gate's own
+    check at its go: launchers.nodeside.agentgate.warm)."""
+    return gate.python == python and same_start(gate.env, env)
+
+
 def gated(argv) -> bool:
     return tuple(argv[1:3]) == ("-m", AGENT)
 
@@ -126,20 +171,23 @@ class EarlyAgents:
     def __init__(self) -> None:
         self.gates: dict[int, Gate] = {}
 
-    def open(self, plan, environ: Mapping[str, str]) -> None:
-        """A gate for each node of the plan that runs torchrun itself: one started early when there
-        is one, else one started now in the node's own environment (environ: the launcher's)."""
+    def open(self, plan, environ: dict[str, str] | os._Environ) -> None:
+        """A gate for each node of the plan that runs torchrun itself: one started early when it can
+        take the node's environment (else those are ended), else one started now in the node's
+        environment (environ: the launcher's, what the nodes' is made from)."""
         from ..torchrun import node_environ
 
         self.close()
         try:
             for nc in plan.nodes:
-                if gated(nc.argv) and enabled():
-                    self.gates[nc.node_rank] = (
-                        PRESTARTED.pop(0)
-                        if PRESTARTED
-                        else Gate(nc.argv[0], node_environ(environ, nc))
-                    )
+                if not gated(nc.argv) or not enabled():
+                    continue
+                env = node_environ(environ, nc)
+                if PRESTARTED and not takes(PRESTARTED[0], nc.argv[0], env):
+                    discard()
+                self.gates[nc.node_rank] = (
+                    PRESTARTED.pop(0) if PRESTARTED else Gate(nc.argv[0], env)
+                )
         except OSError:  # no gate then: every node starts cold
             self.close()
         discard()

@@ -23,9 +23,11 @@ old; a joined text can hold only one, first).
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
-HERE = Path(__file__).resolve().parent
+# os.path, not pathlib: `launch local`'s entry imports this package before its early agents start
+# (launchers.backends.earlyagent), and pathlib's import alone costs ~5 ms there
+HERE = os.path.dirname(os.path.realpath(__file__))
 
 
 def source(*names: str) -> str:
@@ -33,7 +35,8 @@ def source(*names: str) -> str:
     lines left out."""
     parts = []
     for name in names:
-        text = (HERE / f"{name}.py").read_text(encoding="utf-8")
+        with open(os.path.join(HERE, f"{name}.py"), encoding="utf-8") as f:
+            text = f.read()
         parts.append(
             "".join(
                 ln for ln in text.splitlines(keepends=True) if not ln.startswith("from launchers.")

@@ -10,10 +10,10 @@ for the go: one JSON line with the node's command (argv, environment) and its ag
 becomes its stdout and stderr (what it printed meanwhile, normally nothing, goes there first). Then
 it becomes the node's agent:
   - the same python running `-m torch.distributed.run`, the preload done, and an environment that
-    differs from the one it started with only in what is read after the start (LATE: the launcher's
-    own variables, the rendezvous, NCCL's): it runs the module here, as `python -m` would, with the
-    node's environment -- in libc's and in what /proc shows (launchers.nodeside.procenv: the sweeps
-    and `launch cancel` find it by its run's tag);
+    differs from the one it started with only in what is read after the start
+    (procenv.same_start): it runs the module here, as `python -m` would, with the node's environment
+    -- in libc's and in what /proc shows (procenv.rewrite: the sweeps and `launch cancel` find it by
+    its run's tag);
   - anything else: it execs the command itself, a cold start in this process (same pid, session).
 EOF without a go (the launch refused, the launcher gone) ends it at once, having started nothing.
 A node program (it imports torch), so no launcher module imports it.
@@ -36,21 +36,21 @@ PRELOAD = (
     "torch.distributed.elastic.agent.server.local_elastic_agent",
     "torch.distributed.elastic.rendezvous.static_tcp_rendezvous",
 )
-# read after the interpreter and torch started: by torchrun's arguments, the rank wrapper, NCCL
-LATE = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES", "TORCH_EXTENSIONS_DIR")
-LATE_PREFIXES = ("LAUNCH_", "PET_", "NCCL_", "TORCH_NCCL_")
-
-
-def late(name: str) -> bool:
-    return name in LATE or name.startswith(LATE_PREFIXES)
 
 
 def warm(started: dict, argv: list, env: dict) -> bool:
     """Whether this process can become argv with env: the same python and module, and env differs
-    from the environment it started with (started, less ROOM) only in LATE variables."""
-    if argv[:3] != [sys.executable, "-m", MODULE] or procenv.ROOM in env:
+    from the environment it started with only in what is read later (procenv.same_start)."""
+    return argv[:3] == [sys.executable, "-m", MODULE] and procenv.same_start(started, env)
+
+
+def fd_inheritable(fd: int) -> bool:
+    """Whether fd came from the launcher (this process opens its own close-on-exec); a cold agent
+    started by subprocess (close_fds) inherits only 0-2."""
+    try:
+        return os.get_inheritable(fd)
+    except OSError:  # the listing's own, closed already
         return False
-    return all(late(k) for k in started.keys() | env.keys() if started.get(k) != env.get(k))
 
 
 def listen(said: list, go: threading.Event) -> None:
@@ -94,6 +94,9 @@ def redirect(early: int, path: str) -> None:
 def main() -> None:
     if sys.argv[1:] != [MODULE]:
         sys.exit(f"usage: python -m launchers.nodeside.agentgate {MODULE}")
+    for fd in map(int, os.listdir("/proc/self/fd")):  # the launcher's caller's, left open to it
+        if fd > 2 and fd_inheritable(fd):
+            os.close(fd)
     started = {k: v for k, v in os.environ.items() if k != procenv.ROOM}
     early = os.memfd_create("agentgate-early")
     for fd in (1, 2):
