@@ -23,7 +23,11 @@ import json
 import os
 import sys
 import time
-from typing import Any, NamedTuple
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing: ~5 ms of the rank wrapper's start, which imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 from . import layout
 
@@ -42,10 +46,7 @@ def usable_gpus(
 ) -> tuple[int, str]:
     """(how many GPUs this node's ranks can use, why): the GPUs `nvidia-smi -q -x` lists (none when
     the tool is missing, fails or hangs), narrowed by CUDA_VISIBLE_DEVICES when it is set."""
-    # here, not at the top: the rank wrapper imports this module on every rank's start-up path
-    import shutil
-
-    exe = shutil.which("nvidia-smi", path=env.get("PATH"))
+    exe = which("nvidia-smi", env.get("PATH"))
     if not exe:
         return 0, "no nvidia-smi on PATH"
     import subprocess
@@ -73,6 +74,16 @@ def usable_gpus(
     except ValueError as e:
         return 0, f"nvidia-smi: {e}"[:200]
     return visible(env.get("CUDA_VISIBLE_DEVICES"), listed)
+
+
+def which(name: str, path: str | None) -> str | None:
+    """shutil.which's answer for an executable name on PATH (None: os.defpath) -- shutil's import
+    (lzma, bz2: ~5 ms) sits on every node's rank start."""
+    for d in (os.defpath if path is None else path).split(os.pathsep):
+        p = os.path.join(d or os.curdir, name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
 
 
 def visible(cvd: str | None, listed: int) -> tuple[int, str]:
@@ -151,11 +162,13 @@ def early(run_dir: str, env, node: int, attempt: int, ranks: int):
     return t
 
 
-class Verdict(NamedTuple):
-    backend: str | None  # gloo | nccl, None: the job stops
-    line: str  # one line, said by every rank and by `launch status`
-    failed: dict[int, str] = {}  # node -> why it fails (the job stops); never changed in place
-    kind: str | None = None  # "gpus": the failing nodes' own fault (recovery quarantines them)
+class Verdict(namedtuple("Verdict", "backend line failed kind", defaults=({}, None))):
+    """backend: gloo | nccl, None: the job stops; line: one line, said by every rank and by `launch
+    status`; failed: node -> why it fails (the job stops; never changed in place); kind: "gpus", the
+    failing nodes' own fault (recovery quarantines them). (collections', not typing's NamedTuple:
+    the rank wrapper imports this module as it starts.)"""
+
+    __slots__ = ()
 
 
 def _name(rec: dict[str, Any]) -> str:

@@ -34,6 +34,9 @@ from .errors import LaunchError
 from .node import rankcause
 from .node.rankchild import FORWARDED, spawn
 
+# rank 0's wrapper writes the node's part of manifest.json this long into its program's run (or as
+# it ends): reading every package's metadata (~70 ms of CPU) would slow the ranks' start
+MANIFEST_AFTER_S = 10.0
 GRACE_STARTERS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DEFAULT_GRACE_S = 30.0
 
@@ -58,13 +61,29 @@ def stopped(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 :][:1] == b"T"  # the state letter follows "(comm) "
 
 
+class Later:
+    """Work the wrapper does once, `after` seconds into its program's run (signals stay blocked
+    meanwhile: sigtimedwait takes them after), or as it ends (run() again: nothing)."""
+
+    def __init__(self, after: float, work) -> None:
+        self.due, self.work = time.monotonic() + after, work
+
+    def run(self) -> None:
+        work, self.work = self.work, None
+        if work:
+            work()
+
+    def wait_s(self, left: float) -> float:
+        return left if self.work is None else max(0.0, min(left, self.due - time.monotonic()))
+
+
 def supervise(
-    child, grace: float, term_as: int = signal.SIGTERM
+    child, grace: float, term_as: int = signal.SIGTERM, later: Later | None = None
 ) -> tuple[int, float | None, int | None]:
     """Wait for the program, passing each kind of stop signal on once (a SIGTERM as `term_as`);
     (exit code, grace if it was killed, the stop signal it was given before it ended:
     GRACE_STARTERS' first, passed on or broadcast to it -- an end that followed a stop is the
-    stop's, not a failure of the rank's own)."""
+    stop's, not a failure of the rank's own). later: run when it is due, while the program runs."""
     waited = {*FORWARDED, signal.SIGCHLD}
     delivered: set[int] = set()
     deadline = stop = None
@@ -73,7 +92,9 @@ def supervise(
         if (code := child.poll()) is not None:
             return code, None, stop
         left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-        info = signal.sigtimedwait(waited, left)
+        info = signal.sigtimedwait(waited, later.wait_s(left) if later else left)
+        if later and deadline is None and time.monotonic() >= later.due:  # (in a stop: at the end)
+            later.run()
         if info is None:
             if deadline is not None and time.monotonic() >= deadline:
                 return child.kill_wait(), grace, stop
@@ -203,9 +224,9 @@ def auto_backend(env, run_dir: str, node: int, attempt: int, fd: int) -> tuple[s
 
 
 def node_manifest(run_dir: str, attempt: int) -> None:
-    """Global rank 0, once its program runs: the node's part of manifest.json
-    (launchers.records.manifest); a failure is one line on stderr (the agent's log), never the
-    rank's end."""
+    """Global rank 0, MANIFEST_AFTER_S into its program's run (or as it ends): the node's part of
+    manifest.json (launchers.records.manifest); a failure is one line on stderr (the agent's log),
+    never the rank's end."""
     try:
         from .records import manifest
 
@@ -284,13 +305,16 @@ def main(argv: list[str]) -> int:
     oom = rankcause.OomWatch()  # the cgroup's oom_kill counter before the program runs
     child = spawn(argv, fd, workdir)
     os.close(fd)
-    if rank == 0:  # signals stay blocked meanwhile: sigtimedwait takes them after
-        node_manifest(run_dir, attempt)
+    # rank 0: the node's part of manifest.json, once the start-up's CPU is the program's
+    later = Later(MANIFEST_AFTER_S, lambda: node_manifest(run_dir, attempt)) if rank == 0 else None
     code, killed, stop = supervise(
         child,
         float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
         getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM),
+        later,
     )
+    if later:  # a program that ended sooner: now
+        later.run()
     ended = time.time()  # before any import: the records' order is the failures' order
     from .records.rundir import exit_fields
 
@@ -311,11 +335,13 @@ def prepare(env, run_dir: str) -> tuple[dict, object, tuple[str, str] | None]:
     secret does (a str: the record's reason too), a refused CPU set or snapshot (an exception) -- or
     None, (the run's snapshot, its work dir) with --snapshot)."""
     # a secret not given (or ***) is never handed to the program
-    from .credentials.secretenv import unusable
+    from .credentials import NAMES_ENV
 
-    why = unusable(env)
-    if why is not None:
-        return {}, why, None
+    if env.get(NAMES_ENV):  # (secretenv and its patterns imported only for a job with secrets)
+        from .credentials.secretenv import unusable
+
+        if (why := unusable(env)) is not None:
+            return {}, why, None
     try:
         bound, workdir = bind(env), snapshot_dir(env)
         return bound, None, workdir and (workdir, work_dir(run_dir, workdir))

@@ -2,7 +2,7 @@
 agent that runs is the gate's process (its /proc environment then the node's: the sweeps find it);
 a gate started early that cannot take the node's environment (it differs in what the interpreter or
 torch read as they start) is replaced by one started at the plan; a refused launch leaves no gate
-behind."""
+behind. Rank 0's wrapper writes the node's part of the manifest after the start, not during it."""
 
 import json
 import os
@@ -24,6 +24,8 @@ print("AGENT " + json.dumps({
     "tag": env.get("LAUNCH_RUN_ID"), "node": env.get("NODE_RANK"),
     "room": "LAUNCH_WARM_ROOM" in env,
     "mine": os.environ["LAUNCH_RUN_ID"], "omp": os.environ.get("OMP_NUM_THREADS"),
+    "rank": os.environ["RANK"],
+    "node_part": json.load(open(os.environ["LAUNCH_RUN_DIR"] + "/manifest.json")).get("node"),
 }))
 """
 
@@ -49,6 +51,10 @@ def test_the_early_agent_becomes_the_node_agent_or_execs_it_cold(workdir):
         assert a["cmdline"][1:4] == ["-m", "launchers.nodeside.agentgate", "torch.distributed.run"]
         assert a["tag"] == a["mine"] and not a["room"]
     assert sorted(a["node"] for a in seen) == ["0", "1"]
+    # rank 0's wrapper adds the node's part of the manifest later (rankexec.MANIFEST_AFTER_S), not
+    # while the ranks start; or as its program ends
+    assert [a["node_part"] for a in seen if a["rank"] == "0"] == [None]
+    assert json.loads(Path("runs/w/manifest.json").read_text())["node"]["attempt"] == 0
     # a variable read as torch starts, set by the job: the early gate cannot take it; a gate
     # started at the plan, in the node's environment, does
     p = run_launch(

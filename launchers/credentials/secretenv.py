@@ -21,11 +21,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import LaunchError, brief
 from ..options.values import check_env_value
+from . import NAMES_ENV  # the secrets each rank's wrapper checks (their names)
 from .secretshape import REDACTED, arg_secrets, looks_secret, redact_args, redact_text, secret_name
 
 ENV_REF = "env"  # a --secret's reference: the variable of that name where it is used
-# the secrets each rank's wrapper checks before its program starts (their names)
-NAMES_ENV = "LAUNCH_PRIVATE_ENV"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_FILE_MAX = 64 * 1024  # --secret NAME=@FILE: at most this many bytes
 
