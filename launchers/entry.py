@@ -69,7 +69,7 @@ def main() -> None:
         if warm:
             slurm_submit.discard()
         if early:
-            earlyagent.discard()
+            earlyagent.end_all()
         if served:
             from . import warmstart
 

@@ -2,10 +2,12 @@
 each node's agent python as it starts (prestart(), from launchers.entry, before click and the rest
 are imported), in the environment the node will have as far as it is known then; it imports torch
 (about a second) while the launcher parses, plans, checks the nodes' python and writes the run dir,
-instead of after all of that. At the node's start (take) the gate is handed the node's command and
-its agent log and becomes that agent -- or execs the command cold where the command or the
-environment differ in what the interpreter or torch read as they start. The process the launcher
-watches is that one (its pid, its exit status).
+instead of after all of that. At the plan (EarlyAgents.open) a gate that cannot take the node's
+python and environment (they differ in what the interpreter or torch read as they start:
+procenv.same_start) is ended and one started in the node's own instead. At the node's start (take)
+the gate is handed the node's command and its agent log and becomes that agent (a gate whose preload
+failed execs the command: a cold start, in the log). The process the launcher watches is that one
+(its pid, its exit status).
 
 Nothing runs before the go: a launch refused after all (a bad flag, the preflight's check, a run
 dir that exists, Ctrl-C) closes the gates, and each ends at once; a launcher killed outright closes
@@ -27,7 +29,8 @@ MODULE = "launchers.nodeside.agentgate"
 # (launchers.procs.AGENT)
 AGENT = "torch.distributed.run"
 MAX_EARLY = 8  # nodes started early from the flags; more: the rest once planned
-PRESTARTED: list[Gate] = []
+PRESTARTED: list[Gate] = []  # started by entry, not taken by a plan yet
+LIVE: weakref.WeakSet[Gate] = weakref.WeakSet()  # every gate not given its go nor closed
 
 
 class Spawned:
@@ -88,6 +91,7 @@ class Gate:
         finally:
             os.close(r)
         self.proc = Spawned(pid)
+        LIVE.add(self)
         # a gate dropped without a go (a launch refused in a process that goes on): EOF there
         self.eof = weakref.finalize(self, os.close, self.w)
 
@@ -101,6 +105,7 @@ class Gate:
                 with open(self.w, "wb", closefd=False) as f:
                     f.write(line.encode())
                 self.eof()
+                LIVE.discard(self)
                 return self.proc
             except OSError:  # EPIPE: it ended meanwhile
                 pass
@@ -109,6 +114,7 @@ class Gate:
 
     def close(self) -> None:
         """Ended, having started nothing: EOF at its gate (and SIGKILL: it may be in an import)."""
+        LIVE.discard(self)
         self.eof()
         if self.proc.poll() is None:
             self.proc.kill()
@@ -150,9 +156,17 @@ def enabled() -> bool:
 
 
 def discard() -> None:
-    """The gates no launch took (entry: as the launcher ends)."""
+    """The gates started early that no plan took."""
     while PRESTARTED:
         PRESTARTED.pop().close()
+
+
+def end_all() -> None:
+    """Entry, as the launcher ends: every gate that was not given its go (a launch stopped or
+    refused between its plan and its nodes' start: Ctrl-C, a run dir that exists) is ended."""
+    discard()
+    for gate in list(LIVE):
+        gate.close()
 
 
 def takes(gate: Gate, python: str, env: dict[str, str] | os._Environ) -> bool:
