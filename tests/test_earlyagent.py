@@ -65,6 +65,17 @@ def test_the_early_agent_becomes_the_node_agent_or_execs_it_cold(workdir):
     (a,) = agents("runs/c")
     assert a["cmdline"][2] == "launchers.nodeside.agentgate" and a["omp"] == "2"
     assert a["tag"] == a["mine"]
+    # --python as a command on PATH: the gate's python names itself by its path, so it execs the
+    # node's command (found on PATH, as a cold start does)
+    py = os.path.basename(sys.executable)
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"
+    p = run_launch(
+        "local", "--gpus-per-node", "1", "--python", py, "--run-dir", "runs/p", "--", "agent_of.py",
+        env={"PATH": path},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (a,) = agents("runs/p")
+    assert a["cmdline"][:3] == [py, "-m", "torch.distributed.run"] and a["tag"] == a["mine"]
     # none at all: the node's command, started cold
     p = run_launch(
         "local", "--gpus-per-node", "1", "--run-dir", "runs/n", "--", "agent_of.py",

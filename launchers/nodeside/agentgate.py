@@ -110,7 +110,7 @@ def main() -> None:
     argv, env = [str(a) for a in req["argv"]], {str(k): str(v) for k, v in req["env"].items()}
     redirect(early, req["log"])
     if not (ready and warm(started, argv, env) and procenv.fits(env)):
-        os.execve(argv[0], argv, env)
+        os.execvpe(argv[0], argv, env)  # (`--python python3`: found on PATH, as a cold start's)
     os.environ.clear()
     os.environ.update(env)
     procenv.rewrite(env, ("LAUNCH_RUN_ID", "NODE_RANK", "LAUNCH_ATTEMPT", "LAUNCH_RUN_DIR"))
