@@ -2,11 +2,13 @@
 alone. A fan-out process imports neither Fabric nor invoke (nor launchers.spec, nor
 importlib.metadata: launchers.ssh.sshimport) and an ssh config's `Match exec` still runs (invoke
 then, on use), paramiko's version the same; on the SSH test hosts: exit codes, stdout and stderr
-apart (together on a pty), UTF-8 split across reads, a timeout, an unknown host key refused."""
+apart (together on a pty), UTF-8 split across reads, a timeout, an unknown host key refused, and
+the connection's socket prompt (TCP_NODELAY, quick ACKs)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -70,7 +72,13 @@ def host():
 @pytest.mark.ssh
 def test_connection_runs_streams_times_out_and_refuses_unknown_keys(host, tmp_path):
     from launchers.errors import LaunchError
-    from launchers.ssh.sshconn import CommandTimedOut, SSHSettings, connect_all, make_connection
+    from launchers.ssh.sshconn import (
+        CommandTimedOut,
+        PromptSocket,
+        SSHSettings,
+        connect_all,
+        make_connection,
+    )
 
     c = make_connection(host, SSHSettings(ssh_config=str(CFG), known_hosts=str(KH)))
     try:
@@ -91,6 +99,11 @@ def test_connection_runs_streams_times_out_and_refuses_unknown_keys(host, tmp_pa
             c.run("sleep 30", hide=True, timeout=0.5)
         assert time.monotonic() - t0 < 5
         assert c.run("true", hide=True).exited == 0  # the connection still serves
+        # writes sent and reads acknowledged at once (sshd's small packets in a row, no pty, wait
+        # for our ACK: a delayed one cost ~40 ms a round trip)
+        sock = c.transport.sock
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        assert isinstance(sock, PromptSocket)
     finally:
         c.close()
     empty = tmp_path / "known_hosts"
