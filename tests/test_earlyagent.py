@@ -2,15 +2,23 @@
 agent that runs is the gate's process (its /proc environment then the node's: the sweeps find it);
 a gate started early that cannot take the node's environment (it differs in what the interpreter or
 torch read as they start) is replaced by one started at the plan; a refused launch leaves no gate
-behind. Rank 0's wrapper writes the node's part of the manifest after the start, not during it."""
+behind. Rank 0's wrapper writes the node's part of the manifest after the start, not during it. A
+Slurm node's task starts its gate as it starts, and the gate is its agent; a node other than 0 hands
+its gate the go once node 0's store listens (rendezvous.wait_listening)."""
 
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
-from conftest import run_launch
+import pytest
+
+from conftest import ROOT, require_cluster, run_launch
+from launchers.backends.slurm.rendezvous import wait_listening
 from launchers.nodeside import agentgate
 
 AGENT_OF = """\
@@ -111,3 +119,35 @@ def test_what_the_gate_takes_warm():
     assert not agentgate.warm({**base, "PYTHONPATH": "/a"}, cmd, node)  # one it lost
     assert not agentgate.warm(base, ["/other/python", *cmd[1:]], node)
     assert not agentgate.warm(base, [py, "-m", "other.module"], node)
+
+
+@pytest.mark.slurm
+def test_a_slurm_nodes_agent_is_the_gate_its_task_started(workdir):
+    up = subprocess.run([str(ROOT / "slurm" / "dev-cluster.sh"), "status"], capture_output=True)
+    require_cluster("the dev Slurm cluster", up.returncode == 0, "make slurm-up")
+    Path("agent_of.py").write_text(AGENT_OF)
+    p = run_launch(
+        "slurm", "--nodes", "2", "--gpus-per-node", "1", "--time", "5", "--run-dir", "runs/s",
+        "--wait", "--", "agent_of.py",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    seen = agents("runs/s")
+    assert sorted(a["node"] for a in seen) == ["0", "1"]
+    for a in seen:
+        assert a["cmdline"][1:4] == ["-m", "launchers.nodeside.agentgate", "torch.distributed.run"]
+        assert a["tag"] == a["mine"] and not a["room"]
+
+
+def test_a_nodes_go_waits_for_the_masters_store_to_listen():
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    t0 = time.monotonic()
+    wait_listening("127.0.0.1", port, t0 + 10, lambda: False)
+    assert time.monotonic() - t0 < 5  # listening: at once
+    srv.close()
+    t0 = time.monotonic()
+    wait_listening("127.0.0.1", port, t0 + 0.3, lambda: False)
+    assert time.monotonic() - t0 >= 0.3  # nothing listens: until the deadline, then the go
+    t0 = time.monotonic()
+    wait_listening("127.0.0.1", port, t0 + 10, lambda: True)
+    assert time.monotonic() - t0 < 5  # a stop: at once

@@ -1,13 +1,15 @@
-"""The local backend's agents, started early (launchers.nodeside.agentgate): `launch local` starts
-each node's agent python as it starts (prestart(), from launchers.entry, before click and the rest
-are imported), in the environment the node will have as far as it is known then; it imports torch
-(about a second) while the launcher parses, plans, checks the nodes' python and writes the run dir,
-instead of after all of that. At the plan (EarlyAgents.open) a gate that cannot take the node's
-python and environment (they differ in what the interpreter or torch read as they start:
-procenv.same_start) is ended and one started in the node's own instead. At the node's start (take)
-the gate is handed the node's command and its agent log and becomes that agent (a gate whose preload
-failed execs the command: a cold start, in the log). The process the launcher watches is that one
-(its pid, its exit status).
+"""The agents of the local backend and of Slurm's nodes, started early
+(launchers.nodeside.agentgate): `launch local` starts each node's agent python as it starts
+(prestart(), from launchers.entry, before click and the rest are imported), in the environment the
+node will have as far as it is known then; it imports torch (about a second) while the launcher
+parses, plans, checks the nodes' python and writes the run dir, instead of after all of that. At the
+plan (EarlyAgents.open) a gate that cannot take the node's python and environment (they differ in
+what the interpreter or torch read as they start: procenv.same_start) is ended and one started in
+the node's own instead. At the node's start (take) the gate is handed the node's command and its
+agent log and becomes that agent (a gate whose preload failed execs the command: a cold start, in
+the log). The process the launcher watches is that one (its pid, its exit status). A Slurm node's
+task starts its node's gate as it starts (prestart_node) and hands it the agent's command once it
+has met its peers (prestarted).
 
 Nothing runs before the go: a launch refused after all (a bad flag, the preflight's check, a run
 dir that exists, Ctrl-C) closes the gates, and each ends at once; a launcher killed outright closes
@@ -34,27 +36,43 @@ LIVE: weakref.WeakSet[Gate] = weakref.WeakSet()  # every gate not given its go n
 
 
 class Spawned:
-    """A process started by os.posix_spawn, with what the local backend uses of subprocess.Popen
-    (pid, returncode, poll, wait, kill): entry starts the gates before anything is imported, and
-    subprocess's imports alone cost ~10 ms there."""
+    """A process started by os.posix_spawn, with what the backends use of subprocess.Popen (pid,
+    returncode, poll, wait, kill): entry starts the gates before anything is imported, and
+    subprocess's imports alone cost ~10 ms there. Safe across threads as Popen is (a Slurm node task
+    waits for its agent while its watches poll it): one reaper at a time; a poll while another
+    thread waits says "running"."""
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.returncode = pid, None
+        import _thread
+
+        self.pid, self.returncode, self.lock = pid, None, _thread.allocate_lock()
+
+    def _reap(self, flags: int) -> None:
+        try:
+            done, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:  # reaped elsewhere: its status is lost (Popen's answer)
+            done, status = self.pid, 0
+        if done:
+            self.returncode = os.waitstatus_to_exitcode(status)
 
     def poll(self) -> int | None:
-        if self.returncode is None:
+        if self.returncode is None and self.lock.acquire(False):
             try:
-                done, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere: its status is lost (Popen's answer)
-                done, status = self.pid, 0
-            if done:
-                self.returncode = os.waitstatus_to_exitcode(status)
+                if self.returncode is None:
+                    self._reap(os.WNOHANG)
+            finally:
+                self.lock.release()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if timeout is None:
+            with self.lock:
+                if self.returncode is None:
+                    self._reap(0)
+            return self.returncode
+        deadline = time.monotonic() + timeout
         while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 from subprocess import TimeoutExpired
 
                 raise TimeoutExpired(str(self.pid), timeout)
@@ -148,6 +166,28 @@ def prestart(argv: list[str]) -> None:
             PRESTARTED.append(Gate(sys.executable, env))
     except OSError:
         discard()
+
+
+def prestart_node(argv: list[str]) -> None:
+    """A Slurm node's task (`python -m launchers.backends.slurm.task task|run ...`, argv its
+    arguments): one gate, in this python, started before the task imports the rest and meets its
+    peers (~0.1-0.3 s on the way to its agent); prestarted() at its agent's start."""
+    if argv[:1] in (["task"], ["run"]) and enabled():
+        try:
+            PRESTARTED.append(Gate(sys.executable, start_env(os.environ)))
+        except OSError:
+            pass
+
+
+def prestarted(argv, env: dict[str, str]) -> Gate | None:
+    """The gate prestart_node() started, when it can become argv run with env (its go() is the
+    node's agent); else None, the gate ended (a cold start)."""
+    gate = PRESTARTED.pop(0) if PRESTARTED else None
+    discard()
+    if gate is not None and not (gated(argv) and takes(gate, argv[0], env)):
+        gate.close()
+        return None
+    return gate
 
 
 def enabled() -> bool:

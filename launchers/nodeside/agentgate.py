@@ -1,14 +1,15 @@
-"""A local node's torchrun agent, started early (launchers.backends.earlyagent): `python -m
+"""A node's torchrun agent, started early (launchers.backends.earlyagent): `python -m
 launchers.nodeside.agentgate torch.distributed.run` (the module it will run, on its command line:
 the sweeps find an agent there), started by `launch local` as it starts (before it has parsed its
-flags) or once it planned, in the environment the node's agent will have as far as it is known then.
+flags) or once it planned, or by a Slurm node's task as it starts, in the environment the node's
+agent will have as far as it is known then.
 
 It imports what torchrun imports (torch: about a second) while the launcher parses, plans, checks
-the nodes' python, writes the run dir and opens the agent log -- work that kept the agent from
-starting, where now the agent's import takes the time. It waits on its stdin (the launcher's pipe)
-for the go: one JSON line with the node's command (argv, environment) and its agent log, which
-becomes its stdout and stderr (what it printed meanwhile, normally nothing, goes there first). Then
-it becomes the node's agent:
+the nodes' python, writes the run dir and opens the agent log (the Slurm task: imports, meets its
+peers) -- work that kept the agent from starting, where now the agent's import takes the time. It
+waits on its stdin (the launcher's or the task's pipe) for the go: one JSON line with the node's
+command (argv, environment) and its agent log, which becomes its stdout and stderr (what it printed
+meanwhile, normally nothing, goes there first). Then it becomes the node's agent:
   - the same python running `-m torch.distributed.run`, the preload done, and an environment that
     differs from the one it started with only in what is read after the start
     (procenv.same_start): it runs the module here, as `python -m` would, with the node's environment

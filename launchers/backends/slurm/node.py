@@ -43,6 +43,7 @@ from ...nodebackend import early as early_backend
 from ...records.rundir import RunDir, exit_fields
 from ...stops import wait_s
 from ...torchrun import NodeCommand, node_environ
+from .. import earlyagent
 from . import gone
 from .env import NodelistError, SlurmEnv
 from .nodecmd import same_env, slurm_node_command
@@ -50,10 +51,12 @@ from .nodespec import load_node_spec
 from .nodewatch import NodeWatches
 from .rendezvous import (
     BEACON_WAIT_S,
+    LISTEN_WAIT_S,
     Beacon,
     NodeError,
     check_reachable,
     master_address,
+    wait_listening,
     wait_master,
 )
 from .requeue import after_stop
@@ -240,7 +243,20 @@ class NodeRun(NodeWatches):
         if self.ns.dist_backend == "auto" and same_env(self.ns.spec, nc):
             # starts
             early_backend(self.rd.path, env, self.node, self.attempt, self.ns.spec.gpus_per_node)
-        return procs.start_session(nc.argv, env, log, cwd=step_cwd(self.ns.spec))
+        # the gate this task started as it started (launchers.backends.earlyagent), else cold (in
+        # an OCI container, where the agent starts in the launch dir, the gate is ended)
+        cwd, agent = step_cwd(self.ns.spec), None
+        gate = earlyagent.prestarted(nc.argv, env) if cwd is None else earlyagent.discard()
+        if gate is not None:
+            if self.node > 0:  # its torch is imported: it would reach the store before it listens
+                wait_listening(
+                    env["MASTER_ADDR"],
+                    int(env["MASTER_PORT"]),
+                    time.monotonic() + LISTEN_WAIT_S,
+                    self.stopped,
+                )
+            agent = gate.go(nc.argv, env, log)
+        return agent or procs.start_session(nc.argv, env, log, cwd=cwd)
 
     def end_gone(self) -> int:
         """The run dir is gone (noticed by watch_gone, or once the agent ended): one line in this

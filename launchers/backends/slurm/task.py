@@ -13,10 +13,17 @@ or requeued before the move) is the same entry; its `task` verb was given RUN_DI
 accepted too.
 """  # noqa: E501
 
+# ruff: noqa: E402 (the node's early agent starts before the rest is imported)
 from __future__ import annotations
 
 import os
 import sys
+
+from .. import earlyagent
+
+if __name__ == "__main__":  # a node's task: its agent's python starts now (earlyagent)
+    earlyagent.prestart_node(sys.argv[1:])
+
 from typing import Any
 
 from ... import layout, sweep
@@ -199,4 +206,7 @@ def exit_status(code: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(exit_status(main()))
+    try:
+        sys.exit(exit_status(main()))
+    finally:  # a gate no agent's start took (a node that failed before it)
+        earlyagent.end_all()
