@@ -4,7 +4,7 @@ a gate started early that cannot take the node's environment (it differs in what
 torch read as they start) is replaced by one started at the plan; a refused launch leaves no gate
 behind. Rank 0's wrapper writes the node's part of the manifest after the start, not during it. A
 Slurm node's task starts its gate as it starts, and the gate is its agent; a node other than 0 hands
-its gate the go once node 0's store listens (rendezvous.wait_listening)."""
+its gate the go once node 0's store listens (earlyagent.await_master)."""
 
 import json
 import os
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, require_cluster, run_launch
-from launchers.backends.slurm.rendezvous import wait_listening
+from launchers.backends.earlyagent import await_master
 from launchers.nodeside import agentgate
 
 AGENT_OF = """\
@@ -138,16 +138,18 @@ def test_a_slurm_nodes_agent_is_the_gate_its_task_started(workdir):
         assert a["tag"] == a["mine"] and not a["room"]
 
 
-def test_a_nodes_go_waits_for_the_masters_store_to_listen():
+def test_a_nodes_go_waits_for_the_masters_store_to_listen(monkeypatch):
     srv = socket.create_server(("127.0.0.1", 0))
-    port = srv.getsockname()[1]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(srv.getsockname()[1])}
     t0 = time.monotonic()
-    wait_listening("127.0.0.1", port, t0 + 10, lambda: False)
+    await_master(env, lambda: False)
     assert time.monotonic() - t0 < 5  # listening: at once
     srv.close()
+    monkeypatch.setattr("launchers.backends.earlyagent.LISTEN_WAIT_S", 0.3)
     t0 = time.monotonic()
-    wait_listening("127.0.0.1", port, t0 + 0.3, lambda: False)
+    await_master(env, lambda: False)
     assert time.monotonic() - t0 >= 0.3  # nothing listens: until the deadline, then the go
+    monkeypatch.setattr("launchers.backends.earlyagent.LISTEN_WAIT_S", 30)
     t0 = time.monotonic()
-    wait_listening("127.0.0.1", port, t0 + 10, lambda: True)
+    await_master(env, lambda: True)
     assert time.monotonic() - t0 < 5  # a stop: at once

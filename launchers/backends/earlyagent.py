@@ -31,6 +31,9 @@ MODULE = "launchers.nodeside.agentgate"
 # (launchers.procs.AGENT)
 AGENT = "torch.distributed.run"
 MAX_EARLY = 8  # nodes started early from the flags; more: the rest once planned
+# a node's go waits at most this long for node 0's store (a cold agent's torch import, on a slow
+# shared file system, can take that long)
+LISTEN_WAIT_S = 30.0
 PRESTARTED: list[Gate] = []  # started by entry, not taken by a plan yet
 LIVE: weakref.WeakSet[Gate] = weakref.WeakSet()  # every gate not given its go nor closed
 
@@ -190,6 +193,25 @@ def prestarted(argv, env: dict[str, str]) -> Gate | None:
     return gate
 
 
+def await_master(env: dict[str, str], stopped) -> None:
+    """Before the go of a node other than 0: until node 0's agent's store listens
+    (MASTER_ADDR:MASTER_PORT), LISTEN_WAIT_S or stopped(). A gate's torch is imported already, so
+    its agent would reach the store before node 0's agent opened it, and torch's TCPStore client
+    then backs off for ~0.5-0.7 s (measured, torch 2.13). A connection closed unused costs the store
+    nothing. Past the deadline the agent starts anyway (its own timeout and errors, as a cold
+    one's)."""
+    import socket
+
+    addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT", "")
+    deadline = time.monotonic() + LISTEN_WAIT_S
+    while addr and port.isdigit() and time.monotonic() < deadline and not stopped():
+        try:
+            with socket.create_connection((addr, int(port)), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.01)
+
+
 def enabled() -> bool:
     """LAUNCH_EARLY_AGENTS=0: every agent starts cold, once its node starts."""
     return os.environ.get("LAUNCH_EARLY_AGENTS") != "0"
@@ -224,6 +246,7 @@ class EarlyAgents:
 
     def __init__(self) -> None:
         self.gates: dict[int, Gate] = {}
+        self.first: Spawned | None = None  # node 0's agent, once taken
 
     def open(self, plan, environ: dict[str, str] | os._Environ) -> None:
         """A gate for each node of the plan that runs torchrun itself: one started early when it can
@@ -246,11 +269,25 @@ class EarlyAgents:
             self.close()
         discard()
 
-    def take(self, node_rank: int, argv, env: dict[str, str], log_path: str):
+    def take(self, node_rank: int, argv, env: dict[str, str], log_path: str, stopped=None):
         """The node's agent from its gate (argv with env, its output on log_path); None without
-        one."""
+        one. A node other than 0 waits for node 0's store first (await_master; node 0's agent
+        taken first), unless stopped() or node 0's agent ended."""
         gate = self.gates.pop(node_rank, None)
-        return gate.go(argv, env, log_path) if gate else None
+        if gate is None:
+            return None
+        if node_rank > 0:
+            first = self.first
+            await_master(
+                env,
+                lambda: (
+                    bool(stopped and stopped()) or (first is not None and first.poll() is not None)
+                ),
+            )
+        agent = gate.go(argv, env, log_path)
+        if node_rank == 0:
+            self.first = agent
+        return agent
 
     def close(self) -> None:
         while self.gates:

@@ -171,7 +171,7 @@ class LocalBackend(Backend):
         here = Presence(rd.path)
         with Interrupts() as intr:
             try:
-                agents += [self._start_node(nc, rd, attempt) for nc in plan.nodes]
+                agents += [self._start_node(nc, rd, attempt, intr) for nc in plan.nodes]
                 exited_at: dict[int, float] = {}  # node -> when its agent's exit was first seen
                 tells = [t for t in (extcache.Teller(spec, attempt), plan.teller()) if t]
                 codes, why = self._watch(agents, intr, watch, exited_at, here, tells, paused)
@@ -208,11 +208,11 @@ class LocalBackend(Backend):
             stopped_at=intr.at,
         )
 
-    def _start_node(self, nc, rd: RunDir, attempt: int) -> subprocess.Popen:
+    def _start_node(self, nc, rd: RunDir, attempt: int, intr) -> subprocess.Popen:
         """Node nc's agent: from its gate (launchers.backends.earlyagent), else started cold."""
         log = rd.start_agent_log(nc.node_rank, attempt, nc.shell())
         env = node_environ(os.environ, nc)
-        agent = self.early.take(nc.node_rank, nc.argv, env, log)
+        agent = self.early.take(nc.node_rank, nc.argv, env, log, lambda: intr.got)
         return agent or procs.start_session(nc.argv, env, log)
 
     @staticmethod

@@ -51,12 +51,10 @@ from .nodespec import load_node_spec
 from .nodewatch import NodeWatches
 from .rendezvous import (
     BEACON_WAIT_S,
-    LISTEN_WAIT_S,
     Beacon,
     NodeError,
     check_reachable,
     master_address,
-    wait_listening,
     wait_master,
 )
 from .requeue import after_stop
@@ -249,12 +247,7 @@ class NodeRun(NodeWatches):
         gate = earlyagent.prestarted(nc.argv, env) if cwd is None else earlyagent.discard()
         if gate is not None:
             if self.node > 0:  # its torch is imported: it would reach the store before it listens
-                wait_listening(
-                    env["MASTER_ADDR"],
-                    int(env["MASTER_PORT"]),
-                    time.monotonic() + LISTEN_WAIT_S,
-                    self.stopped,
-                )
+                earlyagent.await_master(env, self.stopped)
             agent = gate.go(nc.argv, env, log)
         return agent or procs.start_session(nc.argv, env, log, cwd=cwd)
 

@@ -14,8 +14,6 @@ from ... import layout
 
 MASTER_WAIT_S = 120.0  # other nodes wait this long for node 0 to publish the master address
 BEACON_WAIT_S = 60.0  # ... and this long for node 0's beacon to answer
-LISTEN_WAIT_S = 30.0  # an early agent's go waits at most this long for node 0's store (a cold
-# agent's torch import, on a slow shared file system, can take that long)
 
 
 class NodeError(Exception):
@@ -90,21 +88,6 @@ def check_reachable(addr: str, port: int, deadline: float, stopped) -> None:
     raise NodeError(
         f"master {addr} (beacon port {port}) is not reachable from {socket.gethostname()}: {last}"
     )
-
-
-def wait_listening(addr: str, port: int, deadline: float, stopped) -> None:
-    """Until something listens on addr:port (node 0's agent's store), the deadline or a stop. An
-    agent whose torch was imported early (launchers.backends.earlyagent) would reach the store
-    before node 0's agent opened it, and torch's TCPStore client then backs off for up to ~0.7 s
-    (measured, torch 2.13): each node's go waits for the store instead. A connection closed unused
-    costs the store nothing. Past the deadline the agent starts anyway (its own timeout and
-    errors, as a cold one's)."""
-    while time.monotonic() < deadline and not stopped():
-        try:
-            with socket.create_connection((addr, port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.01)
 
 
 def wait_master(path: str, stopped) -> dict[str, Any]:
