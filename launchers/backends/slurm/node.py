@@ -248,6 +248,9 @@ class NodeRun(NodeWatches):
         if gate is not None:
             if self.node > 0:  # its torch is imported: it would reach the store before it listens
                 earlyagent.await_master(env, self.stopped)
+            if self.stops:  # while it waited: no agent (slurmstepd's signal would never reach it)
+                gate.close()
+                raise NodeError(f"stopped by {self.stops[0]} before starting")
             agent = gate.go(nc.argv, env, log)
         return agent or procs.start_session(nc.argv, env, log, cwd=cwd)
 
