@@ -16,8 +16,6 @@ within the allowed CPUs (a Slurm step's or a container's set is smaller than the
 from __future__ import annotations
 
 import os
-import re
-from collections import namedtuple
 
 from .errors import LaunchError, brief
 
@@ -29,12 +27,23 @@ MEMPOLICY = (
 )
 
 
-# a namedtuple: rankexec imports this module
-class Topology(namedtuple("Topology", "numa cores allowed")):
-    """numa: ((NUMA node id, its CPUs), ...) by id; cores: the CPUs (hardware threads) of each
-    physical core; allowed: frozenset of the CPUs this process may use."""
+class Topology(tuple):
+    """(numa, cores, allowed) -- numa: ((NUMA node id, its CPUs), ...) by id; cores: the CPUs
+    (hardware threads) of each physical core; allowed: frozenset of the CPUs this process may use.
+    A plain tuple, not a namedtuple, and no re on the rank wrapper's path: rankexec imports this
+    module, and collections and re would add ~5 ms to every rank's start."""
 
     __slots__ = ()
+
+    def __new__(cls, numa, cores, allowed) -> Topology:
+        return tuple.__new__(cls, (numa, cores, allowed))
+
+    numa = property(lambda self: self[0])
+    cores = property(lambda self: self[1])
+    allowed = property(lambda self: self[2])
+
+    def __getnewargs__(self) -> tuple:  # copy and pickle call __new__ with these
+        return tuple(self)
 
     def usable_nodes(self) -> list[tuple[int, list[tuple[int, ...]]]]:
         """(node id, its cores restricted to the allowed CPUs) for every NUMA node with an allowed
@@ -54,11 +63,17 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
     for part in text.strip().split(","):
         if not part:
             continue
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
-        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+        first, dash, last = part.strip().partition("-")
+        last = last if dash else first
+        if not (_number(first) and _number(last)) or int(last) < int(first):
             raise LaunchError(f"CPU list {brief(text)} is malformed; expected e.g. 0-3,8,10-11")
-        out.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+        out.update(range(int(first), int(last) + 1))
     return tuple(sorted(out))
+
+
+def _number(text: str) -> bool:
+    """ASCII digits only (str.isdigit also takes other scripts' digits and superscripts)."""
+    return text.isascii() and text.isdigit()
 
 
 def format_cpulist(cpus) -> str:
@@ -83,7 +98,7 @@ def read_topology(root: str = "/sys/devices/system") -> Topology:
     numa = []
     nodes_dir = os.path.join(root, "node")
     names = os.listdir(nodes_dir) if os.path.isdir(nodes_dir) else []
-    for nid in sorted(int(n[4:]) for n in names if re.fullmatch(r"node\d+", n)):
+    for nid in sorted(int(n[4:]) for n in names if n.startswith("node") and _number(n[4:])):
         cpus = parse_cpulist(_read(os.path.join(nodes_dir, f"node{nid}", "cpulist")))
         if cpus:
             numa.append((nid, cpus))
@@ -134,7 +149,7 @@ def synthetic(desc: str, allowed=None) -> Topology:
 
 
 TOPO_NAMES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")  # the header's names after the matrix
-_DEVICE = re.compile(r"(GPU|NIC)\d+|mlx\d_\d+")  # a matrix column (older drivers: mlx5_0)
+DEVICE = r"(GPU|NIC)\d+|mlx\d_\d+"  # a matrix column (older drivers: mlx5_0)
 
 
 def parse_topo(text: str) -> dict:
@@ -145,6 +160,8 @@ def parse_topo(text: str) -> dict:
     tab-separated layout and a paste whose tabs became spaces (every cell is one word once the
     header's two- and three-word names are joined); ANSI underlining is dropped. ValueError: not
     this tool's output."""
+    import re
+
     # some drivers underline the header, even into a pipe
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -155,7 +172,7 @@ def parse_topo(text: str) -> dict:
     for name in TOPO_NAMES:
         header = header.replace(name, name.replace(" ", "\0"))
     words = header.split()
-    cols = [w for w in words if _DEVICE.fullmatch(w)]
+    cols = [w for w in words if re.fullmatch(DEVICE, w)]
     extra = [w.replace("\0", " ") for w in words[len(cols) :]]
     rows, affinity = {}, {}
     for ln in lines[head + 1 :]:

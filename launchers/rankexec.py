@@ -24,8 +24,8 @@ the job set one (--stop-signal SIGINT: Python programs get KeyboardInterrupt).
 
 from __future__ import annotations
 
+import _signal
 import os
-import signal
 import sys
 import time
 
@@ -37,7 +37,7 @@ from .node.rankchild import FORWARDED, spawn
 # rank 0's wrapper writes the node's part of manifest.json this long into its program's run (or as
 # it ends): reading every package's metadata (~70 ms of CPU) would slow the ranks' start
 MANIFEST_AFTER_S = 10.0
-GRACE_STARTERS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+GRACE_STARTERS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT)
 DEFAULT_GRACE_S = 30.0
 
 
@@ -49,6 +49,14 @@ def broadcast(sender: int) -> bool:
             return f.read().strip() == b"slurmstepd"
     except OSError:
         return False
+
+
+def signame(sig: int) -> str:
+    """SIGTERM for 15: signal's enums only once they are needed (importing them costs ~5 ms, on
+    every rank's start when done first)."""
+    import signal
+
+    return signal.Signals(sig).name
 
 
 def stopped(pid: int) -> bool:
@@ -78,13 +86,13 @@ class Later:
 
 
 def supervise(
-    child, grace: float, term_as: int = signal.SIGTERM, later: Later | None = None
+    child, grace: float, term_as: int = _signal.SIGTERM, later: Later | None = None
 ) -> tuple[int, float | None, int | None]:
     """Wait for the program, passing each kind of stop signal on once (a SIGTERM as `term_as`);
     (exit code, grace if it was killed, the stop signal it was given before it ended:
     GRACE_STARTERS' first, passed on or broadcast to it -- an end that followed a stop is the
     stop's, not a failure of the rank's own). later: run when it is due, while the program runs."""
-    waited = {*FORWARDED, signal.SIGCHLD}
+    waited = {*FORWARDED, _signal.SIGCHLD}
     delivered: set[int] = set()
     deadline = stop = None
     pid = child.pid
@@ -92,7 +100,7 @@ def supervise(
         if (code := child.poll()) is not None:
             return code, None, stop
         left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-        info = signal.sigtimedwait(waited, later.wait_s(left) if later else left)
+        info = _signal.sigtimedwait(waited, later.wait_s(left) if later else left)
         if later and deadline is None and time.monotonic() >= later.due:  # (in a stop: at the end)
             later.run()
         if info is None:
@@ -100,7 +108,7 @@ def supervise(
                 return child.kill_wait(), grace, stop
             continue
         sig = info.si_signo
-        if sig == signal.SIGCHLD or sig in delivered:
+        if sig == _signal.SIGCHLD or sig in delivered:
             continue
         if sig in GRACE_STARTERS and stop is None:
             # it ended before the stop reached it: its own end
@@ -111,10 +119,10 @@ def supervise(
         delivered.update(GRACE_STARTERS if sig in GRACE_STARTERS else (sig,))
         try:
             if not broadcast(info.si_pid):
-                os.kill(pid, term_as if sig == signal.SIGTERM else sig)
+                os.kill(pid, term_as if sig == _signal.SIGTERM else sig)
             # a stopped program (SIGSTOP: a hang) cannot act on
             if sig in GRACE_STARTERS and stopped(pid):
-                os.kill(pid, signal.SIGCONT)  # its stop: continued, as scancel does
+                os.kill(pid, _signal.SIGCONT)  # its stop: continued, as scancel does
         except ProcessLookupError:
             pass
         if sig in GRACE_STARTERS and deadline is None:
@@ -186,11 +194,11 @@ def auto_backend(env, run_dir: str, node: int, attempt: int, fd: int) -> tuple[s
     a job that stops starts nothing and waits for the stop."""
     from . import nodebackend
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, set(GRACE_STARTERS))
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, set(GRACE_STARTERS))
     stop: list[int] = []
 
     def wait(seconds: float) -> bool:
-        info = signal.sigtimedwait(GRACE_STARTERS, seconds)
+        info = _signal.sigtimedwait(GRACE_STARTERS, seconds)
         if info is not None:
             stop.append(info.si_signo)
         return info is not None
@@ -219,7 +227,7 @@ def auto_backend(env, run_dir: str, node: int, attempt: int, fd: int) -> tuple[s
         )
         wait(nodebackend.WAIT_S)
     if stop:
-        return "not started: " + v.line, {"stopped_by": signal.Signals(stop[0]).name}
+        return "not started: " + v.line, {"stopped_by": signame(stop[0])}
     return v.line, {"reason": v.line}
 
 
@@ -236,7 +244,7 @@ def node_manifest(run_dir: str, attempt: int) -> None:
 
 
 def record(run_dir: str, rec: dict) -> None:
-    # only now: nothing but os/signal/sys/time before the program
+    # only now: nothing but os/_signal/sys/time before the program
     from .records.rundir import RunDir
 
     try:
@@ -251,7 +259,7 @@ def record(run_dir: str, rec: dict) -> None:
 def ended_as(run_dir: str, attempt: int, rank: int, code: int) -> dict:
     """{"ended_as": "hung"} for a program that a hang's stop SIGKILLed first
     (launchers.hang.watch.end_hung: its rank is named in hang/attempt<A>/stop.json), else {}."""
-    if code != -signal.SIGKILL:
+    if code != -_signal.SIGKILL:
         return {}
     stop = layout.read_json(layout.path(run_dir, "hang_stop", attempt=attempt)) or {}
     hung = stop.get("hung_ranks")
@@ -301,7 +309,7 @@ def main(argv: list[str]) -> int:
             fd, run_dir, dict(base, cpu_bind=env.get("LAUNCH_CPU_BIND"), **extra), refused
         )
     # taken with sigtimedwait below
-    signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, {*FORWARDED, _signal.SIGCHLD})
     oom = rankcause.OomWatch()  # the cgroup's oom_kill counter before the program runs
     child = spawn(argv, fd, workdir)
     os.close(fd)
@@ -310,7 +318,7 @@ def main(argv: list[str]) -> int:
     code, killed, stop = supervise(
         child,
         float(env.get("LAUNCH_STOP_GRACE") or DEFAULT_GRACE_S),
-        getattr(signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", signal.SIGTERM),
+        getattr(_signal, env.get("LAUNCH_STOP_SIGNAL") or "SIGTERM", _signal.SIGTERM),
         later,
     )
     if later:  # a program that ended sooner: now
@@ -322,7 +330,7 @@ def main(argv: list[str]) -> int:
     if child.warm:  # forked from the node's zygote (--warm-spares)
         rec["warm"] = True
     if stop is not None:  # ended on a stop (launchers.diagnosis.firstfail: never a first failure)
-        rec["stopped_by"] = signal.Signals(stop).name
+        rec["stopped_by"] = signame(stop)
     # why
     rec.update({"killed_after_grace": killed} if killed else rankcause.cause(code, log, start, oom))
     rec.update(ended_as(run_dir, attempt, rank, code))
@@ -366,9 +374,9 @@ def die_as(code: int) -> int:
     """The program's exit code back; a signal's death (code < 0) died again the same way, so that
     torchrun reports the signal."""
     if code < 0:
-        if -code not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(-code, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if -code not in (_signal.SIGKILL, _signal.SIGSTOP):
+            _signal.signal(-code, _signal.SIG_DFL)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
         os.kill(os.getpid(), -code)
     return code
 

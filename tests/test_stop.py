@@ -466,3 +466,44 @@ def test_the_host_agent_says_when_its_agent_ended_before_it_stops_the_ranks_left
     # the program's 1 s cleanup after it
     assert seen + 0.9 < rec["time"] < session_end, (seen, rec, p.stdout)
     assert procs.tagged_pids(run_id) == []
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("setpriv", [True, False], ids=["setpriv", "ctypes"])
+def test_a_rank_program_dies_with_its_sigkilled_wrapper(tmp_path, setpriv):
+    """launchers.node.rankchild.cold: the program (in its own process group, out of reach of a kill
+    of the wrapper's group) is set to die with its wrapper (PR_SET_PDEATHSIG): through util-linux's
+    setpriv where it is there (Debian: always), else ctypes."""
+    assert not setpriv or any(os.path.exists(p) for p in ("/usr/bin/setpriv", "/bin/setpriv"))
+    wrapper = (
+        "import os, sys, time\n"
+        "from launchers.node import rankchild\n"
+        "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n"
+        "prog = ['-c', 'import time; print(\"up\", flush=True); time.sleep(60)']\n"
+        "print(rankchild.cold(prog, fd), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    log = tmp_path / "rank.log"
+    p = subprocess.Popen(
+        [sys.executable, "-c", wrapper, str(log)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    pid = int(p.stdout.readline())
+    deadline = time.monotonic() + 30
+    while "up" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline and p.poll() is None, "the program did not start"
+        time.sleep(0.02)
+    with open(f"/proc/{pid}/cmdline", "rb") as f:  # the program itself: python -u -c ...
+        assert f.read().split(b"\0")[:2] == [sys.executable.encode(), b"-u"]
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 10
+    while alive(pid):
+        assert time.monotonic() < deadline, "the program outlived its SIGKILLed wrapper"
+        time.sleep(0.02)

@@ -1,32 +1,48 @@
 """How the rank wrapper (launchers.rankexec) starts its program: forked from the node's zygote when
 the job keeps one there (--warm-spares: launchers.warmfork's Warm; torch already imported), else a
 cold fork + exec of `python -u` (Cold) -- in its own process group, stdout/stderr on the rank's log,
-stdin from /dev/null, dying with the wrapper (PR_SET_PDEATHSIG). Stdlib only (os/signal/sys): it
-sits on every rank's start-up path."""
+stdin from /dev/null, dying with the wrapper (PR_SET_PDEATHSIG). Stdlib only, and only what Python
+itself loads at start-up (os, sys, _signal: signal's enums cost ~5 ms): it sits on every rank's
+start-up path."""
 
 from __future__ import annotations
 
+import _signal
 import os
-import signal
 import sys
 
 FORWARDED = (
-    signal.SIGTERM,
-    signal.SIGINT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-    signal.SIGHUP,
-    signal.SIGQUIT,
+    _signal.SIGTERM,
+    _signal.SIGINT,
+    _signal.SIGUSR1,
+    _signal.SIGUSR2,
+    _signal.SIGHUP,
+    _signal.SIGQUIT,
 )
+# util-linux's setpriv sets PR_SET_PDEATHSIG and execs the program (kept across exec): ~1 ms, where
+# importing ctypes in the child costs ~10 ms of every rank's start; ctypes where it is missing
+SETPRIV = ("/usr/bin/setpriv", "/bin/setpriv")
 
 
 def _die_with_parent() -> None:
-    import ctypes  # in the forked child only
+    import ctypes  # in the forked child only, when no setpriv is there
 
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, _signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def _exec(argv: list[str]) -> None:
+    """exec `python -u <argv>`, set to die with this process's parent (the wrapper)."""
+    program = [sys.executable, "-u", *argv]
+    for setpriv in SETPRIV:
+        try:
+            os.execv(setpriv, [setpriv, "--pdeathsig", "KILL", "--", *program])
+        except OSError:
+            continue
+    _die_with_parent()
+    os.execv(sys.executable, program)
 
 
 class Cold:
@@ -42,7 +58,7 @@ class Cold:
         return os.waitstatus_to_exitcode(status) if done else None
 
     def kill_wait(self) -> int:
-        os.kill(self.pid, signal.SIGKILL)
+        os.kill(self.pid, _signal.SIGKILL)
         return os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
 
 
@@ -66,27 +82,26 @@ def cold(argv: list[str], fd: int, workdir: tuple[str, str] | None = None) -> in
     """fork + exec of `python -u <argv>` with stdout/stderr on fd, stdin from /dev/null, dying with
     this wrapper; workdir: (the run's snapshot, first on its PYTHONPATH; its cwd, the run's work/).
     Plain fork/exec rather than subprocess: the wrapper sits on every rank's start-up path, and this
-    keeps its imports to os/signal/sys/time (json only once the program has ended)."""
+    keeps its imports to os/_signal/sys/time (json only once the program has ended)."""
     pid = os.fork()
     if pid:
         return pid
     try:  # the child: nothing here may return into the wrapper's code
-        _die_with_parent()
         os.setpgid(0, 0)  # its own group: the agent's killpg of the wrapper's group skips it
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         for s in FORWARDED:  # exec resets caught signals to their defaults; be explicit anyway
-            signal.signal(s, signal.SIG_DFL)
+            _signal.signal(s, _signal.SIG_DFL)
         if workdir:  # --snapshot: the program's tree as frozen at submit, seen from work/
             os.chdir(workdir[1])
             os.environ["PYTHONPATH"] = os.pathsep.join(
                 filter(None, (workdir[0], os.environ.get("PYTHONPATH")))
             )
             os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")  # no __pycache__ into the store
-        os.execv(sys.executable, [sys.executable, "-u", *argv])
+        _exec(argv)
     except BaseException as e:  # noqa: BLE001
         os.write(2, f"launch rankexec: cannot start {sys.executable}: {e}\n".encode())
     os._exit(127)
