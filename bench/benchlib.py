@@ -63,12 +63,8 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def trimmed_mean(xs: list[float], cut: float = 0.1) -> float:
-    """Mean without the lowest and highest `cut` fraction (at least one each side from 5 values
-    on)."""
-    k = max(1 if len(xs) >= 5 else 0, int(len(xs) * cut))
-    ys = sorted(xs)[k : len(xs) - k] if k else sorted(xs)
-    return statistics.fmean(ys)
+def mean(xs: list[float]) -> float:
+    return statistics.fmean(xs)
 
 
 def ms_since(t0: float) -> float:
