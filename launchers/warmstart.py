@@ -90,6 +90,9 @@ def serve(path: str) -> None:
         return
     for name in PRELOAD:
         importlib.import_module(name)
+    from .frozen import snaptree
+
+    snaptree.prime()
     import gc
 
     # what is imported now is never collected: no collection in a worker touches (copies) its pages

@@ -129,6 +129,14 @@ def _matchers(
     return one([p for p in ps if "/" not in p]), one([p for p in ps if "/" in p])
 
 
+def prime() -> None:
+    """Compile the built-in patterns' expressions now (the warm launcher, once: each launch it forks
+    inherits them instead of compiling them again, ~0.6 ms)."""
+    for patterns in (ALWAYS_IGNORED, SECRETS):
+        for is_dir in (True, False):
+            _matchers(tuple(patterns), is_dir)
+
+
 def walk_files(
     root: str, patterns: list[str], skip: tuple[str, ...] = (), left: list | None = None
 ) -> list[str]:
