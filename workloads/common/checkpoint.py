@@ -204,13 +204,15 @@ class Checkpointer:
         self.finalize()
         t0 = time.perf_counter()
         if self._async_group is None:
-            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+            from torch.distributed.checkpoint.staging import StagingOptions
+
+            from .ckptwrite import deferred_stager
 
             self._async_group = dist.new_group(backend="gloo")
             # Kept across saves: it caches its CPU copies by source storage, so later saves copy
             # into the same (already faulted-in) buffers. Safe because finalize() above waited for
             # the previous write, the only reader of those buffers.
-            self._stager = DefaultStager(
+            self._stager = deferred_stager(
                 StagingOptions(
                     use_pinned_memory=torch.cuda.is_available(),
                     use_shared_memory=False,
@@ -221,13 +223,16 @@ class Checkpointer:
             self._install_staging_hooks(states)
         name, path, state = self._prepare(step, states, progress)
         writer, planner = self._writer_planner(path)
-        resp = dcp.async_save(
-            state,
-            storage_writer=writer,
-            planner=planner,
-            process_group=self._async_group,
-            async_stager=self._stager,
-        )
+        try:
+            resp = dcp.async_save(
+                state,
+                storage_writer=writer,
+                planner=planner,
+                process_group=self._async_group,
+                async_stager=self._stager,
+            )
+        finally:  # the copy starts as this call returns (ckptwrite.deferred_stager)
+            self._stager.go()
         self._staging, upload = resp.staging_completion, resp.upload_completion
         pointed = threading.Event()
         if self.env.rank == 0:
