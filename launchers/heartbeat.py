@@ -26,6 +26,7 @@ from . import ckptptr, layout
 from .records import fence
 
 RECORD_BYTES = 192  # the record is padded to this size and rewritten in place (one pwrite)
+PAD = " " * (RECORD_BYTES - 1) + "\n"
 # getpid is a system call (glibc caches it no more): once, and again in a forked child
 _pid = os.getpid()
 
@@ -50,22 +51,26 @@ class Reporter:
         self.step_time: float | None = None
         # this process's first beat (launchers.resilience.timeline: first step)
         self.first: float | None = None
+        # the record's unchanging start, and its end as of the last change (total, first, pid)
+        self.head = f'{{"rank": {rank}, "attempt": {attempt}, "step": '
+        self.tail: str | None = None
+        self.tail_pid = _pid
         self.fence = (
             fence.Watch(run_dir, attempt, f"the heartbeat of rank {rank}") if run_dir else None
         )
 
     def beat(self, step: int | None, now: float, total: int | None = None) -> None:
-        if total is not None:
-            self.total = int(total)
+        if total is not None and total != self.total:
+            self.total, self.tail = int(total), None
         if step is None:
             step = 0 if self.step is None else self.step + 1
-        if self.step is not None and step != self.step and self.last_step_at is not None:
-            dt = (now - self.last_step_at) / max(1, step - self.step)
-            self.step_time = dt if self.step_time is None else 0.8 * self.step_time + 0.2 * dt
         if step != self.step:
+            if self.step is not None and self.last_step_at is not None:
+                dt = (now - self.last_step_at) / max(1, step - self.step)
+                self.step_time = dt if self.step_time is None else 0.8 * self.step_time + 0.2 * dt
             self.step, self.last_step_at = step, now
         if self.first is None:
-            self.first = now
+            self.first, self.tail = now, None
         self.write(now)  # every step: the last one before a hang must be on record
 
     def write(self, now: float) -> None:
@@ -76,14 +81,16 @@ class Reporter:
             path = layout.path(self.run_dir, "progress", rank=self.rank)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        # what changes at most once in a while, formatted then (a beat in a training loop is ~10 us
+        # of Python besides its pwrite: each f-string field counts)
+        if self.tail is None or self.tail_pid != _pid:
+            total = "null" if self.total is None else self.total
+            first = "null" if self.first is None else f"{self.first:.3f}"
+            self.tail = f', "total": {total}, "pid": {_pid}, "first": {first}}}'
+            self.tail_pid = _pid
         st = "null" if self.step_time is None else f"{self.step_time:.6f}"
-        rec = (
-            f'{{"rank": {self.rank}, "attempt": {self.attempt}, "step": {self.step}, "time": '
-            f'{now:.3f}, "step_time": {st}, "total": '
-            f'{"null" if self.total is None else self.total}, "pid": {_pid}, "first": '
-            f"{'null' if self.first is None else f'{self.first:.3f}'}}}"
-        )
-        os.pwrite(self.fd, rec.ljust(RECORD_BYTES - 1).encode() + b"\n", 0)
+        rec = f'{self.head}{self.step}, "time": {now:.3f}, "step_time": {st}{self.tail}'
+        os.pwrite(self.fd, (rec + PAD[min(len(rec), RECORD_BYTES - 1) :]).encode(), 0)
 
     def close(self) -> None:
         if self.fd is not None:
