@@ -21,6 +21,7 @@ from launchers import procs
 from launchers.backends.ssh import agent_ended
 from launchers.diagnosis import firstfail
 from launchers.hang.sample import rank_programs
+from launchers.node import rankchild
 from launchers.nodeagent import AGENT_ENDED, HEARTBEAT
 from launchers.ssh.sshwatch import Prefixed
 
@@ -476,15 +477,21 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("setpriv", [True, False], ids=["setpriv", "ctypes"])
+@pytest.mark.parametrize("setpriv", ["setpriv", "none", "old"])
 def test_a_rank_program_dies_with_its_sigkilled_wrapper(tmp_path, setpriv):
     """launchers.node.rankchild.cold: the program (in its own process group, out of reach of a kill
     of the wrapper's group) is set to die with its wrapper (PR_SET_PDEATHSIG): through util-linux's
-    setpriv where it is there (Debian: always), else ctypes."""
-    assert not setpriv or any(os.path.exists(p) for p in ("/usr/bin/setpriv", "/bin/setpriv"))
+    setpriv where it is there (Debian: always), else ctypes -- also where setpriv is too old for
+    --pdeathsig (util-linux < 2.33, RHEL 8: here a stand-in that would fail the rank)."""
+    old = tmp_path / "setpriv"
+    old.write_text("#!/bin/sh\necho 'setpriv: unrecognized option' >&2\nexit 1\n")
+    old.chmod(0o755)
+    paths = {"setpriv": rankchild.SETPRIV, "none": ("/nonexistent/setpriv",), "old": (str(old),)}
+    assert setpriv != "setpriv" or rankchild.setpriv() is not None  # Debian's util-linux has it
     wrapper = (
         "import os, sys, time\n"
         "from launchers.node import rankchild\n"
+        f"rankchild.SETPRIV = {paths[setpriv]!r}\n"
         "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n"
         "prog = ['-c', 'import time; print(\"up\", flush=True); time.sleep(60)']\n"
         "print(rankchild.cold(prog, fd), flush=True)\n"

@@ -20,8 +20,21 @@ FORWARDED = (
     _signal.SIGQUIT,
 )
 # util-linux's setpriv sets PR_SET_PDEATHSIG and execs the program (kept across exec): ~1 ms, where
-# importing ctypes in the child costs ~10 ms of every rank's start; ctypes where it is missing
+# importing ctypes in the child costs ~10 ms of every rank's start; ctypes where it is missing or
+# too old for --pdeathsig (util-linux < 2.33: RHEL 8's setpriv would refuse it, and fail the rank)
 SETPRIV = ("/usr/bin/setpriv", "/bin/setpriv")
+
+
+def setpriv() -> str | None:
+    """A setpriv that takes --pdeathsig: its binary names the option (~0.1 ms to read)."""
+    for path in SETPRIV:
+        try:
+            with open(path, "rb") as f:
+                if b"pdeathsig" in f.read():
+                    return path
+        except OSError:
+            continue
+    return None
 
 
 def _die_with_parent() -> None:
@@ -33,14 +46,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def _exec(argv: list[str]) -> None:
-    """exec `python -u <argv>`, set to die with this process's parent (the wrapper)."""
+def _exec(argv: list[str], through: str | None) -> None:
+    """exec `python -u <argv>`, set to die with this process's parent (the wrapper): through
+    setpriv, when there is one that can."""
     program = [sys.executable, "-u", *argv]
-    for setpriv in SETPRIV:
+    if through:
         try:
-            os.execv(setpriv, [setpriv, "--pdeathsig", "KILL", "--", *program])
+            os.execv(through, [through, "--pdeathsig", "KILL", "--", *program])
         except OSError:
-            continue
+            pass
     _die_with_parent()
     os.execv(sys.executable, program)
 
@@ -83,6 +97,7 @@ def cold(argv: list[str], fd: int, workdir: tuple[str, str] | None = None) -> in
     this wrapper; workdir: (the run's snapshot, first on its PYTHONPATH; its cwd, the run's work/).
     Plain fork/exec rather than subprocess: the wrapper sits on every rank's start-up path, and this
     keeps its imports to os/_signal/sys/time (json only once the program has ended)."""
+    through = setpriv()
     pid = os.fork()
     if pid:
         return pid
@@ -101,7 +116,7 @@ def cold(argv: list[str], fd: int, workdir: tuple[str, str] | None = None) -> in
                 filter(None, (workdir[0], os.environ.get("PYTHONPATH")))
             )
             os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")  # no __pycache__ into the store
-        _exec(argv)
+        _exec(argv, through)
     except BaseException as e:  # noqa: BLE001
         os.write(2, f"launch rankexec: cannot start {sys.executable}: {e}\n".encode())
     os._exit(127)
