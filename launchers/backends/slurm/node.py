@@ -159,8 +159,7 @@ class NodeRun(NodeWatches):
             self.gpu_gate()
         addr, port = self.rendezvous(hosts)
         nc = self.command(self.node, addr, port, hosts)
-        if self.stops:
-            raise NodeError(f"stopped by {self.stops[0]} before starting")
+        self.refuse_if_stopped()
         agent = self.start_agent(nc)
         self.watch_hangs(agent.pid)
         threading.Thread(
@@ -228,6 +227,15 @@ class NodeRun(NodeWatches):
             self.stopped,
         )
 
+    def refuse_if_stopped(self, gate=None) -> None:
+        """A stop that came before the agent's start: no agent (slurmstepd's signal reached this
+        step's processes already and would never reach one started now); the node's early gate, if
+        it has one, is ended."""
+        if self.stops:
+            if gate is not None:
+                gate.close()
+            raise NodeError(f"stopped by {self.stops[0]} before starting")
+
     def start_agent(self, nc: NodeCommand) -> subprocess.Popen:
         """The agent started in its own session, its output in this attempt's agent log."""
         log = self.rd.start_agent_log(
@@ -248,9 +256,7 @@ class NodeRun(NodeWatches):
         if gate is not None:
             if self.node > 0:  # its torch is imported: it would reach the store before it listens
                 earlyagent.await_master(env, self.stopped)
-            if self.stops:  # while it waited: no agent (slurmstepd's signal would never reach it)
-                gate.close()
-                raise NodeError(f"stopped by {self.stops[0]} before starting")
+            self.refuse_if_stopped(gate)  # a stop while it waited
             agent = gate.go(nc.argv, env, log)
         return agent or procs.start_session(nc.argv, env, log, cwd=cwd)
 
