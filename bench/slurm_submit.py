@@ -112,7 +112,7 @@ class Phases:
     """When each round's cases are submitted: at one phase of Slurm's backfill pass (the module's
     doc), round r's (r + u) / rounds of the interval, in a shuffled order."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, cases: int) -> None:
         out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
         m = re.search(r"bf_interval=(\d+)", out)
         self.period = float(m.group(1)) if m else 30.0
@@ -120,7 +120,7 @@ class Phases:
         self.offsets = [(r + u) / n for r in range(n)]
         random.shuffle(self.offsets)
         self.ref: float | None = None  # a pass: the start of the job seen last
-        self.calls = 0
+        self.cases, self.calls = cases, 0
 
     def seen(self, output: str, t0: float) -> float:
         """A job's Slurm output file, created as its batch script started (at a pass); ms from t0
@@ -130,9 +130,10 @@ class Phases:
         self.ref = born if born > 0 else None
         return (born - t0) * 1000 if born > 0 else float("nan")
 
-    def wait(self, cases: int) -> None:
-        """Sleep until this round's phase (a round is `cases` calls; the warm-up's: any phase)."""
-        r, self.calls = self.calls // cases - 1, self.calls + 1
+    def wait(self) -> None:
+        """Sleep until this round's phase (a round is one call per case; the warm-up's: any
+        phase)."""
+        r, self.calls = self.calls // self.cases - 1, self.calls + 1
         if self.ref is None or r < 0:
             return
         at = self.ref + self.offsets[r % len(self.offsets)] * self.period
@@ -176,13 +177,13 @@ def main() -> None:
         os.mkdir(d)
         return d
 
-    phases = Phases(ROUNDS)
+    phases = Phases(ROUNDS, cases=3)
 
     def submit(env: dict[str, str], into: str) -> float:
         drain()
         markers = fresh()
         run_dir = os.path.join(tmp, "runs", f"r{n[0]}")
-        phases.wait(3)
+        phases.wait()
         t0, wall = time.perf_counter(), time.time()
         subprocess.run(
             [
@@ -238,7 +239,7 @@ def main() -> None:
                     markers=markers,
                 )
             )
-        phases.wait(3)
+        phases.wait()
         t0, wall = time.perf_counter(), time.time()
         job = subprocess.run(
             ["sbatch", "--parsable", script], cwd=tmp, check=True, capture_output=True, text=True
@@ -251,6 +252,7 @@ def main() -> None:
 
     load = os.getloadavg()
     res = interleaved({"launch": ours, "hand": hand, "cold": cold}, rounds=ROUNDS)
+    started = {k: v[-ROUNDS:] for k, v in started.items()}  # (the warm-up round's left out)
     drain()
     stop_servers(os.path.join(tmp, "state"))
     print(
@@ -260,10 +262,10 @@ def main() -> None:
     )
     print(
         f"  submit -> batch script started (Slurm's wait; means): launch slurm "
-        f"{mean(started['launch'][-ROUNDS:]):.0f} ms, sbatch {mean(started['hand'][-ROUNDS:]):.0f} "
+        f"{mean(started['launch']):.0f} ms, sbatch {mean(started['hand']):.0f} "
         f"ms; then -> ranks running (medians): launch slurm "
-        f"{median([a - b for a, b in zip(res['launch'], started['launch'][-ROUNDS:])]):.0f} ms, "
-        f"sbatch {median([a - b for a, b in zip(res['hand'], started['hand'][-ROUNDS:])]):.0f} ms",
+        f"{median([a - b for a, b in zip(res['launch'], started['launch'])]):.0f} ms, "
+        f"sbatch {median([a - b for a, b in zip(res['hand'], started['hand'])]):.0f} ms",
         flush=True,
     )
     print(
