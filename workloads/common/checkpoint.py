@@ -12,7 +12,8 @@ every rank's write result (data files fsynced by DCP, FileSystemWriter sync_file
 .metadata; then rank 0 writes the step's manifest (every file's size and digest), fsyncs the step
 directory and atomically rewrites `latest` (launchers.ckptptr.commit), and a barrier ends the save.
 The digests are taken while the files are written, each rank its own (ckptwrite.DigestingWriter,
-which also starts each file's write-back as it goes): nothing is read back at the commit. A crash
+which also starts each file's write-back as it goes): nothing is read back at the commit. A sync
+save skips torch.save's CRC32 of its zip records, which torch.load never checks (ckptwrite). A crash
 anywhere before the pointer is written leaves `latest` on the previous complete checkpoint. A rank
 of an older attempt than its run's (a paused or partitioned node that came back:
 launchers.records.fence) writes nothing: the save and the commit raise fence.Fenced in that rank.
@@ -179,12 +180,15 @@ class Checkpointer:
         step."""
         import torch.distributed.checkpoint as dcp
 
+        from .ckptwrite import no_zip_crc32
+
         self.finalize()
         t0 = time.perf_counter()
         name, path, state = self._prepare(step, states, progress)
         writer, planner = self._writer_planner(path)
         try:
-            dcp.save(state, storage_writer=writer, planner=planner)
+            with no_zip_crc32():
+                dcp.save(state, storage_writer=writer, planner=planner)
         except BaseException as e:
             if disk_full(e) or no_space(path):
                 self._disk_full(path)
