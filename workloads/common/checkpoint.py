@@ -235,8 +235,9 @@ class Checkpointer:
                 process_group=self._async_group,
                 async_stager=self._stager,
             )
-        finally:  # the copy starts as this call returns (ckptwrite.deferred_stager)
-            self._stager.go()
+        except BaseException:
+            self._stager.go()  # a copy already asked for still settles its future
+            raise
         self._staging, upload = resp.staging_completion, resp.upload_completion
         pointed = threading.Event()
         if self.env.rank == 0:
@@ -248,10 +249,13 @@ class Checkpointer:
                 finally:
                     pointed.set()
 
-            upload.add_done_callback(point)
+            upload.add_done_callback(point)  # (never inline: the upload waits for the copy)
         else:
             pointed.set()
         self._pending = (step, name, upload, pointed)
+        # The copy starts last (ckptwrite.deferred_stager): once its thread runs, every line this
+        # thread still had to run here waited for the GIL (up to a switch interval, 5 ms, each).
+        self._stager.go()
         dt = time.perf_counter() - t0
         self.blocked_seconds += dt
         self.save_seconds += dt

@@ -28,6 +28,7 @@ from launchers import ckptptr
 
 _WRITEBACK = 4 << 20  # start the disk write of every this many bytes written
 _SYNC_FILE_RANGE_WRITE = 2
+_HEAD_START = 0.001  # s: the async staging copy starts this long after save_async returns
 
 
 def _sync_file_range():
@@ -152,7 +153,12 @@ def deferred_stager(options):
     copy starts only at go(), which save_async calls as it returns. Started inside dcp.async_save,
     the copy's thread competed for the GIL and the CPUs with the rest of that call (its writer
     thread's start, the plan): on a busy node the call returned 10-20 ms later instead of ~3. The
-    copy still runs while the next step computes, and that step's optimizer step waits for it."""
+    copy still runs while the next step computes, and that step's optimizer step waits for it.
+
+    The copy's thread also waits _HEAD_START before its first step: woken by go(), it took the GIL
+    and a CPU from the call's last lines, which then returned 4-20 ms later instead of ~3 (most of
+    the copy's Python and its storage copies hold the GIL)."""
+    import time
     from concurrent.futures import Future as Staged
 
     from torch.distributed.checkpoint.staging import DefaultStager
@@ -163,6 +169,10 @@ def deferred_stager(options):
         def stage(self, state_dict, **kwargs):
             self._held = (state_dict, kwargs, Staged())
             return self._held[2]
+
+        def _stage(self, state_dict, **kwargs):
+            time.sleep(_HEAD_START)
+            return super()._stage(state_dict, **kwargs)
 
         def go(self) -> None:
             if self._held is None:
