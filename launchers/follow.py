@@ -44,8 +44,10 @@ class LogTail:
 
     def poll(self, final: bool = False) -> int:
         """Print what was appended since the last poll; returns the number of lines printed. `final`
-        prints an unterminated last line too."""
-        out = []
+        prints an unterminated last line too. Each file's whole lines are decoded and prefixed
+        together (no Python per line); ASCII ones stay bytes up to the output's byte stream."""
+        out: list = []  # str or (ASCII) bytes-like, in order
+        n = 0
         for prefix, path in self.sources():
             try:
                 data, skipped = self._read(path)
@@ -54,24 +56,49 @@ class LogTail:
             if skipped:
                 out.append(
                     f"{prefix}... {skipped} earlier bytes not shown (the last {TAIL_BYTES >> 20} "
-                    f"MiB of {path})"
+                    f"MiB of {path})\n"
                 )
+                n += 1
                 self._partial.pop(path, None)  # its first line may be the end of a longer one
-            lines = (self._partial.pop(path, b"") + data).split(b"\n")
-            if lines[-1] and not final:
-                self._partial[path] = lines[-1]
-            out += [
-                prefix + ln.decode("utf-8", "replace")
-                for ln in (lines if final and lines[-1] else lines[:-1])
-            ]
-        if out and not self.raw:
-            from .show import clean
+            buf = self._partial.pop(path, b"") + data
+            cut = len(buf) if final else buf.rfind(b"\n") + 1
+            if cut < len(buf):
+                self._partial[path] = buf[cut:]
+            if not cut:
+                continue
+            nl = buf.count(b"\n", 0, cut)
+            ended = buf[cut - 1] == 10  # (else the final poll's unterminated last line)
+            n += nl + (not ended)
+            if self.raw and buf.isascii() and prefix.isascii():
+                # every newline but the last followed by the prefix, without copying the lines
+                pb = prefix.encode()
+                end = cut + nl * len(pb) - (len(pb) if ended else 0)
+                out += [pb, memoryview(buf.replace(b"\n", b"\n" + pb))[:end]]
+                out += [] if ended else [b"\n"]
+                continue
+            body = buf[: cut - 1 if ended else cut]
+            # '\n' is never part of a multi-byte sequence: decoding the lines together is decoding
+            # each alone
+            text = body.decode("utf-8", "replace")
+            if not self.raw:
+                from .show import clean
 
-            out = [clean(ln) for ln in out]
+                text = "\n".join(clean(ln) for ln in text.split("\n"))
+            out.append(prefix + text.replace("\n", "\n" + prefix) + "\n")
         if out:
-            self.out.write("\n".join(out) + "\n")
-            self.out.flush()
-        return len(out)
+            self._write(out)
+        return n
+
+    def _write(self, out: list) -> None:
+        stream = getattr(self.out, "buffer", None)
+        if stream is not None and not any(isinstance(x, str) for x in out):
+            self.out.flush()  # what went through the text layer before comes first
+            for x in out:
+                stream.write(x)
+            stream.flush()
+            return
+        self.out.write("".join(x if isinstance(x, str) else str(x, "ascii") for x in out))
+        self.out.flush()
 
     def _read(self, path: str) -> tuple[bytes, int]:
         """What was appended to path since the last poll, and how many bytes of it were skipped (a
