@@ -17,6 +17,8 @@ from . import layout
 from .records import rundircheck
 
 Source = Callable[[], Iterable[tuple[str, str]]]  # -> (prefix, path) of every file to follow, now
+# encodings that write ASCII as its own bytes: a stream in one of them takes ASCII lines as bytes
+_ASCII_SAFE = ("utf-8", "utf8", "ascii", "us-ascii", "ansi-x3.4-1968", "latin-1", "iso8859-1")
 TAIL_BYTES = 1 << 20  # a reader's most per file and poll: the tail of a larger log (issue 35)
 
 
@@ -91,7 +93,8 @@ class LogTail:
 
     def _write(self, out: list) -> None:
         stream = getattr(self.out, "buffer", None)
-        if stream is not None and not any(isinstance(x, str) for x in out):
+        ascii_ok = str(getattr(self.out, "encoding", "")).lower().replace("_", "-") in _ASCII_SAFE
+        if stream is not None and ascii_ok and not any(isinstance(x, str) for x in out):
             self.out.flush()  # what went through the text layer before comes first
             for x in out:
                 stream.write(x)

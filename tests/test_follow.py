@@ -1,7 +1,7 @@
 """The log tailer (launchers.follow.LogTail) prints each file's whole lines with its prefix, decoded
 per line with replacement, whatever the chunks its files grow by: checked against the per-line
 rule itself, over random appends (partial lines, invalid and split UTF-8, control sequences), to a
-text stream and to one over bytes."""
+text stream and to ones over bytes."""
 
 from __future__ import annotations
 
@@ -37,14 +37,15 @@ def expected(appends, raw: bool) -> list[str]:
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(appends=APPENDS, raw=st.booleans(), terminal_like=st.booleans())
-def test_lines_whatever_the_chunks(tmp_path_factory, appends, raw, terminal_like):
+@given(appends=APPENDS, raw=st.booleans(), encoding=st.sampled_from([None, "utf-8", "utf-16"]))
+def test_lines_whatever_the_chunks(tmp_path_factory, appends, raw, encoding):
     d = tmp_path_factory.mktemp("logs")
     paths = [d / "f0.log", d / "f1.log"]
     for p in paths:
         p.write_bytes(b"")
-    # like sys.stdout (a text layer over bytes: ASCII lines go to its bytes), or text only
-    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8") if terminal_like else io.StringIO()
+    # like sys.stdout (a text layer over bytes: ASCII lines go to its bytes where its encoding
+    # writes ASCII as is), or text only
+    out = io.TextIOWrapper(io.BytesIO(), encoding=encoding) if encoding else io.StringIO()
     out.write("launch: started\n")  # the launcher's own line, still in the text layer's buffer
     tail = LogTail(lambda: [(f"[f{i}] ", str(p)) for i, p in enumerate(paths)], out, raw=raw)
     printed = 0
@@ -54,7 +55,7 @@ def test_lines_whatever_the_chunks(tmp_path_factory, appends, raw, terminal_like
         printed += tail.poll()
     printed += tail.poll(final=True)
     out.flush()
-    got = out.buffer.getvalue().decode() if terminal_like else out.getvalue()
+    got = out.buffer.getvalue().decode(encoding) if encoding else out.getvalue()
     assert got.startswith("launch: started\n") and got.endswith("\n")
     got_lines = got.split("\n")[1:-1]
     assert printed == len(got_lines)

@@ -208,23 +208,7 @@ class Checkpointer:
         self.finalize()
         t0 = time.perf_counter()
         if self._async_group is None:
-            from torch.distributed.checkpoint.staging import StagingOptions
-
-            from .ckptwrite import deferred_stager
-
-            self._async_group = dist.new_group(backend="gloo")
-            # Kept across saves: it caches its CPU copies by source storage, so later saves copy
-            # into the same (already faulted-in) buffers. Safe because finalize() above waited for
-            # the previous write, the only reader of those buffers.
-            self._stager = deferred_stager(
-                StagingOptions(
-                    use_pinned_memory=torch.cuda.is_available(),
-                    use_shared_memory=False,
-                    use_async_staging=True,
-                    use_non_blocking_copy=torch.cuda.is_available(),
-                )
-            )
-            self._install_staging_hooks(states)
+            self._set_up_async(states)
         name, path, state = self._prepare(step, states, progress)
         writer, planner = self._writer_planner(path)
         try:
@@ -235,31 +219,50 @@ class Checkpointer:
                 process_group=self._async_group,
                 async_stager=self._stager,
             )
-        except BaseException:
-            self._stager.go()  # a copy already asked for still settles its future
-            raise
-        self._staging, upload = resp.staging_completion, resp.upload_completion
-        pointed = threading.Event()
-        if self.env.rank == 0:
+            self._staging, upload = resp.staging_completion, resp.upload_completion
+            pointed = threading.Event()
+            if self.env.rank == 0:
 
-            def point(fut) -> None:
-                try:
-                    if fut.exception() is None:
-                        self._point_latest(name, writer.files)
-                finally:
-                    pointed.set()
+                def point(fut) -> None:
+                    try:
+                        if fut.exception() is None:
+                            self._point_latest(name, writer.files)
+                    finally:
+                        pointed.set()
 
-            upload.add_done_callback(point)  # (never inline: the upload waits for the copy)
-        else:
-            pointed.set()
-        self._pending = (step, name, upload, pointed)
-        # The copy starts last (ckptwrite.deferred_stager): once its thread runs, every line this
-        # thread still had to run here waited for the GIL (up to a switch interval, 5 ms, each).
-        self._stager.go()
+                upload.add_done_callback(point)  # (never inline: the upload waits for the copy)
+            else:
+                pointed.set()
+            self._pending = (step, name, upload, pointed)
+        finally:
+            # The copy starts last (ckptwrite.deferred_stager): once its thread runs, every line
+            # this thread still had to run here waited for the GIL (up to a switch interval, 5 ms,
+            # each). On an error too: a copy already asked for still settles its future.
+            self._stager.go()
         dt = time.perf_counter() - t0
         self.blocked_seconds += dt
         self.save_seconds += dt
         return name
+
+    def _set_up_async(self, states: dict) -> None:
+        """The first save_async: its gloo group, its stager and the staging-wait hooks."""
+        from torch.distributed.checkpoint.staging import StagingOptions
+
+        from .ckptwrite import deferred_stager
+
+        self._async_group = dist.new_group(backend="gloo")
+        # Kept across saves: it caches its CPU copies by source storage, so later saves copy into
+        # the same (already faulted-in) buffers. Safe because finalize() (first in save_async)
+        # waited for the previous write, the only reader of those buffers.
+        self._stager = deferred_stager(
+            StagingOptions(
+                use_pinned_memory=torch.cuda.is_available(),
+                use_shared_memory=False,
+                use_async_staging=True,
+                use_non_blocking_copy=torch.cuda.is_available(),
+            )
+        )
+        self._install_staging_hooks(states)
 
     def _install_staging_hooks(self, states: dict) -> None:
         """Training must not change the state being copied: the optimizer step (and, when the model
